@@ -1,0 +1,5 @@
+"""microbench: collective, link, storage and checkpoint microbenchmarks for LLM-training clusters."""
+
+__version__ = "0.1.0"
+
+from .errors import MicrobenchError, ProbeUnavailable, RunError, UsageError  # noqa: E402,F401

@@ -1,0 +1,33 @@
+"""The library raises these; only the CLI turns them into exit codes and one stderr line."""
+
+
+class MicrobenchError(Exception):
+    """Base of every error microbench raises on purpose. exit_code is what the CLI returns."""
+
+    exit_code = 1
+
+
+class UsageError(MicrobenchError):
+    """The user asked for something malformed or impossible (exit 2)."""
+
+    exit_code = 2
+
+
+class RunError(MicrobenchError):
+    """A well-formed run failed: a peer died, a timeout, a wrong result, I/O failure (exit 1)."""
+
+    exit_code = 1
+
+
+class ProbeUnavailable(MicrobenchError):
+    """The probe cannot run on this machine (no GPU, no fio, no root); the message says why.
+
+    Not a failure of the thing measured, so the CLI reports it as a skip (exit 0) while a
+    suite or acceptance run records it as skipped with the reason.
+    """
+
+    exit_code = 0
+
+
+class Interrupted(RunError):
+    """Ctrl-C or SIGTERM during a run; what finished is kept in a partial record."""
