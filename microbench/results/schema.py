@@ -1,0 +1,70 @@
+"""The result record: one JSON document per run (pytest-benchmark's idea: stats as data).
+
+Layout (schema_version 1):
+  schema_version, tool {name, version}, kind (the probe or tool that produced it),
+  status: "running" | "complete" | "partial" | "failed" | "skipped", status_reason,
+  started_at, ended_at (ISO 8601 UTC), argv, config (resolved, after defaults),
+  environment (see microbench.env), implementation {native, engine, transport, ...},
+  rows: [ {probe, op, size_bytes, ..., time_us: {p50, p95, max, mean}, <metric>_gbps, ...} ],
+  summary: probe-specific aggregates (fits, ratios), may be empty.
+
+Readers must check schema_version; new fields may appear within a version, none disappear.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from typing import Any
+
+from .. import __version__
+
+SCHEMA_VERSION = 1
+STATUSES = ("running", "complete", "partial", "failed", "skipped")
+# Keys whose values are credentials: they never reach a record, whatever a probe passes in.
+_SECRET_HINTS = ("secret", "password", "token", "access_key", "auth_key", "credential")
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_record(kind: str, config: dict[str, Any], environment: dict[str, Any],
+               implementation: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "microbench", "version": __version__},
+        "kind": kind,
+        "status": "running",
+        "status_reason": None,
+        "started_at": utc_now(),
+        "ended_at": None,
+        "argv": list(sys.argv if argv is None else argv),
+        "config": redact(config),
+        "environment": environment,
+        "implementation": implementation,
+        "rows": [],
+        "summary": {},
+    }
+
+
+def redact(value: Any) -> Any:
+    """Drop secret-looking keys recursively so credentials never reach disk or stdout."""
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if any(h in str(k).lower() for h in _SECRET_HINTS) else redact(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    return value
+
+
+def check_record(record: dict[str, Any]) -> None:
+    """Raise ValueError when a document is not a record this version can read."""
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    for key in ("kind", "status", "config", "environment", "implementation", "rows"):
+        if key not in record:
+            raise ValueError(f"record lacks {key!r}")
+    if record["status"] not in STATUSES:
+        raise ValueError(f"status {record['status']!r} is not one of {STATUSES}")

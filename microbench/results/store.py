@@ -1,0 +1,143 @@
+"""Writing records: atomic (temp file + rename), never replacing a file this run didn't create.
+
+A run claims a unique file name once (O_EXCL), then rewrites that same file atomically after
+every finished size, so a crash or Ctrl-C leaves the rows finished so far on disk with
+status "running"/"partial", never a half-written JSON document.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import RunError, UsageError
+from .schema import check_record, utc_now
+
+DEFAULT_DIR = "results"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+
+
+class RecordWriter:
+    """Owns one record file for the life of a run."""
+
+    def __init__(self, record: dict[str, Any], path: str | os.PathLike | None = None,
+                 directory: str | os.PathLike = DEFAULT_DIR):
+        self.record = record
+        self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
+        self.flush()
+
+    @staticmethod
+    def _claim(path: Path | None, directory: Path, kind: str) -> Path:
+        if path is not None:
+            candidates = [path]
+            target_dir = path.parent
+        else:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            base = f"{_safe(kind)}-{stamp}"
+            candidates = [directory / f"{base}{'' if i == 0 else f'-{i}'}.json" for i in range(1000)]
+            target_dir = directory
+        try:
+            target_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunError(f"cannot create results directory {str(target_dir)!r}: {exc.strerror}") from None
+        for candidate in candidates:
+            try:
+                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise RunError(f"cannot write results file {str(candidate)!r}: {exc.strerror}") from None
+            os.close(fd)
+            return candidate
+        if path is not None:
+            raise UsageError(f"results file {str(path)!r} already exists; results are never "
+                             f"overwritten: pick a new name, e.g. --json {path.with_suffix('')}-2.json")
+        raise RunError(f"could not find a free results file name in {str(directory)!r}")
+
+    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+        self.record["rows"].extend(rows)
+        self.flush()
+
+    def finish(self, status: str, reason: str | None = None) -> Path:
+        self.record["status"] = status
+        self.record["status_reason"] = reason
+        self.record["ended_at"] = utc_now()
+        self.flush()
+        return self.path
+
+    def flush(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_record(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"results file {str(path)!r} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"results file {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        check_record(record)
+    except ValueError as exc:
+        raise UsageError(f"results file {str(path)!r} is not a microbench record: {exc}") from None
+    return record
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
+    """Flat CSV, one line per row; nested dicts become dotted columns. Never overwrites."""
+    target = Path(path)
+    flat = [_flatten(row) for row in rows]
+    columns: list[str] = []
+    for row in flat:
+        columns.extend(key for key in row if key not in columns)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(f"CSV file {str(target)!r} already exists; results are never overwritten: "
+                         f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv") from None
+    except OSError as exc:
+        raise RunError(f"cannot write CSV file {str(target)!r}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(flat)
+    return target
+
+
+def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        elif isinstance(value, list):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
