@@ -1,0 +1,72 @@
+"""Loads the native core, or says why the pure-Python fallback runs instead.
+
+Everything that has a native hot loop goes through this module, so a record can always state
+which implementation measured it: `implementation()` -> {"native": bool, "reason": ...}.
+MICROBENCH_NO_NATIVE=1 forces the fallback at run time (tests use it to cover both paths).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from typing import Any
+
+_module: Any = None
+_reason: str | None = None
+
+
+def _load() -> None:
+    global _module, _reason
+    if os.environ.get("MICROBENCH_NO_NATIVE", "") not in ("", "0"):
+        _reason = "MICROBENCH_NO_NATIVE is set"
+        return
+    try:
+        _module = importlib.import_module("microbench._native")
+    except ImportError as exc:
+        _reason = f"native module not built ({exc}); reinstall with a C compiler for native speed"
+
+
+_load()
+
+
+def available() -> bool:
+    return _module is not None
+
+
+def module() -> Any:
+    """The compiled module, or None under the fallback."""
+    return _module
+
+
+def implementation() -> dict[str, Any]:
+    return {"native": _module is not None, "name": "native" if _module is not None else "python",
+            "fallback_reason": _reason}
+
+
+def memcpy_bandwidth(size_bytes: int, threads: int = 1, iters: int = 5) -> list[float]:
+    """Seconds per iteration to copy size_bytes with `threads` threads."""
+    if _module is not None:
+        return _module.memcpy_bandwidth(size_bytes, threads, iters)
+    return _memcpy_python(size_bytes, threads, iters)
+
+
+def _memcpy_python(size_bytes: int, threads: int, iters: int) -> list[float]:
+    # numpy's copy releases the GIL for large arrays, so threads do run in parallel.
+    import numpy as np
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = np.full(size_bytes, 0x5A, dtype=np.uint8)
+    dst = np.zeros(size_bytes, dtype=np.uint8)
+    bounds = [(size_bytes * t // threads, size_bytes * (t + 1) // threads) for t in range(threads)]
+
+    def copy(bound: tuple[int, int]) -> None:
+        np.copyto(dst[bound[0]:bound[1]], src[bound[0]:bound[1]])
+
+    times = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in range(iters):
+            start = time.perf_counter()
+            list(pool.map(copy, bounds))
+            times.append(time.perf_counter() - start)
+    return times
