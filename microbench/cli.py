@@ -1,0 +1,69 @@
+"""The command line: one subcommand per probe or tool, thin over library functions.
+
+Only here do errors become exit codes: MicrobenchError -> its exit_code (2 misuse, 1 failure,
+0 for a probe skipped with its reason) and one line on stderr; never a traceback unless
+MICROBENCH_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from typing import Sequence
+
+from . import __version__
+from .errors import MicrobenchError, ProbeUnavailable, UsageError
+
+# Each module has add_parser(subparsers) and run(args) -> int.
+COMMAND_MODULES = [
+    "env",
+    "memory",
+    "nccl",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="microbench", description="Collective, link, storage and checkpoint "
+                     "microbenchmarks for LLM-training clusters.")
+    parser.add_argument("--version", action="version", version=f"microbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"microbench.commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except ProbeUnavailable as exc:
+        print(f"microbench: skipped: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except MicrobenchError as exc:
+        print(f"microbench: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("microbench: interrupted", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: still one line, with the traceback on request
+        if os.environ.get("MICROBENCH_DEBUG"):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"microbench: internal error: {type(exc).__name__}: {first} "
+              f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

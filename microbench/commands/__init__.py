@@ -1,0 +1,1 @@
+"""CLI subcommands: each module parses its flags and calls library functions."""

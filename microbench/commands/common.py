@@ -1,0 +1,64 @@
+"""Flags and plumbing every sweeping subcommand shares."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import UsageError
+from ..results import write_csv
+from ..runner import SweepSettings
+from ..sizes import parse_positive_int
+
+
+def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int = 20, budget_s: float = 2.0) -> None:
+    g = p.add_argument_group("sweep")
+    g.add_argument("--warmup", default=str(warmup), help=f"untimed iterations per case (default {warmup})")
+    g.add_argument("--iters", default=str(iters), help=f"timed iterations per case (default {iters})")
+    g.add_argument("--budget", default=str(budget_s), metavar="SECONDS",
+                   help=f"cap timed work per case to about this long, never below 3 iterations; 0 = no cap "
+                        f"(default {budget_s:g})")
+    g.add_argument("--json", metavar="PATH", help="write the result record here (default: results/KIND-TIME.json)")
+    g.add_argument("--csv", metavar="PATH", help="also write one flat CSV row per case")
+    g.add_argument("--results-dir", default="results", metavar="DIR", help="where records go without --json")
+    g.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress bar on stderr (auto: only on a terminal)")
+
+
+def settings_from_args(args: argparse.Namespace, *, check: bool = True) -> SweepSettings:
+    warmup = _nonneg_int(args.warmup, "--warmup")
+    iters = parse_positive_int(args.iters, what="--iters", example="20")
+    try:
+        budget = float(args.budget)
+    except ValueError:
+        raise UsageError(f"invalid --budget {args.budget!r}: expected seconds, e.g. 2 or 0 for no cap") from None
+    if budget < 0:
+        raise UsageError(f"invalid --budget {args.budget!r}: must be 0 or more seconds, e.g. 2")
+    progress = {"auto": None, "on": True, "off": False}[args.progress]
+    return SweepSettings(warmup=warmup, iters=iters, budget_s_per_case=budget or None,
+                         min_iters=min(3, iters), check=check, progress=progress)
+
+
+def parse_timeout(text: Any) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"invalid --timeout {text!r}: expected seconds, e.g. --timeout 60") from None
+    if value <= 0:
+        raise UsageError(f"invalid --timeout {text!r}: must be more than 0 seconds, e.g. --timeout 60")
+    return value
+
+
+def _nonneg_int(text: Any, what: str) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise UsageError(f"invalid {what} {text!r}: expected a whole number >= 0, e.g. 5") from None
+    if value < 0:
+        raise UsageError(f"invalid {what} {text!r}: must be 0 or more, e.g. 5")
+    return value
+
+
+def write_outputs(args: argparse.Namespace, outcome: Any) -> None:
+    if getattr(args, "csv", None):
+        write_csv(args.csv, outcome.rows)

@@ -1,0 +1,110 @@
+"""`microbench nccl`: collective bandwidth in the nccl-tests layout."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+
+from .. import backends
+from ..errors import RunError, UsageError
+from ..probes import collectives as coll
+from ..runner import run_probe
+from ..session import free_memory_bytes, in_world, local_ranks, transport_note
+from ..sizes import parse_list, parse_positive_int, parse_sizes
+from ..tables import collective_table
+from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("nccl", help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
+                       description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong "
+                                   "per size in the nccl-tests layout, fit a latency-bandwidth model per op.")
+    p.add_argument("--sizes", default="1M-256M", help="1M-4G (range), 64M, or 1M,8M,64M; binary units (default 1M-256M)")
+    p.add_argument("--factor", default="2", help="step between sizes of a range (default 2)")
+    p.add_argument("--ops", default=",".join(coll.DEFAULT_OPS), help=f"some of {','.join(coll.OPS)} "
+                   f"(default: {','.join(coll.DEFAULT_OPS)}, the ones FSDP uses)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--nproc", default=None, help="local ranks to spawn when not launched by torchrun/srun/mpirun "
+                   "(default: number of GPUs, else 2)")
+    p.add_argument("--backend", default="auto", help="auto, nccl or gloo (default auto: nccl with CUDA, else gloo)")
+    p.add_argument("--transport", default="auto", help="auto, ib or tcp (ib needs NCCL and InfiniBand)")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="verify every result element against the known pattern (default on)")
+    p.add_argument("--timeout", default="60", help="seconds before a silent peer fails the run (default 60)")
+    add_sweep_options(p)
+    p.set_defaults(handler=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoice, int]:
+    """Validate every flag before any rank starts, so misuse fails fast with exit 2."""
+    try:
+        factor = float(args.factor)
+    except ValueError:
+        raise UsageError(f"invalid --factor {args.factor!r}: expected a number above 1, e.g. 2") from None
+    sizes = parse_sizes(args.sizes, factor=factor)
+    ops = parse_list(args.ops, tuple(coll.OPS), what="--ops")
+    if args.dtype is not None and args.dtype not in coll.DTYPES:
+        raise UsageError(f"invalid --dtype {args.dtype!r}: expected one of {', '.join(coll.DTYPES)} (e.g. --dtype bfloat16)")
+    nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc is not None else local_ranks()
+    import torch
+    import torch.distributed as dist
+
+    choice = backends.select_backend(args.backend, args.transport, cuda_available=torch.cuda.is_available(),
+                                     nccl_available=dist.is_available() and dist.is_nccl_available(),
+                                     ib_devices=backends.infiniband_devices())
+    dtype = args.dtype or ("bfloat16" if choice.device == "cuda" else "float32")
+    return coll.Config(sizes=sizes, ops=ops, dtype=dtype, backend=choice.backend, device=choice.device), choice, nproc
+
+
+def run(args: argparse.Namespace) -> int:
+    config, choice, nproc = resolve(args)
+    settings = settings_from_args(args, check=args.check)
+    timeout_s = parse_timeout(args.timeout)
+    nccl_log_dir = None
+    if choice.backend == "nccl" and "NCCL_DEBUG" not in os.environ:
+        # NCCL's own log is the only reliable word on which transport it picked.
+        nccl_log_dir = os.path.join(tempfile.gettempdir(), f"microbench-nccl-{os.getuid()}")
+        os.makedirs(nccl_log_dir, exist_ok=True)
+        choice = dataclasses.replace(choice, env={**choice.env, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                                                  "NCCL_DEBUG_FILE": os.path.join(nccl_log_dir, "nccl.%h.%p.log")})
+
+    def before_launch() -> None:
+        coll.check_memory(config.ops, config.sizes, nproc, free_memory_bytes(choice.device),
+                          "GPU memory" if choice.device == "cuda" else "host memory")
+
+    def body(world) -> int:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        coll.check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
+                          free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
+        probe = coll.CollectiveProbe(config, world)
+        outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+                            results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason})
+        if world.rank != 0:
+            return 0
+        outcome.record["implementation"].update(transport_note(choice, nccl_log_dir))
+        print_report(outcome.record, config)
+        write_outputs(args, outcome)
+        wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+        print(f"# results: {outcome.path}")
+        if wrong:
+            raise RunError(f"{wrong} wrong element(s) in the results (see the #wrong columns); "
+                           f"the fabric or the collective library corrupted data")
+        return 0
+
+    return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch)
+
+
+def print_report(record: dict, config: coll.Config) -> None:
+    impl = record["implementation"]
+    world = record["config"]["world"]
+    print(f"# microbench nccl: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
+          f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, "
+          f"implementation {impl['name']}")
+    fits = record["summary"].get("fits", {})
+    for op in config.ops:
+        rows = [r for r in record["rows"] if r["op"] == op]
+        if rows:
+            print(collective_table(op, rows, fits.get(op)))
+            print()

@@ -1,0 +1,306 @@
+"""Distributed worlds: join one a launcher made, or launch local ranks ourselves.
+
+One code path for every launcher: with no world in the environment, `launch_local` re-runs the
+same command line N times with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, ...),
+optionally prefixed per rank (e.g. `ip netns exec HOST` for the lab). Every rank then joins
+through `World.join`, exactly as under torchrun, srun or mpirun.
+
+Failure handling is the point of this module: a peer that dies, an unreachable master or a taken
+port must end the run within --timeout with a message naming the cause, never hang.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .errors import RunError, UsageError
+
+HEARTBEAT_S = 0.5
+SPAWNED_ENV = "MICROBENCH_SPAWNED"
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    rank: int
+    size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    launcher: str  # torchrun | slurm | mpi | local
+
+
+def _int_env(env: dict[str, str], *names: str) -> int | None:
+    for name in names:
+        if env.get(name, "").strip():
+            try:
+                return int(env[name])
+            except ValueError:
+                raise UsageError(f"environment variable {name}={env[name]!r} is not an integer") from None
+    return None
+
+
+def detect_world(env: dict[str, str] | None = None) -> WorldSpec | None:
+    """Read the world a launcher set up, or None when this process is on its own.
+
+    torchrun/local: RANK, WORLD_SIZE, LOCAL_RANK. Slurm: SLURM_PROCID, SLURM_NTASKS,
+    SLURM_LOCALID. Open MPI: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK. MASTER_ADDR/MASTER_PORT are
+    required except under Slurm, where the first node of the job is used.
+    """
+    env = dict(os.environ if env is None else env)
+    if env.get("WORLD_SIZE") and env.get("RANK"):
+        launcher = "local" if env.get(SPAWNED_ENV) else "torchrun"
+        rank, size, local = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE"), _int_env(env, "LOCAL_RANK")
+    elif env.get("SLURM_PROCID") and env.get("SLURM_NTASKS") and int(env.get("SLURM_NTASKS", "1")) > 1:
+        launcher = "slurm"
+        rank, size, local = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS"), _int_env(env, "SLURM_LOCALID")
+    elif env.get("OMPI_COMM_WORLD_RANK") and env.get("OMPI_COMM_WORLD_SIZE"):
+        launcher = "mpi"
+        rank = _int_env(env, "OMPI_COMM_WORLD_RANK")
+        size = _int_env(env, "OMPI_COMM_WORLD_SIZE")
+        local = _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK")
+    else:
+        return None
+    assert rank is not None and size is not None
+    if size < 1 or not 0 <= rank < size:
+        raise UsageError(f"rank {rank} is outside a world of size {size}: check the launcher's environment")
+    addr = env.get("MASTER_ADDR") or (_slurm_first_node(env) if launcher == "slurm" else None)
+    if not addr:
+        raise UsageError(f"launched by {launcher} but MASTER_ADDR is not set: export the first host's "
+                         f"address, e.g. MASTER_ADDR=node001 MASTER_PORT=29500")
+    port = _int_env(env, "MASTER_PORT") or 29500
+    return WorldSpec(rank, size, local or 0, addr, port, launcher)
+
+
+def _slurm_first_node(env: dict[str, str]) -> str | None:
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        return None
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
+        first = out.stdout.split()
+        return first[0] if first else None
+    except (OSError, subprocess.SubprocessError):
+        return nodelist.split(",")[0].split("[")[0] or None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- launching
+
+
+@dataclass
+class RankLaunch:
+    """How to start one local rank: a command prefix (e.g. ip netns exec) and extra env."""
+
+    prefix: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_addr: str = "127.0.0.1",
+                 master_port: int | None = None, per_rank: Callable[[int], RankLaunch] | None = None,
+                 extra_env: dict[str, str] | None = None) -> int:
+    """Run `python -m microbench ARGV` as ranks 0..nproc-1 and return the exit code to use.
+
+    Rank 0's output goes straight to our stdout/stderr (only rank 0 prints). Other ranks'
+    stderr is kept in a file and shown, one line, only if they fail while rank 0 did not.
+    Ctrl-C is forwarded so rank 0 can write its partial record.
+    """
+    port = master_port or free_port(master_addr if master_addr.startswith("127.") else "0.0.0.0")
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base_env = dict(os.environ)
+    base_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, base_env.get("PYTHONPATH", "")) if p)
+    base_env.update(extra_env or {})
+    procs: list[subprocess.Popen] = []
+    logs: list[Any] = []
+    try:
+        for rank in range(nproc):
+            launch = per_rank(rank) if per_rank else RankLaunch()
+            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
+                       **{SPAWNED_ENV: "1"}, **launch.env)
+            log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [*launch.prefix, sys.executable, "-m", "microbench", *argv], env=env,
+                stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
+                stdin=subprocess.DEVNULL))
+        return _supervise(procs, logs, timeout_s)
+    except KeyboardInterrupt:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + timeout_s + 5
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return procs[0].returncode if procs and procs[0].returncode not in (None, 0) else 1
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            if log:
+                log.close()
+
+
+def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float) -> int:
+    first_failure_at: float | None = None
+    while True:
+        codes = [proc.poll() for proc in procs]
+        if all(code is not None for code in codes):
+            break
+        if first_failure_at is None and any(code not in (None, 0) for code in codes):
+            first_failure_at = time.monotonic()
+        # Survivors of a dead peer end by themselves within --timeout; past that they hang.
+        if first_failure_at is not None and time.monotonic() - first_failure_at > timeout_s + 10:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+        time.sleep(0.05)
+    rank0 = procs[0].returncode
+    if rank0 != 0:
+        return rank0 if rank0 > 0 else 1
+    for rank, proc in enumerate(procs[1:], start=1):
+        if proc.returncode != 0:
+            logs[rank].seek(0)
+            lines = [line.strip() for line in logs[rank].read().splitlines() if line.strip()]
+            why = lines[-1] if lines else f"exit code {proc.returncode}"
+            print(f"microbench: rank {rank} failed: {why.removeprefix('microbench: ')}", file=sys.stderr)
+            return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- joining
+
+
+class World:
+    """A joined process group plus a gloo control group for small metadata exchanges.
+
+    The data backend (nccl or gloo) carries the measured traffic; timings, counts and error
+    notes travel over gloo so that they never need device buffers.
+    """
+
+    def __init__(self, spec: WorldSpec, backend: str, timeout_s: float, device: str = "cpu"):
+        import torch.distributed as dist
+
+        self.spec, self.backend, self.timeout_s, self.device = spec, backend, timeout_s, device
+        self.rank, self.size = spec.rank, spec.size
+        self._dist = dist
+        self._stop = threading.Event()
+        timeout = _dt.timedelta(seconds=timeout_s)
+        self.store = _make_store(spec, timeout_s)
+        try:
+            dist.init_process_group(backend, store=self.store, rank=spec.rank, world_size=spec.size, timeout=timeout,
+                                    **({"device_id": _torch_device(device)} if device.startswith("cuda") else {}))
+            self.control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+        except Exception as exc:
+            raise RunError(f"rank {spec.rank} could not join the {backend} world at "
+                           f"{spec.master_addr}:{spec.master_port} within {timeout_s:g} s: {_first_line(exc)}") from None
+        self._heartbeat = threading.Thread(target=self._beat, name="microbench-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    # Small exchanges over the control group ------------------------------------------
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, obj, group=self.control)
+        return out
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
+
+    def barrier(self) -> None:
+        self._dist.barrier(group=self.control)
+
+    # Failure diagnosis -----------------------------------------------------------------
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.store.set(f"mb/hb/{self.rank}", repr(time.time()))
+            except Exception:
+                return
+
+    def note_failure(self, reason: str) -> None:
+        """Tell rank 0 this rank saw an error and is leaving on its own (not dead)."""
+        try:
+            self.store.set(f"mb/left/{self.rank}", reason[:200])
+        except Exception:
+            pass
+
+    def missing_ranks(self, settle_s: float = 2.0) -> list[int]:
+        """Ranks that died without a word: no departure note and a stale heartbeat.
+
+        Called by a rank that saw a collective fail; waits a moment so peers that merely saw
+        the same failure have time to leave their note.
+        """
+        time.sleep(settle_s)
+        missing = []
+        now = time.time()
+        for rank in range(self.size):
+            if rank == self.rank:
+                continue
+            try:
+                if self.store.check([f"mb/left/{rank}"]):
+                    continue
+                beat = float(self.store.get(f"mb/hb/{rank}").decode()) if self.store.check([f"mb/hb/{rank}"]) else 0.0
+            except Exception:
+                # The store lives on rank 0; if it is gone, rank 0 is the missing one.
+                return [0]
+            if now - beat > settle_s * 0.75:
+                missing.append(rank)
+        return missing
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            if self._dist.is_initialized():
+                self._dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def _torch_device(device: str) -> Any:
+    import torch
+
+    return torch.device(device)
+
+
+def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
+    from torch.distributed import TCPStore
+
+    timeout = _dt.timedelta(seconds=timeout_s)
+    try:
+        return TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0, timeout=timeout,
+                        wait_for_workers=False, use_libuv=True)
+    except Exception as exc:
+        text = _first_line(exc)
+        if spec.rank == 0 and ("in use" in text.lower() or "EADDRINUSE" in text):
+            raise RunError(f"MASTER_PORT {spec.master_port} on {spec.master_addr} is already in use; "
+                           f"choose a free port, e.g. MASTER_PORT={free_port()}") from None
+        if spec.rank == 0:
+            raise RunError(f"rank 0 could not listen on {spec.master_addr}:{spec.master_port}: {text}") from None
+        raise RunError(f"rank {spec.rank} could not reach the master at {spec.master_addr}:{spec.master_port} "
+                       f"within {timeout_s:g} s (--timeout): {text}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

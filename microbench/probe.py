@@ -1,0 +1,94 @@
+"""The probe contract (nccl-tests' testColl meets fio's ioengine ops table).
+
+A probe says what it needs (capabilities), why it can't run here (`unavailable_reason`), which
+cases it sweeps, and how to run one case once. It never loops, times, aggregates, prints or
+writes: the runner does that once for every probe. Each probe owns its bandwidth formula and
+documents its derivation in `metrics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    needs_gpu: bool = False
+    needs_world: bool = False   # runs on every rank of a distributed world
+    destructive: bool = False   # writes data somewhere
+    raw_io: bool = False        # may bypass the page cache (O_DIRECT)
+    needs_root: bool = False
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a sweep. `params` holds what else distinguishes it (placement, bs, rw...)."""
+
+    op: str
+    size_bytes: int
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+    @property
+    def label(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.params)
+        from .sizes import format_size
+
+        return f"{self.op} {format_size(self.size_bytes)}{(' ' + extra) if extra else ''}"
+
+
+@dataclass
+class Timed:
+    """What `run_once` returns when the probe measured time itself (e.g. a native engine that
+    runs many I/Os); `extra` carries per-run metrics such as latency percentiles."""
+
+    time_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Probe:
+    name: ClassVar[str] = "probe"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def unavailable_reason(self) -> str | None:
+        """None when the probe can run here, else one line saying why not."""
+        return None
+
+    def implementation(self) -> dict[str, Any]:
+        """What really ran: native or python, engine, transport, O_DIRECT in effect, ..."""
+        return {}
+
+    def cases(self) -> list[Case]:
+        raise NotImplementedError
+
+    def prepare(self, case: Case) -> None:
+        """Allocate and fill buffers for the case; not timed."""
+
+    def run_once(self, case: Case) -> Timed | None:
+        """Do the operation once. Return None to let the runner time the call, or Timed."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait for asynchronous work (CUDA streams) so the runner's clock sees it finish."""
+
+    def check(self, case: Case) -> int:
+        """Number of wrong elements after a fresh run of the case; 0 when correct."""
+        return 0
+
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        """Bandwidths and rates for a case that took time_s (the slowest rank's median)."""
+        return {}
+
+    def release(self, case: Case) -> None:
+        """Free what prepare allocated."""
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        """Extra identifying columns for the result row (count, dtype, redop, ...)."""
+        return {}
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Aggregates over all rows for the record's summary (fits, averages)."""
+        return {}

@@ -1,0 +1,1 @@
+"""One module per probe, each behind the contract in microbench.probe."""

@@ -1,0 +1,246 @@
+"""Collective bandwidth over torch.distributed (NCCL on GPUs, gloo on CPUs).
+
+Each collective is a small `CollOp` entry (nccl-tests keeps one file per collective behind a
+struct; ours are short enough to share one table). Sizes, bus bandwidth and in-place semantics
+follow nccl-tests exactly, so numbers compare one to one:
+
+  algbw = S / t.  busbw = algbw * factor(n):
+    AllReduce 2(n-1)/n -- a ring sends and receives 2(n-1)/n of the buffer per rank;
+    ReduceScatter, AllGather, AllToAll (n-1)/n -- each rank moves all chunks but its own once;
+    Broadcast 1 -- every byte crosses one link per pipelined hop.
+  S is the largest buffer of the op: the full gathered buffer for AllGather, the full input for
+  ReduceScatter, the per-rank buffer for AllReduce, AllToAll and Broadcast.
+
+Correctness: rank r's element i holds ((i + r) mod 3) - 1. Every partial sum over at most 256
+ranks is a small integer, exact in float32, bfloat16 and float16, so results are compared for
+exact equality and #wrong counts mismatching elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import UsageError
+from ..probe import Capabilities, Case, Probe
+from ..sizes import format_bytes_human
+
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests spelling
+
+
+@dataclass(frozen=True)
+class CollOp:
+    name: str
+    redop: str                       # "sum", or "none" for data movement
+    root: int                        # -1 where the op has no root
+    placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
+    factor: Callable[[int], float]   # busbw / algbw for n ranks
+    chunked: bool                    # S must split into n equal chunks
+    # (per-rank bytes held for the op) as a multiple of S, for the memory check
+    footprint: Callable[[int], float]
+
+
+def _ar_factor(n: int) -> float:
+    return 2.0 * (n - 1) / n
+
+
+def _mv_factor(n: int) -> float:
+    return (n - 1) / n
+
+
+OPS: dict[str, CollOp] = {
+    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), _mv_factor, True, lambda n: 1 + 1 / n),
+    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), _mv_factor, True, lambda n: 1 + 1 / n),
+    # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
+    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), _ar_factor, False, lambda n: 1.0),
+    "broadcast": CollOp("broadcast", "none", 0, ("in",), lambda n: 1.0, False, lambda n: 1.0),
+    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), _mv_factor, True, lambda n: 2.0),
+}
+DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")
+
+
+@dataclass
+class Config:
+    sizes: list[int] = field(default_factory=lambda: [1 << 20])
+    ops: list[str] = field(default_factory=lambda: list(DEFAULT_OPS))
+    dtype: str = "float32"
+    backend: str = "gloo"
+    device: str = "cpu"
+
+
+def element_size(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+
+
+def effective_size(op: CollOp, size_bytes: int, n: int, elem: int) -> int:
+    """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
+    unit = elem * (n if op.chunked else 1)
+    return max(unit, size_bytes // unit * unit)
+
+
+def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int) -> int:
+    """Peak bytes one rank holds for the largest case: the op's buffers plus one buffer of
+    expected values for the check."""
+    return int(max(OPS[name].footprint(n) for name in ops) * size_bytes + size_bytes)
+
+
+def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str) -> None:
+    need = bytes_needed_per_rank(ops, max(sizes), max(ranks_here, 1)) * ranks_here
+    if need > free_bytes * 0.9:
+        raise UsageError(
+            f"--sizes up to {format_bytes_human(max(sizes))} needs about {format_bytes_human(need)} of {where} "
+            f"for {ranks_here} rank(s) here, but only {format_bytes_human(free_bytes)} is free; "
+            f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
+
+
+def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
+    from ..sizes import format_size
+
+    size = 1 << 20
+    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * 0.9:
+        size *= 2
+    return format_size(size)
+
+
+class CollectiveProbe(Probe):
+    name = "nccl"
+    capabilities = Capabilities(needs_world=True)
+
+    def __init__(self, config: Config, world: Any):
+        import torch
+        import torch.distributed as dist
+
+        for name in config.ops:
+            if name not in OPS:
+                raise UsageError(f"invalid --ops {name!r}: expected some of {', '.join(OPS)}")
+        self.config, self.world = config, world
+        self.torch, self.dist = torch, dist
+        self.n, self.rank = world.size, world.rank
+        self.dtype = getattr(torch, config.dtype)
+        self.elem = element_size(config.dtype)
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
+        self._buffers: dict[str, Any] = {}
+        # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
+        self._reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def implementation(self) -> dict[str, Any]:
+        return {"engine": f"torch.distributed/{self.config.backend}", "backend": self.config.backend,
+                "device": self.config.device}
+
+    def cases(self) -> list[Case]:
+        out = []
+        for name in self.config.ops:
+            op = OPS[name]
+            seen = set()
+            for size in self.config.sizes:
+                size = effective_size(op, size, self.n, self.elem)
+                if size in seen:
+                    continue
+                seen.add(size)
+                for placement in op.placements:
+                    out.append(Case(name, size, (("placement", placement),)))
+        return out
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        op = OPS[case.op]
+        return {"count": case.size_bytes // self.elem, "dtype": self.config.dtype, "redop": op.redop,
+                "root": op.root, "ranks": self.n}
+
+    # ------------------------------------------------------------------ buffers and the op
+    def _pattern(self, count: int, rank: int, offset: int = 0) -> Any:
+        torch = self.torch
+        idx = torch.arange(offset, offset + count, dtype=torch.int64, device=self.device)
+        return ((idx + rank) % 3 - 1).to(self.dtype)
+
+    def prepare(self, case: Case) -> None:
+        torch = self.torch
+        count = case.size_bytes // self.elem
+        chunk = count // self.n
+        in_place = case.param("placement") == "in"
+        name = case.op
+        if name == "all_reduce":
+            send = recv = self._pattern(count, self.rank)
+        elif name == "reduce_scatter":
+            send = self._pattern(count, self.rank)
+            recv = send[self.rank * chunk:(self.rank + 1) * chunk] if in_place else torch.empty(chunk, dtype=self.dtype, device=self.device)
+        elif name == "all_gather":
+            recv = torch.zeros(count, dtype=self.dtype, device=self.device)
+            mine = self._pattern(chunk, self.rank)
+            if in_place:
+                recv[self.rank * chunk:(self.rank + 1) * chunk].copy_(mine)
+                send = recv[self.rank * chunk:(self.rank + 1) * chunk]
+            else:
+                send = mine
+        elif name == "all_to_all":
+            send = self._pattern(count, self.rank)
+            recv = torch.empty_like(send)
+        elif name == "broadcast":
+            send = recv = self._pattern(count, self.rank)
+        else:  # guarded in __init__
+            raise UsageError(f"unknown op {name!r}")
+        self._buffers = {"send": send, "recv": recv}
+
+    def run_once(self, case: Case) -> None:
+        send, recv = self._buffers["send"], self._buffers["recv"]
+        dist = self.dist
+        if case.op == "all_reduce":
+            dist.all_reduce(recv)
+        elif case.op == "reduce_scatter":
+            self._reduce_scatter(recv, send)
+        elif case.op == "all_gather":
+            self._all_gather(recv, send)
+        elif case.op == "all_to_all":
+            dist.all_to_all_single(recv, send)
+        elif case.op == "broadcast":
+            dist.broadcast(recv, src=OPS["broadcast"].root)
+        return None
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def check(self, case: Case) -> int:
+        # Timed in-place iterations accumulate; start again from the pattern for one checked run.
+        self.prepare(case)
+        self.run_once(case)
+        self.sync()
+        expected = self._expected(case)
+        got = self._buffers["recv"]
+        return int((got != expected).sum().item())
+
+    def _expected(self, case: Case) -> Any:
+        torch = self.torch
+        count = case.size_bytes // self.elem
+        chunk = count // self.n
+        if case.op in ("all_reduce", "reduce_scatter"):
+            lo, length = (0, count) if case.op == "all_reduce" else (self.rank * chunk, chunk)
+            idx = torch.arange(lo, lo + length, dtype=torch.int64, device=self.device)
+            total = torch.zeros(length, dtype=torch.int64, device=self.device)
+            for rank in range(self.n % 3):  # whole cycles of three ranks sum to zero
+                total += (idx + rank) % 3 - 1
+            return total.to(self.dtype)
+        if case.op == "all_gather":
+            return torch.cat([self._pattern(chunk, r) for r in range(self.n)])
+        if case.op == "all_to_all":
+            return torch.cat([self._pattern(chunk, r, offset=self.rank * chunk) for r in range(self.n)])
+        return self._pattern(count, OPS["broadcast"].root)
+
+    def release(self, case: Case) -> None:
+        self._buffers = {}
+
+    # ------------------------------------------------------------------ numbers
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        algbw = case.size_bytes / time_s / 1e9
+        return {"algbw_gbps": algbw, "busbw_gbps": algbw * OPS[case.op].factor(self.n)}
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from ..fit import fit_latency_bandwidth
+
+        out = {}
+        for name in self.config.ops:
+            op_rows = [r for r in rows if r["op"] == name]
+            if op_rows:
+                out[name] = fit_latency_bandwidth(op_rows)
+        return {"fits": out}

@@ -1,0 +1,109 @@
+"""Memory copy bandwidth: the ceiling storage and network results are stated against.
+
+Host: memcpy from the native core with 1 thread and with every usable core, over sizes well
+past the last-level cache. GPU (when CUDA is present): host-to-device and device-to-host from
+pinned memory, and device-to-device, through torch. Bandwidth is bytes copied per second
+(GB/s = 1e9 B/s); STREAM's "copy" would count the read and the write, twice this.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import native
+from ..probe import Capabilities, Case, Probe, Timed
+
+HOST_OPS = ("memcpy_1t", "memcpy_all")
+GPU_OPS = ("h2d", "d2h", "d2d")
+
+
+@dataclass
+class Config:
+    sizes: list[int] = field(default_factory=lambda: [64 << 20, 256 << 20, 1 << 30])
+    threads: int = 0  # 0: every usable core
+    gpu: bool = True
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def gpu_unavailable_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    return None
+
+
+class MemoryProbe(Probe):
+    name = "memory"
+    capabilities = Capabilities()
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.threads_all = config.threads or usable_cores()
+        self.gpu_reason = gpu_unavailable_reason() if config.gpu else "GPU cases not requested"
+        self._pending: list[float] = []
+        self._tensors: tuple[Any, Any] | None = None
+
+    def implementation(self) -> dict[str, Any]:
+        return {"engine": "memcpy (native)" if native.available() else "numpy copy (python fallback)",
+                "threads_all": self.threads_all, "gpu": self.gpu_reason is None, "gpu_skipped_reason": self.gpu_reason}
+
+    def cases(self) -> list[Case]:
+        ops = list(HOST_OPS) + (list(GPU_OPS) if self.gpu_reason is None else [])
+        return [Case(op, size) for op in ops for size in self.config.sizes]
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        return {"threads": 1 if case.op == "memcpy_1t" else (self.threads_all if case.op == "memcpy_all" else None)}
+
+    def prepare(self, case: Case) -> None:
+        self._pending = []
+        if case.op in GPU_OPS:
+            import torch
+
+            dev = torch.device("cuda")
+            n = case.size_bytes
+            if case.op == "h2d":
+                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8).pin_memory())
+            elif case.op == "d2h":
+                self._tensors = (torch.empty(n, dtype=torch.uint8).pin_memory(), torch.ones(n, dtype=torch.uint8, device=dev))
+            else:
+                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8, device=dev))
+
+    def run_once(self, case: Case) -> Timed | None:
+        if case.op in HOST_OPS:
+            # The native loop times each copy itself (no Python inside the timed region); we
+            # take its iterations in batches so buffers are allocated and touched once per batch.
+            if not self._pending:
+                threads = 1 if case.op == "memcpy_1t" else self.threads_all
+                self._pending = list(native.memcpy_bandwidth(case.size_bytes, threads, 8))
+            return Timed(self._pending.pop(0))
+        assert self._tensors is not None
+        dst, src = self._tensors
+        dst.copy_(src, non_blocking=True)
+        return None
+
+    def sync(self) -> None:
+        if self._tensors is not None:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def release(self, case: Case) -> None:
+        self._tensors = None
+        self._pending = []
+
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        return {"copy_gbps": case.size_bytes / time_s / 1e9}
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        best: dict[str, float] = {}
+        for row in rows:
+            best[row["op"]] = max(best.get(row["op"], 0.0), row["copy_gbps"])
+        return {"peak_copy_gbps": best}

@@ -1,0 +1,188 @@
+"""Sweeps, warm-up, timing, statistics, progress and records: written once for every probe."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import env as envmod
+from .dist import World
+from .errors import Interrupted, MicrobenchError, RunError
+from .probe import Case, Probe, Timed
+from .progress import Progress
+from .results import RecordWriter, new_record
+from .stats import percentile, summarize_us
+
+
+@dataclass
+class SweepSettings:
+    warmup: int = 5
+    iters: int = 20
+    # Large sizes are capped to this many seconds of timed work per case (never below
+    # min_iters) so a 1M-4G sweep ends in minutes; the row records the iterations it ran.
+    budget_s_per_case: float | None = 2.0
+    min_iters: int = 3
+    check: bool = True
+    progress: bool | None = None  # None: only when stderr is a terminal
+
+
+@dataclass
+class RunOutcome:
+    record: dict[str, Any]
+    path: Path | None
+    rows: list[dict[str, Any]]
+
+
+def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
+    if not settings.budget_s_per_case or not warm_times:
+        return settings.iters
+    per_iter = max(min(warm_times), 1e-9)
+    return int(max(settings.min_iters, min(settings.iters, math.floor(settings.budget_s_per_case / per_iter))))
+
+
+def _time_once(probe: Probe, case: Case) -> tuple[float, dict[str, Any]]:
+    start = time.perf_counter()
+    out = probe.run_once(case)
+    probe.sync()
+    elapsed = time.perf_counter() - start
+    if isinstance(out, Timed):
+        return out.time_s, out.extra
+    return elapsed, {}
+
+
+def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World | None) -> dict[str, Any]:
+    """Run one case on this rank and return its row (complete on every rank)."""
+    probe.prepare(case)
+    try:
+        warm = [_time_once(probe, case)[0] for _ in range(settings.warmup)]
+        iters = _iterations(settings, warm)
+        if world is not None:
+            iters = world.broadcast_object(iters)  # every rank must run the same count
+        times, extras = [], []
+        for _ in range(iters):
+            elapsed, extra = _time_once(probe, case)
+            times.append(elapsed)
+            extras.append(extra)
+        nwrong = probe.check(case) if settings.check else 0
+    finally:
+        probe.release(case)
+
+    per_rank = world.all_gather_object((times, nwrong)) if world is not None else [(times, nwrong)]
+    medians = [percentile(t, 50) for t, _ in per_rank]
+    slowest = max(range(len(per_rank)), key=lambda r: medians[r])
+    stats = summarize_us(per_rank[slowest][0])
+    # The slowest rank sets the step: each statistic is the maximum over ranks.
+    stats["p50"] = max(medians) * 1e6
+    stats["p95"] = max(percentile(t, 95) for t, _ in per_rank) * 1e6
+    stats["max"] = max(max(t) for t, _ in per_rank) * 1e6
+    row: dict[str, Any] = {
+        "probe": probe.name,
+        "op": case.op,
+        "size_bytes": case.size_bytes,
+        **dict(case.params),
+        **probe.row_fields(case),
+        "iters": iters,
+        "warmup": settings.warmup,
+        "time_us": stats,
+        "slowest_rank": slowest,
+        "per_rank_time_us_p50": [m * 1e6 for m in medians],
+        "nwrong": sum(w for _, w in per_rank) if settings.check else None,
+    }
+    row.update(probe.metrics(case, max(medians)))
+    if extras and extras[-1]:
+        row.update(_merge_extras(extras))
+    return row
+
+
+def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-iteration extras: numbers are reported as their median over iterations."""
+    merged: dict[str, Any] = {}
+    for key in extras[-1]:
+        values = [e[key] for e in extras if key in e]
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            merged[key] = percentile(values, 50)
+        else:
+            merged[key] = values[-1]
+    return merged
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    return asdict(config) if is_dataclass(config) else dict(config)
+
+
+def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: World | None = None,
+              json_path: str | None = None, results_dir: str = "results",
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              extra_implementation: dict[str, Any] | None = None) -> RunOutcome:
+    """Sweep every case of `probe`, keeping the record on disk current after each case.
+
+    Only rank 0 writes. On a failure or Ctrl-C, the finished rows stay in the file, status
+    "partial", and the error is re-raised with the file named in its message.
+    """
+    is_writer = world is None or world.rank == 0
+    cases = probe.cases()
+    implementation = {**envmod.native.implementation(), **probe.implementation(), **(extra_implementation or {})}
+    record = new_record(probe.name, {"probe": config_dict(config), "sweep": asdict(settings)},
+                        envmod.collect() if is_writer else {}, implementation)
+    if world is not None:
+        record["config"]["world"] = {"size": world.size, "backend": world.backend, "launcher": world.spec.launcher}
+    writer = RecordWriter(record, json_path, results_dir) if is_writer else None
+    rows: list[dict[str, Any]] = []
+    progress = Progress(len(cases), probe.name, settings.progress if is_writer else False)
+    current = None
+    try:
+        for case in cases:
+            current = case
+            progress.step(case.label)
+            row = measure_case(probe, case, settings, world)
+            rows.append(row)
+            if writer:
+                writer.add_rows([row])
+            if on_row and is_writer:
+                on_row(row)
+            progress.advance()
+        current = None
+        record["summary"] = probe.summarize(rows)
+        if writer:
+            writer.finish("complete")
+        return RunOutcome(record, writer.path if writer else None, rows)
+    except KeyboardInterrupt:
+        progress.close()
+        raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+    except MicrobenchError as exc:
+        progress.close()
+        if writer:
+            writer.finish("partial", str(exc))
+        raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
+    except Exception as exc:  # a collective that failed because a peer died or timed out
+        progress.close()
+        reason = _diagnose(exc, world, current)
+        raise RunError(_partial_message(reason, None, writer, rows)) from None
+    finally:
+        progress.close()
+
+
+def _diagnose(exc: Exception, world: World | None, case: Case | None) -> str:
+    where = f" during {case.label}" if case else ""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    if world is None:
+        return f"{type(exc).__name__}{where}: {first}"
+    world.note_failure(first)
+    missing = world.missing_ranks()
+    if missing:
+        names = ", ".join(str(r) for r in missing)
+        return f"rank {names} stopped responding{where} (no heartbeat); ranks exited instead of waiting"
+    return f"collective failed{where}: {first}"
+
+
+def _partial_message(reason: str, case: Case | None, writer: RecordWriter | None, rows: list[dict[str, Any]],
+                     finish: bool = True) -> str:
+    where = f" during {case.label}" if case else ""
+    if writer is None:
+        return f"{reason}{where}"
+    if finish:
+        writer.finish("partial", f"{reason}{where}")
+    return f"{reason}{where}; kept {len(rows)} finished case(s) in {writer.path} (partial)"

@@ -1,0 +1,74 @@
+"""Running a probe across a world: join the launcher's world or launch local ranks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+from .backends import BackendChoice
+from .dist import RankLaunch, World, detect_world, launch_local
+
+
+def local_ranks(default_gpus: bool = True) -> int:
+    """Default --nproc: one rank per GPU, else 2."""
+    if default_gpus:
+        try:
+            import torch
+
+            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+                return torch.cuda.device_count()
+        except ImportError:
+            pass
+    return 2
+
+
+def free_memory_bytes(device: str) -> int:
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
+             body: Callable[[World], int], before_launch: Callable[[], None] | None = None,
+             per_rank: Callable[[int], RankLaunch] | None = None, master_addr: str = "127.0.0.1",
+             argv: list[str] | None = None) -> int:
+    """Run `body` on every rank. Outside a world, first launch `nproc` local ranks that re-run
+    this same command line (they then take the world branch below)."""
+    spec = detect_world()
+    if spec is None:
+        if before_launch:
+            before_launch()
+        return launch_local(nproc, argv if argv is not None else sys.argv[1:], timeout_s=timeout_s,
+                            per_rank=per_rank, master_addr=master_addr, extra_env=choice.env)
+    os.environ.update(choice.env)
+    if choice.device == "cuda":
+        import torch
+
+        torch.cuda.set_device(spec.local_rank % max(1, torch.cuda.device_count()))
+    world = World(spec, choice.backend, timeout_s, device=choice.device)
+    try:
+        return body(world)
+    finally:
+        world.close()
+
+
+def transport_note(choice: BackendChoice, nccl_log_dir: str | None) -> dict[str, Any]:
+    """What the record says about the transport: asked for vs really used."""
+    used = "tcp" if choice.backend == "gloo" else None
+    if choice.backend == "nccl" and nccl_log_dir and os.path.isdir(nccl_log_dir):
+        from .backends import nccl_transport_from_log
+
+        text = ""
+        for name in sorted(os.listdir(nccl_log_dir)):
+            with open(os.path.join(nccl_log_dir, name), errors="replace") as handle:
+                text += handle.read()
+        used = nccl_transport_from_log(text)
+    return {"transport_requested": choice.transport, "transport_used": used or "unknown",
+            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")}

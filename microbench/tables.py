@@ -1,0 +1,52 @@
+"""Text output. Collective results use the nccl-tests layout so they read side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .sizes import format_bytes_human, format_size
+
+_HEAD = ("#                                                              out-of-place"
+         "                       in-place          \n"
+         "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+         "     time   algbw   busbw #wrong\n"
+         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
+         "     (us)  (GB/s)  (GB/s)       ")
+
+
+def _cells(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return f"{'-':>9}{'-':>8}{'-':>8}{'-':>7}"
+    wrong = "N/A" if row.get("nwrong") is None else str(row["nwrong"])
+    return f"{row['time_us']['p50']:>9.1f}{row['algbw_gbps']:>8.2f}{row['busbw_gbps']:>8.2f}{wrong:>7}"
+
+
+def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
+                     link_gbps: float | None = None) -> str:
+    lines = [f"# {op}", _HEAD]
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_size.setdefault(row["size_bytes"], {})[row.get("placement", "out")] = row
+    for size in sorted(by_size):
+        pair = by_size[size]
+        first = pair.get("out") or pair.get("in")
+        assert first is not None
+        lines.append(f"{size:>12}{first['count']:>14}{_dtype(first['dtype']):>10}{first['redop']:>8}"
+                     f"{first['root']:>8}{_cells(pair.get('out'))}{_cells(pair.get('in'))}")
+    if fit and fit.get("points"):
+        lines.append(
+            f"# fit ({"out-of-place" if fit["placement"] == "out" else "in-place"}): latency {fit['latency_us']:.1f} us, peak busbw "
+            f"{fit['peak_busbw_gbps']:.2f} GB/s, half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}")
+        avg = fit["avg_busbw_bw_bound_gbps"]
+        share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
+        lines.append(f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
+                     f"{avg:.2f} GB/s{share}")
+    return "\n".join(lines)
+
+
+def _dtype(name: str) -> str:
+    return {"float32": "float", "float16": "half"}.get(name, name)
+
+
+def size_label(size_bytes: int) -> str:
+    return format_size(size_bytes)
