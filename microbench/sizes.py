@@ -44,8 +44,8 @@ def parse_sizes(spec: str, *, factor: float = 2.0, what: str = "--sizes") -> lis
         return sorted(set(sizes))
     if "-" in text:
         lo_text, _, hi_text = text.partition("-")
-        if hi_text.strip().startswith("-") or not hi_text.strip():
-            raise UsageError(f"invalid {what} {spec!r}: expected MIN-MAX like 1M-4G")
+        if hi_text.strip().startswith("-") or not hi_text.strip() or not lo_text.strip():
+            raise UsageError(f"invalid {what} {spec!r}: expected MIN-MAX, e.g. 1M-4G")
         lo = _parse_member(lo_text, spec, what)
         hi = _parse_member(hi_text, spec, what)
         if lo > hi:
@@ -61,7 +61,7 @@ def parse_sizes(spec: str, *, factor: float = 2.0, what: str = "--sizes") -> lis
             # The end of the range is what users ask about most (e.g. 4G); always include it.
             sizes.append(hi)
         return sorted(set(sizes))
-    return [_parse_member(text, spec, what)]
+    return [parse_size(text, what=what)]
 
 
 def _parse_member(part: str, spec: str, what: str) -> int:
@@ -73,7 +73,7 @@ def _parse_member(part: str, spec: str, what: str) -> int:
 
 
 def format_size(size_bytes: int | float) -> str:
-    """Shortest exact binary form: 1048576 -> '1M', 1536 -> '1536' (not exact in K? 1.5K)."""
+    """Short binary form: 1048576 -> '1M'; inexact multiples get one decimal, 1536 -> '1.5K'."""
     size = int(size_bytes)
     for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if size >= unit and size % unit == 0:
