@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "env",
     "memory",
     "nccl",
+    "suite",
 ]
 
 

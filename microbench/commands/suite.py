@@ -1,0 +1,51 @@
+"""`microbench suite`: the quickstart job, every probe once on the embedded defaults."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from tabulate import tabulate
+
+from ..errors import RunError, UsageError
+from ..suite import DEFAULT_STEPS, run_step
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("suite", help="run every probe once on local ranks, local disk and an embedded S3 server")
+    p.add_argument("--path", default=None, help="directory for storage and checkpoint probes (default: a temp dir)")
+    p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in DEFAULT_STEPS)}")
+    p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    steps = list(DEFAULT_STEPS)
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        names = {s.name for s in steps}
+        for name in wanted:
+            if name not in names:
+                raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(sorted(names))} "
+                                 f"(e.g. --only collectives,link)")
+        steps = [s for s in steps if s.name in wanted]
+    out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
+    suffix = 0
+    while out_dir.exists():
+        suffix += 1
+        out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
+    out_dir.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=args.path) as scratch:
+        results = []
+        for step in steps:
+            print(f"# {step.name} ...", flush=True)
+            results.append(run_step(step, out_dir, scratch))
+    table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.headline or r.message) for r in results]
+    print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
+    print(f"# records: {out_dir}")
+    failed = [r.step.name for r in results if r.status == "fail"]
+    if failed:
+        raise RunError(f"{len(failed)} step(s) failed: {', '.join(failed)} (reasons in the table above)")
+    return 0

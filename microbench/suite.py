@@ -1,0 +1,85 @@
+"""The quickstart job: every probe once, on the embedded defaults (local ranks, local disk,
+embedded S3), each as its own `microbench` process so one probe's crash cannot take the others
+down. Pure helpers here; commands/suite.py is the printer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
+
+
+@dataclass
+class StepResult:
+    step: Step
+    status: str              # pass | fail | skip
+    seconds: float
+    record: str | None
+    headline: str
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_STEPS = (
+    Step("memory", ("memory", "--sizes", "256M")),
+    Step("collectives", ("nccl", "--sizes", "1M-16M", "--nproc", "2")),
+    Step("link", ("link", "--nproc", "2")),
+    Step("storage posix", ("storage", "posix", "--path", "{path}", "--size", "256M")),
+    Step("storage s3", ("storage", "s3", "--object-size", "64M", "--objects", "4")),
+    Step("checkpoint", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "{path}")),
+    Step("checkpoint s3", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt")),
+)
+
+
+def headline(record: dict[str, Any]) -> str:
+    """Best bandwidth per op over every *_gbps column a probe reports: a one-glance summary
+    that needs no per-probe code."""
+    best: dict[tuple[str, str], float] = {}
+    for row in record.get("rows", []):
+        for key, value in row.items():
+            if key.endswith("_gbps") and isinstance(value, (int, float)) and key != "algbw_gbps":
+                op = str(row.get("op", "?"))
+                best[(op, key)] = max(best.get((op, key), 0.0), float(value))
+    parts = [f"{op} {key.removesuffix('_gbps')} {value:.2f} GB/s" for (op, key), value in best.items()]
+    return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
+
+
+def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
+             timeout_s: float = 900) -> StepResult:
+    record_path = out_dir / f"{step.name.replace(' ', '-')}.json"
+    argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
+    start = time.monotonic()
+    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, child_env.get("PYTHONPATH", "")) if p)
+    try:
+        done = subprocess.run([sys.executable, "-m", "microbench", *argv], capture_output=True, text=True,
+                              timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)
+        code, err = done.returncode, done.stderr
+    except subprocess.TimeoutExpired:
+        code, err = 1, f"microbench: step did not finish within {timeout_s:g} s"
+    seconds = time.monotonic() - start
+    last = [line for line in err.strip().splitlines() if line.strip()]
+    message = last[-1].removeprefix("microbench: ") if last else ""
+    record = None
+    if record_path.exists():
+        try:
+            record = json.loads(record_path.read_text())
+        except json.JSONDecodeError:
+            record = None
+    if code == 0 and message.startswith("skipped:"):
+        return StepResult(step, "skip", seconds, None, "", message.removeprefix("skipped: "))
+    status = "pass" if code == 0 else "fail"
+    return StepResult(step, status, seconds, str(record_path) if record else None,
+                      headline(record) if record else "", "" if code == 0 else message)
