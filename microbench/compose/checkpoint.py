@@ -1,0 +1,67 @@
+"""Checkpoint time per storage tier, and the bandwidth a checkpoint interval needs.
+
+Bytes: parameters in the master dtype plus optimizer state (AdamW: two moments in float32)
+plus a small fixed amount of other state. A save costs a fixed overhead plus bytes over the
+tier's measured aggregate write bandwidth (the slowest rank finishes last, so per-rank shards
+are assumed even). Async save blocks training only for the staging copy to host memory; the
+drain to the tier must finish within the interval. Optimal interval by Young/Daly:
+sqrt(2 x save time x MTBF).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4, "none": 0}
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    params: float
+    master_dtype_bytes: int = 4
+    optimizer: str = "adamw"
+    extra_bytes: float = 0.0
+
+
+def checkpoint_bytes(spec: CheckpointSpec) -> float:
+    if spec.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
+        raise UsageError(f"invalid optimizer {spec.optimizer!r}: expected one of "
+                         f"{', '.join(OPTIMIZER_STATE_BYTES_PER_PARAM)} (e.g. adamw)")
+    per_param = spec.master_dtype_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[spec.optimizer]
+    return spec.params * per_param + spec.extra_bytes
+
+
+@dataclass(frozen=True)
+class TierPrediction:
+    tier: str
+    write_gbps: float
+    read_gbps: float | None
+    save_s: float
+    load_s: float | None
+    async_blocked_s: float | None
+    young_daly_interval_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def predict_tier(tier: str, total_bytes: float, write_gbps: float, read_gbps: float | None = None,
+                 fixed_s: float = 0.0, staging_gbps: float | None = None, mtbf_s: float | None = None) -> TierPrediction:
+    if write_gbps <= 0:
+        raise UsageError(f"tier {tier!r} has write bandwidth {write_gbps!r} GB/s; expected a positive number")
+    save = fixed_s + total_bytes / (write_gbps * 1e9)
+    load = fixed_s + total_bytes / (read_gbps * 1e9) if read_gbps else None
+    blocked = total_bytes / (staging_gbps * 1e9) if staging_gbps else None
+    interval = math.sqrt(2 * save * mtbf_s) if mtbf_s else None
+    return TierPrediction(tier, write_gbps, read_gbps, save, load, blocked, interval)
+
+
+def required_write_gbps(total_bytes: float, interval_s: float, overhead_fraction: float) -> float:
+    """Bandwidth so a blocking save every interval_s costs at most overhead_fraction of time."""
+    if interval_s <= 0 or not 0 < overhead_fraction < 1:
+        raise UsageError("interval must be positive and the overhead a fraction in (0, 1), e.g. 1800 s and 0.05")
+    return total_bytes / (interval_s * overhead_fraction) / 1e9
