@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "memory",
     "nccl",
     "suite",
+    "compose",
 ]
 
 

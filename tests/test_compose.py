@@ -96,3 +96,22 @@ def test_checkpoint_bytes_and_tiers():
 def test_bad_inputs_are_usage_errors(call):
     with pytest.raises(UsageError):
         call()
+
+
+def test_compose_cli_prints_step_and_tiers(run_cli, tmp_path):
+    import json
+
+    from microbench.results import RecordWriter, new_record
+
+    rec = new_record("nccl", {}, {}, {})
+    rec["rows"] = record("all_gather")["rows"] + record("reduce_scatter")["rows"]
+    path = RecordWriter(rec, tmp_path / "n.json").finish("complete")
+    done = run_cli("compose", "--nccl", str(path), "--model", "tiny-100m", "--tier", "nvme=6:12")
+    assert done.returncode == 0, done.stderr
+    assert "step (overlapped)" in done.stdout and "nvme" in done.stdout
+    bad = run_cli("compose", "--nccl", str(path), "--tier", "nvme")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "microbench: invalid --tier 'nvme': expected NAME=WRITE_GBPS[:READ_GBPS], e.g. nvme=6:12"
+    missing = run_cli("compose", "--nccl", str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert json.loads(path.read_text())["status"] == "complete"
