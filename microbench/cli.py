@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "nccl",
     "suite",
     "compose",
+    "verify",
 ]
 
 
