@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
 
 from tabulate import tabulate
 
+from .. import accept
 from ..errors import RunError, UsageError
 from ..suite import DEFAULT_STEPS, run_step
 
@@ -18,10 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--path", default=None, help="directory for storage and checkpoint probes (default: a temp dir)")
     p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in DEFAULT_STEPS)}")
     p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
+    p.add_argument("--accept", default=None, metavar="THRESHOLDS",
+                   help="acceptance thresholds (TOML or JSON, see examples/acceptance-*.toml): pass/fail per check")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    checks = accept.load_checks(args.accept) if args.accept else None
     steps = list(DEFAULT_STEPS)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -46,6 +51,16 @@ def run(args: argparse.Namespace) -> int:
     print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
+    if checks is not None:
+        records = {r.step.name: (json.loads(Path(r.record).read_text()) if r.record else None) for r in results}
+        verdicts = accept.evaluate(checks, records)
+        print()
+        print(tabulate([(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
+                       headers=["step", "op", "metric", "acceptance", "value"], tablefmt="simple"))
+        bad = [v for v in verdicts if v.status != "pass"]
+        if bad:
+            raise RunError(f"acceptance failed: {len(bad)} of {len(verdicts)} check(s) did not pass"
+                           + (f"; {len(failed)} step(s) failed: {', '.join(failed)}" if failed else ""))
     if failed:
         raise RunError(f"{len(failed)} step(s) failed: {', '.join(failed)} (reasons in the table above)")
     return 0
