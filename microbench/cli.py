@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "suite",
     "compose",
     "verify",
+    "plot",
 ]
 
 

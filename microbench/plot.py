@@ -1,0 +1,74 @@
+"""Bandwidth-vs-size curves from saved records, overlaid: where a picture beats a table
+(1gbit vs unlimited, IB vs TCP, NVMe vs S3). matplotlib is an optional extra."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ProbeUnavailable, UsageError
+from .sizes import format_size
+
+
+def pick_metric(record: dict[str, Any], metric: str | None) -> str:
+    rows = record.get("rows", [])
+    keys = [k for row in rows for k, v in row.items() if k.endswith("_gbps") and isinstance(v, (int, float))]
+    if metric:
+        if metric not in keys:
+            raise UsageError(f"invalid --metric {metric!r}: this record has {', '.join(sorted(set(keys))) or 'no *_gbps columns'}")
+        return metric
+    for preferred in ("busbw_gbps", "write_gbps", "read_gbps", "copy_gbps"):
+        if preferred in keys:
+            return preferred
+    if not keys:
+        raise UsageError("the record has no bandwidth (*_gbps) columns to plot")
+    return keys[0]
+
+
+def series(record: dict[str, Any], metric: str) -> dict[str, list[tuple[int, float]]]:
+    """One (size, value) line per op and placement/variant, sizes ascending."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for row in record.get("rows", []):
+        if not isinstance(row.get(metric), (int, float)) or "size_bytes" not in row:
+            continue
+        variant = row.get("placement") or row.get("rw") or ""
+        name = f"{row.get('op', '?')}{(' ' + str(variant)) if variant and variant != row.get('op') else ''}"
+        out.setdefault(name, []).append((int(row["size_bytes"]), float(row[metric])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metric: str | None = None) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ProbeUnavailable("plotting needs matplotlib: pip install 'microbench[plot]'") from None
+    target = Path(out_path)
+    if target.exists():
+        raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
+                         f"e.g. --out {target.with_suffix('')}-2.png")
+    chosen = pick_metric(records[0][1], metric)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for label, record in records:
+        for name, points in series(record, chosen).items():
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", markersize=3, label=f"{label}: {name}" if len(records) > 1 else name)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({x for _, r in records for pts in series(r, chosen).values() for x, _ in pts})
+    ax.set_xticks(ticks[:: max(1, len(ticks) // 10)])
+    ax.set_xticklabels([format_size(t) for t in ticks[:: max(1, len(ticks) // 10)]])
+    ax.set_xlabel("size (bytes, binary units)")
+    ax.set_ylabel(f"{chosen.removesuffix('_gbps')} (GB/s, 1e9 B/s)")
+    kinds = sorted({r.get("kind", "?") for _, r in records})
+    ax.set_title(f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, target)
+    return target

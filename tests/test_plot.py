@@ -1,0 +1,25 @@
+import pytest
+
+from conftest import last_line
+from microbench.results import RecordWriter, new_record
+
+
+def _record(tmp_path, name):
+    rec = new_record("nccl", {}, {}, {})
+    rec["rows"] = [{"op": "all_gather", "placement": "out", "size_bytes": s, "busbw_gbps": g}
+                   for s, g in ((1 << 20, 0.5), (4 << 20, 0.9), (16 << 20, 1.1))]
+    return RecordWriter(rec, tmp_path / name).finish("complete")
+
+
+def test_plot_overlays_records_and_never_overwrites(run_cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    a, b = _record(tmp_path, "a.json"), _record(tmp_path, "b.json")
+    out = tmp_path / "cmp.png"
+    done = run_cli("plot", f"1gbit={a}", f"unlimited={b}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = run_cli("plot", str(a), "--out", str(out))
+    assert again.returncode == 2 and "never overwritten" in last_line(again.stderr)
+    bad = run_cli("plot", str(a), "--metric", "iops", "--out", str(tmp_path / "x.png"))
+    assert bad.returncode == 2
+    assert last_line(bad.stderr) == "microbench: invalid --metric 'iops': this record has busbw_gbps"
