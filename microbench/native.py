@@ -70,3 +70,22 @@ def _memcpy_python(size_bytes: int, threads: int, iters: int) -> list[float]:
             list(pool.map(copy, bounds))
             times.append(time.perf_counter() - start)
     return times
+
+
+def io_uring_available() -> bool:
+    return bool(_module is not None and _module.io_uring_available())
+
+
+def io_run(path: str, write: bool, bs: int, size: int, *, threads: int = 1, qd: int = 1, direct: bool = False,
+           random_order: bool = False, fsync: bool = True, engine: str = "auto", seed: int = 1) -> dict[str, Any]:
+    """Move `size` bytes of an existing file in `bs` blocks; raises OSError (errno set) on failure.
+
+    Returns bytes, seconds, iops, ios, lat_{p50,p99,p999,max,mean}_us, engine, workers.
+    """
+    if _module is not None:
+        return _module.io_run(path, write, bs, size, threads=threads, qd=qd, direct=direct, random=random_order,
+                              fsync=fsync, engine=engine, seed=seed)
+    from .io_fallback import io_run as python_io_run
+
+    return python_io_run(path, write, bs, size, threads=threads, qd=qd, direct=direct, random_order=random_order,
+                         fsync=fsync, seed=seed)

@@ -41,7 +41,52 @@ static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *k
   return out;
 }
 
+static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"path", "write", "bs", "size", "threads", "qd", "direct", "random",
+                           "fsync", "engine", "seed", NULL};
+  const char *path, *engine = "auto";
+  int write = 0, threads = 1, qd = 1, direct = 0, random = 0, do_fsync = 1;
+  Py_ssize_t bs, size;
+  unsigned long long seed = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "spnn|iipppsK", kwlist, &path, &write, &bs, &size, &threads, &qd,
+                                   &direct, &random, &do_fsync, &engine, &seed))
+    return NULL;
+  if (bs <= 0 || size <= 0 || threads < 1 || qd < 1) {
+    PyErr_SetString(PyExc_ValueError, "bs, size, threads and qd must be positive");
+    return NULL;
+  }
+  int eng = strcmp(engine, "io_uring") == 0 ? MB_ENGINE_URING : strcmp(engine, "threads") == 0 ? MB_ENGINE_THREADS : MB_ENGINE_AUTO;
+  mb_io_params p = {path, write, direct, random, do_fsync, eng, threads, qd, (size_t)bs, (uint64_t)size, seed};
+  mb_io_result r;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = mb_io_run(&p, &r);
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    errno = rc;
+    return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+  }
+  return Py_BuildValue("{s:K,s:d,s:d,s:K,s:d,s:d,s:d,s:d,s:d,s:K,s:s,s:i}", "bytes", (unsigned long long)r.bytes,
+                       "seconds", r.seconds, "iops", r.seconds > 0 ? (double)r.ios / r.seconds : 0.0, "ios",
+                       (unsigned long long)r.ios, "lat_p50_us", r.lat_p50_us, "lat_p99_us", r.lat_p99_us,
+                       "lat_p999_us", r.lat_p999_us, "lat_max_us", r.lat_max_us, "lat_mean_us", r.lat_mean_us,
+                       "lat_samples", (unsigned long long)r.lat_samples, "engine",
+                       r.engine_used == MB_ENGINE_URING ? "io_uring" : "pthreads", "workers", r.workers);
+}
+
+static PyObject *py_io_uring_available(PyObject *self, PyObject *unused) {
+  int ok;
+  Py_BEGIN_ALLOW_THREADS
+  ok = mb_io_uring_available();
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
+    {"io_run", (PyCFunction)(void (*)(void))py_io_run, METH_VARARGS | METH_KEYWORDS,
+     "io_run(path, write, bs, size, threads=1, qd=1, direct=False, random=False, fsync=True, engine='auto', seed=1)"
+     " -> dict(bytes, seconds, iops, ios, lat_p50_us, lat_p99_us, lat_p999_us, lat_max_us, engine, ...)"},
+    {"io_uring_available", py_io_uring_available, METH_NOARGS, "io_uring_available() -> bool"},
     {"memcpy_bandwidth", (PyCFunction)(void (*)(void))py_memcpy_bandwidth, METH_VARARGS | METH_KEYWORDS,
      "memcpy_bandwidth(size_bytes, threads=1, iters=5) -> list of seconds per iteration"},
     {NULL, NULL, 0, NULL},

@@ -15,4 +15,25 @@ static inline double mb_now(void) {
  * Fills times_s[iters] with wall time per iteration. Returns 0, or an errno value. */
 int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s);
 
+/* Storage engine (io_engine.c). */
+enum { MB_ENGINE_AUTO = 0, MB_ENGINE_THREADS = 1, MB_ENGINE_URING = 2 };
+
+typedef struct {
+  const char *path; /* an existing file; the engine never creates or truncates */
+  int write, direct, random, do_fsync, engine, threads, qd;
+  size_t bs;
+  uint64_t size; /* bytes of the file to cover, split into equal per-worker slices */
+  uint64_t seed;
+} mb_io_params;
+
+typedef struct {
+  uint64_t bytes, ios, lat_samples;
+  double seconds, lat_p50_us, lat_p99_us, lat_p999_us, lat_max_us, lat_mean_us;
+  int engine_used, workers;
+} mb_io_result;
+
+/* Returns 0, or an errno value (EINVAL for misaligned O_DIRECT, ENOSPC, EROFS, ...). */
+int mb_io_run(const mb_io_params *p, mb_io_result *out);
+int mb_io_uring_available(void);
+
 #endif
