@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "compose",
     "verify",
     "plot",
+    "storage",
 ]
 
 

@@ -1,0 +1,200 @@
+"""File read/write throughput through the native POSIX engine (and fio, for comparison).
+
+Each case is (rw, bs). The engine moves the whole test file once per iteration: `threads`
+workers with queue depth `qd` each (io_uring, else threads x qd synchronous workers), every
+worker its own contiguous slice; `seq` walks a slice in order, `rand` visits each of its blocks
+once in random order (fio's random map). Bandwidth = bytes moved / seconds, GB/s = 1e9 B/s,
+where for writes the seconds include the final fsync (bytes not yet durable were not written)
+and for reads the file's cached pages are dropped first (posix_fadvise DONTNEED) or bypassed
+(O_DIRECT). A result within CEILING_FRACTION of the host's memcpy bandwidth was served by
+memory, not the disk, and is flagged so (`above_memory_ceiling`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import native
+from ..errors import UsageError
+from ..probe import Capabilities, Case, Probe, Timed
+from ..sizes import format_size
+from ..workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
+from .memory import usable_cores
+
+RW = ("read", "write")
+PATTERNS = ("seq", "rand")
+# A copy out of any cache costs a memcpy, so at this share of the memcpy rate the bytes came
+# from memory. Below it a fast array is still believable.
+CEILING_FRACTION = 0.8
+DATA_FILE = "data.bin"
+
+
+@dataclass
+class Config:
+    path: str = "/tmp"
+    rw: list[str] = field(default_factory=lambda: ["read", "write"])
+    bs: list[int] = field(default_factory=lambda: [1 << 20, 16 << 20])
+    threads: int = 1
+    qd: int = 4
+    direct: bool | None = None  # None: O_DIRECT where the filesystem allows it, else buffered
+    size: int = 1 << 30
+    pattern: str = "seq"
+    keep: bool = False
+    space_check: bool = True
+    engine: str = "auto"  # auto, io_uring or threads
+
+
+def validate(config: Config) -> None:
+    """Flag checks that need no file system access."""
+    check_base(config.path)
+    for bs in config.bs:
+        if config.size < bs * config.threads * config.qd:
+            raise UsageError(f"--size {format_size(config.size)} is too small for --bs {format_size(bs)} with "
+                             f"{config.threads} thread(s) x qd {config.qd}: each of the "
+                             f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
+                             f"--size {format_size(bs * config.threads * config.qd * 4)}")
+    if config.direct is not False:
+        align = direct_alignment(config.path)
+        for bs in config.bs:
+            if bs % align:
+                raise UsageError(f"invalid --bs {format_size(bs)!r}: with O_DIRECT the block size must be a multiple "
+                                 f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
+                                 f"{format_size(max(align, bs // align * align))} or --buffered")
+
+
+def expected_engine(config: Config) -> str:
+    if not native.available():
+        return "python threads"
+    if config.engine == "threads" or config.qd == 1:
+        return "pthreads"
+    return "io_uring" if native.io_uring_available() else "pthreads"
+
+
+class Target:
+    """The work directory, its data file (written once before any timed case) and the facts
+    the record states about it. Use as a context manager: leaving it removes what it made."""
+
+    def __init__(self, config: Config):
+        validate(config)
+        self.config = config
+        if config.space_check:
+            check_free_space(config.path, self.needed_bytes(config), f"a {format_size(config.size)} test file")
+        self.workdir = WorkDir(config.path, keep=config.keep, prefix="microbench-storage-")
+        try:
+            ok, reason = self.workdir.probe_direct()
+            if config.direct and not ok:
+                raise UsageError(f"--direct asked for O_DIRECT but {reason}; use --buffered (reads then come from "
+                                 f"memory and are flagged so)")
+            self.direct = bool(ok and config.direct is not False)
+            self.direct_note = None if self.direct or config.direct is False else f"{reason}; ran buffered"
+            self.data = self.workdir.new_file(DATA_FILE)
+            self._layout()
+            self.ceiling_gbps = memory_ceiling_gbps()
+        except BaseException:
+            self.workdir.cleanup()
+            raise
+
+    @staticmethod
+    def needed_bytes(config: Config) -> int:
+        return config.size + (1 << 20)
+
+    def _layout(self) -> None:
+        """Fill the file with incompressible bytes so reads read real blocks, not holes."""
+        bs = max(self.config.bs)
+        try:
+            native.io_run(str(self.data), True, bs, self.config.size, threads=1, qd=1,
+                          direct=self.direct and bs % direct_alignment(self.config.path) == 0)
+        except OSError as exc:
+            raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(exc) from None
+
+    def facts(self) -> dict[str, Any]:
+        return {**self.workdir.facts(), "data_file": str(self.data), "direct_requested": self.config.direct,
+                "direct_in_effect": self.direct, "direct_note": self.direct_note,
+                "memory_ceiling_gbps": self.ceiling_gbps,
+                "cache_drop": "O_DIRECT" if self.direct else "posix_fadvise(DONTNEED) before each read"}
+
+    def cleanup(self) -> None:
+        self.workdir.cleanup()
+
+    def __enter__(self) -> "Target":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def memory_ceiling_gbps(size_bytes: int = 64 << 20) -> float:
+    """All-cores memcpy bandwidth: no storage result can honestly exceed it."""
+    times = native.memcpy_bandwidth(size_bytes, usable_cores(), 3)
+    return size_bytes / min(times) / 1e9
+
+
+class PosixProbe(Probe):
+    name = "storage_posix"
+    capabilities = Capabilities(destructive=True, raw_io=True)
+    tools: tuple[str, ...] = ("posix",)
+
+    def __init__(self, config: Config, target: Target, tools: tuple[str, ...] | None = None):
+        self.config = config
+        self.target = target
+        if tools is not None:
+            self.tools = tools
+        self._bytes: dict[Case, int] = {}
+
+    def implementation(self) -> dict[str, Any]:
+        impl: dict[str, Any] = {"engine": expected_engine(self.config), **self.target.facts()}
+        if "fio" in self.tools:
+            from .storage_fio import fio_version
+
+            impl["fio_version"] = fio_version()
+        return impl
+
+    def cases(self) -> list[Case]:
+        return [Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools]
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        c = self.config
+        return {"bs_bytes": case.size_bytes, "file_size_bytes": c.size, "threads": c.threads, "qd": c.qd,
+                "pattern": c.pattern, "direct": self.target.direct}
+
+    def run_once(self, case: Case) -> Timed:
+        c = self.config
+        write = case.op == "write"
+        if case.param("tool") == "fio":
+            from .storage_fio import run_fio
+
+            result = run_fio(str(self.target.data), write=write, bs=case.size_bytes, size=c.size, threads=c.threads,
+                             qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
+                             engine=expected_engine(c))
+        else:
+            try:
+                result = native.io_run(str(self.target.data), write, case.size_bytes, c.size, threads=c.threads,
+                                       qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
+                                       engine=c.engine, seed=os.getpid())
+            except OSError as exc:
+                raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(exc) from None
+        self._bytes[case] = int(result["bytes"])
+        extra = {k: result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_max_us", "engine",
+                                         "workers") if k in result}
+        extra["total_bytes"] = int(result["bytes"])
+        return Timed(float(result["seconds"]), extra)
+
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        gbps = self._bytes.get(case, 0) / time_s / 1e9 if time_s > 0 else 0.0
+        above = gbps >= CEILING_FRACTION * self.target.ceiling_gbps
+        return {f"{case.op}_gbps": gbps, "memory_ceiling_gbps": self.target.ceiling_gbps,
+                "above_memory_ceiling": above,
+                "note": (f"{gbps:.2f} GB/s is at least {CEILING_FRACTION:.0%} of memcpy "
+                         f"({self.target.ceiling_gbps:.2f} GB/s): served from memory, not disk speed") if above else None}
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """fio vs posix ratio per (rw, bs) when both ran: posix GB/s / fio GB/s."""
+        by: dict[tuple[str, int], dict[str, float]] = {}
+        for row in rows:
+            by.setdefault((row["op"], row["size_bytes"]), {})[row["tool"]] = row[f"{row['op']}_gbps"]
+        ratios = [{"op": op, "bs_bytes": bs, "posix_gbps": v["posix"], "fio_gbps": v["fio"],
+                   "ratio_posix_over_fio": v["posix"] / v["fio"] if v["fio"] else None}
+                  for (op, bs), v in by.items() if "posix" in v and "fio" in v]
+        return {"vs_fio": ratios} if ratios else {}
