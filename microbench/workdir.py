@@ -93,9 +93,9 @@ class WorkDir:
         self.keep = keep
         self.files: list[Path] = []
 
-    def new_file(self, name: str, *, direct: bool = False) -> Path:
+    def new_file(self, name: str) -> Path:
         path = self.path / name
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (getattr(os, "O_DIRECT", 0) if direct else 0)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         fd = os.open(path, flags, 0o600)  # O_EXCL: never replaces a file we didn't create
         self.files.append(path)
         os.close(fd)
@@ -114,13 +114,19 @@ class WorkDir:
         if not hasattr(os, "O_DIRECT"):
             return False, "this OS has no O_DIRECT"
         try:
-            probe = self.new_file(".odirect-probe", direct=True)
+            probe = self.new_file(".odirect-probe")
         except OSError as exc:
-            if exc.errno == errno.EINVAL:
-                fs = mount_of(self.path)["fstype"]
-                return False, f"{fs} at {str(self.path.parent)!r} refuses O_DIRECT (open: EINVAL)"
             raise RunError(f"cannot create a file in {str(self.path)!r}: {exc.strerror}") from None
-        self.remove_file(probe)
+        # Opened apart from creating it: a refused O_DIRECT open may still have created the file.
+        try:
+            os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            fs = mount_of(self.path)["fstype"]
+            return False, f"{fs} at {str(self.path.parent)!r} refuses O_DIRECT (open: EINVAL)"
+        finally:
+            self.remove_file(probe)
         return True, None
 
     def cleanup(self) -> None:

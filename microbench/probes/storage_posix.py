@@ -89,7 +89,10 @@ class Target:
                                  f"memory and are flagged so)")
             self.direct = bool(ok and config.direct is not False)
             self.direct_note = None if self.direct or config.direct is False else f"{reason}; ran buffered"
-            self.data = self.workdir.new_file(DATA_FILE)
+            try:
+                self.data = self.workdir.new_file(DATA_FILE)
+            except OSError as exc:
+                raise IOFailure(f"creating the test file in {self.workdir.path}").error(exc) from None
             self._layout()
             self.ceiling_gbps = memory_ceiling_gbps()
         except BaseException:
