@@ -166,3 +166,30 @@ def test_filesystem_without_o_direct(run_cli, tmp_path):
         impl = _record(tmp_path)["implementation"]
         assert impl["direct_in_effect"] is False and impl["filesystem"] == "ramfs"
         assert _leftovers(ram) == []
+
+
+def test_sigterm_mid_run_removes_the_test_directory(tmp_path):
+    import signal
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    target = tmp_path / "target"
+    target.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "storage", "posix", "--path", str(target), "--size",
+                             "8M", "--bs", "1M", "--rw", "write", "--warmup", "0", "--iters", "100000", "--budget", "0"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(target.glob("microbench-storage-*/data.bin")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err
+    assert _leftovers(target) == []

@@ -132,3 +132,23 @@ def test_mount_of_and_errno_messages():
     assert "no space left" in str(IOFailure("writing").error(OSError(28, "No space left on device")))
     assert isinstance(IOFailure("reading").error(OSError(22, "Invalid argument")), UsageError)
     assert "writable --path" in str(IOFailure("writing").error(OSError(30, "Read-only file system")))
+
+
+class _FakeTarget:
+    direct = True
+    ceiling_gbps = 1.0
+
+
+def test_results_near_memcpy_speed_are_flagged_not_reported_as_disk():
+    probe = sp.PosixProbe(sp.Config(), _FakeTarget())  # type: ignore[arg-type]
+    from microbench.probe import Case
+
+    case = Case("read", MiB, (("tool", "posix"),))
+    probe._bytes[case] = 1_000_000_000
+    fast = probe.metrics(case, 1.0)
+    assert fast["above_memory_ceiling"] and "served from memory" in fast["note"]
+    slow = probe.metrics(case, 2.0)
+    assert slow["read_gbps"] == pytest.approx(0.5) and not slow["above_memory_ceiling"] and slow["note"] is None
+    rows = [{"op": "read", "size_bytes": MiB, "tool": "posix", "read_gbps": 0.9},
+            {"op": "read", "size_bytes": MiB, "tool": "fio", "read_gbps": 1.0}]
+    assert probe.summarize(rows)["vs_fio"][0]["ratio_posix_over_fio"] == pytest.approx(0.9)

@@ -4,6 +4,7 @@ optionally beside fio on the same files (--compare-fio)."""
 from __future__ import annotations
 
 import argparse
+import signal
 from typing import Any
 
 from tabulate import tabulate
@@ -81,11 +82,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C, so the test directory is still removed
+
+
 def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse.Namespace,
                 tools: tuple[str, ...] | None = None) -> RunOutcome:
-    with sp.Target(config) as target:
-        probe = probe_cls(config, target, tools)
-        outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        with sp.Target(config) as target:
+            probe = probe_cls(config, target, tools)
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     write_outputs(args, outcome)
     return outcome
 
