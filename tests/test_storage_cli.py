@@ -162,8 +162,11 @@ def test_filesystem_without_o_direct(run_cli, tmp_path):
         out = run_cli("storage", "posix", "--path", str(ram), "--no-space-check", "--rw", "read", "--json",
                       "out.json", *SMALL)
         assert out.returncode == 0, out.stderr
-        assert "# O_DIRECT not in effect: ramfs" in out.stdout
-        impl = _record(tmp_path)["implementation"]
+        assert "# O_DIRECT not in effect: ramfs" in out.stdout and "(memory!)" in out.stdout
+        assert "memory-backed filesystem" in out.stdout
+        rec = _record(tmp_path)
+        assert rec["rows"][0]["served_from_memory"] is True
+        impl = rec["implementation"]
         assert impl["direct_in_effect"] is False and impl["filesystem"] == "ramfs"
         assert _leftovers(ram) == []
 

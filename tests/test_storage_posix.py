@@ -136,19 +136,27 @@ def test_mount_of_and_errno_messages():
 
 class _FakeTarget:
     direct = True
+    memory_backed = False
     ceiling_gbps = 1.0
 
 
-def test_results_near_memcpy_speed_are_flagged_not_reported_as_disk():
-    probe = sp.PosixProbe(sp.Config(), _FakeTarget())  # type: ignore[arg-type]
+def test_results_served_from_memory_are_flagged_not_reported_as_disk():
     from microbench.probe import Case
 
+    target = _FakeTarget()
+    probe = sp.PosixProbe(sp.Config(), target)  # type: ignore[arg-type]
     case = Case("read", MiB, (("tool", "posix"),))
     probe._bytes[case] = 1_000_000_000
-    fast = probe.metrics(case, 1.0)
-    assert fast["above_memory_ceiling"] and "served from memory" in fast["note"]
+    fast = probe.metrics(case, 0.5)
+    assert fast["above_memory_ceiling"] and fast["served_from_memory"] and "above memcpy" in fast["note"]
+    near = probe.metrics(case, 1.1)  # O_DIRECT at 0.9x memcpy: believable
+    assert not near["served_from_memory"] and near["note"] is None
+    target.direct = False  # buffered at 0.9x memcpy: the page cache
+    assert "at least 80% of memcpy" in probe.metrics(case, 1.1)["note"]
     slow = probe.metrics(case, 2.0)
-    assert slow["read_gbps"] == pytest.approx(0.5) and not slow["above_memory_ceiling"] and slow["note"] is None
+    assert slow["read_gbps"] == pytest.approx(0.5) and not slow["served_from_memory"]
+    target.memory_backed = True
+    assert probe.metrics(case, 2.0)["note"].startswith("memory-backed filesystem")
     rows = [{"op": "read", "size_bytes": MiB, "tool": "posix", "read_gbps": 0.9},
             {"op": "read", "size_bytes": MiB, "tool": "fio", "read_gbps": 1.0}]
     assert probe.summarize(rows)["vs_fio"][0]["ratio_posix_over_fio"] == pytest.approx(0.9)

@@ -101,7 +101,7 @@ def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse
 
 def _gbps(row: dict[str, Any]) -> str:
     value = f"{row[row['op'] + '_gbps']:.2f}"
-    return value + " (memory!)" if row.get("above_memory_ceiling") else value
+    return value + " (memory!)" if row.get("served_from_memory") else value
 
 
 def _us(value: Any) -> str:
@@ -135,9 +135,9 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
                        tablefmt="simple"))
     if impl.get("direct_note"):
         print(f"# O_DIRECT not in effect: {impl['direct_note']}")
-    if any(r.get("above_memory_ceiling") for r in rows):
-        print(f"# (memory!): at least {sp.CEILING_FRACTION:.0%} of memcpy bandwidth "
-              f"({impl['memory_ceiling_gbps']:.2f} GB/s): served from memory, not disk speed")
+    notes = sorted({r["note"] for r in rows if r.get("note")})
+    if notes:
+        print(f"# (memory!): {'; '.join(notes)} (memcpy {impl['memory_ceiling_gbps']:.2f} GB/s)")
     if config.keep:
         print(f"# kept {impl['workdir']}")
     print(f"# results: {outcome.path}")
