@@ -12,6 +12,7 @@ import importlib
 STORAGE_MODULES = [
     "storage_posix",
     "storage_fio",
+    "storage_s3",
 ]
 
 

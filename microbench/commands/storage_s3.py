@@ -1,0 +1,138 @@
+"""`microbench storage s3`: multipart PUT and ranged GET throughput, request latency and time to
+first byte against an S3 endpoint, or against an embedded `rclone serve s3` when none is given."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+
+from tabulate import tabulate
+
+from ..errors import ProbeUnavailable, UsageError
+from ..probes import storage_s3 as s3p
+from ..runner import run_probe
+from ..s3client import Target, boto3_unavailable_reason, check_endpoint, preflight, unique_prefix
+from ..s3server import DEFAULT_BUCKET, EmbeddedS3
+from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
+from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("s3", help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
+                       description="PUT objects as concurrent multipart uploads and GET them back as "
+                                   "concurrent ranged reads. Without --endpoint an embedded S3 server "
+                                   "(rclone serve s3) runs over a temporary directory for the run. "
+                                   "Credentials come from the standard AWS environment or profile.")
+    p.add_argument("--endpoint", metavar="URL", help="S3 endpoint, e.g. http://10.0.0.5:9000 (default: embedded server)")
+    p.add_argument("--bucket", help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
+                   "required with --endpoint)")
+    p.add_argument("--object-size", default="64M", help="bytes per object (default 64M)")
+    p.add_argument("--part-size", default="16M", help="multipart part size, also the GET range size (default 16M)")
+    p.add_argument("--concurrency", default="8", help="requests in flight at once (default 8)")
+    p.add_argument("--ops", default="put,get", help="put, get or both (default put,get)")
+    p.add_argument("--objects", default="1", help="objects per iteration (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the objects written (under a unique prefix)")
+    p.add_argument("--timeout", default="10", help="seconds to connect before the endpoint counts as unreachable (default 10)")
+    p.add_argument("--region", default=None, help="region for signing (default: AWS config, else us-east-1)")
+    p.add_argument("--addressing-style", choices=("path", "virtual", "auto"), default="path",
+                   help="bucket in the path (default, what most non-AWS servers need) or in the host name")
+    add_sweep_options(p, warmup=1, iters=5, budget_s=4.0)
+    p.set_defaults(handler=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[s3p.Config, str | None]:
+    """Validate every flag before any server starts or any request goes out."""
+    endpoint = check_endpoint(args.endpoint) if args.endpoint else None
+    if endpoint and not args.bucket:
+        raise UsageError("--endpoint needs --bucket: an existing bucket to write test objects into, "
+                         "e.g. --bucket my-bucket")
+    bucket = args.bucket or DEFAULT_BUCKET
+    if not bucket.strip() or "/" in bucket:
+        raise UsageError(f"invalid --bucket {bucket!r}: expected a bucket name without '/', e.g. --bucket my-bucket")
+    config = s3p.Config(
+        object_size=parse_size(args.object_size, what="--object-size"),
+        part_size=parse_size(args.part_size, what="--part-size"),
+        concurrency=parse_positive_int(args.concurrency, what="--concurrency", example="8"),
+        ops=parse_list(args.ops, s3p.OPS, what="--ops"),
+        objects=parse_positive_int(args.objects, what="--objects", example="4"),
+        bucket=bucket, prefix=unique_prefix(), keep=args.keep, timeout_s=parse_timeout(args.timeout))
+    s3p.validate(config)
+    return config, endpoint
+
+
+def _check_space(config: s3p.Config) -> None:
+    # The embedded server keeps objects in the temp dir; a multipart upload briefly needs a
+    # temporary copy as well.
+    need = config.objects * config.object_size + config.object_size + (64 << 20)
+    tmp = tempfile.gettempdir()
+    free = shutil.disk_usage(tmp).free
+    if free < need:
+        raise UsageError(f"not enough free space in {tmp!r} for the embedded S3 server: need "
+                         f"{format_bytes_human(need)}, have {format_bytes_human(free)}; use smaller "
+                         f"--object-size/--objects or set TMPDIR to a larger filesystem")
+
+
+def run(args: argparse.Namespace) -> int:
+    config, endpoint = resolve(args)
+    settings = settings_from_args(args)
+    reason = boto3_unavailable_reason()
+    if reason:
+        raise ProbeUnavailable(reason)
+    with contextlib.ExitStack() as stack:
+        if endpoint is None:
+            _check_space(config)
+            target = Target.for_embedded(stack.enter_context(EmbeddedS3(bucket=config.bucket)))
+        else:
+            target = Target(endpoint, region=args.region, addressing_style=args.addressing_style)
+        source = preflight(target, config.bucket, timeout_s=config.timeout_s)
+        probe = s3p.StorageS3Probe(config, target, cred_source=source)
+        try:
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                probe.close()  # the run's own error is the one worth reporting
+            raise
+        deleted = probe.close()
+        print_report(outcome.record, config)
+        where = (f"kept under s3://{config.bucket}/{config.prefix}" if config.keep
+                 else f"deleted {deleted} object(s) under the run's prefix")
+        print(f"# {where}; results: {outcome.path}")
+        write_outputs(args, outcome)
+        wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+        if wrong:
+            print(f"microbench: {wrong} wrong object(s)/chunk(s) read back (see #wrong)", file=sys.stderr)
+            return 1
+    return 0
+
+
+def print_report(record: dict, config: s3p.Config) -> None:
+    impl = record["implementation"]
+    if impl["target"] == "embedded":
+        target = f"embedded {impl['server']} {impl.get('server_version') or ''} at {impl['endpoint']}"
+    else:
+        target = impl["endpoint"]
+    print(f"# microbench storage s3: {target}, bucket {config.bucket}, credentials: "
+          f"{impl['credentials_source']}; {impl['engine']} (boto3 {impl['boto3']})")
+    summary = record["summary"]
+    table = []
+    for row in record["rows"]:
+        pooled = summary.get(row["op"], {})
+        table.append((row["op"], format_size(row["size_bytes"]), format_size(row["part_size_bytes"]),
+                      row["concurrency"], row["objects"], row["iters"], f"{row['throughput_gbps']:.3f}",
+                      f"{row['throughput_gbps'] * 1e9 / (1 << 20):.0f}",
+                      _ms(pooled.get("request_ms_p50")), _ms(pooled.get("request_ms_p99")),
+                      _ms(pooled.get("ttfb_ms_p50")), _ms(pooled.get("ttfb_ms_p99")),
+                      "N/A" if row["nwrong"] is None else row["nwrong"]))
+    print(tabulate(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
+                                   "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"],
+                   tablefmt="simple", disable_numparse=True))
+    if "peak_rss_bytes" in summary:
+        print(f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])} (bound: concurrency x part size "
+              f"+ 200 MiB = {format_bytes_human(summary['memory_bound_bytes'])})")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
