@@ -70,12 +70,17 @@ class Target:
 
     def session(self) -> Any:
         import boto3
+        from botocore.exceptions import ProfileNotFound
 
         if self.credentials is not None:
             return boto3.session.Session(aws_access_key_id=self.credentials.access_key_id,
                                          aws_secret_access_key=self.credentials.secret_access_key,
                                          region_name=self.region or REGION)
-        return boto3.session.Session(region_name=self.region)
+        try:
+            return boto3.session.Session(region_name=self.region)
+        except ProfileNotFound:
+            raise UsageError(f"AWS profile {os.environ.get('AWS_PROFILE', '')!r} not found in the AWS config "
+                             f"files; set AWS_PROFILE to an existing profile or unset it") from None
 
     def credential_source(self, session: Any | None = None) -> str:
         if self.credentials is not None:
@@ -139,6 +144,9 @@ def translate(exc: BaseException, target: Target, bucket: str, cred_source: str,
         if code in ("NoSuchBucket",) or (code in ("404", "NotFound") and doing.startswith("checking")):
             return UsageError(f"bucket {bucket!r} does not exist at {where!r}; create it first or pick "
                               f"an existing one, e.g. --bucket my-bucket")
+        if code == "EntityTooSmall":
+            return UsageError(f"S3 endpoint {where!r} refused parts this small (EntityTooSmall): "
+                              f"use --part-size 5M or more")
         if code in _CREDENTIAL_CODES:
             return RunError(f"S3 endpoint {where!r} rejected the credentials (from {cred_source}): {code}; "
                             f"check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE")

