@@ -130,8 +130,10 @@ def print_report(record: dict, config: s3p.Config) -> None:
                                    "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"],
                    tablefmt="simple", disable_numparse=True))
     if "peak_rss_bytes" in summary:
-        print(f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])} (bound: concurrency x part size "
-              f"+ 200 MiB = {format_bytes_human(summary['memory_bound_bytes'])})")
+        grown = summary["peak_rss_bytes"] - summary.get("peak_rss_before_first_request_bytes", 0)
+        print(f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])}, {format_bytes_human(grown)} above the "
+              f"peak before the first request (bound: concurrency x part size + 200 MiB = "
+              f"{format_bytes_human(summary['memory_bound_bytes'])})")
 
 
 def _ms(value: float | None) -> str:

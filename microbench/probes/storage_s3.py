@@ -13,7 +13,7 @@ request to last byte. Time to first byte is curl's time_starttransfer: request s
 response headers, for GETs.
 
 Memory: every part body is a view of one shared random part-sized buffer, and each GET thread
-reads into its own chunk buffer, so the probe holds about part_size + concurrency x 8 MiB of
+reads into its own chunk buffer, so the probe holds about part_size + concurrency x 2 MiB of
 data whatever the object size.
 """
 
@@ -36,7 +36,7 @@ from ..stats import percentile
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
 MAX_PART_BYTES = 5 << 30    # S3's largest part
-READ_CHUNK_BYTES = 8 << 20  # per-thread GET buffer: big reads keep Python off the hot path
+READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
 
 
 @dataclass
@@ -71,6 +71,10 @@ def part_plan(object_size: int, part_size: int) -> list[tuple[int, int]]:
     return [(off, min(part_size, object_size - off)) for off in range(0, object_size, part_size)]
 
 
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
 class StorageS3Probe(Probe):
     name = "storage_s3"
     capabilities = Capabilities(destructive=True)
@@ -84,6 +88,7 @@ class StorageS3Probe(Probe):
         self._payload = b""
         self._tail = b""
         self._wrong = 0
+        self._rss_before = 0
         self._stored = False
         self._open_uploads: dict[str, str] = {}
         self._local = threading.local()
@@ -125,6 +130,7 @@ class StorageS3Probe(Probe):
 
     def prepare(self, case: Case) -> None:
         if self._pool is None:
+            self._rss_before = _peak_rss_bytes()  # imports (torch via the environment record) included
             self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="mb-s3")
         if not self._payload:
             # Random bytes: nothing on the way can compress or deduplicate them.
@@ -289,7 +295,8 @@ class StorageS3Probe(Probe):
                 entry.update(ttfb_ms_p50=percentile(ttfb, 50) * 1e3, ttfb_ms_p99=percentile(ttfb, 99) * 1e3)
             out[row["op"]] = entry
         c = self.config
-        out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        out["peak_rss_bytes"] = _peak_rss_bytes()
+        out["peak_rss_before_first_request_bytes"] = self._rss_before
         out["memory_bound_bytes"] = c.concurrency * c.part_size + (200 << 20)
         return out
 
