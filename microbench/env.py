@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import subprocess
+import sys
+import json
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,28 @@ def nics() -> list[dict[str, Any]]:
 
 
 def torch_info() -> dict[str, Any]:
+    """torch, gloo/NCCL and GPU facts. Importing torch costs ~200 MB of RSS, which would
+    distort probes that measure their own memory (S3) and never touch torch: those get the
+    facts from a short-lived child process instead."""
+    if "torch" not in sys.modules:
+        return _torch_info_in_child()
+    return _torch_info_here()
+
+
+def _torch_info_in_child() -> dict[str, Any]:
+    code = "import json, microbench.env as e; print(json.dumps(e._torch_info_here()))"
+    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        if done.returncode == 0:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        return {"torch": None, "error": (done.stderr.strip().splitlines() or ["torch probe failed"])[-1][:200]}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return {"torch": None, "error": f"could not query torch: {exc}"}
+
+
+def _torch_info_here() -> dict[str, Any]:
     try:
         import torch
         import torch.distributed as dist
