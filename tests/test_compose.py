@@ -115,3 +115,16 @@ def test_compose_cli_prints_step_and_tiers(run_cli, tmp_path):
     missing = run_cli("compose", "--nccl", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert json.loads(path.read_text())["status"] == "complete"
+
+
+def test_tiers_from_storage_records_skip_memory_served_rows():
+    from microbench.compose.tiers import tier_bandwidths
+
+    posix = {"kind": "storage_posix", "rows": [
+        {"op": "write", "write_gbps": 1.5}, {"op": "write", "write_gbps": 9.0, "served_from_memory": True},
+        {"op": "read", "read_gbps": 3.0}]}
+    assert tier_bandwidths(posix) == (1.5, 3.0)
+    s3 = {"kind": "storage_s3", "rows": [{"op": "put", "throughput_gbps": 0.5}, {"op": "get", "throughput_gbps": 0.9}]}
+    assert tier_bandwidths(s3) == (0.5, 0.9)
+    with pytest.raises(UsageError, match="no write/put/save rows"):
+        tier_bandwidths({"kind": "storage_posix", "rows": [{"op": "read", "read_gbps": 3.0}]}, "r.json")

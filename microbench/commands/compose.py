@@ -25,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE_GBPS[:READ_GBPS]",
                    help="a storage tier for the checkpoint estimate, e.g. --tier nvme=6:12 (repeatable)")
+    p.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a storage/checkpoint record as a tier (best write and read it measured); repeatable")
     p.add_argument("--mtbf-hours", default=None, help="mean time between failures, for the Young/Daly interval")
     p.set_defaults(handler=run)
 
@@ -59,6 +61,17 @@ def _tier(text: str) -> tuple[str, float, float | None]:
     return name, _float(write, "--tier write GB/s", "nvme=6"), _float(read, "--tier read GB/s", "nvme=6:12") if read else None
 
 
+def _tier_from_record(text: str) -> tuple[str, float, float | None]:
+    from ..compose.tiers import tier_bandwidths
+
+    name, sep, path = text.partition("=")
+    if not sep:
+        name, path = "", text
+    record = load_record(path)
+    write, read = tier_bandwidths(record, path)
+    return name or str(record.get("kind")), write, read
+
+
 def run(args: argparse.Namespace) -> int:
     record = load_record(args.nccl)
     ag = cp.Curve.from_record(record, "all_gather", args.nccl)
@@ -79,13 +92,13 @@ def run(args: argparse.Namespace) -> int:
     print(tabulate([(k, f"{v * 1e3:.1f}") for k, v in rows], headers=["component", "ms"], tablefmt="simple"))
     for note in p.notes:
         print(f"# {note}")
-    if args.tier:
+    tiers = [_tier(text) for text in args.tier] + [_tier_from_record(text) for text in args.storage]
+    if tiers:
         total = cp.checkpoint_bytes(cp.CheckpointSpec(params=model.params))
         mtbf = _float(args.mtbf_hours, "--mtbf-hours", "24") * 3600 if args.mtbf_hours else None
         print(f"\n# checkpoint: {total / 1e9:.1f} GB (fp32 master + AdamW moments)")
         table = []
-        for text in args.tier:
-            name, write, read = _tier(text)
+        for name, write, read in tiers:
             t = cp.predict_tier(name, total, write, read, mtbf_s=mtbf)
             table.append((name, f"{write:.2f}", f"{t.save_s:.1f}", f"{t.load_s:.1f}" if t.load_s else "-",
                           f"{t.young_daly_interval_s / 60:.0f}" if t.young_daly_interval_s else "-"))

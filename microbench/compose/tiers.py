@@ -1,0 +1,39 @@
+"""Storage tiers from saved storage records: the best sustained write and read bandwidth a
+probe measured, whatever the probe (posix/fio rows read/write, S3 put/get, DCP save/load)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+
+WRITE_OPS = ("write", "put", "save", "async_save")
+READ_OPS = ("read", "get", "load")
+
+
+def _bandwidth(row: dict[str, Any]) -> float | None:
+    op = str(row.get("op"))
+    for key in (f"{op}_gbps", "throughput_gbps", "write_gbps", "read_gbps", "gbps"):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, float | None]:
+    """(write GB/s, read GB/s or None) over rows not flagged as served from memory."""
+    write, read = 0.0, 0.0
+    for row in record.get("rows", []):
+        if row.get("served_from_memory") or row.get("above_memory_ceiling"):
+            continue  # a page-cache number would make the tier look like RAM
+        value = _bandwidth(row)
+        if value is None:
+            continue
+        if row.get("op") in WRITE_OPS:
+            write = max(write, value)
+        elif row.get("op") in READ_OPS:
+            read = max(read, value)
+    if write <= 0:
+        raise UsageError(f"storage record {source!r} has no write/put/save rows with a bandwidth "
+                         f"(kind {record.get('kind')!r}); run e.g. `microbench storage posix --rw write,read`")
+    return write, (read or None)
