@@ -104,5 +104,5 @@ def print_report(record: dict) -> None:
         print()
         print(tabulate(lat, headers=["rtt size", "samples", "p50 (us)", "p99 (us)"], tablefmt="simple"))
     if record["summary"].get("link_gbps"):
-        print(f"# link ceiling (peak one-way): {record['summary']['link_gbps']:.3f} GB/s = "
+        print(f"# link ceiling (one way, largest size): {record['summary']['link_gbps']:.3f} GB/s = "
               f"{record['summary']['link_gbps'] * 8:.2f} Gbit/s")

@@ -175,9 +175,11 @@ class LinkProbe(Probe):
         if lat:
             smallest = min(lat, key=lambda r: r["size_bytes"])
             out["rtt_us_p50_smallest"] = smallest["rtt_us_p50"]
-        # The ceiling collectives are held against: one direction of the link.
-        if "peak_uni_gbps" in out:
-            out["link_gbps"] = out["peak_uni_gbps"]
+        # The ceiling collectives are held against: one direction of the link at the largest
+        # size, where a shaper's initial burst no longer inflates the figure.
+        uni = [r for r in rows if r["op"] == "uni"]
+        if uni:
+            out["link_gbps"] = max(uni, key=lambda r: r["size_bytes"])["bw_gbps"]
         return out
 
     def close(self) -> None:
