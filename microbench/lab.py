@@ -295,7 +295,13 @@ def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | N
         cmds = shape_commands(netns_name(name, i), rate_bps, delay_ms)
         _run(*cmds[0], check=False)  # nothing to delete on a fresh host
         for cmd in cmds[1:]:
-            _run(*cmd)
+            proc = _run(*cmd, check=False)
+            if proc.returncode != 0 and "kind is unknown" in proc.stderr:
+                kind = "netem" if "netem" in cmd else "tbf"
+                raise RunError(f"{'--delay' if kind == 'netem' else '--link'} needs the sch_{kind} kernel module, "
+                               f"which this kernel does not have (try `modprobe sch_{kind}`)")
+            if proc.returncode != 0:
+                _run(*cmd)  # raises with tc's own message
 
 
 def down(name: str) -> list[str]:

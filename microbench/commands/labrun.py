@@ -28,6 +28,14 @@ def lab_placement(name: str, nproc_text: str | None) -> tuple[int, str, Any]:
     return labmod.placement(lab, list(range(nproc)))
 
 
+def lab_facts() -> dict[str, Any]:
+    """What the record says about lab placement (empty off the lab)."""
+    if not os.environ.get("MICROBENCH_LAB"):
+        return {}
+    return {"lab": os.environ["MICROBENCH_LAB"], "lab_host_rank0": os.environ.get("MICROBENCH_LAB_HOST"),
+            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
     try:
@@ -50,7 +58,7 @@ def naming_lab_hosts(lab_name: str | None, world: Any) -> Iterator[None]:
         yield
     except MicrobenchError as exc:
         found = labmod.diagnose(os.environ.get("MICROBENCH_LAB") or lab_name) if lab_name and world.rank == 0 else None
-        if not found:
+        if not found or found in str(exc):
             raise
         raise type(exc)(f"{exc}; {found}") from None
 

@@ -15,6 +15,7 @@ from ..runner import run_probe
 from ..session import in_world
 from ..sizes import format_size, parse_list, parse_positive_int, parse_sizes
 from ..errors import UsageError
+from .labrun import naming_lab_hosts
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -73,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         config.hosts = world.all_gather_object(me)
         probe = linkprobe.LinkProbe(config, world)
         try:
-            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
-                                results_dir=args.results_dir)
+            with naming_lab_hosts(args.lab, world):
+                outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+                                    results_dir=args.results_dir)
         finally:
             probe.close()
         if world.rank == 0:

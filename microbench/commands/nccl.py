@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         probe = coll.CollectiveProbe(config, world)
         with labrun.naming_lab_hosts(args.lab, world):
             outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
-                                results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason})
+                                results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
+                                                      **labrun.lab_facts()})
         if world.rank != 0:
             return 0
         outcome.record["implementation"].update(transport_note(choice, nccl_log_dir))
