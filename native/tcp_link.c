@@ -14,7 +14,7 @@
 
 #include "mb_common.h"
 
-#define MB_CHUNK (1u << 20) /* bytes per send/recv call: large enough to amortize syscalls */
+#define MB_CHUNK (128u << 10) /* bytes per send/recv call: large enough to amortize syscalls */
 
 typedef struct {
   const int *fds;
