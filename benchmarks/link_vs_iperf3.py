@@ -45,8 +45,11 @@ def iperf3_gbit(lab: labmod.Lab, seconds: float) -> float:
         for _ in range(50):
             out = subprocess.run(["ip", "netns", "exec", client.netns, "iperf3", "-c", server.address, "-p", port,
                                   "-t", str(seconds), "-J"], capture_output=True, text=True)
-            if out.returncode == 0:
+            try:
                 data = json.loads(out.stdout)
+            except ValueError:
+                data = {}
+            if out.returncode == 0 and "sum_received" in data.get("end", {}):
                 return data["end"]["sum_received"]["bits_per_second"] / 1e9
             import time
 
