@@ -20,6 +20,8 @@ from .errors import MicrobenchError, ProbeUnavailable, UsageError
 # Each module has add_parser(subparsers) and run(args) -> int.
 COMMAND_MODULES = [
     "env",
+    "lab",
+    "link",
     "memory",
     "nccl",
     "suite",

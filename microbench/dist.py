@@ -169,7 +169,10 @@ def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float)
         if first_failure_at is None and any(code not in (None, 0) for code in codes):
             first_failure_at = time.monotonic()
         # Survivors of a dead peer end by themselves within --timeout; past that they hang.
-        if first_failure_at is not None and time.monotonic() - first_failure_at > timeout_s + 10:
+        # Once rank 0 (the one that reports and writes the record) has failed, the others
+        # have nothing left to say: a short grace, then they go too.
+        grace = 3.0 if codes[0] not in (None, 0) else timeout_s + 10
+        if first_failure_at is not None and time.monotonic() - first_failure_at > grace:
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()

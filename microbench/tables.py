@@ -50,3 +50,27 @@ def _dtype(name: str) -> str:
 
 def size_label(size_bytes: int) -> str:
     return format_size(size_bytes)
+
+
+def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:
+    """The same sweep under several link profiles: busbw side by side and last/first ratio."""
+    labels = [label for label, _ in records]
+    first, last = labels[0], labels[-1]
+    lines = [f"# busbw (GB/s) by link profile; ratio = {last} / {first}"]
+    head = f"#{'op':>15}{'size':>10}" + "".join(f"{label:>12}" for label in labels) + f"{'ratio':>9}"
+    lines.append(head)
+    ops = list(dict.fromkeys(r["op"] for _, rec in records for r in rec["rows"]))
+    for op in ops:
+        sizes = sorted({r["size_bytes"] for _, rec in records for r in rec["rows"] if r["op"] == op})
+        for size in sizes:
+            values = []
+            for _, rec in records:
+                rows = [r for r in rec["rows"] if r["op"] == op and r["size_bytes"] == size]
+                # Out-of-place where the op has it, as the nccl-tests summary does.
+                row = next((r for r in rows if r.get("placement") == "out"), rows[0] if rows else None)
+                values.append(row["busbw_gbps"] if row else None)
+            cells = "".join(f"{v:>12.3f}" if v is not None else f"{'-':>12}" for v in values)
+            ratio = (f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None
+                     else f"{'-':>9}")
+            lines.append(f" {op:>15}{format_size(size):>10}{cells}{ratio}")
+    return "\n".join(lines)

