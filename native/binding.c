@@ -41,7 +41,6 @@ static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *k
   return out;
 }
 
-<<<<<<< HEAD
 static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"path", "write", "bs", "size", "threads", "qd", "direct", "random",
                            "fsync", "engine", "seed", NULL};
@@ -81,7 +80,8 @@ static PyObject *py_io_uring_available(PyObject *self, PyObject *unused) {
   ok = mb_io_uring_available();
   Py_END_ALLOW_THREADS
   return PyBool_FromLong(ok);
-=======
+}
+
 static PyObject *py_tcp_link(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"fds", "role", "mode", "size_bytes", "iters", "timeout_s", NULL};
   PyObject *fd_seq;
@@ -122,7 +122,6 @@ static PyObject *py_tcp_link(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *out = times_to_list(times, iters);
   free(times);
   return out;
->>>>>>> lab
 }
 
 static PyMethodDef methods[] = {

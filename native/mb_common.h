@@ -15,7 +15,6 @@ static inline double mb_now(void) {
  * Fills times_s[iters] with wall time per iteration. Returns 0, or an errno value. */
 int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s);
 
-<<<<<<< HEAD
 /* Storage engine (io_engine.c). */
 enum { MB_ENGINE_AUTO = 0, MB_ENGINE_THREADS = 1, MB_ENGINE_URING = 2 };
 
@@ -36,13 +35,11 @@ typedef struct {
 /* Returns 0, or an errno value (EINVAL for misaligned O_DIRECT, ENOSPC, EROFS, ...). */
 int mb_io_run(const mb_io_params *p, mb_io_result *out);
 int mb_io_uring_available(void);
-=======
 /* TCP link loops over already-connected sockets (non-blocking). role 0 sends (uni) or
  * initiates (pingpong); role 1 receives or responds. Fills times_s[iters]; returns 0 or an
  * errno value (ETIMEDOUT when nothing moved for timeout_s, ECONNRESET when the peer left). */
 enum { MB_LINK_UNI = 0, MB_LINK_BIDIR = 1, MB_LINK_PINGPONG = 2 };
 int mb_tcp_link_run(const int *fds, int nfds, int role, int mode, size_t size, int iters, double timeout_s,
                     double *times_s);
->>>>>>> lab
 
 #endif
