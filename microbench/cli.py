@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "verify",
     "plot",
     "storage",
+    "checkpoint",
 ]
 
 
