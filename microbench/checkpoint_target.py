@@ -47,8 +47,12 @@ class S3Access:
     def storage_options(self) -> dict[str, Any]:
         """s3fs options; explicit keys only for the embedded server, otherwise the standard AWS
         environment or profile applies."""
+        # Checksums only where the API requires them: botocore's default validates ranged GETs
+        # against whole-object checksums, which servers other than AWS (rclone, MinIO) fail.
         opts: dict[str, Any] = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 120,
-                                                  "retries": {"max_attempts": 2}}}
+                                                  "retries": {"max_attempts": 2},
+                                                  "request_checksum_calculation": "when_required",
+                                                  "response_checksum_validation": "when_required"}}
         if self.endpoint_url:
             opts["client_kwargs"] = {"endpoint_url": self.endpoint_url}
         if self.key_id and self.secret:
@@ -88,7 +92,7 @@ def check_free_space(directory: str, need: int, what: str) -> None:
                          f"another --target")
 
 
-def _existing_ancestor(path: str) -> str:
+def existing_ancestor(path: str) -> str:
     while not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:

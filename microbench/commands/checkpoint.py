@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import signal
 from typing import Any
 
 from tabulate import tabulate
@@ -70,7 +71,10 @@ def resolve(args: argparse.Namespace) -> tuple[ck.Config, ct.Target, backends.Ba
                                      ib_devices=[])
     spec = detect_world()
     ranks = spec.size if spec is not None else nproc
-    ck.layout(size, ranks, ck.ELEM[args.dtype])  # too small for the world: UsageError now
+    try:
+        ck.layout(size, ranks, ck.ELEM[args.dtype])  # too small for the world: fail now
+    except UsageError as exc:
+        raise UsageError(f"invalid --size {args.size!r}: {str(exc).split(': ', 1)[1]}") from None
     config = ck.Config(size_bytes=size, target=target.display, async_save=args.async_save, dtype=args.dtype,
                        thread_count=threads, keep=args.keep, device=choice.device, backend=choice.backend)
     return config, target, choice, nproc
@@ -81,12 +85,19 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, check=args.check)
     timeout_s = parse_timeout(args.timeout)
     launching = detect_world() is None
+    # SIGTERM (a scheduler's kill, `timeout`) takes the Ctrl-C path: ranks stop, rank 0 keeps a
+    # partial record, and the run directory and embedded server are removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         if launching:
             choice = _preflight(stack, args, config, target, choice, nproc)
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice,
                         body=lambda world: _body(world, args, config, target, settings))
     return 1  # unreachable; keeps type checkers content
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck.Config, target: ct.Target,
@@ -140,8 +151,7 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
     if world.rank == 0:
         try:
             if target.kind == "local":
-                ct.check_free_space(target.path if os.path.isdir(target.path) else os.path.dirname(target.path),
-                                    ct.required_bytes(config.size_bytes), "the checkpoint")
+                ct.check_free_space(ct.existing_ancestor(target.path), ct.required_bytes(config.size_bytes), "the checkpoint")
             run_dir.create()
         except (UsageError, RunError) as exc:
             error = (type(exc).__name__, str(exc))

@@ -15,6 +15,7 @@ write_gbps / read_gbps = total checkpoint bytes (all ranks) / slowest rank's tim
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ class CheckpointProbe(Probe):
         if config.dtype not in DTYPES:
             raise UsageError(f"invalid --dtype {config.dtype!r}: expected one of {', '.join(DTYPES)}")
         self.config, self.world, self.run_dir = config, world, run_dir
+        # DCP logs every failure with a traceback per rank; the one-line RunError carries the cause.
+        logging.getLogger("torch.distributed.checkpoint").setLevel(logging.CRITICAL)
         self.torch, self.dcp = torch, dcp
         self.dtype = getattr(torch, config.dtype)
         self.elem = ELEM[config.dtype]
