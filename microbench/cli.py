@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "plot",
     "storage",
     "checkpoint",
+    "storage",
 ]
 
 
