@@ -93,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
             choice = _preflight(stack, args, config, target, choice, nproc)
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice,
                         body=lambda world: _body(world, args, config, target, settings))
-    return 1  # unreachable; keeps type checkers content
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -157,8 +156,9 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
             error = (type(exc).__name__, str(exc))
     error = world.broadcast_object(error)
     if error:
-        raise (UsageError if error[0] == "UsageError" else RunError)(error[1]) if world.rank == 0 else \
-            RunError("rank 0 could not prepare the target")
+        if world.rank != 0:
+            raise RunError("rank 0 could not prepare the target")
+        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
     try:
         probe = ck.CheckpointProbe(config, world, run_dir)
         outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
