@@ -160,6 +160,13 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
             raise RunError("rank 0 could not prepare the target")
         raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
     try:
+        if config.device == "cuda":
+            need = ck.host_bytes_per_rank(config.size_bytes, world.size, False)
+            free = free_memory_bytes("cuda")
+            if need > free * 0.9:
+                raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks needs about "
+                                 f"{format_bytes_human(need)} of GPU memory per rank but {format_bytes_human(free)} "
+                                 f"is free; use a smaller --size or more ranks")
         probe = ck.CheckpointProbe(config, world, run_dir)
         outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                             results_dir=args.results_dir)
