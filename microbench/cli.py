@@ -28,7 +28,6 @@ COMMAND_MODULES = [
     "plot",
     "storage",
     "checkpoint",
-    "storage",
 ]
 
 

