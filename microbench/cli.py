@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "verify",
     "plot",
     "storage",
+    "checkpoint",
 ]
 
 

@@ -13,6 +13,7 @@ STORAGE_MODULES = [
     "storage_posix",
     "storage_fio",
     "storage_s3",
+    "storage_gds",
 ]
 
 

@@ -1,0 +1,214 @@
+"""`microbench checkpoint`: real DCP save/load (and async save) of a sharded state dict."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import signal
+from typing import Any
+
+from tabulate import tabulate
+
+from .. import backends
+from .. import checkpoint_target as ct
+from ..dist import detect_world
+from ..errors import RunError, UsageError
+from ..probes import checkpoint as ck
+from ..runner import run_probe
+from ..session import free_memory_bytes, in_world, local_ranks
+from ..sizes import format_bytes_human, format_size, parse_positive_int, parse_size
+from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
+
+# How the launching process hands an embedded server to the ranks it spawns. The key pair is
+# generated per run and only ever travels in the ranks' environment.
+ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROBENCH_S3_KEY_ID",
+                                               "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("checkpoint", help="torch.distributed.checkpoint save/load (and async save) throughput",
+                       description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint "
+                                   "across N ranks (gloo on CPU, NCCL with CUDA tensors on GPUs) to a directory or "
+                                   "an s3:// prefix; time the slowest rank and report GB/s. --size is the total "
+                                   "across ranks, split evenly.")
+    p.add_argument("--size", default="1G", help="total checkpoint bytes across all ranks, binary units (default 1G)")
+    p.add_argument("--target", required=True, help="directory or s3://bucket/prefix; the run writes only inside a "
+                   "unique directory it creates there and removes afterwards")
+    p.add_argument("--nproc", default=None, help="local ranks to spawn when not launched by torchrun/srun/mpirun "
+                   "(default: number of GPUs, else 2)")
+    p.add_argument("--async", dest="async_save", action="store_true",
+                   help="also time dcp.async_save: time training is blocked vs time until durable")
+    p.add_argument("--endpoint", default=None, help="S3 endpoint URL for s3:// targets (credentials from the "
+                   "standard AWS environment/profile); default: start an embedded server (rclone serve s3)")
+    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(ck.DTYPES)} (default float32)")
+    p.add_argument("--threads", default="1", help="DCP writer threads per rank (default 1)")
+    p.add_argument("--backend", default="auto", help="auto, nccl or gloo (default auto: nccl with CUDA, else gloo)")
+    p.add_argument("--keep", action="store_true", help="keep the run's checkpoint directory instead of removing it")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="load what was saved and compare every element (default on)")
+    p.add_argument("--timeout", default="300", help="seconds before a silent peer fails the run (default 300)")
+    add_sweep_options(p, warmup=1, iters=3, budget_s=30.0)
+    p.set_defaults(handler=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[ck.Config, ct.Target, backends.BackendChoice, int]:
+    """Validate every flag before any rank starts, so misuse fails fast with exit 2."""
+    size = parse_size(args.size, what="--size")
+    target = ct.parse_target(args.target)
+    nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc is not None else local_ranks()
+    threads = parse_positive_int(args.threads, what="--threads", example="2")
+    if args.dtype not in ck.DTYPES:
+        raise UsageError(f"invalid --dtype {args.dtype!r}: expected one of {', '.join(ck.DTYPES)} (e.g. --dtype bfloat16)")
+    if args.endpoint is not None and target.kind != "s3":
+        raise UsageError(f"--endpoint only applies to s3:// targets; --target {args.target!r} is a directory")
+    import torch
+    import torch.distributed as dist
+
+    choice = backends.select_backend(args.backend, "auto", cuda_available=torch.cuda.is_available(),
+                                     nccl_available=dist.is_available() and dist.is_nccl_available(),
+                                     ib_devices=[])
+    spec = detect_world()
+    ranks = spec.size if spec is not None else nproc
+    try:
+        ck.layout(size, ranks, ck.ELEM[args.dtype])  # too small for the world: fail now
+    except UsageError as exc:
+        raise UsageError(f"invalid --size {args.size!r}: {str(exc).split(': ', 1)[1]}") from None
+    config = ck.Config(size_bytes=size, target=target.display, async_save=args.async_save, dtype=args.dtype,
+                       thread_count=threads, keep=args.keep, device=choice.device, backend=choice.backend)
+    return config, target, choice, nproc
+
+
+def run(args: argparse.Namespace) -> int:
+    config, target, choice, nproc = resolve(args)
+    settings = settings_from_args(args, check=args.check)
+    timeout_s = parse_timeout(args.timeout)
+    launching = detect_world() is None
+    # SIGTERM (a scheduler's kill, `timeout`) takes the Ctrl-C path: ranks stop, rank 0 keeps a
+    # partial record, and the run directory and embedded server are removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    with contextlib.ExitStack() as stack:
+        if launching:
+            choice = _preflight(stack, args, config, target, choice, nproc)
+        return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice,
+                        body=lambda world: _body(world, args, config, target, settings))
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck.Config, target: ct.Target,
+               choice: backends.BackendChoice, nproc: int) -> backends.BackendChoice:
+    """Checks the launching process makes once, before spawning ranks: memory, the target, and
+    for s3:// without --endpoint the embedded server the ranks will use."""
+    if choice.device == "cpu":
+        need = ck.host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc
+        free = free_memory_bytes("cpu")
+        if need > free * 0.9:
+            raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks needs about "
+                             f"{format_bytes_human(need)} of host memory but {format_bytes_human(free)} is free; "
+                             f"use a smaller --size")
+    if target.kind == "local":
+        ct.preflight_local(target, config.size_bytes)
+        return choice
+    if args.endpoint:
+        ct.check_endpoint_reachable(args.endpoint)
+        access = ct.S3Access(args.endpoint)
+        probe_dir = ct.RunDir(target, ct.unique_name(), access)
+        probe_dir.create()  # the bucket exists and the credentials work
+        return choice
+    from ..s3server import EmbeddedS3
+
+    import tempfile
+
+    ct.check_free_space(tempfile.gettempdir(), ct.required_bytes(config.size_bytes),
+                        f"a {format_bytes_human(config.size_bytes)} checkpoint on the embedded S3 server")
+    server = stack.enter_context(EmbeddedS3(bucket=target.bucket))
+    env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
+           ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
+    return dataclasses.replace(choice, env={**choice.env, **env})
+
+
+def _s3_access(args: argparse.Namespace) -> ct.S3Access:
+    if args.endpoint:
+        return ct.S3Access(args.endpoint)
+    endpoint = os.environ.get(ENV_ENDPOINT)
+    if not endpoint:
+        raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
+                         "only started for ranks microbench spawns itself)")
+    return ct.S3Access(endpoint, os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET), embedded=True,
+                       root_dir=os.environ.get(ENV_ROOT))
+
+
+def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Target, settings: Any) -> int:
+    access = _s3_access(args) if target.kind == "s3" else None
+    name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
+    run_dir = ct.RunDir(target, name, access)
+    error = None
+    if world.rank == 0:
+        try:
+            if target.kind == "local":
+                ct.check_free_space(ct.existing_ancestor(target.path), ct.required_bytes(config.size_bytes), "the checkpoint")
+            run_dir.create()
+        except (UsageError, RunError) as exc:
+            error = (type(exc).__name__, str(exc))
+    error = world.broadcast_object(error)
+    if error:
+        if world.rank != 0:
+            raise RunError("rank 0 could not prepare the target")
+        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
+    try:
+        if config.device == "cuda":
+            need = ck.host_bytes_per_rank(config.size_bytes, world.size, False)
+            free = free_memory_bytes("cuda")
+            if need > free * 0.9:
+                raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks needs about "
+                                 f"{format_bytes_human(need)} of GPU memory per rank but {format_bytes_human(free)} "
+                                 f"is free; use a smaller --size or more ranks")
+        probe = ck.CheckpointProbe(config, world, run_dir)
+        outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+                            results_dir=args.results_dir)
+    finally:
+        if world.rank == 0 and not config.keep:
+            run_dir.remove()
+    if world.rank != 0:
+        return 0
+    outcome.record["implementation"]["run_dir"] = run_dir.display if config.keep else f"{run_dir.display} (removed)"
+    print_report(outcome.record, config)
+    write_outputs(args, outcome)
+    print(f"# results: {outcome.path}")
+    wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+    if wrong:
+        raise RunError(f"{wrong} wrong element(s) after loading the checkpoint (see #wrong); the storage or DCP "
+                       f"returned different bytes than were saved")
+    return 0
+
+
+def print_report(record: dict, config: ck.Config) -> None:
+    impl = record["implementation"]
+    world = record["config"]["world"]
+    where = impl.get("s3_endpoint", "")
+    if impl.get("s3_embedded_server"):
+        where = "embedded S3 server (rclone serve s3)"
+    print(f"# microbench checkpoint: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
+          f"{impl['state_dict']}, {config.dtype}")
+    print(f"# target {config.target}{' via ' + where if where else ''}; storage {impl['storage']}; "
+          f"durable = {impl['durable_when']}")
+    table = []
+    for row in record["rows"]:
+        gbps = row.get("write_gbps", row.get("read_gbps"))
+        blocked = f"{row['blocked_time_us'] / 1e3:.1f}" if "blocked_time_us" in row else "-"
+        wrong = "N/A" if row.get("nwrong") is None else row["nwrong"]
+        table.append((row["op"], format_size(row["size_bytes"]), format_size(row["bytes_per_rank"]), row["iters"],
+                      f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
+                      f"{gbps:.3f}", wrong))
+    print(tabulate(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
+                                   "blocked (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+    summary = record.get("summary", {})
+    if "async_blocked_fraction" in summary:
+        print(f"# async_save: training blocked for {100 * summary['async_blocked_fraction']:.0f}% of the time "
+              f"until the checkpoint was durable")
+    print(f"# time = slowest rank; GB/s = total bytes / time (1e9 B/s); page cache before load: "
+          f"{summary.get('page_cache_before_load', 'n/a')}")

