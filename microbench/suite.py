@@ -34,7 +34,7 @@ class StepResult:
 DEFAULT_STEPS = (
     Step("memory", ("memory", "--sizes", "256M")),
     Step("collectives", ("nccl", "--sizes", "1M-16M", "--nproc", "2")),
-    Step("link", ("link", "--nproc", "2")),
+    Step("link", ("link", "--sizes", "1M-16M")),
     Step("storage posix", ("storage", "posix", "--path", "{path}", "--size", "256M")),
     Step("storage s3", ("storage", "s3", "--object-size", "64M", "--objects", "4")),
     Step("checkpoint", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "{path}")),
@@ -48,10 +48,15 @@ def headline(record: dict[str, Any]) -> str:
     best: dict[tuple[str, str], float] = {}
     for row in record.get("rows", []):
         for key, value in row.items():
-            if key.endswith("_gbps") and isinstance(value, (int, float)) and key != "algbw_gbps":
+            if (key.endswith("_gbps") and isinstance(value, (int, float)) and key != "algbw_gbps"
+                    and "ceiling" not in key):
                 op = str(row.get("op", "?"))
                 best[(op, key)] = max(best.get((op, key), 0.0), float(value))
-    parts = [f"{op} {key.removesuffix('_gbps')} {value:.2f} GB/s" for (op, key), value in best.items()]
+    def label(op: str, key: str) -> str:
+        metric = key.removesuffix("_gbps")
+        return op if metric in (op, "throughput", "write", "read") else f"{op} {metric}"
+
+    parts = [f"{label(op, key)} {value:.2f} GB/s" for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
 
 
