@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
+import signal
 import sys
 import traceback
 from typing import Sequence
@@ -34,6 +36,12 @@ COMMAND_MODULES = [
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Treat "-5M" as a value, not an unknown flag, so `--sizes -5M` reaches the size parser
+        # and gets its quoting message. No flag of ours starts with a digit.
+        self._negative_number_matcher = re.compile(r"^-\d")
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
@@ -50,8 +58,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_torch() -> None:
+    """c10d logs every retry and failure with a C++ stack on stderr; our one line says it better.
+    Read once when torch loads, so it must be set before the first `import torch`."""
+    if not os.environ.get("MICROBENCH_DEBUG"):
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (torchrun, Slurm, kill) ends a run like Ctrl-C: the partial record is kept."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (main() called from a library user's thread)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _quiet_torch()
+    _sigterm_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
         return int(args.handler(args) or 0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,14 +54,15 @@ def detect_world(env: dict[str, str] | None = None) -> WorldSpec | None:
     """Read the world a launcher set up, or None when this process is on its own.
 
     torchrun/local: RANK, WORLD_SIZE, LOCAL_RANK. Slurm: SLURM_PROCID, SLURM_NTASKS,
-    SLURM_LOCALID. Open MPI: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK. MASTER_ADDR/MASTER_PORT are
-    required except under Slurm, where the first node of the job is used.
+    SLURM_LOCALID. Open MPI: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK; MPICH and Intel MPI:
+    PMI_RANK/PMI_SIZE, MPI_LOCALRANKID. MASTER_ADDR/MASTER_PORT are required except under
+    Slurm, where the first node of the job is used.
     """
     env = dict(os.environ if env is None else env)
     if env.get("WORLD_SIZE") and env.get("RANK"):
         launcher = "local" if env.get(SPAWNED_ENV) else "torchrun"
         rank, size, local = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE"), _int_env(env, "LOCAL_RANK")
-    elif env.get("SLURM_PROCID") and env.get("SLURM_NTASKS") and int(env.get("SLURM_NTASKS", "1")) > 1:
+    elif env.get("SLURM_PROCID") and env.get("SLURM_NTASKS") and _int_env(env, "SLURM_NTASKS") != 1:
         launcher = "slurm"
         rank, size, local = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS"), _int_env(env, "SLURM_LOCALID")
     elif env.get("OMPI_COMM_WORLD_RANK") and env.get("OMPI_COMM_WORLD_SIZE"):
@@ -68,6 +70,9 @@ def detect_world(env: dict[str, str] | None = None) -> WorldSpec | None:
         rank = _int_env(env, "OMPI_COMM_WORLD_RANK")
         size = _int_env(env, "OMPI_COMM_WORLD_SIZE")
         local = _int_env(env, "OMPI_COMM_WORLD_LOCAL_RANK")
+    elif env.get("PMI_RANK") and env.get("PMI_SIZE"):
+        launcher = "mpi"
+        rank, size, local = _int_env(env, "PMI_RANK"), _int_env(env, "PMI_SIZE"), _int_env(env, "MPI_LOCALRANKID")
     else:
         return None
     assert rank is not None and size is not None
@@ -78,6 +83,8 @@ def detect_world(env: dict[str, str] | None = None) -> WorldSpec | None:
         raise UsageError(f"launched by {launcher} but MASTER_ADDR is not set: export the first host's "
                          f"address, e.g. MASTER_ADDR=node001 MASTER_PORT=29500")
     port = _int_env(env, "MASTER_PORT") or 29500
+    if not 0 < port < 65536:
+        raise UsageError(f"MASTER_PORT {port} is not a TCP port: expected 1-65535, e.g. MASTER_PORT=29500")
     return WorldSpec(rank, size, local or 0, addr, port, launcher)
 
 
@@ -88,9 +95,21 @@ def _slurm_first_node(env: dict[str, str]) -> str | None:
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
         first = out.stdout.split()
-        return first[0] if first else None
+        if out.returncode == 0 and first:
+            return first[0]
     except (OSError, subprocess.SubprocessError):
-        return nodelist.split(",")[0].split("[")[0] or None
+        pass
+    return first_slurm_host(nodelist)
+
+
+def first_slurm_host(nodelist: str) -> str | None:
+    """First host of a Slurm hostlist without scontrol: 'gpu[007-010,12],cpu1' -> 'gpu007'."""
+    head = nodelist.strip()
+    match = re.match(r"^([^\[,]*)\[([^\]]*)\]([^,\[]*)", head)
+    if match:
+        prefix, ranges, suffix = match.groups()
+        return f"{prefix}{ranges.split(',')[0].split('-')[0]}{suffix}"
+    return head.split(",")[0] or None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -137,7 +156,9 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
             procs.append(subprocess.Popen(
                 [*launch.prefix, sys.executable, "-m", "microbench", *argv], env=env,
                 stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
-                stdin=subprocess.DEVNULL))
+                # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
+                # rank never gets a second SIGINT while it saves its partial record.
+                stdin=subprocess.DEVNULL, start_new_session=True))
         return _supervise(procs, logs, timeout_s)
     except KeyboardInterrupt:
         for proc in procs:
@@ -178,8 +199,14 @@ def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float)
                     proc.kill()
         time.sleep(0.05)
     rank0 = procs[0].returncode
+    if rank0 < 0:
+        # Killed by a signal, rank 0 could not say why itself; the file it was writing keeps the
+        # sizes it finished (status "running", since it never got to mark it partial).
+        print(f"microbench: rank 0 was killed by {_signal_name(-rank0)}; the results file it was writing "
+              f"keeps the sizes finished before that", file=sys.stderr)
+        return 1
     if rank0 != 0:
-        return rank0 if rank0 > 0 else 1
+        return rank0
     for rank, proc in enumerate(procs[1:], start=1):
         if proc.returncode != 0:
             logs[rank].seek(0)
@@ -188,6 +215,13 @@ def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float)
             print(f"microbench: rank {rank} failed: {why.removeprefix('microbench: ')}", file=sys.stderr)
             return 1
     return 0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 # --------------------------------------------------------------------------- joining
@@ -235,41 +269,41 @@ class World:
 
     # Failure diagnosis -----------------------------------------------------------------
     def _beat(self) -> None:
+        # A counter in the store, not a timestamp: hosts' clocks need not agree.
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                self.store.set(f"mb/hb/{self.rank}", repr(time.time()))
+                self.store.add(f"mb/hb/{self.rank}", 1)
             except Exception:
                 return
 
     def note_failure(self, reason: str) -> None:
-        """Tell rank 0 this rank saw an error and is leaving on its own (not dead)."""
+        """Tell the others this rank saw an error and is leaving on its own (not dead)."""
         try:
             self.store.set(f"mb/left/{self.rank}", reason[:200])
         except Exception:
             pass
 
-    def missing_ranks(self, settle_s: float = 2.0) -> list[int]:
-        """Ranks that died without a word: no departure note and a stale heartbeat.
+    def missing_ranks(self, settle_s: float = 4 * HEARTBEAT_S) -> list[int]:
+        """Ranks that died without a word: no departure note and a heartbeat that stood still.
 
-        Called by a rank that saw a collective fail; waits a moment so peers that merely saw
-        the same failure have time to leave their note.
+        Called by a rank that saw a collective fail. Reads every heartbeat counter, waits
+        settle_s (several beats, and time for peers that merely saw the same failure to leave
+        their note), and reads again.
         """
-        time.sleep(settle_s)
-        missing = []
-        now = time.time()
-        for rank in range(self.size):
-            if rank == self.rank:
-                continue
-            try:
+        others = [r for r in range(self.size) if r != self.rank]
+        try:
+            before = {r: self.store.add(f"mb/hb/{r}", 0) for r in others}
+            time.sleep(settle_s)
+            missing = []
+            for rank in others:
                 if self.store.check([f"mb/left/{rank}"]):
                     continue
-                beat = float(self.store.get(f"mb/hb/{rank}").decode()) if self.store.check([f"mb/hb/{rank}"]) else 0.0
-            except Exception:
-                # The store lives on rank 0; if it is gone, rank 0 is the missing one.
-                return [0]
-            if now - beat > settle_s * 0.75:
-                missing.append(rank)
-        return missing
+                if self.store.add(f"mb/hb/{rank}", 0) == before[rank]:
+                    missing.append(rank)
+            return missing
+        except Exception:
+            # The store lives in rank 0; if we cannot reach it, rank 0 is the one gone.
+            return [0] if self.rank != 0 else []
 
     def close(self) -> None:
         self._stop.set()
@@ -289,10 +323,15 @@ def _torch_device(device: str) -> Any:
 def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
     from torch.distributed import TCPStore
 
-    timeout = _dt.timedelta(seconds=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    if spec.rank != 0:
+        # TCPStore retries a refused connect with back-off for up to about twice its timeout;
+        # polling the port ourselves keeps "master unreachable" within --timeout.
+        wait_for_master(spec.master_addr, spec.master_port, timeout_s, rank=spec.rank)
+    remaining = max(1.0, deadline - time.monotonic())
     try:
-        return TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0, timeout=timeout,
-                        wait_for_workers=False, use_libuv=True)
+        return TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
+                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False, use_libuv=True)
     except Exception as exc:
         text = _first_line(exc)
         if spec.rank == 0 and ("in use" in text.lower() or "EADDRINUSE" in text):
@@ -302,6 +341,32 @@ def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
             raise RunError(f"rank 0 could not listen on {spec.master_addr}:{spec.master_port}: {text}") from None
         raise RunError(f"rank {spec.rank} could not reach the master at {spec.master_addr}:{spec.master_port} "
                        f"within {timeout_s:g} s (--timeout): {text}") from None
+
+
+def wait_for_master(addr: str, port: int, timeout_s: float, *, rank: int) -> None:
+    """Return once something accepts connections on addr:port; RunError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise RunError(f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}); set it to rank 0's "
+                       f"host name or IP address, e.g. MASTER_ADDR=127.0.0.1") from None
+    last = "no answer"
+    while True:
+        for family, kind, proto, _, sockaddr in infos:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RunError(f"rank {rank} could not reach the master at {addr}:{port} within "
+                               f"{timeout_s:g} s (--timeout): {last}; is rank 0 running and MASTER_ADDR/"
+                               f"MASTER_PORT right?")
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(min(remaining, 2.0))
+                try:
+                    sock.connect(sockaddr)
+                    return
+                except OSError as exc:
+                    last = (exc.strerror or str(exc) or type(exc).__name__).lower()
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     placements = {r.get("placement", "out") for r in rows}
+    if not placements:
+        return {"placement": None, "points": 0}
     placement = "out" if "out" in placements else sorted(placements)[0]
     use = [r for r in rows if r.get("placement", "out") == placement and r["time_us"]["p50"] > 0]
     points = []
@@ -24,7 +26,11 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not points:
         return {"placement": placement, "points": 0}
     latency_s, inv_bw = _weighted_line([p[0] for p in points], [p[1] for p in points])
-    if inv_bw <= 0:  # a flat or falling curve: latency-bound everywhere we measured
+    largest = max(points, key=lambda p: p[0])
+    # A flat or falling curve (or one whose size term is noise next to its latency) is
+    # latency-bound everywhere we measured: the best measured busbw is all we know of the peak.
+    latency_bound = inv_bw <= 0 or inv_bw * largest[0] < 0.01 * largest[1]
+    if latency_bound:
         peak = max(p[3] for p in points)
         inv_bw = 1 / (peak * 1e9)
         latency_s = max(0.0, min(p[1] - p[0] * inv_bw for p in points))
@@ -45,6 +51,7 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "avg_busbw_bw_bound_gbps": sum(p[3] for p in bound) / len(bound),
         "bw_bound_sizes": len(bound),
         "bw_bound_basis": basis,
+        "peak_is_lower_bound": latency_bound,
     }
 
 

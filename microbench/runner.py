@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import signal
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -53,11 +56,27 @@ def _time_once(probe: Probe, case: Case) -> tuple[float, dict[str, Any]]:
     return elapsed, {}
 
 
+def _warm_up(probe: Probe, case: Case, settings: SweepSettings, world: World | None) -> list[float]:
+    """Warm-up iterations. After the first, a slow case stops warming once half the per-case
+    budget is spent: one 256M gloo all_reduce takes ~0.3 s, and five of them would cost more
+    than the timed part. Rank 0 decides, so every rank runs the same collectives."""
+    if settings.warmup <= 0:
+        return []
+    warm = [_time_once(probe, case)[0]]
+    more = settings.warmup - 1
+    if more and settings.budget_s_per_case:
+        more = min(more, int(settings.budget_s_per_case / 2 / max(warm[0], 1e-9)))
+    if world is not None:
+        more = world.broadcast_object(more)
+    warm.extend(_time_once(probe, case)[0] for _ in range(more))
+    return warm
+
+
 def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World | None) -> dict[str, Any]:
     """Run one case on this rank and return its row (complete on every rank)."""
     probe.prepare(case)
     try:
-        warm = [_time_once(probe, case)[0] for _ in range(settings.warmup)]
+        warm = _warm_up(probe, case, settings, world)
         iters = _iterations(settings, warm)
         if world is not None:
             iters = world.broadcast_object(iters)  # every rank must run the same count
@@ -85,7 +104,7 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         **dict(case.params),
         **probe.row_fields(case),
         "iters": iters,
-        "warmup": settings.warmup,
+        "warmup": len(warm),
         "time_us": stats,
         "slowest_rank": slowest,
         "per_rank_time_us_p50": [m * 1e6 for m in medians],
@@ -107,6 +126,36 @@ def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             merged[key] = values[-1]
     return merged
+
+
+class _InterruptGuard:
+    """Ctrl-C during a sweep: raise KeyboardInterrupt where the sweep is, but never inside the
+    handling that saves the partial record. A peer that got the same Ctrl-C may leave first and
+    make our collective fail; `hit` then tells that failure apart from a dead peer."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_InterruptGuard":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        first, self.hit = not self.hit, True
+        if first and sys.exc_info()[0] is None:
+            raise KeyboardInterrupt
+
+    def settle(self) -> bool:
+        """Let a SIGINT that arrived during a blocking C call run its handler; True if hit.
+        (Python runs signal handlers at the next call boundary, i.e. inside this call.)"""
+        return self.hit
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -133,36 +182,39 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
     rows: list[dict[str, Any]] = []
     progress = Progress(len(cases), probe.name, settings.progress if is_writer else False)
     current = None
-    try:
-        for case in cases:
-            current = case
-            progress.step(case.label)
-            row = measure_case(probe, case, settings, world)
-            rows.append(row)
+    with _InterruptGuard() as guard:
+        try:
+            for case in cases:
+                current = case
+                progress.step(case.label)
+                row = measure_case(probe, case, settings, world)
+                rows.append(row)
+                if writer:
+                    writer.add_rows([row])
+                if on_row and is_writer:
+                    on_row(row)
+                progress.advance()
+            current = None
+            record["summary"] = probe.summarize(rows)
             if writer:
-                writer.add_rows([row])
-            if on_row and is_writer:
-                on_row(row)
-            progress.advance()
-        current = None
-        record["summary"] = probe.summarize(rows)
-        if writer:
-            writer.finish("complete")
-        return RunOutcome(record, writer.path if writer else None, rows)
-    except KeyboardInterrupt:
-        progress.close()
-        raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
-    except MicrobenchError as exc:
-        progress.close()
-        if writer:
-            writer.finish("partial", str(exc))
-        raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
-    except Exception as exc:  # a collective that failed because a peer died or timed out
-        progress.close()
-        reason = _diagnose(exc, world, current)
-        raise RunError(_partial_message(reason, None, writer, rows)) from None
-    finally:
-        progress.close()
+                writer.finish("complete")
+            return RunOutcome(record, writer.path if writer else None, rows)
+        except KeyboardInterrupt:
+            progress.close()
+            raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+        except MicrobenchError as exc:
+            progress.close()
+            if writer:
+                writer.finish("partial", str(exc))
+            raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
+        except Exception as exc:  # a collective that failed because a peer died or timed out
+            progress.close()
+            if guard.settle():
+                raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+            reason = _diagnose(exc, world, current)
+            raise RunError(_partial_message(reason, None, writer, rows)) from None
+        finally:
+            progress.close()
 
 
 def _diagnose(exc: Exception, world: World | None, case: Case | None) -> str:
@@ -174,7 +226,7 @@ def _diagnose(exc: Exception, world: World | None, case: Case | None) -> str:
     missing = world.missing_ranks()
     if missing:
         names = ", ".join(str(r) for r in missing)
-        return f"rank {names} stopped responding{where} (no heartbeat); ranks exited instead of waiting"
+        return f"rank {names} died or stopped responding{where} (no heartbeat, no error reported)"
     return f"collective failed{where}: {first}"
 
 

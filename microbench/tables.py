@@ -36,7 +36,7 @@ def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | 
     if fit and fit.get("points"):
         lines.append(
             f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, peak busbw "
-            f"{fit['peak_busbw_gbps']:.2f} GB/s, half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}")
+            f"{'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}")
         avg = fit["avg_busbw_bw_bound_gbps"]
         share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
         lines.append(f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "

@@ -103,6 +103,44 @@ def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
     return format_size(size)
 
 
+def _tiled(values: list[int], count: int, dtype: Any, device: Any) -> Any:
+    import torch
+
+    tile = torch.tensor(values, dtype=dtype, device=device)
+    return tile.repeat(-(-count // len(values)))[:count]
+
+
+def pattern(count: int, rank: int, offset: int = 0, *, dtype: Any = None, device: Any = "cpu") -> Any:
+    """Rank `rank`'s input elements offset..offset+count-1: ((i + rank) mod 3) - 1.
+
+    Built by tiling three values rather than from an int64 index: a 256M float32 buffer would
+    otherwise need a 512 MiB index tensor and seconds of CPU on every prepare and check."""
+    start = offset + rank
+    return _tiled([(start + j) % 3 - 1 for j in range(3)], count, dtype, device)
+
+
+def expected_result(op: str, count: int, n: int, rank: int, *, dtype: Any = None, device: Any = "cpu") -> Any:
+    """What rank `rank`'s output buffer must hold after `op` over n ranks on the patterns.
+
+    count is the op's element count (its size S over the element size); chunked ops use
+    count // n per rank. Sums: whole cycles of three ranks add up to zero, so only the first
+    n mod 3 ranks' patterns remain."""
+    import torch
+
+    chunk = count // n
+    if op in ("all_reduce", "reduce_scatter"):
+        lo, length = (0, count) if op == "all_reduce" else (rank * chunk, chunk)
+        tile = [sum((lo + j + r) % 3 - 1 for r in range(n % 3)) for j in range(3)]
+        return _tiled(tile, length, dtype, device)
+    if op == "all_gather":
+        return torch.cat([pattern(chunk, r, dtype=dtype, device=device) for r in range(n)])
+    if op == "all_to_all":
+        return torch.cat([pattern(chunk, r, offset=rank * chunk, dtype=dtype, device=device) for r in range(n)])
+    if op == "broadcast":
+        return pattern(count, OPS["broadcast"].root, dtype=dtype, device=device)
+    raise UsageError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+
+
 class CollectiveProbe(Probe):
     name = "nccl"
     capabilities = Capabilities(needs_world=True)
@@ -150,9 +188,7 @@ class CollectiveProbe(Probe):
 
     # ------------------------------------------------------------------ buffers and the op
     def _pattern(self, count: int, rank: int, offset: int = 0) -> Any:
-        torch = self.torch
-        idx = torch.arange(offset, offset + count, dtype=torch.int64, device=self.device)
-        return ((idx + rank) % 3 - 1).to(self.dtype)
+        return pattern(count, rank, offset, dtype=self.dtype, device=self.device)
 
     def prepare(self, case: Case) -> None:
         torch = self.torch
@@ -202,30 +238,19 @@ class CollectiveProbe(Probe):
             self.torch.cuda.synchronize(self.device)
 
     def check(self, case: Case) -> int:
-        # Timed in-place iterations accumulate; start again from the pattern for one checked run.
-        self.prepare(case)
-        self.run_once(case)
-        self.sync()
+        # In-place reductions feed each iteration's output into the next, so the buffers are
+        # refilled for one checked run; every other op's last timed output is already final.
+        if case.op == "all_reduce" or (case.op == "reduce_scatter" and case.param("placement") == "in"):
+            self.prepare(case)
+            self.run_once(case)
+            self.sync()
         expected = self._expected(case)
         got = self._buffers["recv"]
         return int((got != expected).sum().item())
 
     def _expected(self, case: Case) -> Any:
-        torch = self.torch
-        count = case.size_bytes // self.elem
-        chunk = count // self.n
-        if case.op in ("all_reduce", "reduce_scatter"):
-            lo, length = (0, count) if case.op == "all_reduce" else (self.rank * chunk, chunk)
-            idx = torch.arange(lo, lo + length, dtype=torch.int64, device=self.device)
-            total = torch.zeros(length, dtype=torch.int64, device=self.device)
-            for rank in range(self.n % 3):  # whole cycles of three ranks sum to zero
-                total += (idx + rank) % 3 - 1
-            return total.to(self.dtype)
-        if case.op == "all_gather":
-            return torch.cat([self._pattern(chunk, r) for r in range(self.n)])
-        if case.op == "all_to_all":
-            return torch.cat([self._pattern(chunk, r, offset=self.rank * chunk) for r in range(self.n)])
-        return self._pattern(count, OPS["broadcast"].root)
+        return expected_result(case.op, case.size_bytes // self.elem, self.n, self.rank,
+                               dtype=self.dtype, device=self.device)
 
     def release(self, case: Case) -> None:
         self._buffers = {}

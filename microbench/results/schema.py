@@ -14,6 +14,7 @@ Readers must check schema_version; new fields may appear within a version, none 
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import sys
 from typing import Any
 
@@ -39,7 +40,7 @@ def new_record(kind: str, config: dict[str, Any], environment: dict[str, Any],
         "status_reason": None,
         "started_at": utc_now(),
         "ended_at": None,
-        "argv": list(sys.argv if argv is None else argv),
+        "argv": redact_argv(list(sys.argv if argv is None else argv)),
         "config": redact(config),
         "environment": environment,
         "implementation": implementation,
@@ -56,6 +57,36 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@", re.IGNORECASE)
+
+
+def _is_secret_flag(flag: str) -> bool:
+    name = flag.lstrip("-").replace("-", "_").lower()
+    return flag.startswith("-") and any(h in name for h in _SECRET_HINTS)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line as it may be recorded: values of secret-looking flags
+    (--secret-key X, --token=X) and passwords inside URLs (s3://user:pass@host) are replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if _is_secret_flag(flag):
+            if eq:
+                out.append(f"{flag}=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(_URL_PASSWORD.sub(r"\g<head><redacted>@", arg))
+    return out
 
 
 def check_record(record: dict[str, Any]) -> None:
