@@ -196,6 +196,8 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                 progress.advance()
             current = None
             record["summary"] = probe.summarize(rows)
+            # Some facts are only known after running (the transport NCCL really picked).
+            record["implementation"].update(probe.implementation())
             if writer:
                 writer.finish("complete")
             return RunOutcome(record, writer.path if writer else None, rows)

@@ -20,6 +20,9 @@ from ..tables import collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
+NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("nccl", help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
                        description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong "
@@ -70,20 +73,14 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
 def run(args: argparse.Namespace) -> int:
     if args.link_profiles and detect_world() is None:
         return labrun.run_profiles(args, sys.argv[1:])
-    config, choice, nproc = resolve(args)
+    settings = settings_from_args(args, check=args.check)
+    timeout_s = parse_timeout(args.timeout)
+    config, choice, nproc = resolve(args)  # imports torch: the cheap checks come first
+    choice, nccl_log_dir = _nccl_log(choice)
     link_gbps = labrun.link_gbps_from(args.link_result) if args.link_result else None
     per_rank, master_addr = None, "127.0.0.1"
     if args.lab and detect_world() is None:
         nproc, master_addr, per_rank = labrun.lab_placement(args.lab, args.nproc)
-    settings = settings_from_args(args, check=args.check)
-    timeout_s = parse_timeout(args.timeout)
-    nccl_log_dir = None
-    if choice.backend == "nccl" and "NCCL_DEBUG" not in os.environ:
-        # NCCL's own log is the only reliable word on which transport it picked.
-        nccl_log_dir = os.path.join(tempfile.gettempdir(), f"microbench-nccl-{os.getuid()}")
-        os.makedirs(nccl_log_dir, exist_ok=True)
-        choice = dataclasses.replace(choice, env={**choice.env, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                                                  "NCCL_DEBUG_FILE": os.path.join(nccl_log_dir, "nccl.%h.%p.log")})
 
     def before_launch() -> None:
         coll.check_memory(config.ops, config.sizes, nproc, free_memory_bytes(choice.device),
@@ -93,14 +90,13 @@ def run(args: argparse.Namespace) -> int:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         coll.check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
                           free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
-        probe = coll.CollectiveProbe(config, world)
+        probe = coll.CollectiveProbe(config, world, transport=lambda: transport_note(choice, nccl_log_dir))
         with labrun.naming_lab_hosts(args.lab, world):
             outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()})
         if world.rank != 0:
             return 0
-        outcome.record["implementation"].update(transport_note(choice, nccl_log_dir))
         if link_gbps:
             outcome.record["summary"]["link_gbps"] = link_gbps
         print_report(outcome.record, config, link_gbps)
@@ -114,6 +110,22 @@ def run(args: argparse.Namespace) -> int:
 
     return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch,
                     per_rank=per_rank, master_addr=master_addr)
+
+
+def _nccl_log(choice: backends.BackendChoice) -> tuple[backends.BackendChoice, str | None]:
+    """Turn on NCCL's INIT/NET log into a per-run directory: it is the only reliable word on
+    which transport NCCL picked. The launcher makes the directory and every rank inherits it;
+    a user's own NCCL_DEBUG setting is left alone (the transport is then "unknown")."""
+    if choice.backend != "nccl":
+        return choice, None
+    log_dir = os.environ.get(NCCL_LOG_DIR_ENV)
+    if log_dir is None:
+        if "NCCL_DEBUG" in os.environ:
+            return choice, None
+        log_dir = tempfile.mkdtemp(prefix="microbench-nccl-")
+    env = {**choice.env, NCCL_LOG_DIR_ENV: log_dir, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+           "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%h.%p.log")}
+    return dataclasses.replace(choice, env=env), log_dir
 
 
 def print_report(record: dict, config: coll.Config, link_gbps: float | None = None) -> None:

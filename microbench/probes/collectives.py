@@ -145,7 +145,7 @@ class CollectiveProbe(Probe):
     name = "nccl"
     capabilities = Capabilities(needs_world=True)
 
-    def __init__(self, config: Config, world: Any):
+    def __init__(self, config: Config, world: Any, transport: Callable[[], dict[str, Any]] | None = None):
         import torch
         import torch.distributed as dist
 
@@ -153,6 +153,7 @@ class CollectiveProbe(Probe):
             if name not in OPS:
                 raise UsageError(f"invalid --ops {name!r}: expected some of {', '.join(OPS)}")
         self.config, self.world = config, world
+        self._transport = transport  # asked vs really used; NCCL says which only after connecting
         self.torch, self.dist = torch, dist
         self.n, self.rank = world.size, world.rank
         self.dtype = getattr(torch, config.dtype)
@@ -165,7 +166,7 @@ class CollectiveProbe(Probe):
 
     def implementation(self) -> dict[str, Any]:
         return {"engine": f"torch.distributed/{self.config.backend}", "backend": self.config.backend,
-                "device": self.config.device}
+                "device": self.config.device, **(self._transport() if self._transport else {})}
 
     def cases(self) -> list[Case]:
         out = []

@@ -23,7 +23,15 @@ from .. import __version__
 SCHEMA_VERSION = 1
 STATUSES = ("running", "complete", "partial", "failed", "skipped")
 # Keys whose values are credentials: they never reach a record, whatever a probe passes in.
-_SECRET_HINTS = ("secret", "password", "token", "access_key", "auth_key", "credential")
+_SECRET_HINTS = ("secret", "password", "passwd", "access_key", "auth_key", "credential", "api_key")
+# Matched as a whole word only: "session_token" is a secret, "tokens_per_step" is not.
+_SECRET_WORDS = ("token",)
+
+
+def is_secret_name(name: str) -> bool:
+    lowered = str(name).lower().replace("-", "_")
+    words = re.split(r"[^a-z0-9]+", lowered)
+    return any(h in lowered for h in _SECRET_HINTS) or any(w in words for w in _SECRET_WORDS)
 
 
 def utc_now() -> str:
@@ -52,7 +60,7 @@ def new_record(kind: str, config: dict[str, Any], environment: dict[str, Any],
 def redact(value: Any) -> Any:
     """Drop secret-looking keys recursively so credentials never reach disk or stdout."""
     if isinstance(value, dict):
-        return {k: ("<redacted>" if any(h in str(k).lower() for h in _SECRET_HINTS) else redact(v))
+        return {k: ("<redacted>" if is_secret_name(k) else redact(v))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
@@ -63,8 +71,7 @@ _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@",
 
 
 def _is_secret_flag(flag: str) -> bool:
-    name = flag.lstrip("-").replace("-", "_").lower()
-    return flag.startswith("-") and any(h in name for h in _SECRET_HINTS)
+    return flag.startswith("-") and is_secret_name(flag.lstrip("-"))
 
 
 def redact_argv(argv: list[str]) -> list[str]:

@@ -1,0 +1,94 @@
+"""nccl-tests conventions and the correctness patterns, checked without a world: each
+collective is simulated with plain tensor ops on every rank's pattern."""
+
+import pytest
+import torch
+
+from microbench.errors import UsageError
+from microbench.probes import collectives as coll
+from microbench.probes.collectives import OPS, effective_size, expected_result, pattern
+
+
+@pytest.mark.parametrize("op, n, factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("reduce_scatter", 2, 0.5), ("reduce_scatter", 8, 0.875),
+    ("all_gather", 4, 0.75), ("all_to_all", 8, 0.875), ("broadcast", 8, 1.0), ("all_reduce", 1, 0.0),
+])
+def test_busbw_factors_are_nccl_tests(op, n, factor):
+    assert OPS[op].factor(n) == pytest.approx(factor)
+
+
+def test_placements_follow_what_torch_offers():
+    assert OPS["all_reduce"].placements == ("in",)
+    assert OPS["broadcast"].placements == ("in",)
+    assert OPS["all_to_all"].placements == ("out",)
+    assert OPS["reduce_scatter"].placements == ("out", "in")
+    assert OPS["all_gather"].placements == ("out", "in")
+
+
+@pytest.mark.parametrize("op, size, n, elem, want", [
+    ("all_reduce", 1 << 20, 3, 4, 1 << 20),           # not chunked: whole elements only
+    ("all_reduce", 1001, 2, 4, 1000),
+    ("reduce_scatter", 1 << 20, 3, 4, (1 << 20) // 12 * 12),  # n equal chunks of whole elements
+    ("all_gather", 1 << 20, 8, 2, 1 << 20),
+    ("all_to_all", 10, 8, 4, 32),                     # never below one element per rank
+    ("broadcast", 1, 2, 2, 2),
+])
+def test_effective_size(op, size, n, elem, want):
+    assert effective_size(OPS[op], size, n, elem) == want
+
+
+def test_pattern_values_and_periodicity():
+    p = pattern(7, rank=0, dtype=torch.float32)
+    assert p.tolist() == [-1, 0, 1, -1, 0, 1, -1]
+    assert pattern(4, rank=1, offset=1, dtype=torch.float32).tolist() == [1, -1, 0, 1]
+    assert pattern(5, rank=2, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+def simulate(op, count, n):
+    """Each rank's output for `op` computed directly from the definition."""
+    inputs = [pattern(count, r, dtype=torch.float64) for r in range(n)]
+    chunk = count // n
+    total = sum(inputs)
+    if op == "all_reduce":
+        return [total for _ in range(n)]
+    if op == "reduce_scatter":
+        return [total[r * chunk:(r + 1) * chunk] for r in range(n)]
+    if op == "all_gather":
+        gathered = torch.cat([inputs[r][:chunk] for r in range(n)])
+        return [gathered for _ in range(n)]
+    if op == "all_to_all":
+        return [torch.cat([inputs[src][dst * chunk:(dst + 1) * chunk] for src in range(n)]) for dst in range(n)]
+    if op == "broadcast":
+        return [inputs[0] for _ in range(n)]
+    raise AssertionError(op)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_expected_results_match_the_definition(op, n, dtype):
+    count = 24 * n + (0 if OPS[op].chunked else 5)
+    for rank, want in enumerate(simulate(op, count, n)):
+        got = expected_result(op, count, n, rank, dtype=dtype)
+        assert got.dtype == dtype
+        assert torch.equal(got.to(torch.float64), want), (op, n, rank)
+
+
+def test_expected_rejects_unknown_ops():
+    with pytest.raises(UsageError, match="'gather'"):
+        expected_result("gather", 8, 2, 0, dtype=torch.float32)
+
+
+def test_memory_check_refuses_with_the_amount_needed():
+    with pytest.raises(UsageError) as info:
+        coll.check_memory(["all_reduce", "all_to_all"], [1 << 20, 64 << 30], 2, 8 << 30, "host memory")
+    text = str(info.value)
+    # all_to_all holds 2S per rank plus S for the check: 3 x 64 GiB x 2 ranks.
+    assert "--sizes up to 64.0 GiB needs about 384.0 GiB of host memory for 2 rank(s)" in text
+    assert "only 8.0 GiB is free" in text
+    assert "e.g. --sizes 1M-1G" in text
+
+
+def test_memory_check_passes_when_it_fits():
+    coll.check_memory(["all_reduce"], [1 << 20, 64 << 20], 2, 8 << 30, "host memory")
+    assert coll.bytes_needed_per_rank(["all_gather"], 1 << 30, 4) == int((1 + 1 / 4) * (1 << 30) + (1 << 30))

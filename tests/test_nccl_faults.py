@@ -1,0 +1,167 @@
+"""Every bad input and fault the nccl issue names: exit code, one stderr line that quotes the
+value, no traceback, no hang."""
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import cli_env
+
+pytestmark = pytest.mark.slow
+
+
+def one_error_line(stderr):
+    """The whole of stderr is one `microbench: ...` line (no traceback, no c10d log)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, code, fragments", [
+    (["--sizes", "1X-4G"], 2, ["'1X-4G'", "'1X' is not a size", "e.g. 1M-4G"]),
+    (["--sizes", "4G-1M"], 2, ["'4G-1M'", "starts above its end", "e.g. 1M-4G"]),
+    (["--sizes", "0"], 2, ["'0'", "greater than zero"]),
+    (["--sizes", "-5M"], 2, ["'-5M'", "cannot be negative"]),
+    (["--ops", "all_reduce,gather"], 2, ["'gather'", "reduce_scatter, all_gather, all_reduce, broadcast, all_to_all"]),
+    (["--dtype", "int8"], 2, ["'int8'", "float32, bfloat16, float16"]),
+    (["--nproc", "0"], 2, ["'0'", "--nproc", "at least 1"]),
+    (["--factor", "1"], 2, ["--factor", "greater than 1"]),
+    (["--timeout", "soon"], 2, ["'soon'", "--timeout 60"]),
+    (["--backend", "gloo", "--transport", "ib"], 2, ["'ib'", "gloo only speaks TCP"]),
+    (["--backend", "nccl"], 0, ["skipped", "needs a CUDA GPU"]),
+])
+def test_bad_input(run_cli, tmp_path, args, code, fragments):
+    res = run_cli("nccl", *args, timeout=60)
+    assert res.returncode == code
+    line = one_error_line(res.stderr)
+    for fragment in fragments:
+        assert fragment in line
+    assert res.stdout == "" and not (tmp_path / "results").exists()
+
+
+def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
+    res = run_cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
+    assert res.returncode == 2
+    line = one_error_line(res.stderr)
+    assert "--sizes up to 64.0 GiB needs about" in line and "of host memory for 2 rank(s)" in line
+    assert "is free" in line and "e.g. --sizes 1M-" in line
+    assert not (tmp_path / "results").exists()  # no rank was started
+
+
+def closed_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_master_fails_within_the_timeout(run_cli):
+    port = closed_port()
+    start = time.monotonic()
+    res = run_cli("nccl", "--sizes", "1M", "--timeout", "5", timeout=60,
+                  env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    elapsed = time.monotonic() - start
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert f"rank 1 could not reach the master at 127.0.0.1:{port} within 5 s (--timeout)" in line
+    # 5 s of waiting plus interpreter and torch start-up on a busy machine; TCPStore alone
+    # would retry for two timeouts and more.
+    assert elapsed < 5 + 20
+
+
+def test_a_taken_master_port_is_named(run_cli):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        res = run_cli("nccl", "--sizes", "1M", "--timeout", "5", timeout=60,
+                      env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert f"MASTER_PORT {port} on 127.0.0.1 is already in use" in line and "MASTER_PORT=" in line
+
+
+def _children(pid):
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.split("/")[2]))
+    return out
+
+
+def _rank_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return None
+    return int(env[b"RANK"]) if b"RANK" in env else None
+
+
+def _start_sweep(tmp_path):
+    """A sweep long enough to be interrupted: rows appear in the results file as sizes finish."""
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "256K-128M", "--ops", "all_reduce",
+                             "--nproc", "2", "--timeout", "5", "--iters", "20", "--budget", "0"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        files = list((tmp_path / "results").glob("*.json"))
+        try:
+            if files and len(json.loads(files[0].read_text())["rows"]) >= 2:
+                return proc, files[0]
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail(f"the sweep never finished two sizes: {proc.communicate()}")
+
+
+def _finished_rows(path):
+    record = json.loads(path.read_text())
+    assert record["status"] == "partial", record["status"]
+    sizes = [row["size_bytes"] for row in record["rows"]]
+    assert len(sizes) >= 2 and sizes == sorted(sizes) and sizes[0] == 256 << 10
+    assert all(row["nwrong"] == 0 for row in record["rows"])
+    return record
+
+
+def test_a_rank_killed_mid_sweep(tmp_path):
+    proc, path = _start_sweep(tmp_path)
+    victims = [pid for pid in _children(proc.pid) if _rank_of(pid) == 1]
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+    killed_at = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    # Rank 0 must notice and leave within --timeout (5 s) plus start-of-exit slack; a hang
+    # would run to the communicate() timeout.
+    assert time.monotonic() - killed_at < 5 + 10
+    line = one_error_line(err)
+    assert "rank 1 died or stopped responding during all_reduce" in line
+    assert f"in {os.path.join('results', path.name)} (partial)" in line
+    record = _finished_rows(path)
+    assert "rank 1" in record["status_reason"]
+
+
+def test_ctrl_c_keeps_a_partial_record(tmp_path):
+    proc, path = _start_sweep(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted during all_reduce") and "(partial)" in line
+    record = _finished_rows(path)
+    assert record["status_reason"].startswith("interrupted")
+    assert _children(proc.pid) == []

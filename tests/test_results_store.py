@@ -1,0 +1,124 @@
+"""The record store: atomic, never overwriting, partial on failure; secrets never recorded."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from microbench.errors import Interrupted, RunError, UsageError
+from microbench.probe import Case, Probe
+from microbench.results import RecordWriter, load_record, new_record, write_csv
+from microbench.results.schema import SCHEMA_VERSION, redact, redact_argv
+from microbench.runner import SweepSettings, run_probe
+
+
+def record(kind="demo", config=None):
+    return new_record(kind, config or {"a": 1}, {"hostname": "h"}, {"name": "python"}, argv=["microbench", "demo"])
+
+
+def test_writer_claims_a_new_file_and_rewrites_it_whole(tmp_path):
+    writer = RecordWriter(record(), directory=tmp_path)
+    assert json.loads(writer.path.read_text())["status"] == "running"
+    writer.add_rows([{"op": "x", "size_bytes": 1}])
+    writer.finish("complete")
+    data = load_record(writer.path)
+    assert data["schema_version"] == SCHEMA_VERSION and data["status"] == "complete"
+    assert data["rows"] == [{"op": "x", "size_bytes": 1}] and data["ended_at"]
+    assert stat.S_IMODE(os.stat(writer.path).st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writer.path.name]  # no temp files left
+
+
+def test_default_names_never_collide(tmp_path):
+    paths = {RecordWriter(record(), directory=tmp_path).path for _ in range(3)}
+    assert len(paths) == 3
+
+
+def test_an_existing_file_is_never_overwritten(tmp_path):
+    target = tmp_path / "run.json"
+    target.write_text("precious")
+    with pytest.raises(UsageError) as info:
+        RecordWriter(record(), path=target)
+    assert repr(str(target)) in str(info.value) and "never overwritten" in str(info.value)
+    assert target.read_text() == "precious"
+    csv_target = tmp_path / "rows.csv"
+    csv_target.write_text("precious")
+    with pytest.raises(UsageError, match="never overwritten"):
+        write_csv(csv_target, [{"a": 1}])
+    assert csv_target.read_text() == "precious"
+
+
+def test_csv_flattens_nested_fields(tmp_path):
+    path = write_csv(tmp_path / "r.csv", [{"op": "a", "time_us": {"p50": 1.5}, "per_rank": [1, 2]}, {"op": "b", "x": 3}])
+    lines = path.read_text().splitlines()
+    assert lines[0] == "op,time_us.p50,per_rank,x"
+    assert lines[1] == 'a,1.5,"[1, 2]",'
+
+
+def test_load_record_rejects_what_it_cannot_read(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(UsageError, match="schema_version 99"):
+        load_record(bad)
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="is not JSON"):
+        load_record(bad)
+
+
+class FailingProbe(Probe):
+    """Sweeps three sizes; the third one fails the way the test asks."""
+
+    name = "failing"
+
+    def __init__(self, failure):
+        self.failure = failure
+
+    def cases(self):
+        return [Case("op", s) for s in (1, 2, 3)]
+
+    def run_once(self, case):
+        if case.size_bytes == 3:
+            raise self.failure
+        return None
+
+    def metrics(self, case, time_s):
+        return {"rate": case.size_bytes / time_s}
+
+
+@pytest.mark.parametrize("failure, error, reason", [
+    (RuntimeError("Connection reset by peer"), RunError, "RuntimeError during op 3B: Connection reset by peer"),
+    (RunError("disk full"), RunError, "disk full"),
+    (KeyboardInterrupt(), Interrupted, "interrupted during op 3B"),
+])
+def test_a_failed_sweep_keeps_finished_rows_as_partial(tmp_path, failure, error, reason):
+    settings = SweepSettings(warmup=1, iters=2, budget_s_per_case=None, progress=False)
+    with pytest.raises(error) as info:
+        run_probe(FailingProbe(failure), settings, config={"x": 1}, results_dir=str(tmp_path))
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and str(files[0]) in str(info.value) and "(partial)" in str(info.value)
+    data = load_record(files[0])
+    assert data["status"] == "partial" and reason in data["status_reason"]
+    assert [r["size_bytes"] for r in data["rows"]] == [1, 2]
+    assert all(r["iters"] == 2 and r["warmup"] == 1 and r["rate"] > 0 for r in data["rows"])
+
+
+def test_secrets_never_reach_a_record(tmp_path):
+    config = {"endpoint": "http://s3", "secret_key": "SHHH", "nested": [{"Password": "pw", "bucket": "b"}],
+              "aws_session_token": "tok"}
+    rec = new_record("s3", config, {}, {}, argv=["microbench", "s3", "--secret-key", "SHHH", "--token=tok",
+                                                 "--url", "s3://AKIA:SHHH@host/bucket"])
+    writer = RecordWriter(rec, directory=tmp_path)
+    text = writer.path.read_text()
+    assert "SHHH" not in text and "tok" not in text.replace("token", "") and '"pw"' not in text
+    assert rec["config"]["endpoint"] == "http://s3" and rec["config"]["nested"][0]["bucket"] == "b"
+    assert rec["argv"] == ["microbench", "s3", "--secret-key", "<redacted>", "--token=<redacted>",
+                           "--url", "s3://AKIA:<redacted>@host/bucket"]
+
+
+def test_redaction_keeps_ordinary_values():
+    assert redact({"a": [1, {"b": 2}], "tokens_per_step": 5, "max_tokens": 1}) == \
+        {"a": [1, {"b": 2}], "tokens_per_step": 5, "max_tokens": 1}
+    assert redact({"AWS_SECRET_ACCESS_KEY": "x", "api-key": "y", "session_token": "z"}) == \
+        {"AWS_SECRET_ACCESS_KEY": "<redacted>", "api-key": "<redacted>", "session_token": "<redacted>"}
+    assert redact_argv(["--sizes", "1M-4M", "http://host/x", "--tokens", "5"]) == \
+        ["--sizes", "1M-4M", "http://host/x", "--tokens", "5"]

@@ -1,0 +1,96 @@
+"""Which world a launcher set up, read from its environment variables."""
+
+import socket
+
+import pytest
+
+from microbench.dist import WorldSpec, detect_world, first_slurm_host, wait_for_master
+from microbench.errors import RunError, UsageError
+from microbench.runner import SweepSettings, _iterations
+
+MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29512"}
+
+
+def test_no_launcher_means_no_world():
+    assert detect_world({}) is None
+    assert detect_world({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task: not a world
+
+
+def test_torchrun():
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", **MASTER}
+    assert detect_world(env) == WorldSpec(3, 8, 1, "10.0.0.1", 29512, "torchrun")
+
+
+def test_our_own_spawned_ranks_say_local():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MICROBENCH_SPAWNED": "1", **MASTER}
+    assert detect_world(env).launcher == "local"
+
+
+def test_slurm_with_master_addr():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", **MASTER}
+    assert detect_world(env) == WorldSpec(5, 16, 1, "10.0.0.1", 29512, "slurm")
+
+
+def test_slurm_without_master_addr_uses_the_first_node(monkeypatch):
+    # No scontrol on a test machine: the hostlist is expanded by our own parser.
+    monkeypatch.setenv("PATH", "/nonexistent")
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "gpu[007-008]"}
+    spec = detect_world(env)
+    assert (spec.master_addr, spec.master_port, spec.launcher) == ("gpu007", 29500, "slurm")
+
+
+@pytest.mark.parametrize("nodelist, first", [
+    ("gpu[007-010,12],cpu1", "gpu007"), ("node1,node2", "node1"), ("n[5]", "n5"), ("rack[2-3]-a", "rack2-a"),
+])
+def test_first_slurm_host(nodelist, first):
+    assert first_slurm_host(nodelist) == first
+
+
+def test_open_mpi_and_mpich():
+    ompi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0", **MASTER}
+    assert detect_world(ompi) == WorldSpec(2, 4, 0, "10.0.0.1", 29512, "mpi")
+    mpich = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", **MASTER}
+    assert detect_world(mpich) == WorldSpec(1, 2, 1, "10.0.0.1", 29512, "mpi")
+
+
+def test_torchrun_variables_win_over_slurm_ones():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "8", **MASTER}
+    assert detect_world(env).launcher == "torchrun"
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"RANK": "one", "WORLD_SIZE": "2", **MASTER}, "RANK='one'"),
+    ({"RANK": "2", "WORLD_SIZE": "2", **MASTER}, "rank 2 is outside a world of size 2"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not set"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, "MASTER_PORT 70000"),
+])
+def test_broken_launcher_environments_are_misuse(env, fragment):
+    with pytest.raises(UsageError) as info:
+        detect_world(env)
+    assert fragment in str(info.value)
+
+
+def test_waiting_for_a_master_that_is_not_there_ends_at_the_timeout():
+    with socket.socket() as sock:  # a port nobody listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with pytest.raises(RunError) as info:
+            wait_for_master("127.0.0.1", port, 0.5, rank=1)
+    assert f"rank 1 could not reach the master at 127.0.0.1:{port} within 0.5 s (--timeout)" in str(info.value)
+
+
+def test_waiting_for_a_listening_master_returns():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        wait_for_master("127.0.0.1", sock.getsockname()[1], 5, rank=1)
+
+
+def test_an_unresolvable_master_is_named():
+    with pytest.raises(RunError, match="MASTER_ADDR 'no-such-host.invalid' does not resolve"):
+        wait_for_master("no-such-host.invalid", 29500, 5, rank=1)
+
+
+@pytest.mark.parametrize("warm, want", [([1e-4], 20), ([0.5, 0.4], 5), ([10.0], 3), ([], 20)])
+def test_iterations_fit_the_budget_but_never_drop_below_the_minimum(warm, want):
+    assert _iterations(SweepSettings(iters=20, budget_s_per_case=2.0, min_iters=3), warm) == want
