@@ -45,7 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "sweeps side by side with their ratio")
     p.add_argument("--link-result", default=None, metavar="FILE",
                    help="a `microbench link` record: report busbw as a percentage of that measured link")
-    add_sweep_options(p)
+    # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
+    # ends in about a minute on two CPU ranks; small sizes still run all --iters.
+    add_sweep_options(p, budget_s=1.0)
     p.set_defaults(handler=run)
 
 

@@ -103,20 +103,33 @@ def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
     return format_size(size)
 
 
-def _tiled(values: list[int], count: int, dtype: Any, device: Any) -> Any:
+def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
+    """Write rank `rank`'s input elements offset..offset+len-1, ((i + rank) mod 3) - 1, into buf.
+
+    Tiled from three values, in place: an int64 index for a 256M float32 buffer would need
+    512 MiB and seconds of CPU on every prepare and check."""
     import torch
 
-    tile = torch.tensor(values, dtype=dtype, device=device)
-    return tile.repeat(-(-count // len(values)))[:count]
+    start = offset + rank
+    tile = torch.tensor([(start + j) % 3 - 1 for j in range(3)], dtype=buf.dtype, device=buf.device)
+    return _fill_tiled(buf, tile)
+
+
+def _fill_tiled(buf: Any, tile: Any) -> Any:
+    count = buf.numel()
+    full = count // 3 * 3
+    if full:
+        buf[:full].view(-1, 3).copy_(tile.expand(full // 3, 3))
+    if count > full:
+        buf[full:].copy_(tile[:count - full])
+    return buf
 
 
 def pattern(count: int, rank: int, offset: int = 0, *, dtype: Any = None, device: Any = "cpu") -> Any:
-    """Rank `rank`'s input elements offset..offset+count-1: ((i + rank) mod 3) - 1.
+    """A new tensor holding rank `rank`'s input elements offset..offset+count-1 (see fill_pattern)."""
+    import torch
 
-    Built by tiling three values rather than from an int64 index: a 256M float32 buffer would
-    otherwise need a 512 MiB index tensor and seconds of CPU on every prepare and check."""
-    start = offset + rank
-    return _tiled([(start + j) % 3 - 1 for j in range(3)], count, dtype, device)
+    return fill_pattern(torch.empty(count, dtype=dtype, device=device), rank, offset)
 
 
 def expected_result(op: str, count: int, n: int, rank: int, *, dtype: Any = None, device: Any = "cpu") -> Any:
@@ -130,8 +143,9 @@ def expected_result(op: str, count: int, n: int, rank: int, *, dtype: Any = None
     chunk = count // n
     if op in ("all_reduce", "reduce_scatter"):
         lo, length = (0, count) if op == "all_reduce" else (rank * chunk, chunk)
-        tile = [sum((lo + j + r) % 3 - 1 for r in range(n % 3)) for j in range(3)]
-        return _tiled(tile, length, dtype, device)
+        tile = torch.tensor([sum((lo + j + r) % 3 - 1 for r in range(n % 3)) for j in range(3)],
+                            dtype=dtype, device=device)
+        return _fill_tiled(torch.empty(length, dtype=dtype, device=device), tile)
     if op == "all_gather":
         return torch.cat([pattern(chunk, r, dtype=dtype, device=device) for r in range(n)])
     if op == "all_to_all":
@@ -160,6 +174,11 @@ class CollectiveProbe(Probe):
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
         self._buffers: dict[str, Any] = {}
+        # Like nccl-tests, allocate each op's buffers once at its largest size and reuse them
+        # for every size and placement: re-faulting 256 MiB per case costs seconds of CPU.
+        self._arena: dict[str, Any] = {}
+        self._arena_op: str | None = None
+        self._case_list: list[Case] | None = None
         # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
         self._reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -191,30 +210,41 @@ class CollectiveProbe(Probe):
     def _pattern(self, count: int, rank: int, offset: int = 0) -> Any:
         return pattern(count, rank, offset, dtype=self.dtype, device=self.device)
 
+    def _buffer(self, case: Case, role: str, count: int) -> Any:
+        """A `count`-element view of this op's `role` arena, sized for the op's largest case."""
+        if self._arena_op != case.op:
+            self._arena, self._arena_op = {}, case.op  # free the previous op's buffers first
+        buf = self._arena.get(role)
+        if buf is None or buf.numel() < count:
+            largest = max(c.size_bytes for c in self._cases_of(case.op))
+            capacity = max(count, -(-count * largest // case.size_bytes))
+            buf = self._arena[role] = self.torch.empty(capacity, dtype=self.dtype, device=self.device)
+        return buf[:count]
+
+    def _cases_of(self, op: str) -> list[Case]:
+        if self._case_list is None:
+            self._case_list = self.cases()
+        return [c for c in self._case_list if c.op == op]
+
     def prepare(self, case: Case) -> None:
-        torch = self.torch
         count = case.size_bytes // self.elem
         chunk = count // self.n
         in_place = case.param("placement") == "in"
-        name = case.op
-        if name == "all_reduce":
-            send = recv = self._pattern(count, self.rank)
+        name, r = case.op, self.rank
+        if name in ("all_reduce", "broadcast"):
+            send = recv = fill_pattern(self._buffer(case, "send", count), r)
         elif name == "reduce_scatter":
-            send = self._pattern(count, self.rank)
-            recv = send[self.rank * chunk:(self.rank + 1) * chunk] if in_place else torch.empty(chunk, dtype=self.dtype, device=self.device)
+            send = fill_pattern(self._buffer(case, "send", count), r)
+            recv = send[r * chunk:(r + 1) * chunk] if in_place else self._buffer(case, "recv", chunk)
         elif name == "all_gather":
-            recv = torch.zeros(count, dtype=self.dtype, device=self.device)
-            mine = self._pattern(chunk, self.rank)
+            recv = self._buffer(case, "recv", count).zero_()
             if in_place:
-                recv[self.rank * chunk:(self.rank + 1) * chunk].copy_(mine)
-                send = recv[self.rank * chunk:(self.rank + 1) * chunk]
+                send = fill_pattern(recv[r * chunk:(r + 1) * chunk], r)
             else:
-                send = mine
+                send = fill_pattern(self._buffer(case, "send", chunk), r)
         elif name == "all_to_all":
-            send = self._pattern(count, self.rank)
-            recv = torch.empty_like(send)
-        elif name == "broadcast":
-            send = recv = self._pattern(count, self.rank)
+            send = fill_pattern(self._buffer(case, "send", count), r)
+            recv = self._buffer(case, "recv", count)
         else:  # guarded in __init__
             raise UsageError(f"unknown op {name!r}")
         self._buffers = {"send": send, "recv": recv}
