@@ -6,7 +6,7 @@ import torch
 
 from microbench.errors import UsageError
 from microbench.probes import collectives as coll
-from microbench.probes.collectives import OPS, effective_size, expected_result, pattern
+from microbench.probes.collectives import OPS, count_wrong, effective_size, expected_result, expected_segments, pattern
 
 
 @pytest.mark.parametrize("op, n, factor", [
@@ -72,6 +72,18 @@ def test_expected_results_match_the_definition(op, n, dtype):
         got = expected_result(op, count, n, rank, dtype=dtype)
         assert got.dtype == dtype
         assert torch.equal(got.to(torch.float64), want), (op, n, rank)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_count_wrong_counts_exactly_the_corrupted_elements(op):
+    n, count = 4, 4 * 25  # 25 elements per chunk: segments do not end on a whole tile
+    segments = expected_segments(op, count, n, rank=1)
+    good = expected_result(op, count, n, 1, dtype=torch.float32)
+    assert count_wrong(good, segments) == 0
+    bad = good.clone()
+    bad[[0, 7, len(bad) - 1]] += 5
+    bad[3] = float("nan")
+    assert count_wrong(bad, segments) == 4
 
 
 def test_expected_rejects_unknown_ops():
