@@ -122,3 +122,31 @@ def test_redaction_keeps_ordinary_values():
         {"AWS_SECRET_ACCESS_KEY": "<redacted>", "api-key": "<redacted>", "session_token": "<redacted>"}
     assert redact_argv(["--sizes", "1M-4M", "http://host/x", "--tokens", "5"]) == \
         ["--sizes", "1M-4M", "http://host/x", "--tokens", "5"]
+
+
+def test_no_check_records_nwrong_as_unknown_and_the_table_says_na(tmp_path):
+    from microbench.tables import collective_table
+
+    class Unchecked(Probe):
+        name = "unchecked"
+
+        def cases(self):
+            return [Case("all_reduce", 1024, (("placement", "in"),))]
+
+        def run_once(self, case):
+            return None
+
+        def check(self, case):
+            raise AssertionError("--no-check must not run the check")
+
+        def row_fields(self, case):
+            return {"count": 256, "dtype": "float32", "redop": "sum", "root": -1}
+
+        def metrics(self, case, time_s):
+            return {"algbw_gbps": 1.0, "busbw_gbps": 1.0}
+
+    settings = SweepSettings(warmup=0, iters=1, budget_s_per_case=None, check=False, progress=False)
+    outcome = run_probe(Unchecked(), settings, config={}, results_dir=str(tmp_path))
+    assert [r["nwrong"] for r in outcome.rows] == [None]
+    line = collective_table("all_reduce", outcome.rows, None).splitlines()[-1]
+    assert line.split()[-1] == "N/A" and line.split()[:5] == ["1024", "256", "float", "sum", "-1"]
