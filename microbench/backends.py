@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,25 @@ class BackendChoice:
     transport: str        # what was asked for after resolution: ib | tcp | auto (NCCL decides)
     env: dict[str, str]   # variables that enforce the transport
     reason: str           # one line: why this backend
+
+
+# Device nodes a CUDA (or ROCm, or WSL2) GPU needs; without any, torch cannot see a GPU, and
+# the launcher can skip importing torch (~3 s, serial before the ranks start).
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_possible(nodes: tuple[str, ...] = GPU_DEVICE_NODES) -> bool:
+    return any(os.path.exists(node) for node in nodes)
+
+
+def cuda_facts() -> tuple[bool, bool]:
+    """(CUDA available, NCCL built into torch); torch is imported only where a GPU may exist."""
+    if not gpu_possible():
+        return False, False
+    import torch
+    import torch.distributed as dist
+
+    return torch.cuda.is_available(), dist.is_available() and dist.is_nccl_available()
 
 
 def infiniband_devices(sys_root: str = "/sys/class/infiniband") -> list[str]:

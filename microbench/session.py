@@ -12,7 +12,9 @@ from .dist import RankLaunch, World, detect_world, launch_local
 
 def local_ranks(default_gpus: bool = True) -> int:
     """Default --nproc: one rank per GPU, else 2."""
-    if default_gpus:
+    from .backends import gpu_possible
+
+    if default_gpus and gpu_possible():
         try:
             import torch
 

@@ -62,11 +62,8 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
     if args.dtype is not None and args.dtype not in coll.DTYPES:
         raise UsageError(f"invalid --dtype {args.dtype!r}: expected one of {', '.join(coll.DTYPES)} (e.g. --dtype bfloat16)")
     nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc is not None else local_ranks()
-    import torch
-    import torch.distributed as dist
-
-    choice = backends.select_backend(args.backend, args.transport, cuda_available=torch.cuda.is_available(),
-                                     nccl_available=dist.is_available() and dist.is_nccl_available(),
+    cuda, nccl = backends.cuda_facts()
+    choice = backends.select_backend(args.backend, args.transport, cuda_available=cuda, nccl_available=nccl,
                                      ib_devices=backends.infiniband_devices())
     dtype = args.dtype or ("bfloat16" if choice.device == "cuda" else "float32")
     return coll.Config(sizes=sizes, ops=ops, dtype=dtype, backend=choice.backend, device=choice.device), choice, nproc
@@ -77,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return labrun.run_profiles(args, sys.argv[1:])
     settings = settings_from_args(args, check=args.check)
     timeout_s = parse_timeout(args.timeout)
-    config, choice, nproc = resolve(args)  # imports torch: the cheap checks come first
+    config, choice, nproc = resolve(args)
     choice, nccl_log_dir = _nccl_log(choice)
     link_gbps = labrun.link_gbps_from(args.link_result) if args.link_result else None
     per_rank, master_addr = None, "127.0.0.1"
