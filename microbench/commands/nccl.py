@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc", default=None, help="local ranks to spawn when not launched by torchrun/srun/mpirun "
                    "(default: number of GPUs, else 2)")
     p.add_argument("--backend", default="auto", help="auto, nccl or gloo (default auto: nccl with CUDA, else gloo)")
+    p.add_argument("--algo", default="torch",
+                   help="torch: the library's collectives, what FSDP gets (default); ring: microbench's rings over "
+                        "send/recv, the fabric's capability (reduce_scatter, all_gather, all_reduce)")
     p.add_argument("--transport", default="auto", help="auto, ib or tcp (ib needs NCCL and InfiniBand)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="verify every result element against the known pattern (default on)")
@@ -66,7 +69,9 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
     choice = backends.select_backend(args.backend, args.transport, cuda_available=cuda, nccl_available=nccl,
                                      ib_devices=backends.infiniband_devices())
     dtype = args.dtype or ("bfloat16" if choice.device == "cuda" else "float32")
-    return coll.Config(sizes=sizes, ops=ops, dtype=dtype, backend=choice.backend, device=choice.device), choice, nproc
+    coll.check_algo(args.algo, ops)
+    return coll.Config(sizes=sizes, ops=ops, dtype=dtype, backend=choice.backend, device=choice.device,
+                       algo=args.algo), choice, nproc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +136,7 @@ def print_report(record: dict, config: coll.Config, link_gbps: float | None = No
     impl = record["implementation"]
     world = record["config"]["world"]
     print(f"# microbench nccl: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
-          f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, "
+          f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
           f"implementation {impl['name']}")
     fits = record["summary"].get("fits", {})
     for op in config.ops:

@@ -67,15 +67,22 @@ class Config:
     dtype: str = "float32"
     backend: str = "gloo"
     device: str = "cpu"
+    # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
+    # send/recv (probes/ring.py), the fabric's capability apart from the library's algorithm.
+    algo: str = "torch"
+
+
+ALGOS = ("torch", "ring")
+RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
 
 def element_size(dtype: str) -> int:
     return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
 
 
-def effective_size(op: CollOp, size_bytes: int, n: int, elem: int) -> int:
+def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
     """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
-    unit = elem * (n if op.chunked else 1)
+    unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
     return max(unit, size_bytes // unit * unit)
 
 
@@ -188,6 +195,16 @@ def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]])
     return wrong
 
 
+def check_algo(algo: str, ops: list[str]) -> None:
+    if algo not in ALGOS:
+        raise UsageError(f"invalid --algo {algo!r}: expected one of {', '.join(ALGOS)} (e.g. --algo ring)")
+    if algo == "ring":
+        other = [op for op in ops if op not in RING_OPS]
+        if other:
+            raise UsageError(f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
+                             f"e.g. --algo ring --ops {','.join(RING_OPS)}")
+
+
 class CollectiveProbe(Probe):
     name = "nccl"
     capabilities = Capabilities(needs_world=True)
@@ -199,6 +216,7 @@ class CollectiveProbe(Probe):
         for name in config.ops:
             if name not in OPS:
                 raise UsageError(f"invalid --ops {name!r}: expected some of {', '.join(OPS)}")
+        check_algo(config.algo, config.ops)
         self.config, self.world = config, world
         self._transport = transport  # asked vs really used; NCCL says which only after connecting
         self.torch, self.dist = torch, dist
@@ -215,9 +233,17 @@ class CollectiveProbe(Probe):
         # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
         self._reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self._all_reduce = dist.all_reduce
+        if config.algo == "ring":
+            from .ring import Ring
+
+            ring = Ring(dist, self.rank, self.n)
+            self._reduce_scatter, self._all_gather, self._all_reduce = ring.reduce_scatter, ring.all_gather, ring.all_reduce
 
     def implementation(self) -> dict[str, Any]:
-        return {"engine": f"torch.distributed/{self.config.backend}", "backend": self.config.backend,
+        engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
+                  if self.config.algo == "ring" else f"torch.distributed/{self.config.backend}")
+        return {"engine": engine, "algo": self.config.algo, "backend": self.config.backend,
                 "device": self.config.device, **(self._transport() if self._transport else {})}
 
     def cases(self) -> list[Case]:
@@ -226,7 +252,7 @@ class CollectiveProbe(Probe):
             op = OPS[name]
             seen = set()
             for size in self.config.sizes:
-                size = effective_size(op, size, self.n, self.elem)
+                size = effective_size(op, size, self.n, self.elem, chunked=op.chunked or self.config.algo == "ring")
                 if size in seen:
                     continue
                 seen.add(size)
@@ -286,7 +312,7 @@ class CollectiveProbe(Probe):
         send, recv = self._buffers["send"], self._buffers["recv"]
         dist = self.dist
         if case.op == "all_reduce":
-            dist.all_reduce(recv)
+            self._all_reduce(recv)
         elif case.op == "reduce_scatter":
             self._reduce_scatter(recv, send)
         elif case.op == "all_gather":
