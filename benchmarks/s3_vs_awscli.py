@@ -115,8 +115,8 @@ def main() -> int:
     bound = rss[0]["memory_bound_bytes"]
     print(f"peak RSS of the probe process {peak / 2**20:.0f} MiB = {peak / bound:.2f}x the bound "
           f"{bound / 2**20:.0f} MiB (concurrency x part size + 200 MiB); {(peak - before) / 2**20:.0f} MiB of it "
-          f"grew after the first request ({before / 2**20:.0f} MiB before: interpreter, boto3, torch "
-          f"imported for the environment record)")
+          f"grew after the first request ({before / 2**20:.0f} MiB before: the interpreter and boto3; "
+          f"torch facts for the record come from a child process)")
     return 0
 
 
