@@ -165,7 +165,8 @@ def config_dict(config: Any) -> dict[str, Any]:
 def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: World | None = None,
               json_path: str | None = None, results_dir: str = "results",
               on_row: Callable[[dict[str, Any]], None] | None = None,
-              extra_implementation: dict[str, Any] | None = None) -> RunOutcome:
+              extra_implementation: dict[str, Any] | None = None,
+              extra_summary: dict[str, Any] | None = None) -> RunOutcome:
     """Sweep every case of `probe`, keeping the record on disk current after each case.
 
     Only rank 0 writes. On a failure or Ctrl-C, the finished rows stay in the file, status
@@ -195,7 +196,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                     on_row(row)
                 progress.advance()
             current = None
-            record["summary"] = probe.summarize(rows)
+            record["summary"] = {**probe.summarize(rows), **(extra_summary or {})}
             # Some facts are only known after running (the transport NCCL really picked).
             record["implementation"].update(probe.implementation())
             if writer:

@@ -46,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--link-profiles", default=None, metavar="RATES",
                    help="with --lab: run the sweep under each egress rate, e.g. 1gbit,unlimited, and print the "
                         "sweeps side by side with their ratio")
+    p.add_argument("--measure-link", action="store_true",
+                   help="measure the rank 0 - rank 1 TCP link first (2 ranks) and state busbw as a share of it")
     p.add_argument("--link-result", default=None, metavar="FILE",
                    help="a `microbench link` record: report busbw as a percentage of that measured link")
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
@@ -96,14 +98,18 @@ def run(args: argparse.Namespace) -> int:
                           free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
         probe = coll.CollectiveProbe(config, world, transport=lambda: transport_note(choice, nccl_log_dir))
         with labrun.naming_lab_hosts(args.lab, world):
+            ceiling = link_gbps
+            if args.measure_link:
+                ceiling = measure_link_gbps(world, timeout_s)
             outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
-                                                      **labrun.lab_facts()})
+                                                      **labrun.lab_facts()},
+                                extra_summary={"link_gbps": ceiling,
+                                               "link_from": "measured in this run" if args.measure_link
+                                               else args.link_result} if ceiling else None)
         if world.rank != 0:
             return 0
-        if link_gbps:
-            outcome.record["summary"]["link_gbps"] = link_gbps
-        print_report(outcome.record, config, link_gbps)
+        print_report(outcome.record, config, ceiling)
         write_outputs(args, outcome)
         wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
         print(f"# results: {outcome.path}")
@@ -114,6 +120,24 @@ def run(args: argparse.Namespace) -> int:
 
     return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch,
                     per_rank=per_rank, master_addr=master_addr)
+
+
+def measure_link_gbps(world, timeout_s: float) -> float:
+    """The same-run link ceiling: one-way TCP between rank 0 and rank 1 at 64 MiB with the link
+    probe, before the sweep, so busbw can be stated as a share of the measured link."""
+    from ..probes import link
+    from ..runner import SweepSettings, measure_case
+
+    if world.size != 2:
+        raise UsageError(f"--measure-link needs exactly 2 ranks (this world has {world.size}); measure the "
+                         f"link once with `microbench link` and pass it with --link-result FILE")
+    probe = link.LinkProbe(link.Config(sizes=[64 << 20], ops=["uni"], timeout_s=timeout_s), world)
+    try:
+        (case,) = probe.cases()
+        row = measure_case(probe, case, SweepSettings(warmup=1, iters=3, budget_s_per_case=3.0, check=False), world)
+    finally:
+        probe.close()
+    return row["bw_gbps"]
 
 
 def _nccl_log(choice: backends.BackendChoice) -> tuple[backends.BackendChoice, str | None]:
