@@ -127,6 +127,9 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
                           _us(mine and mine.get("lat_p99_us")), _us(fio and fio.get("lat_p99_us"))))
         print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"], tablefmt="simple"))
+        # Where the CPU, not the device, is the limit, buffer paging decides the ratio: say so.
+        print("# buffers: posix uses transparent-huge-page buffers, fio its default malloc; where the CPU is the "
+              "limit (VMs, fast NVMe) that alone moves the ratio (docs/BENCHMARKS.md)")
     else:
         table = [(r["op"], format_size(r["bs_bytes"]), r["tool"], _gbps(r), f"{r.get('iops', 0):.0f}",
                   _us(r.get("lat_p50_us")), _us(r.get("lat_p99_us")), _us(r.get("lat_p999_us")), r["iters"])
