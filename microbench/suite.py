@@ -54,7 +54,7 @@ def headline(record: dict[str, Any]) -> str:
                 best[(op, key)] = max(best.get((op, key), 0.0), float(value))
     def label(op: str, key: str) -> str:
         metric = key.removesuffix("_gbps")
-        return op if metric in (op, "throughput", "write", "read") else f"{op} {metric}"
+        return op if metric in (op, "throughput", "write", "read", "bw") else f"{op} {metric}"
 
     parts = [f"{label(op, key)} {value:.2f} GB/s" for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
