@@ -1,0 +1,35 @@
+import json
+
+from conftest import last_line
+from microbench.suite import headline
+
+
+def test_headline_names_the_best_bandwidth_per_op_without_ceilings():
+    record = {"rows": [
+        {"op": "read", "read_gbps": 1.6, "memory_ceiling_gbps": 18.0},
+        {"op": "read", "read_gbps": 1.2},
+        {"op": "all_gather", "busbw_gbps": 0.5, "algbw_gbps": 1.0},
+        {"op": "uni", "bw_gbps": 3.0}]}
+    assert headline(record) == "read 1.60 GB/s; all_gather busbw 0.50 GB/s; uni 3.00 GB/s"
+
+
+def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
+    floor = tmp_path / "t.toml"
+    floor.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n')
+    ok = run_cli("suite", "--only", "memory", "--accept", str(floor), "--results-dir", str(tmp_path / "r"))
+    assert ok.returncode == 0, ok.stderr
+    assert "PASS" in ok.stdout
+    (record_path,) = (tmp_path / "r").glob("suite-*/memory.json")
+    assert json.loads(record_path.read_text())["status"] == "complete"
+
+    ceiling = tmp_path / "c.toml"
+    ceiling.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 1e9\n')
+    bad = run_cli("suite", "--only", "memory", "--accept", str(ceiling), "--results-dir", str(tmp_path / "r"))
+    assert bad.returncode == 1
+    assert last_line(bad.stderr) == "microbench: acceptance failed: 1 of 1 check(s) did not pass"
+
+
+def test_suite_rejects_unknown_steps(run_cli):
+    done = run_cli("suite", "--only", "gpu")
+    assert done.returncode == 2
+    assert last_line(done.stderr).startswith("microbench: invalid --only 'gpu': expected some of ")
