@@ -57,6 +57,23 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
+def _timed_steps(world: Any, cfg: FsdpVerifyConfig, model: Any, batch: Any, device: Any,
+                 after: Any) -> list[float]:
+    """Forward+backward times after cfg.warmup untimed steps, every rank starting together;
+    `after` runs untimed between steps."""
+    times = []
+    for i in range(cfg.warmup + cfg.steps):
+        world.barrier()
+        start = time.perf_counter()
+        _fwd_bwd(model, batch)
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        after()
+        if i >= cfg.warmup:
+            times.append(elapsed)
+    return times
+
+
 def calibrate_flops(world: Any, cfg: FsdpVerifyConfig, device: Any) -> float:
     """Achieved FLOP/s per rank for this model's forward+backward, all ranks busy at once."""
     import torch
@@ -64,15 +81,7 @@ def calibrate_flops(world: Any, cfg: FsdpVerifyConfig, device: Any) -> float:
     torch.manual_seed(world.rank)
     model = build_model(cfg, device)
     batch = torch.randn(cfg.tokens, cfg.hidden, device=device, dtype=model[0][0].weight.dtype)
-    times = []
-    for i in range(cfg.warmup + cfg.steps):
-        world.barrier()
-        start = time.perf_counter()
-        _fwd_bwd(model, batch)
-        _sync(device)
-        if i >= cfg.warmup:
-            times.append(time.perf_counter() - start)
-        model.zero_grad(set_to_none=True)
+    times = _timed_steps(world, cfg, model, batch, device, lambda: model.zero_grad(set_to_none=True))
     slowest = max(world.all_gather_object(percentile(times, 50)))
     flops = 6 * unit_params(cfg.hidden) * cfg.layers * cfg.tokens
     return flops / slowest
@@ -101,17 +110,12 @@ def measure_fsdp(world: Any, cfg: FsdpVerifyConfig, device: Any) -> list[float]:
     fully_shard(model)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = torch.randn(cfg.tokens, cfg.hidden, device=device, dtype=getattr(torch, cfg.dtype))
-    times = []
-    for i in range(cfg.warmup + cfg.steps):
-        world.barrier()
-        start = time.perf_counter()
-        _fwd_bwd(model, batch)
-        _sync(device)
-        elapsed = time.perf_counter() - start
-        optim.step()  # outside the timed region: the composer models forward+backward only
+
+    def step() -> None:  # outside the timed region: the composer models forward+backward only
+        optim.step()
         optim.zero_grad(set_to_none=True)
-        if i >= cfg.warmup:
-            times.append(elapsed)
+
+    times = _timed_steps(world, cfg, model, batch, device, step)
     per_rank = world.all_gather_object(times)
     return [max(step) for step in zip(*per_rank)]
 

@@ -15,6 +15,19 @@ static PyObject *times_to_list(const double *times, int n) {
   return list;
 }
 
+/* Frees `times`; an errno from the native loop becomes OSError. */
+static PyObject *finish_times(int rc, double *times, int n) {
+  PyObject *out = NULL;
+  if (rc) {
+    errno = rc;
+    PyErr_SetFromErrno(PyExc_OSError);
+  } else {
+    out = times_to_list(times, n);
+  }
+  free(times);
+  return out;
+}
+
 static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"size_bytes", "threads", "iters", NULL};
   Py_ssize_t size_bytes;
@@ -31,14 +44,7 @@ static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *k
   Py_BEGIN_ALLOW_THREADS
   rc = mb_memcpy_run((size_t)size_bytes, threads, iters, times);
   Py_END_ALLOW_THREADS
-  if (rc) {
-    free(times);
-    errno = rc;
-    return PyErr_SetFromErrno(PyExc_OSError);
-  }
-  PyObject *out = times_to_list(times, iters);
-  free(times);
-  return out;
+  return finish_times(rc, times, iters);
 }
 
 static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw) {
@@ -114,14 +120,7 @@ static PyObject *py_tcp_link(PyObject *self, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS
   rc = mb_tcp_link_run(fds, (int)nfds, role, mode, (size_t)size_bytes, iters, timeout_s, times);
   Py_END_ALLOW_THREADS
-  if (rc) {
-    free(times);
-    errno = rc;
-    return PyErr_SetFromErrno(PyExc_OSError);
-  }
-  PyObject *out = times_to_list(times, iters);
-  free(times);
-  return out;
+  return finish_times(rc, times, iters);
 }
 
 static PyMethodDef methods[] = {
