@@ -111,11 +111,11 @@ def measure_fsdp(world: Any, cfg: FsdpVerifyConfig, device: Any) -> list[float]:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = torch.randn(cfg.tokens, cfg.hidden, device=device, dtype=getattr(torch, cfg.dtype))
 
-    def step() -> None:  # outside the timed region: the composer models forward+backward only
+    def optimizer_step() -> None:  # outside the timed region: the composer models forward+backward only
         optim.step()
         optim.zero_grad(set_to_none=True)
 
-    times = _timed_steps(world, cfg, model, batch, device, step)
+    times = _timed_steps(world, cfg, model, batch, device, optimizer_step)
     per_rank = world.all_gather_object(times)
     return [max(step) for step in zip(*per_rank)]
 
