@@ -40,6 +40,13 @@ def cuda_facts() -> tuple[bool, bool]:
     return torch.cuda.is_available(), dist.is_available() and dist.is_nccl_available()
 
 
+def choose(requested: str, transport: str = "auto") -> "BackendChoice":
+    """select_backend on this machine's facts: CUDA, NCCL in torch, InfiniBand devices."""
+    cuda, nccl = cuda_facts()
+    return select_backend(requested, transport, cuda_available=cuda, nccl_available=nccl,
+                          ib_devices=infiniband_devices())
+
+
 def infiniband_devices(sys_root: str = "/sys/class/infiniband") -> list[str]:
     root = Path(sys_root)
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []

@@ -112,6 +112,15 @@ def first_slurm_host(nodelist: str) -> str | None:
     return head.split(",")[0] or None
 
 
+def package_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child Python process that must import this same microbench (a
+    checkout or the installed one): its parent directory goes first on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -139,9 +148,7 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     Ctrl-C is forwarded so rank 0 can write its partial record.
     """
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "0.0.0.0")
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    base_env = dict(os.environ)
-    base_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, base_env.get("PYTHONPATH", "")) if p)
+    base_env = package_env()
     base_env.update(extra_env or {})
     procs: list[subprocess.Popen] = []
     logs: list[Any] = []

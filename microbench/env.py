@@ -82,8 +82,9 @@ def torch_info() -> dict[str, Any]:
 
 def _torch_info_in_child() -> dict[str, Any]:
     code = "import json, microbench.env as e; print(json.dumps(e._torch_info_here()))"
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH", "")) if p))
+    from .dist import package_env
+
+    env = package_env()
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
         if done.returncode == 0:

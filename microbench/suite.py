@@ -5,13 +5,14 @@ down. Pure helpers here; commands/suite.py is the printer."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .dist import package_env
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,7 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
     record_path = out_dir / f"{step.name.replace(' ', '-')}.json"
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, child_env.get("PYTHONPATH", "")) if p)
+    child_env = package_env(env)
     try:
         done = subprocess.run([sys.executable, "-m", "microbench", *argv], capture_output=True, text=True,
                               timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)

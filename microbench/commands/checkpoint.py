@@ -63,12 +63,7 @@ def resolve(args: argparse.Namespace) -> tuple[ck.Config, ct.Target, backends.Ba
         raise UsageError(f"invalid --dtype {args.dtype!r}: expected one of {', '.join(ck.DTYPES)} (e.g. --dtype bfloat16)")
     if args.endpoint is not None and target.kind != "s3":
         raise UsageError(f"--endpoint only applies to s3:// targets; --target {args.target!r} is a directory")
-    import torch
-    import torch.distributed as dist
-
-    choice = backends.select_backend(args.backend, "auto", cuda_available=torch.cuda.is_available(),
-                                     nccl_available=dist.is_available() and dist.is_nccl_available(),
-                                     ib_devices=[])
+    choice = backends.choose(args.backend)
     spec = detect_world()
     ranks = spec.size if spec is not None else nproc
     try:

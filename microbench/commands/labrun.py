@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import lab as labmod
+from ..dist import package_env
 from ..errors import MicrobenchError, RunError, UsageError
 from ..sizes import parse_positive_int
 from ..tables import profiles_table
@@ -91,9 +92,7 @@ def run_profiles(args: Any, argv: list[str]) -> int:
     lab = labmod.get(args.lab)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base = _without(argv, "--link-profiles", "--json")
-    env = dict(os.environ)
-    pkg_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH", "")) if p)
+    env = package_env()
     records: list[tuple[str, dict]] = []
     try:
         for label, rate in zip(labels, rates):

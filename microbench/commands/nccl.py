@@ -67,9 +67,7 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
     if args.dtype is not None and args.dtype not in coll.DTYPES:
         raise UsageError(f"invalid --dtype {args.dtype!r}: expected one of {', '.join(coll.DTYPES)} (e.g. --dtype bfloat16)")
     nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc is not None else local_ranks()
-    cuda, nccl = backends.cuda_facts()
-    choice = backends.select_backend(args.backend, args.transport, cuda_available=cuda, nccl_available=nccl,
-                                     ib_devices=backends.infiniband_devices())
+    choice = backends.choose(args.backend, args.transport)
     dtype = args.dtype or ("bfloat16" if choice.device == "cuda" else "float32")
     coll.check_algo(args.algo, ops)
     return coll.Config(sizes=sizes, ops=ops, dtype=dtype, backend=choice.backend, device=choice.device,

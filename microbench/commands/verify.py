@@ -35,7 +35,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_fsdp(args: argparse.Namespace) -> int:
     import torch
-    import torch.distributed as dist
 
     cfg = verify.FsdpVerifyConfig(hidden=parse_positive_int(args.hidden, what="--hidden", example="256"),
                                   layers=parse_positive_int(args.layers, what="--layers", example="4"),
@@ -44,9 +43,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
                                   nccl_record=args.nccl)
     saved = load_record(args.nccl) if args.nccl else None
     nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc else local_ranks()
-    choice = backends.select_backend(args.backend, "auto", cuda_available=torch.cuda.is_available(),
-                                     nccl_available=dist.is_available() and dist.is_nccl_available(),
-                                     ib_devices=backends.infiniband_devices())
+    choice = backends.choose(args.backend)
     if choice.device == "cuda":
         cfg.dtype = "bfloat16"
     timeout_s = parse_timeout(args.timeout)

@@ -172,7 +172,7 @@ class StorageS3Probe(Probe):
         return time.perf_counter() - t0
 
     def _put_all(self) -> list[tuple[float, float | None]]:
-        c, bucket = self.config, self.config.bucket
+        c = self.config
         keys = self.keys()
         try:
             if c.object_size <= c.part_size:
