@@ -116,3 +116,73 @@ def parse_list(text: str, allowed: list[str] | tuple[str, ...], *, what: str) ->
                 f"(e.g. {what} {','.join(allowed[:2])})"
             )
     return list(dict.fromkeys(items))
+
+
+# --------------------------------------------------------------------------- numbers and rates
+# Every numeric option goes through parse_number: float() alone accepts 'nan', 'inf' and '1e999',
+# which then poison a sweep or a prediction far from the flag that caused them.
+
+def parse_number(text: str | float | int, *, what: str, example: str, minimum: float | None = None,
+                 maximum: float | None = None, allow_minimum: bool = True, allow_maximum: bool = True) -> float:
+    """A finite number within [minimum, maximum] (bounds exclusive when allow_* is False)."""
+    raw = str(text).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"invalid {what} {text!r}: expected a number, e.g. {what} {example}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise UsageError(f"invalid {what} {text!r}: expected a finite number, e.g. {what} {example}")
+    if minimum is not None and (value < minimum or (value == minimum and not allow_minimum)):
+        rel = "at least" if allow_minimum else "more than"
+        raise UsageError(f"invalid {what} {text!r}: must be {rel} {minimum:g}, e.g. {what} {example}")
+    if maximum is not None and (value > maximum or (value == maximum and not allow_maximum)):
+        rel = "at most" if allow_maximum else "less than"
+        raise UsageError(f"invalid {what} {text!r}: must be {rel} {maximum:g}, e.g. {what} {example}")
+    return value
+
+
+def parse_positive(text: str | float | int, *, what: str, example: str, maximum: float | None = None) -> float:
+    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum)
+
+
+# Bandwidth units: bytes are decimal (GB/s = 1e9 B/s, as every table prints), bits too (1 Gbit = 1e9 bit).
+_RATE_UNITS = {
+    "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
+    "bit": 0.125, "kbit": 125.0, "mbit": 1.25e5, "gbit": 1.25e8, "tbit": 1.25e11,
+    "bps": 0.125, "kbps": 125.0, "mbps": 1.25e5, "gbps": 1.25e8, "tbps": 1.25e11,
+}
+_RATE_RE = re.compile(r"^\s*([0-9.eE+-]+)\s*([a-zA-Z/]+)\s*$")
+_RATE_EXAMPLE = "1.6GB/s, 400Gbit or 100mbit"
+
+
+def parse_bandwidth_bytes_per_s(text: str, *, what: str) -> float:
+    """'1.6GB/s' (bytes, decimal), '400Gbit' or '100gbps' (bits) -> bytes per second.
+
+    A bare number is refused: GB/s and Gbit/s differ by 8x, and guessing is how capacity plans
+    go wrong."""
+    raw = str(text).strip()
+    match = _RATE_RE.match(raw)
+    if not match:
+        raise UsageError(f"invalid {what} {text!r}: expected a number with a unit, e.g. {_RATE_EXAMPLE}")
+    number, unit = match.groups()
+    unit_key = unit.lower().replace("/sec", "/s").replace("bit/s", "bit").replace("ps/s", "ps")
+    if unit_key not in _RATE_UNITS:
+        raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}; expected GB/s, MB/s, Gbit, "
+                         f"Mbit (e.g. {_RATE_EXAMPLE})")
+    value = parse_positive(number, what=what, example="1.6GB/s")
+    return value * _RATE_UNITS[unit_key]
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"^\s*([0-9.eE+-]+)\s*([a-z]+)\s*$", re.IGNORECASE)
+
+
+def parse_duration_s(text: str, *, what: str, example: str = "30us", allow_zero: bool = True) -> float:
+    """'30us', '1.5ms', '2s', '30min' -> seconds. A unit is required."""
+    raw = str(text).strip()
+    match = _DURATION_RE.match(raw)
+    if not match or match.group(2).lower() not in _DURATION_UNITS:
+        raise UsageError(f"invalid {what} {text!r}: expected a duration with a unit (ns, us, ms, s, min, h), "
+                         f"e.g. {example}")
+    value = parse_number(match.group(1), what=what, example=example, minimum=0.0, allow_minimum=allow_zero)
+    return value * _DURATION_UNITS[match.group(2).lower()]

@@ -38,3 +38,52 @@ def test_format_size():
     assert format_size(1 << 20) == "1M"
     assert format_size(4 << 30) == "4G"
     assert format_size(1536) == "1.5K"
+
+
+# ----------------------------------------------------------------- numbers, rates, durations
+import math as _math
+
+import pytest as _pytest
+
+from microbench.errors import UsageError as _UsageError
+from microbench.sizes import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
+
+
+@_pytest.mark.parametrize("bad", ["nan", "NaN", "inf", "-inf", "1e999", "", "fast", "1,5"])
+def test_parse_number_rejects_non_finite_and_junk(bad):
+    with _pytest.raises(_UsageError) as err:
+        parse_number(bad, what="--budget", example="2")
+    assert repr(bad) in str(err.value) and "e.g. --budget 2" in str(err.value)
+
+
+def test_parse_number_bounds():
+    assert parse_number("0", what="--x", example="1", minimum=0) == 0.0
+    with _pytest.raises(_UsageError, match="more than 0"):
+        parse_positive("0", what="--x", example="1")
+    with _pytest.raises(_UsageError, match="at most 1.5"):
+        parse_number("1.6", what="--x", example="1", maximum=1.5)
+    with _pytest.raises(_UsageError, match="at least 1"):
+        parse_number("0.5", what="--x", example="1", minimum=1)
+
+
+@_pytest.mark.parametrize("text,expected", [("1.6GB/s", 1.6e9), ("40GB/s", 40e9), ("1gbit", 1.25e8),
+                                             ("400Gbit", 5e10), ("100mbit", 1.25e7), ("500MB/s", 5e8),
+                                             ("10Gbps", 1.25e9)])
+def test_parse_bandwidth(text, expected):
+    assert _math.isclose(parse_bandwidth_bytes_per_s(text, what="--net"), expected)
+
+
+@_pytest.mark.parametrize("bad", ["6", "1.6", "fastGB/s", "1.6GB/h", "-1GB/s", "0GB/s", "nanGB/s", "infGbit"])
+def test_parse_bandwidth_rejects(bad):
+    with _pytest.raises(_UsageError) as err:
+        parse_bandwidth_bytes_per_s(bad, what="--net")
+    assert "--net" in str(err.value)
+
+
+def test_parse_duration():
+    assert _math.isclose(parse_duration_s("30us", what="--lat"), 30e-6)
+    assert _math.isclose(parse_duration_s("1.5ms", what="--lat"), 1.5e-3)
+    assert parse_duration_s("30min", what="--i") == 1800
+    for bad in ("30", "nanus", "-1ms", "3 parsecs"):
+        with _pytest.raises(_UsageError):
+            parse_duration_s(bad, what="--lat")
