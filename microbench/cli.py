@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "nccl",
     "suite",
     "compose",
+    "compute",
     "verify",
     "plot",
     "storage",

@@ -136,13 +136,19 @@ def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None
     moe = f", {model.experts} experts top-{model.top_k}" if model.experts > 1 else ""
     print(f"# model {model.name} ({model.source}): {format_params(model.total_params)} params, "
           f"{format_params(model.active_params)} active{moe}; FSDP units: {units}")
-    layout = f"{nodes} nodes x {world // nodes}" if nodes else f"{world} ranks"
-    print(f"# training: {world} ranks ({layout}), micro-batch {train.micro_batch} x {train.seq_len} tokens, "
+    layout = f" ({nodes} nodes x {world // nodes})" if nodes else ""
+    print(f"# training: {world} ranks{layout}, micro-batch {train.micro_batch} x {train.seq_len} tokens, "
           f"grad-accum {train.grad_accum}, AllGather {train.param_dtype}, ReduceScatter {train.reduce_dtype}, "
           f"{'reshard after forward' if train.reshard_after_forward else 'no reshard after forward'}, "
           f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}, AdamW, "
           f"overlap {train.overlap:g}")
-    print(f"# compute: {rate.flops_per_rank / 1e12:,.1f} TFLOP/s per rank ({rate.source})")
+    tflops = rate.flops_per_rank / 1e12
+    print(f"# compute: {tflops:,.1f}" if tflops >= 10 else f"# compute: {tflops:.3g}", end="")
+    print(f" TFLOP/s per rank ({rate.source})")
+    if rate.warning:
+        print(f"# warning: {rate.warning}")
+    if rate.measured_model and rate.measured_model != model.name:
+        print(f"# warning: the compute record timed {rate.measured_model}'s shapes, not {model.name}'s")
 
 
 def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
@@ -177,6 +183,8 @@ def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], me
     print("\n## step time per network" + ("  [DOES NOT FIT in memory: times are for reference]"
                                            if memory.fits is False else ""))
     table = [[label] + [format_time(getattr(preds[n.name], key)) for n in nets] for label, key in _PARTS]
+    if not any(preds[n.name].optimizer_s for n in nets):
+        table[5] = ["optimizer step"] + ["not estimated (no --gpu)"] * len(nets)
     print(tabulate(table, headers=["part"] + [n.name for n in nets], tablefmt="simple", disable_numparse=True))
     rows = with_ratios([{"network": n.name, "step_s": preds[n.name].step_s} for n in nets], "step_s")
     print("\n## what-if: network x step")

@@ -87,6 +87,8 @@ class ComputeRate:
     flops_per_rank: float
     source: str
     gpu: Gpu | None
+    warning: str | None = None
+    measured_model: str | None = None
 
 
 def compute_rate(args: argparse.Namespace) -> ComputeRate:
@@ -103,8 +105,14 @@ def compute_rate(args: argparse.Namespace) -> ComputeRate:
         tflops = (record.get("summary") or {}).get("achieved_tflops")
         if not isinstance(tflops, (int, float)) or not tflops > 0:
             raise UsageError(f"--compute {args.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
-        dev = (record.get("implementation") or {}).get("device", "?")
-        return ComputeRate(tflops * 1e12, f"measured: {args.compute} ({tflops:.2f} TFLOP/s on {dev})", device)
+        impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+        dev = str(impl.get("gpu") or impl.get("device", "?"))
+        warning = None
+        if device is not None and impl.get("device") != "cuda":
+            warning = (f"--compute {args.compute} was measured on {dev}, not on a {device.name}: its rate is what "
+                       f"the prediction uses (--gpu only sizes memory and the optimizer step)")
+        return ComputeRate(tflops * 1e12, f"measured: {args.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
+                           warning, str((record.get("summary") or {}).get("model") or ""))
     if args.tflops:
         tflops = parse_positive(args.tflops, what="--tflops", example="400", maximum=MAX_TFLOPS)
         return ComputeRate(tflops * 1e12, f"--tflops {tflops:g}", device)
