@@ -280,13 +280,24 @@ def bad_inputs(tmp):
         "net bad latency": ([*gpu, "--net", "ib=40GB/s@fast", "--ranks", "8"], "latency 'fast'"),
         "no network": ([*gpu, "--ranks", "8"], "no network to predict over"),
         "no compute": ([*net], "no compute rate"),
+        "ckpt overhead": ([*gpu, *net, "--ckpt-overhead", "150%"], "invalid --ckpt-overhead '150'"),
+        "ckpt interval": ([*gpu, *net, "--ckpt-interval", "0s"], "invalid --ckpt-interval '0'"),
+        "nodes 0": ([*gpu, "--net", "ib=40GB/s", "--nodes", "0"], "invalid --nodes '0'"),
+        "overlap 2": ([*gpu, *net, "--overlap", "2"], "invalid --overlap '2': must be at most 1"),
+        "params negative": (["--params", "-5", "--layers", "2", *gpu, *net], "invalid --params '-5'"),
+        "net negative": ([*gpu, "--net", "ib=-40GB/s", "--ranks", "8"], "invalid --net ib bus bandwidth '-40'"),
+        "ranks vs gpus": ([*gpu, "--net", "ib=40GB/s", "--ranks", "8", "--nodes", "2", "--gpus-per-node", "8"],
+                          "--ranks 8 disagrees with --nodes 2 x --gpus-per-node 8"),
+        "layers alone": ([*gpu, *net, "--layers", "32"], "--params and --layers go together"),
     }
 
 
 CASES = ["tflops nan", "tflops inf", "params nan", "params 1e30", "tier nan", "tier inf", "tier word", "mtbf -1",
          "mtbf 0", "mtbf 0 tier", "nccl list", "nccl rows", "storage list", "storage rows", "schema", "wrong kind",
          "partial", "unknown model", "unknown gpu", "config not json", "config field", "ranks vs nodes",
-         "micro-batch 0", "seq-len -1", "mfu 0", "net no unit", "net bad latency", "no network", "no compute"]
+         "micro-batch 0", "seq-len -1", "mfu 0", "net no unit", "net bad latency", "no network", "no compute",
+         "ckpt overhead", "ckpt interval", "nodes 0", "overlap 2", "params negative", "net negative", "ranks vs gpus",
+         "layers alone"]
 
 
 @pytest.mark.parametrize("case", CASES)
