@@ -95,6 +95,19 @@ def test_golden_llama_8b_step_on_16_ranks():
     assert p.breakeven_busbw_gbps == pytest.approx(max(218_112_000 * 2 * f / cf, 2 * 218_112_000 * 2 * f / cb) / 1e9)
 
 
+def test_attention_flops_causal_and_sliding_window():
+    from microbench.compose.fsdp import attention_flops_fwd_per_layer
+
+    train = TrainSpec(ranks=8, micro_batch=1, seq_len=8192, flops_per_rank=R)
+    # llama: every query sees s/2 keys on average; QK^T and AV at 2 FLOPs per multiply-add
+    assert attention_flops_fwd_per_layer(PRESETS["llama-3.1-8b"], train) == 4 * 8192 * 4096 * 32 * 128
+    # mistral: a 4096 window over 8192 tokens: 4096 x (1 - 4096 / 16384) = 3072 keys on average
+    assert attention_flops_fwd_per_layer(PRESETS["mistral-7b"], train) == 4 * 8192 * 3072 * 32 * 128
+    # gemma-3: 40 of 48 layers with a 1024 window (960 keys), 8 global (4096 keys)
+    gemma = attention_flops_fwd_per_layer(PRESETS["gemma-3-12b"], train)
+    assert gemma == pytest.approx(4 * 8192 * (40 * 960 + 8 * 4096) / 48 * 16 * 256)
+
+
 def test_golden_mixtral_moves_every_expert_and_computes_with_two():
     model = PRESETS["mixtral-8x7b"]
     # block: attention 41,943,040 + router 4096*8 + 8 experts * 3*4096*14336 + 2 norms * 4096

@@ -60,6 +60,7 @@ def test_hf_config_gives_the_presets_counts(name):
     assert shape.total_params == PRESETS[name].total_params
     assert shape.active_params == PRESETS[name].active_params
     assert shape.layers == PRESETS[name].layers and shape.experts == PRESETS[name].experts
+    assert (shape.sliding_window, shape.sliding_layers) == (PRESETS[name].sliding_window, PRESETS[name].sliding_layers)
 
 
 def test_unknown_preset_lists_the_known_ones():

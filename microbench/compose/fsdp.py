@@ -13,7 +13,7 @@ unsharded unit's bytes.
 
 Compute per micro-batch (T tokens per rank, s the sequence length, H = heads x head_dim):
   forward  = 2 x active params x T + causal attention 2 x T x s x H per layer (QK^T and AV,
-             half the square); backward = 2 x forward; activation checkpointing re-runs
+             half the square; less on sliding-window layers); backward = 2 x forward; activation checkpointing re-runs
              the blocks' forward. The head's matmul is in the active params; towers do not
              compute on text-only batches.
 Overlap: FSDP2 prefetches the next unit's gather behind the current unit's compute, so a unit
@@ -98,8 +98,17 @@ def _check(model: Any, train: TrainSpec) -> None:
 
 
 def attention_flops_fwd_per_layer(model: Any, train: TrainSpec) -> float:
+    """QK^T and AV, 2 FLOPs per multiply-add each, over the keys a query sees on average: s/2
+    under a causal mask, and w (1 - w / 2s) on a sliding-window layer of width w < s. Averaged
+    over the layers, since every block is one FSDP unit of the same size."""
     heads, head_dim = getattr(model, "heads", 0), getattr(model, "head_dim", 0)
-    return 2.0 * train.tokens_per_rank * train.seq_len * heads * head_dim
+    s = train.seq_len
+    keys = s / 2
+    window, sliding = getattr(model, "sliding_window", 0), getattr(model, "sliding_layers", 0)
+    if window and window < s and sliding:
+        local = window * (1 - window / (2 * s))
+        keys = (sliding * local + (model.layers - sliding) * s / 2) / model.layers
+    return 4.0 * train.tokens_per_rank * keys * heads * head_dim
 
 
 def compute_times(model: Any, train: TrainSpec) -> dict[str, float]:

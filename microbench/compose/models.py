@@ -66,6 +66,8 @@ class ModelShape:
     qk_norm: bool = False        # per-head RMS norm on queries and keys (gemma-3)
     attention_sinks: bool = False  # one learned logit per head (gpt-oss)
     towers: tuple[VisionTower, ...] = ()
+    sliding_window: int = 0      # keys a query sees on sliding-window layers (0: none)
+    sliding_layers: int = 0      # how many of the layers use the window
     source: str = "preset"
 
     # ---- per block
@@ -168,15 +170,19 @@ _GEMMA3_VISION = VisionTower(hidden=1152, layers=27, ffn=4304, patch=14, image=8
 PRESETS: dict[str, ModelShape] = {m.name: m for m in (
     ModelShape("llama-3.1-8b", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256),
     ModelShape("llama-3.1-70b", hidden=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672, vocab=128256),
-    ModelShape("mistral-7b", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=32000),
+    ModelShape("mistral-7b", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=32000,
+               sliding_window=4096, sliding_layers=32),
     ModelShape("qwen2.5-14b", hidden=5120, layers=48, heads=40, kv_heads=8, head_dim=128, ffn=13824, vocab=152064,
                qkv_bias=True),
     ModelShape("gemma-3-12b", hidden=3840, layers=48, heads=16, kv_heads=8, head_dim=256, ffn=15360, vocab=262208,
-               tied_embeddings=True, norms_per_block=4, qk_norm=True, towers=(_GEMMA3_VISION,)),
+               tied_embeddings=True, norms_per_block=4, qk_norm=True, towers=(_GEMMA3_VISION,),
+               sliding_window=1024, sliding_layers=40),   # five local layers to one global
     ModelShape("gpt-oss-20b", hidden=2880, layers=24, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-               experts=32, top_k=4, qkv_bias=True, mlp_bias=True, attention_sinks=True),
+               experts=32, top_k=4, qkv_bias=True, mlp_bias=True, attention_sinks=True,
+               sliding_window=128, sliding_layers=12),    # alternating banded and full layers
     ModelShape("gpt-oss-120b", hidden=2880, layers=36, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-               experts=128, top_k=4, qkv_bias=True, mlp_bias=True, attention_sinks=True),
+               experts=128, top_k=4, qkv_bias=True, mlp_bias=True, attention_sinks=True,
+               sliding_window=128, sliding_layers=18),
     ModelShape("mixtral-8x7b", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=32000,
                experts=8, top_k=2),
 )}
@@ -203,6 +209,22 @@ def _field(cfg: dict[str, Any], path: str, names: tuple[str, ...], default: Any 
         return default
     raise UsageError(f"config {path!r} lacks the field {names[0]!r} (a Hugging Face config.json names it, "
                      f"e.g. \"{names[0]}\": 4096)")
+
+
+def _sliding(text: dict[str, Any], path: str, layers: int) -> tuple[int, int]:
+    """(window, layers using it) from layer_types, or sliding_window with its pattern."""
+    window = text.get("sliding_window")
+    if not window or text.get("use_sliding_window") is False:
+        return 0, 0
+    window = _field(text, path, ("sliding_window",))
+    types = text.get("layer_types")
+    if isinstance(types, list) and types:
+        return window, sum(1 for t in types if "sliding" in str(t))
+    # Gemma 3's config class defaults to five local layers per global one; its config.json may omit it.
+    pattern = text.get("sliding_window_pattern", 6 if str(text.get("model_type", "")).startswith("gemma3") else None)
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+        return window, layers - layers // pattern   # every pattern-th layer is global
+    return window, layers
 
 
 def _name_from_path(path: Path) -> str:
@@ -254,6 +276,8 @@ def from_hf_config(path: str | Path) -> ModelShape:
         attention_sinks=model_type == "gpt_oss",
         source=path,
     )
+    window, sliding = _sliding(text, path, shape.layers)
+    shape = replace(shape, sliding_window=window, sliding_layers=sliding)
     vision = cfg.get("vision_config")
     if isinstance(vision, dict) and text is not cfg:
         shape = replace(shape, towers=(VisionTower(
