@@ -194,8 +194,12 @@ def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], me
                    headers=["network", "step", "tokens/s", "exposed comm", "vs best", "compute-bound above busbw"],
                    tablefmt="simple", disable_numparse=True))
     for net in nets:
+        how: dict[str, list[str]] = {}
         for note in preds[net.name].notes:
-            print(f"# {net.name}: {note}")
+            op, _, text = note.partition(" ")
+            how.setdefault(text, []).append(op)
+        for text, ops in how.items():
+            print(f"# {net.name}: {' and '.join(ops)} {text}")
         for warning in net.warnings:
             print(f"# warning: {warning}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
         record = load_record(path)
-        out.append(network_from_record(record, name or f"record{len(out) + 1}", path,
+        out.append(network_from_record(record, name or Path(path).stem, path,
                                        allow_partial=args.allow_partial, for_gpus=for_gpus))
     for text in args.net:
         name, sep, spec = text.partition("=")
