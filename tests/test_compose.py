@@ -152,6 +152,20 @@ def test_overlap_zero_is_the_no_overlap_bound():
     assert p.step_s == pytest.approx(p.no_overlap_s)
 
 
+def test_fsdp_unit_overhead_is_never_hidden():
+    model = PRESETS["llama-3.1-8b"]
+    net = synthetic_network("ib", 400.0, 0.0, "ib=400GB/s")
+    base = TrainSpec(ranks=8, micro_batch=1, seq_len=4096, flops_per_rank=R, grad_accum=2)
+    with_overhead = TrainSpec(ranks=8, micro_batch=1, seq_len=4096, flops_per_rank=R, grad_accum=2,
+                              unit_overhead_s=200e-6)
+    a = predict_step(model, base, net.all_gather, net.reduce_scatter)
+    b = predict_step(model, with_overhead, net.all_gather, net.reduce_scatter)
+    # 2 micro-batches x 2 passes x (32 blocks + the root)
+    assert b.fsdp_overhead_s == pytest.approx(2 * 2 * 33 * 200e-6)
+    assert b.step_s - a.step_s == pytest.approx(b.fsdp_overhead_s)
+    assert b.no_overlap_s - a.no_overlap_s == pytest.approx(b.fsdp_overhead_s)
+
+
 def test_memory_check_says_when_a_model_does_not_fit():
     big = memory_check(PRESETS["llama-3.1-70b"], TrainSpec(ranks=16, micro_batch=1, seq_len=4096,
                                                            flops_per_rank=R), 72e9)
@@ -247,6 +261,26 @@ def test_gloo_record_gets_a_warning_and_rescale_note(capsys, tmp_path):
     assert "rescaled from 2 to 16 ranks" in out
 
 
+def test_calibration_record_sets_overlap_and_overhead(tmp_path, capsys):
+    import json
+
+    from microbench.cli import main
+    from microbench.results import RecordWriter, new_record
+
+    rec = new_record("verify", {}, {}, {})
+    rec["summary"] = {"calibration": {"overlap": 0.25, "unit_overhead_s": 300e-6, "backend": "gloo"}}
+    cal = str(RecordWriter(rec, tmp_path / "cal.json").finish("complete"))
+    assert main(["compose", "--gpu", "h100", "--ranks", "8", "--net", "ib=40GB/s", "--calibration", cal,
+                 "--json", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "overlap 0.25, FSDP overhead 300 us per unit per pass" in out
+    train = json.loads((tmp_path / "p.json").read_text())["config"]["train"]
+    assert train["overlap"] == 0.25 and train["unit_overhead_s"] == 300e-6
+    assert main(["compose", "--gpu", "h100", "--ranks", "8", "--net", "ib=40GB/s", "--calibration", cal,
+                 "--overlap", "1", "--results-dir", str(tmp_path)]) == 0
+    assert "overlap 1, " in capsys.readouterr().out
+
+
 def bad_inputs(tmp):
     import json
 
@@ -302,6 +336,8 @@ def bad_inputs(tmp):
         "ranks vs gpus": ([*gpu, "--net", "ib=40GB/s", "--ranks", "8", "--nodes", "2", "--gpus-per-node", "8"],
                           "--ranks 8 disagrees with --nodes 2 x --gpus-per-node 8"),
         "layers alone": ([*gpu, *net, "--layers", "32"], "--params and --layers go together"),
+        "calibration kind": ([*gpu, *net, "--calibration", str(tmp / "ok.json")], "without summary.calibration"),
+        "unit overhead": ([*gpu, *net, "--unit-overhead", "-1us"], "invalid --unit-overhead '-1': must be at least 0"),
     }
 
 
@@ -310,7 +346,7 @@ CASES = ["tflops nan", "tflops inf", "params nan", "params 1e30", "tier nan", "t
          "partial", "unknown model", "unknown gpu", "config not json", "config field", "ranks vs nodes",
          "micro-batch 0", "seq-len -1", "mfu 0", "net no unit", "net bad latency", "no network", "no compute",
          "ckpt overhead", "ckpt interval", "nodes 0", "overlap 2", "params negative", "net negative", "ranks vs gpus",
-         "layers alone"]
+         "layers alone", "calibration kind", "unit overhead"]
 
 
 @pytest.mark.parametrize("case", CASES)

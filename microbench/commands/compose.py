@@ -62,6 +62,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "the model's matmuls on a device (overrides --tflops and --mfu)")
     c.add_argument("--overlap", help="fraction of communication that can run beside compute, 0..1 (default 1 for "
                    "NCCL and --net; 0 for gloo records on a CPU, where collectives compete for the cores)")
+    c.add_argument("--unit-overhead", metavar="DURATION", help="FSDP's own cost per unit per pass (copy-in/out, "
+                   "hooks), never hidden, e.g. 200us (default 0, or the calibration's)")
+    c.add_argument("--calibration", metavar="RECORD", help="a `microbench verify --calibrate-only` record: its "
+                   "measured overlap and per-unit overhead (flags given here win)")
     n = p.add_argument_group("network (one or more; several give a what-if table)")
     n.add_argument("--nccl", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a `microbench nccl` record with all_gather and reduce_scatter rows, e.g. "
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     rate = inputs.compute_rate(args)
     nets = inputs.networks(args, for_gpus=rate.gpu is not None or not args.compute)
     world, nodes = inputs.ranks(args, nets)
-    train = inputs.train_spec(args, world, rate, nets)
+    cal = inputs.calibration(args)
+    train = inputs.train_spec(args, world, rate, nets, cal)
     tiers = inputs.tiers(args)
     mtbf_s = parse_positive(args.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if args.mtbf_hours else None
     interval_s = parse_duration_s(args.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)
@@ -117,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
                                   mtbf_s=mtbf_s) for t in tiers]
 
     _print_header(model, train, world, nodes, rate)
+    if cal is not None:
+        print(f"# calibration: {cal.source} (overlap {cal.overlap}, unit overhead "
+              f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
+        backends = {n.backend for n in nets if n.backend != "synthetic"}
+        if cal.backend and backends and backends != {cal.backend}:
+            print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
     _print_memory(memory, rate)
     _print_steps(nets, preds, memory)
     if tiers:
@@ -141,7 +152,7 @@ def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None
           f"grad-accum {train.grad_accum}, AllGather {train.param_dtype}, ReduceScatter {train.reduce_dtype}, "
           f"{'reshard after forward' if train.reshard_after_forward else 'no reshard after forward'}, "
           f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}, AdamW, "
-          f"overlap {train.overlap:g}")
+          f"overlap {train.overlap:g}, FSDP overhead {format_time(train.unit_overhead_s)} per unit per pass")
     tflops = rate.flops_per_rank / 1e12
     print(f"# compute: {tflops:,.1f}" if tflops >= 10 else f"# compute: {tflops:.3g}", end="")
     print(f" TFLOP/s per rank ({rate.source})")
@@ -174,7 +185,7 @@ def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
 
 _PARTS = (("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
           ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
-          ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"),
+          ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"), ("FSDP overhead", "fsdp_overhead_s"),
           ("exposed communication", "exposed_comm_s"), ("step (overlapped)", "step_s"),
           ("bound: no overlap", "no_overlap_s"), ("bound: full overlap", "full_overlap_s"))
 
@@ -229,7 +240,7 @@ def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rat
                   nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck,
                   parts: dict[str, float], tiers: list[dict[str, Any]], tier_preds: list[Any],
                   interval_s: float, overhead: float, mtbf_s: float | None) -> Path:
-    config = {"model": model.describe(), "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
+    config = {"calibration": args.calibration, "model": model.describe(), "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
               "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
                           "gpu": rate.gpu.as_dict() if rate.gpu else None},
               "networks": [n.describe() for n in nets], "tiers": tiers,

@@ -164,12 +164,48 @@ def overhead_fraction(text: str) -> float:
     return value / 100 if raw.endswith("%") else value
 
 
-def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate, nets: list[Network]) -> cp.TrainSpec:
+@dataclass(frozen=True)
+class Calibration:
+    overlap: float | None
+    unit_overhead_s: float | None
+    backend: str | None
+    source: str
+
+
+def calibration(args: argparse.Namespace) -> Calibration | None:
+    """`summary.calibration` of a `verify --calibrate-only` record: {overlap (0..1), unit_overhead_s,
+    backend}; a flag given on the command line wins over it."""
+    if not args.calibration:
+        return None
+    record = load_record(args.calibration)
+    cal = (record.get("summary") or {}).get("calibration") if isinstance(record.get("summary"), dict) else None
+    if record.get("kind") not in ("verify", "calibration") or not isinstance(cal, dict):
+        raise UsageError(f"--calibration {args.calibration!r} is a {record.get('kind')!r} record without "
+                         f"summary.calibration; expected one from `microbench verify --calibrate-only`")
+    values = {}
+    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0)):
+        value = cal.get(key)
+        if value is not None:
+            values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
+    return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
+                       str(cal["backend"]) if cal.get("backend") else None, args.calibration)
+
+
+def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate, nets: list[Network],
+               cal: Calibration | None = None) -> cp.TrainSpec:
     gloo_cpu = all(n.backend == "gloo" or n.device == "cpu" for n in nets if n.backend != "synthetic") and any(
         n.backend != "synthetic" for n in nets)
     # gloo on a CPU shares the cores compute uses; NCCL on a GPU has its own copy engines and SMs.
-    overlap = (parse_number(args.overlap, what="--overlap", example="1", minimum=0, maximum=1)
-               if args.overlap is not None else (0.0 if gloo_cpu and rate.gpu is None else 1.0))
+    if args.overlap is not None:
+        overlap = parse_number(args.overlap, what="--overlap", example="1", minimum=0, maximum=1)
+    elif cal is not None and cal.overlap is not None:
+        overlap = cal.overlap
+    else:
+        overlap = 0.0 if gloo_cpu and rate.gpu is None else 1.0
+    if args.unit_overhead is not None:
+        unit_overhead = parse_duration_s(args.unit_overhead, what="--unit-overhead", example="200us")
+    else:
+        unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
     reduce_dtype = args.reduce_dtype or ("float32" if gloo_cpu and rate.gpu is None else "bfloat16")
     return cp.TrainSpec(
         ranks=world,
@@ -180,4 +216,4 @@ def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate, nets: li
         param_dtype=args.param_dtype, reduce_dtype=reduce_dtype,
         activation_checkpointing=args.activation_checkpointing,
         reshard_after_forward=not args.no_reshard_after_forward,
-        overlap=overlap, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
+        overlap=overlap, unit_overhead_s=unit_overhead, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)

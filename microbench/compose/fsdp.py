@@ -20,8 +20,10 @@ Overlap: FSDP2 prefetches the next unit's gather behind the current unit's compu
 costs max(compute, communication); the first gather of each pass and the last reduce-scatters
 are exposed. In backward a gather and a reduce-scatter share the links, so they add. `overlap`
 (0..1) blends this with the no-overlap bound: gloo on a CPU competes with compute for the same
-cores, NCCL on a GPU runs beside it. The optimizer step (AdamW over this rank's shard) follows
-backward, bound by memory bandwidth: ~28 bytes moved per parameter.
+cores, NCCL on a GPU runs beside it. FSDP's own per-unit cost (copy-in/out, hooks:
+`unit_overhead_s`, which `verify`'s calibration measures) is paid per unit per pass on the thread
+that launches compute, so it is never hidden. The optimizer step (AdamW over this rank's shard)
+follows backward, bound by memory bandwidth: ~28 bytes moved per parameter.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class TrainSpec:
     reshard_after_forward: bool = True
     sync_every_microbatch: bool = True  # FSDP2's default; False: only the last micro-batch reduces
     overlap: float = 1.0
+    unit_overhead_s: float = 0.0        # FSDP's own cost per unit per pass (copy-in/out, hooks)
     memory_gbps: float | None = None    # device memory bandwidth, for the optimizer step
 
     @property
@@ -71,6 +74,7 @@ class StepPrediction:
     allgather_bwd_s: float
     reduce_scatter_s: float
     optimizer_s: float
+    fsdp_overhead_s: float
     step_s: float
     no_overlap_s: float
     full_overlap_s: float
@@ -95,6 +99,8 @@ def _check(model: Any, train: TrainSpec) -> None:
             raise UsageError(f"invalid {what} {dtype!r}: expected one of {', '.join(DTYPE_BYTES)} (e.g. bfloat16)")
     if not 0 <= train.overlap <= 1:
         raise UsageError(f"invalid --overlap {train.overlap!r}: expected a fraction from 0 to 1, e.g. 1")
+    if not (0 <= train.unit_overhead_s < 1):
+        raise UsageError(f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us")
 
 
 def attention_flops_fwd_per_layer(model: Any, train: TrainSpec) -> float:
@@ -160,7 +166,9 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
         # the head's backward runs while the last block is gathered again
         return max(c["root_bwd"], ag_b) + (L - 1) * max(cb, ag_b + r) + cb + r + r_root
 
-    model_step = micro * fwd + (micro - rs_rounds) * bwd(False) + rs_rounds * bwd(True) + opt
+    # FSDP's per-unit work runs on the CPU thread that launches compute: never hidden.
+    overhead = micro * 2 * (L + (1 if model.root_params else 0)) * train.unit_overhead_s
+    model_step = micro * fwd + (micro - rs_rounds) * bwd(False) + rs_rounds * bwd(True) + opt + overhead
     compute_fwd = micro * (L * cf + c["root_fwd"])
     compute_bwd = micro * (L * cb + c["root_bwd"])
     ag_fwd_total = micro * (ag_root + L * ag)
@@ -168,12 +176,12 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
     rs_total = rs_rounds * (L * rs + rs_root)
     comm = ag_fwd_total + ag_bwd_total + rs_total
     compute = compute_fwd + compute_bwd
-    no_overlap = compute + comm + opt
-    full_overlap = max(compute, comm) + opt
+    no_overlap = compute + comm + opt + overhead
+    full_overlap = max(compute, comm) + opt + overhead
     step = train.overlap * model_step + (1 - train.overlap) * no_overlap
     tokens = train.tokens_per_rank * micro * n
-    return StepPrediction(compute_fwd, compute_bwd, ag_fwd_total, ag_bwd_total, rs_total, opt, step, no_overlap,
-                          full_overlap, max(0.0, step - compute - opt), tokens / step,
+    return StepPrediction(compute_fwd, compute_bwd, ag_fwd_total, ag_bwd_total, rs_total, opt, overhead, step,
+                          no_overlap, full_overlap, max(0.0, step - compute - opt - overhead), tokens / step,
                           breakeven_busbw_gbps(model, train, cf, cb, allgather.latency_s), tuple(sorted(notes)))
 
 
