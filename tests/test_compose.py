@@ -49,6 +49,30 @@ def test_missing_op_names_what_the_record_has():
         Curve.from_record(record("reduce_scatter"), "all_gather")
 
 
+def test_checkpoint_bytes_and_tiers():
+    spec = CheckpointSpec(params=1e9)
+    assert checkpoint_bytes(spec) == 12e9  # fp32 master + two fp32 Adam moments
+    tier = predict_tier("nvme", 12e9, write_gbps=3.0, read_gbps=6.0, fixed_s=1.0, staging_gbps=12.0, mtbf_s=86400)
+    assert tier.save_s == pytest.approx(5.0)
+    assert tier.load_s == pytest.approx(3.0)
+    assert tier.async_blocked_s == pytest.approx(1.0)
+    assert tier.young_daly_interval_s == pytest.approx(math.sqrt(2 * 5.0 * 86400))
+    assert required_write_gbps(12e9, interval_s=600, overhead_fraction=0.02) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: predict_tier("s3", 1e9, write_gbps=0),
+    lambda: required_write_gbps(1e9, 0, 0.1),
+    lambda: checkpoint_bytes(CheckpointSpec(1e9, optimizer="adam9")),
+    lambda: predict_tier("nvme", 1e9, write_gbps=float("nan")),
+    lambda: predict_tier("nvme", 1e9, write_gbps=1.0, read_gbps=float("inf")),
+    lambda: predict_tier("nvme", 1e9, write_gbps=1.0, mtbf_s=0.0),
+])
+def test_bad_inputs_are_usage_errors(call):
+    with pytest.raises(UsageError):
+        call()
+
+
 def test_tiers_from_storage_records_skip_memory_served_rows():
     from microbench.compose.tiers import tier_bandwidths
 
