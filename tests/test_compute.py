@@ -44,6 +44,8 @@ def test_compute_record_feeds_compose(run_cli, tmp_path):
     pred = json.loads((tmp_path / "p.json").read_text())
     assert pred["config"]["compute"]["flops_per_rank"] == pytest.approx(rec["summary"]["achieved_tflops"] * 1e12)
     assert pred["config"]["compute"]["source"].startswith("measured: c.json")
+    # a CPU predicting itself: gloo competes with compute for the cores, and reduces in float32
+    assert pred["config"]["train"]["overlap"] == 0 and pred["config"]["train"]["reduce_dtype"] == "float32"
     wrong = run_cli("compose", "--compute", str(tmp_path / "p.json"), "--ranks", "2", "--net", "lo=1GB/s")
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines() == [

@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="what AllGather moves and compute uses (default bfloat16)")
     t.add_argument("--reduce-dtype", default=None, choices=sorted(cp.fsdp.DTYPE_BYTES),
                    help="what ReduceScatter moves (default bfloat16, as FSDP2 mixed precision is usually set; "
-                        "float32 when the only measured networks are gloo on a CPU)")
+                        "float32 when predicting a CPU: a --compute record timed on a CPU and no --gpu)")
     t.add_argument("--activation-checkpointing", action="store_true", help="recompute each block's forward in "
                    "backward (more FLOPs, far less activation memory)")
     t.add_argument("--no-reshard-after-forward", action="store_true", help="keep blocks gathered from forward "
@@ -60,8 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--tflops", help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400")
     c.add_argument("--compute", metavar="RECORD", help="a `microbench compute` record: the rate measured for "
                    "the model's matmuls on a device (overrides --tflops and --mfu)")
-    c.add_argument("--overlap", help="fraction of communication that can run beside compute, 0..1 (default 1 for "
-                   "NCCL and --net; 0 for gloo records on a CPU, where collectives compete for the cores)")
+    c.add_argument("--overlap", help="fraction of communication that can run beside compute, 0..1 (default 1 on "
+                   "GPUs, where NCCL runs beside compute; 0 when predicting a CPU, where gloo competes for the "
+                   "cores; or the --calibration's)")
     c.add_argument("--unit-overhead", metavar="DURATION", help="FSDP's own cost per unit per pass (copy-in/out, "
                    "hooks), never hidden, e.g. 200us (default 0, or the calibration's)")
     c.add_argument("--calibration", metavar="RECORD", help="a `microbench verify --calibrate-only` record: its "
@@ -103,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
     model = inputs.model(args)
     rate = inputs.compute_rate(args)
-    nets = inputs.networks(args, for_gpus=rate.gpu is not None or not args.compute)
+    nets = inputs.networks(args, for_gpus=not rate.on_cpu)
     world, nodes = inputs.ranks(args, nets)
     cal = inputs.calibration(args)
-    train = inputs.train_spec(args, world, rate, nets, cal)
+    train = inputs.train_spec(args, world, rate, cal)
     tiers = inputs.tiers(args)
     mtbf_s = parse_positive(args.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if args.mtbf_hours else None
     interval_s = parse_duration_s(args.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)

@@ -90,6 +90,7 @@ class ComputeRate:
     gpu: Gpu | None
     warning: str | None = None
     measured_model: str | None = None
+    on_cpu: bool = False             # a compute record timed on a CPU, and no --gpu: predicting that CPU
 
 
 def compute_rate(args: argparse.Namespace) -> ComputeRate:
@@ -113,7 +114,8 @@ def compute_rate(args: argparse.Namespace) -> ComputeRate:
             warning = (f"--compute {args.compute} was measured on {dev}, not on a {device.name}: its rate is what "
                        f"the prediction uses (--gpu only sizes memory and the optimizer step)")
         return ComputeRate(tflops * 1e12, f"measured: {args.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
-                           warning, str((record.get("summary") or {}).get("model") or ""))
+                           warning, str((record.get("summary") or {}).get("model") or ""),
+                           on_cpu=device is None and impl.get("device") == "cpu")
     if args.tflops:
         tflops = parse_positive(args.tflops, what="--tflops", example="400", maximum=MAX_TFLOPS)
         return ComputeRate(tflops * 1e12, f"--tflops {tflops:g}", device)
@@ -191,22 +193,22 @@ def calibration(args: argparse.Namespace) -> Calibration | None:
                        str(cal["backend"]) if cal.get("backend") else None, args.calibration)
 
 
-def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate, nets: list[Network],
+def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
                cal: Calibration | None = None) -> cp.TrainSpec:
-    gloo_cpu = all(n.backend == "gloo" or n.device == "cpu" for n in nets if n.backend != "synthetic") and any(
-        n.backend != "synthetic" for n in nets)
-    # gloo on a CPU shares the cores compute uses; NCCL on a GPU has its own copy engines and SMs.
+    # Predicting a CPU run (a CPU compute record, no --gpu): gloo shares the cores compute uses
+    # and FSDP on a CPU reduces in float32. Anything else is a GPU with NCCL beside compute.
+    cpu = rate.on_cpu
     if args.overlap is not None:
         overlap = parse_number(args.overlap, what="--overlap", example="1", minimum=0, maximum=1)
     elif cal is not None and cal.overlap is not None:
         overlap = cal.overlap
     else:
-        overlap = 0.0 if gloo_cpu and rate.gpu is None else 1.0
+        overlap = 0.0 if cpu else 1.0
     if args.unit_overhead is not None:
         unit_overhead = parse_duration_s(args.unit_overhead, what="--unit-overhead", example="200us")
     else:
         unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
-    reduce_dtype = args.reduce_dtype or ("float32" if gloo_cpu and rate.gpu is None else "bfloat16")
+    reduce_dtype = args.reduce_dtype or ("float32" if cpu else "bfloat16")
     return cp.TrainSpec(
         ranks=world,
         micro_batch=parse_positive_int(args.micro_batch, what="--micro-batch", example="1"),
