@@ -213,6 +213,17 @@ def test_golden_checkpoint_for_llama_8b():
     assert tier.young_daly_interval_s == pytest.approx(math.sqrt(2 * 96.363134976 / 6 * 86400))
 
 
+def test_golden_checkpoint_for_mixtral_counts_every_expert():
+    total = 46_702_792_704          # all experts are saved, whatever top-k computes
+    parts = checkpoint_parts(PRESETS["mixtral-8x7b"].total_params)
+    assert parts["training_checkpoint_bytes"] == 12 * total
+    tier = predict_tier("s3", parts["training_checkpoint_bytes"], write_gbps=1.5, read_gbps=3.0, mtbf_s=12 * 3600)
+    assert tier.save_s == pytest.approx(560.433512448 / 1.5)      # 6.2 min
+    assert tier.load_s == pytest.approx(560.433512448 / 3.0)
+    assert tier.young_daly_interval_s == pytest.approx(math.sqrt(2 * 560.433512448 / 1.5 * 43200))
+    assert format_time(tier.save_s) == "6.2 min"
+
+
 @pytest.mark.parametrize("seconds, text", [(2.52605e3, "42.1 min"), (2526.05e3, "29.2 days"), (0.0123, "12.3 ms"),
                                            (4.5e-5, "45 us"), (3.0, "3.00 s"), (7200 * 2, "4.0 h")])
 def test_times_are_formatted_for_reading(seconds, text):
