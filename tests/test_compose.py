@@ -288,8 +288,10 @@ def test_a_model_that_does_not_fit_is_flagged_not_hidden(capsys, tmp_path):
 def test_gloo_record_gets_a_warning_and_rescale_note(capsys, tmp_path):
     from microbench.cli import main
 
-    path = nccl_file(tmp_path)
-    assert main(["compose", "--model", "mistral-7b", "--nccl", f"lab={path}", "--ranks", "16", "--gpu", "h100",
+    suite = tmp_path / "suite-1"
+    suite.mkdir()
+    nccl_file(suite, "collectives.json")
+    assert main(["compose", "--model", "mistral-7b", "--nccl", f"lab={suite}", "--ranks", "16", "--gpu", "h100",
                  "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "# warning: lab: " in out and "gloo on cpu" in out

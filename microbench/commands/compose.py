@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m = p.add_argument_group("model")
     m.add_argument("--model", default="llama-3.1-8b",
                    help=f"a preset with real shapes: {', '.join(cp.PRESETS)} (default llama-3.1-8b)")
-    m.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json (text_config inside is "
+    m.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json or its model directory (text_config inside is "
                    "read too); read from disk, no network")
     m.add_argument("--params", help="crude escape hatch: total parameters, e.g. 7e9 (with --layers)")
     m.add_argument("--layers", help="crude escape hatch: blocks (FSDP units), e.g. 32 (with --params)")
@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "measured overlap and per-unit overhead (flags given here win)")
     n = p.add_argument_group("network (one or more; several give a what-if table)")
     n.add_argument("--nccl", action="append", default=[], metavar="[NAME=]RECORD",
-                   help="a `microbench nccl` record with all_gather and reduce_scatter rows, e.g. "
+                   help="a `microbench nccl` record with all_gather and reduce_scatter rows (or a suite directory), e.g. "
                         "results/suite-*/collectives.json; at another world size it is rescaled (repeatable)")
     n.add_argument("--net", action="append", default=[], metavar="NAME=BUSBW[@LATENCY]",
                    help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
