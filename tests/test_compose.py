@@ -374,6 +374,8 @@ def bad_inputs(tmp):
                           "--ranks 8 disagrees with --nodes 2 x --gpus-per-node 8"),
         "layers alone": ([*gpu, *net, "--layers", "32"], "--params and --layers go together"),
         "calibration kind": ([*gpu, *net, "--calibration", str(tmp / "ok.json")], "without summary.calibration"),
+        "names repeat": ([*gpu, "--nccl", str(tmp / "ok.json"), "--nccl", str(tmp / "ok.json")],
+                         "network names repeat (ok, ok)"),
         "unit overhead": ([*gpu, *net, "--unit-overhead", "-1us"], "invalid --unit-overhead '-1': must be at least 0"),
     }
 
@@ -383,7 +385,7 @@ CASES = ["tflops nan", "tflops inf", "params nan", "params 1e30", "tier nan", "t
          "partial", "unknown model", "unknown gpu", "config not json", "config field", "ranks vs nodes",
          "micro-batch 0", "seq-len -1", "mfu 0", "net no unit", "net bad latency", "no network", "no compute",
          "ckpt overhead", "ckpt interval", "nodes 0", "overlap 2", "params negative", "net negative", "ranks vs gpus",
-         "layers alone", "calibration kind", "unit overhead"]
+         "layers alone", "calibration kind", "unit overhead", "names repeat"]
 
 
 @pytest.mark.parametrize("case", CASES)
