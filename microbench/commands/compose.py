@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from .. import __version__
 from .. import compose as cp
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.models import format_params
@@ -246,7 +248,9 @@ def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rat
                           "gpu": rate.gpu.as_dict() if rate.gpu else None},
               "networks": [n.describe() for n in nets], "tiers": tiers,
               "checkpoint": {"interval_s": interval_s, "overhead_fraction": overhead, "mtbf_s": mtbf_s}}
-    record = new_record("compose", config, {}, {"name": "python", "engine": "microbench.compose"})
+    # A prediction does not depend on the machine that computed it: no probe of the hardware here.
+    environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
+    record = new_record("compose", config, environment, {"name": "python", "engine": "microbench.compose"})
     step_rows = [{"op": "step", "network": n.name, **preds[n.name].as_dict(), "fits_in_memory": memory.fits}
                  for n in nets]
     for row in step_rows:
