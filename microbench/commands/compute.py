@@ -14,7 +14,7 @@ from ..runner import run_probe
 from ..sizes import parse_positive_int
 from .common import add_sweep_options, settings_from_args, write_outputs
 
-CPU_TOKENS = 512   # a CPU needs seconds per matmul at 4096 tokens; the rate is flat well before that
+CPU_TOKENS = 256   # a CPU takes seconds per matmul at 4096 tokens; its rate is flat well before that
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: cuda when torch sees a GPU, else cpu")
     p.add_argument("--dtype", choices=sorted(cm.DTYPE_BYTES), help="default bfloat16 on a GPU, float32 on a CPU")
-    add_sweep_options(p, warmup=3, iters=10)
+    add_sweep_options(p, warmup=2, iters=10)
     p.set_defaults(handler=run)
 
 
