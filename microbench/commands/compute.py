@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
           f"{achieved:.2f} TFLOP/s weighted by a step's mix")
     if why_cpu:
         print(f"# {why_cpu}")
+    if device == "cpu" and not args.tokens:
+        print(f"# {CPU_TOKENS} tokens per matmul (the CPU default, which reads low): --tokens sets the training shape")
     print(f"# results: {outcome.path}  (use: microbench compose --compute {outcome.path} ...)")
     write_outputs(args, outcome)
     return 0
