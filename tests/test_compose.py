@@ -318,6 +318,16 @@ def test_calibration_record_sets_overlap_and_overhead(tmp_path, capsys):
     assert "overlap 1, " in capsys.readouterr().out
 
 
+def test_a_partial_record_is_used_only_when_allowed_and_then_said(tmp_path, capsys):
+    from microbench.cli import main
+
+    path = nccl_file(tmp_path, "partial.json", status="partial")
+    assert main(["compose", "--gpu", "h100", "--nccl", path, "--allow-partial", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "# warning: partial: " in out and "is a partial record (--allow-partial)" in out
+    assert "e+0" not in out
+
+
 def bad_inputs(tmp):
     import json
 
