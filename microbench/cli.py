@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "compose",
     "verify",
     "plot",
+    "compare",
     "storage",
     "checkpoint",
 ]
