@@ -69,3 +69,16 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
     assert len(done.stderr.strip().splitlines()) == 1
     assert "invalid --junit" in done.stderr and "does not exist" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
+    from microbench.dist import detect_world
+    from microbench.suite import step_env
+
+    srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",
+                 "MASTER_ADDR": "node001", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+                 "RANK": "1", "WORLD_SIZE": "4", "PATH": "/usr/bin"}
+    assert detect_world(srun_task) is not None
+    child = step_env(srun_task)
+    assert detect_world(child) is None
+    assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child
