@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "verify",
     "plot",
     "compare",
+    "report",
     "storage",
     "checkpoint",
 ]

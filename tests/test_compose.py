@@ -128,3 +128,29 @@ def test_tiers_from_storage_records_skip_memory_served_rows():
     assert tier_bandwidths(s3) == (0.5, 0.9)
     with pytest.raises(UsageError, match="no write/put/save rows"):
         tier_bandwidths({"kind": "storage_posix", "rows": [{"op": "read", "read_gbps": 3.0}]}, "r.json")
+
+
+def test_compose_json_writes_a_compose_record(run_cli, tmp_path):
+    from microbench.results import load_record
+
+    nccl = tmp_path / "nccl.json"
+    _write_nccl_for_json(nccl)
+    out = tmp_path / "compose.json"
+    done = run_cli("compose", "--nccl", str(nccl), "--model", "tiny-100m", "--tier", "nvme=6:12", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    record = load_record(out)
+    assert record["kind"] == "compose" and record["status"] == "complete"
+    steps = {r["component"]: r["time_ms"] for r in record["rows"] if r["op"] == "step"}
+    assert steps["step (overlapped)"] == pytest.approx(record["summary"]["step"]["step_s"] * 1e3)
+    (tier,) = [r for r in record["rows"] if r["op"] == "checkpoint"]
+    assert tier["tier"] == "nvme" and tier["save_s"] == pytest.approx(tier["checkpoint_bytes"] / 6e9)
+    again = run_cli("compose", "--nccl", str(nccl), "--model", "tiny-100m", "--json", str(out))
+    assert again.returncode == 2 and "never overwritten" in again.stderr
+
+
+def _write_nccl_for_json(path):
+    from microbench.results import RecordWriter, new_record
+
+    rec = new_record("nccl", {}, {}, {})
+    rec["rows"] = record("all_gather")["rows"] + record("reduce_scatter")["rows"]
+    RecordWriter(rec, path).finish("complete")

@@ -8,7 +8,8 @@ from tabulate import tabulate
 
 from .. import compose as cp
 from ..errors import UsageError
-from ..results import load_record
+from ..env import collect
+from ..results import RecordWriter, load_record, new_record
 from ..sizes import parse_positive_int
 
 
@@ -28,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage/checkpoint record as a tier (best write and read it measured); repeatable")
     p.add_argument("--mtbf-hours", default=None, help="mean time between failures, for the Young/Daly interval")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the prediction as a record (kind compose), e.g. for `microbench report`")
     p.set_defaults(handler=run)
 
 
@@ -93,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for note in p.notes:
         print(f"# {note}")
     tiers = [_tier(text) for text in args.tier] + [_tier_from_record(text) for text in args.storage]
+    record_rows = [{"probe": "compose", "op": "step", "component": k, "time_ms": v * 1e3} for k, v in rows]
     if tiers:
         total = cp.checkpoint_bytes(cp.CheckpointSpec(params=model.params))
         mtbf = _float(args.mtbf_hours, "--mtbf-hours", "24") * 3600 if args.mtbf_hours else None
@@ -100,7 +104,26 @@ def run(args: argparse.Namespace) -> int:
         table = []
         for name, write, read in tiers:
             t = cp.predict_tier(name, total, write, read, mtbf_s=mtbf)
+            record_rows.append({"probe": "compose", "op": "checkpoint", "tier": name, "checkpoint_bytes": total,
+                                **t.as_dict()})
             table.append((name, f"{write:.2f}", f"{t.save_s:.1f}", f"{t.load_s:.1f}" if t.load_s else "-",
                           f"{t.young_daly_interval_s / 60:.0f}" if t.young_daly_interval_s else "-"))
         print(tabulate(table, headers=["tier", "write GB/s", "save s", "load s", "interval min"], tablefmt="simple"))
+    if args.json:
+        _write_record(args, model, train, p, record_rows)
     return 0
+
+
+def _write_record(args: argparse.Namespace, model: cp.ModelSpec, train: cp.TrainSpec, p: cp.StepPrediction,
+                  rows: list[dict]) -> None:
+    """A prediction is not a measurement, but it is a result someone will want to read back."""
+    from dataclasses import asdict
+
+    config = {"model": asdict(model), "train": asdict(train), "nccl_record": args.nccl,
+              "storage_records": args.storage, "tiers": args.tier, "mtbf_hours": args.mtbf_hours}
+    writer = RecordWriter(new_record("compose", config, collect(with_nics=False),
+                                     {"engine": "microbench.compose (analytic model over measured curves)"}),
+                          args.json)
+    writer.record["summary"] = {"step": p.as_dict()}
+    writer.add_rows(rows)
+    print(f"# record: {writer.finish('complete')}")
