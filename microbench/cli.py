@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "plot",
     "compare",
     "report",
+    "hunt",
     "storage",
     "checkpoint",
 ]
