@@ -20,7 +20,8 @@ from .sizes import format_size, parse_number
 
 # Fields that make two rows the same case; anything else (iters, per-rank times) is a result.
 CASE_FIELDS = ("op", "size_bytes", "placement", "rw", "pattern", "bs_bytes", "threads", "qd", "streams",
-               "batch", "concurrency", "objects", "part_size_bytes", "dtype", "redop", "root", "algo", "tool")
+               "batch", "concurrency", "objects", "part_size_bytes", "dtype", "redop", "root", "algo", "tool",
+               "src", "dst")
 # What must match for two records to be comparable, and where each lives in a record.
 IDENTITY = (
     ("probe", lambda r: r.get("kind")),
