@@ -237,6 +237,30 @@ def _compose(record: dict[str, Any]) -> str:
     return out
 
 
+def _hunt(record: dict[str, Any]) -> str:
+    """A hunt record: its verdict lines, the sender x receiver matrix and the heatmap."""
+    from . import hunt
+
+    names = list((record.get("config") or {}).get("hosts") or [])
+    index = {name: i for i, name in enumerate(names)}
+    matrix = {(index[r["src"]], index[r["dst"]]): float(r["bw_gbps"]) for r in record.get("rows", [])
+              if r.get("src") in index and r.get("dst") in index and isinstance(r.get("bw_gbps"), (int, float))}
+    slow = {(index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index}
+    summary = record.get("summary") or {}
+    lines = summary.get("verdict") or [f"record status {record.get('status')}: no verdict"]
+    out = "".join(f'<p class="{"pass" if line.startswith("OK") else "fail"}">{_e(line)}</p>' for line in lines)
+    if len(matrix) == len(names) * (len(names) - 1) and names:
+        out += _table(["from \\ to", *names], hunt.matrix_table(matrix, names, slow))
+        try:
+            png = hunt.heatmap_png(matrix, names, slow, f"hunt: {len(names)} hosts, GB/s sender -> receiver")
+            out += f'<img class="plot" alt="hunt heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        except ImportError:
+            out += '<p class="note">heatmap skipped: matplotlib is not installed</p>'
+    elif names:
+        out += f'<p class="note">matrix incomplete ({len(matrix)} of {len(names) * (len(names) - 1)} directions)</p>'
+    return out
+
+
 def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
           rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
     generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -251,9 +275,14 @@ def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
         out.append("<h2>Acceptance</h2>" + _acceptance(runs, checks))
     compose_records = [(run.label, name, rec) for run in runs for name, (_, rec) in run.records.items()
                        if rec.get("kind") == "compose"]
+    for run in runs:
+        for name, (_, rec) in run.records.items():
+            if rec.get("kind") == "hunt":
+                out.append(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec))
     names: list[str] = []
     for run in runs:
-        names.extend(n for n, (_, rec) in run.records.items() if n not in names and rec.get("kind") != "compose")
+        names.extend(n for n, (_, rec) in run.records.items()
+                     if n not in names and rec.get("kind") not in ("compose", "hunt"))
     for name in names:
         items = [(run.label, run.records[name][1]) for run in runs if name in run.records]
         kinds = sorted({str(rec.get("kind")) for _, rec in items})

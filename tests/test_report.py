@@ -164,3 +164,22 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, suites, tmp_path):
 def test_load_runs_labels_duplicates_apart(suites):
     runs = report.load_runs([str(suites[0]), str(suites[0])])
     assert [r.label for r in runs] == ["suite-20261101-000000", "suite-20261101-000000 (2)"]
+
+
+def test_a_hunt_record_shows_its_verdict_matrix_and_heatmap(tmp_path):
+    from microbench import hunt
+
+    names = ["h0", "h1", "h2"]
+    matrix = {(i, j): (0.012 if i == 2 else 0.12) for i in range(3) for j in range(3) if i != j}
+    verdict = hunt.analyze(matrix, names, 0.7)
+    writer = RecordWriter(new_record("hunt", {"hosts": names}, ENV, {"engine": "tcp"}, argv=["m"]), tmp_path / "h.json")
+    writer.add_rows([{"probe": "hunt", "op": "uni", "src": names[i], "dst": names[j], "size_bytes": 8 << 20,
+                      "bw_gbps": g, "slow": (i, j) in verdict.slow} for (i, j), g in matrix.items()])
+    writer.record["summary"] = {"verdict": verdict.lines}
+    writer.finish("complete")
+    text = report.build(report.load_runs([str(tmp_path / "h.json")]))
+    parsed = _Collect()
+    parsed.feed(text)
+    assert any(h.startswith("Hunt: h") for h in parsed.h2)
+    assert "SLOW HOST h2" in text and "0.012 *" in text
+    assert [a["alt"] for t, a in parsed.tags if t == "img"] == ["hunt heatmap"]
