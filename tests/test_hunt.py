@@ -131,8 +131,10 @@ def test_htb_plan_sends_only_the_peer_through_the_slow_class():
     (["--lab", "x", "--slow", "nan"], "invalid --slow 'nan'"),
     (["--lab", "x", "--floor", "10"], "invalid --floor '10'"),
     (["--lab", "x", "--size", "0"], "--size"),
+    (["--lab", "x", "--json", "exists.json"], "invalid --json 'exists.json': it exists"),
 ])
-def test_hunt_bad_input_exit_2_one_line(run_cli, args, needle):
+def test_hunt_bad_input_exit_2_one_line(run_cli, tmp_path, args, needle):
+    (tmp_path / "exists.json").write_text("{}")
     done = run_cli("hunt", *args)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in last_line(done.stderr), done.stderr

@@ -57,9 +57,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     warmup = parse_number(args.warmup, what="--warmup", example="1", minimum=0)
     if warmup != int(warmup):
         raise UsageError(f"invalid --warmup {args.warmup!r}: expected a whole number >= 0, e.g. --warmup 1")
-    if args.heatmap and Path(args.heatmap).exists():
-        raise UsageError(f"invalid --heatmap {args.heatmap!r}: it exists; files are never overwritten, "
-                         f"e.g. --heatmap {Path(args.heatmap).with_suffix('')}-2.png")
+    # Refused here, before the ranks start, rather than by rank 0 after everyone has joined.
+    for flag, value in (("--heatmap", args.heatmap), ("--json", args.json), ("--csv", args.csv)):
+        if value and Path(value).exists():
+            raise UsageError(f"invalid {flag} {value!r}: it exists; files are never overwritten, "
+                             f"e.g. {flag} {Path(value).with_suffix('')}-2{Path(value).suffix}")
     return {"size_bytes": parse_size(args.size, what="--size"), "iters": parse_positive_int(args.iters, what="--iters", example="3"),
             "warmup": int(warmup), "slow_ratio": slow, "floor_gbps": floor, "timeout_s": parse_timeout(args.timeout)}
 
