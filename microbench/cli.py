@@ -31,6 +31,9 @@ COMMAND_MODULES = [
     "compute",
     "verify",
     "plot",
+    "compare",
+    "report",
+    "hunt",
     "storage",
     "checkpoint",
 ]
