@@ -49,6 +49,7 @@ class LabHost:
     state: str = "unknown"
     shaping: str = ""
     rate_bps: int | None = None    # this host's egress rate (hosts may differ: --host-link)
+    links: list[tuple[str, int | None]] = field(default_factory=list)  # (peer address, rate): --pair-link
 
 
 @dataclass
@@ -216,6 +217,8 @@ def _read_host(index: int, ns: str) -> LabHost:
     if " htb " in f" {host.shaping} ":
         classes = _run("tc", "-n", ns, "class", "show", "dev", IFNAME, check=False).stdout
         host.shaping += " " + " ".join(classes.split())
+        filters = _run("tc", "-n", ns, "filter", "show", "dev", IFNAME, check=False).stdout
+        host.links = labshape.parse_htb_links(classes, filters)
     return host
 
 
@@ -331,6 +334,19 @@ def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | N
                                f"which this kernel does not have (try `modprobe sch_{kind}`)")
             if proc.returncode != 0:
                 _run(*cmd)  # raises with tc's own message
+
+
+def current_shaping(lab: Lab) -> labshape.Shaping:
+    """The lab's shaping as its hosts have it now (base rate, --host-link, --pair-link), to put
+    back after something reshapes it for a while (--link-profiles)."""
+    by_address = {h.address: h.index for h in lab.hosts}
+    links = {h.index: [(by_address[addr], rate) for addr, rate in h.links if addr in by_address] for h in lab.hosts}
+    return labshape.current(lab.rate_bps, {h.index: h.rate_bps for h in lab.hosts}, links)
+
+
+def restore(lab: Lab, plan: labshape.Shaping) -> None:
+    """Put back the shaping `current_shaping` read before the lab was reshaped."""
+    shape(lab.name, plan.base_bps, lab.delay_ms, host_rates=plan.hosts, pair_rates=plan.pairs)
 
 
 def down(name: str) -> list[str]:

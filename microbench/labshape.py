@@ -104,7 +104,33 @@ def htb_commands(ns: str, host_bps: int | None, links: list[tuple[str, int | Non
 def parse_htb_rate(text: str) -> int | None:
     """The default class's rate from `tc qdisc show` + `tc class show` text (None: unlimited)."""
     match = re.search(r"class htb 1:2 .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", text)
-    if not match:
-        return None
-    bps = int(float(match.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[match.group(2)])
+    return _bps(match.group(1), match.group(2)) if match else None
+
+
+def parse_htb_links(classes: str, filters: str) -> list[tuple[str, int | None]]:
+    """(peer address, rate) for every per-link class, from `tc class show` and `tc filter show`
+    text: the filter says which class a peer's address goes to, the class its rate (pure)."""
+    rates = {cid: _bps(num, unit) for cid, num, unit in
+             re.findall(r"class htb (1:\d+) .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", classes)}
+    out = []
+    # tc prints a u32 filter as "... flowid 1:10 ..." then "match 0ad50002/ffffffff at 16"
+    # (the destination address, in hex, at its offset in the IP header).
+    for cid, hexaddr in re.findall(r"flowid (1:\d+)\b.*?match ([0-9a-f]{8})/ffffffff at 16", filters, re.S):
+        address = ".".join(str(int(hexaddr[i:i + 2], 16)) for i in range(0, 8, 2))
+        out.append((address, rates.get(cid)))
+    return sorted(out)
+
+
+def _bps(number: str, unit: str) -> int | None:
+    bps = int(float(number) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[unit])
     return None if bps >= _UNLIMITED_BPS else bps
+
+
+def current(base_bps: int | None, host_rates: dict[int, int | None],
+            host_links: dict[int, list[tuple[int, int | None]]]) -> Shaping:
+    """The Shaping that reproduces what the hosts have now: the hosts whose egress differs
+    from the base rate, and every shaped link (seen from either end) (pure)."""
+    hosts = {i: rate for i, rate in host_rates.items() if rate != base_bps}
+    pairs = {(min(i, peer), max(i, peer)): rate for i, links in host_links.items() for peer, rate in links}
+    return Shaping(base_bps, hosts, pairs)
+

@@ -90,6 +90,9 @@ def run_profiles(args: Any, argv: list[str]) -> int:
         raise UsageError(f"invalid --link-profiles {args.link_profiles!r}: expected two or more rates to compare, "
                          f"e.g. 1gbit,unlimited")
     lab = labmod.get(args.lab)
+    # Read before the first reshape: the lab's own exceptions (--host-link, --pair-link) must
+    # come back afterwards, not just its base rate.
+    before = labmod.current_shaping(lab)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base = _without(argv, "--link-profiles", "--json")
     env = package_env()
@@ -109,7 +112,7 @@ def run_profiles(args: Any, argv: list[str]) -> int:
             records.append((labmod.format_rate(rate), json.loads(path.read_text())))
             print(flush=True)
     finally:
-        labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
+        labmod.restore(lab, before)
     if not records:
         raise RunError("no profile produced a record")
     print(profiles_table(records))
