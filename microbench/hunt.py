@@ -12,6 +12,13 @@ Judgement, over the directed bandwidths i -> j:
   bad host       a host whose pair is slow with every peer (the common end of all its
                  slow pairs; needs 3 hosts, or a slow pair could be blamed on either end);
   bad link       a slow pair whose two ends are both healthy with everyone else.
+
+--bisect first halves the hosts (N >= 4): an all_reduce over each half at once, and the
+search goes on in the half that is slow against the other, so one bad host is cornered in
+about log2(N) collective rounds. The last 2-3 suspects and healthy hosts from the halves
+already cleared, 4 hosts in all, then run the pairwise rounds; a single slow host among the
+suspects there decides. Anything else (halves alike, as with a slow link between halves or a
+clean cluster; a link rather than a host; more than one host) falls back to all pairs.
 """
 
 from __future__ import annotations
@@ -40,6 +47,31 @@ def rounds(n: int) -> list[list[tuple[int, int]]]:
         out.append(sorted(pairs))
         players = [players[0], players[-1], *players[1:-1]]
     return out
+
+
+BISECT_MIN_HOSTS = 4
+CONFIRM_HOSTS = 4
+
+
+def halves(hosts: list[int]) -> tuple[list[int], list[int]]:
+    mid = len(hosts) // 2
+    return hosts[:mid], hosts[mid:]
+
+
+def slower_half(busbw_a: float, busbw_b: float, slow_ratio: float, floor_gbps: float | None = None) -> int | None:
+    """0 or 1 when exactly that half is slow (against the other half, or the floor); None
+    when they are alike or both slow: halving cannot tell which way to go."""
+    slow_a = busbw_a < slow_ratio * busbw_b or (floor_gbps is not None and busbw_a < floor_gbps)
+    slow_b = busbw_b < slow_ratio * busbw_a or (floor_gbps is not None and busbw_b < floor_gbps)
+    if slow_a != slow_b:
+        return 0 if slow_a else 1
+    return None
+
+
+def confirm_set(suspects: list[int], cleared: list[int]) -> list[int]:
+    """The suspects plus cleared hosts up to CONFIRM_HOSTS: 4 hosts take 3 pair rounds, as 3 do."""
+    extra = max(0, CONFIRM_HOSTS - len(suspects))
+    return sorted(suspects + cleared[:extra])
 
 
 def check_hosts(n: int, where: str) -> None:
@@ -116,6 +148,8 @@ def matrix_table(matrix: dict[tuple[int, int], float], names: list[str], slow: s
         for j in range(len(names)):
             if i == j:
                 cells.append("-")
+            elif (i, j) not in matrix:
+                cells.append(".")  # not measured (--bisect decided on the hosts it narrowed to)
             else:
                 cells.append(f"{matrix[(i, j)]:.4g}{' *' if (i, j) in slow else ''}")
         rows.append(cells)

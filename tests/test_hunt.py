@@ -179,3 +179,79 @@ def test_hunt_names_the_slow_host_then_the_slow_link_and_nothing_else(run_cli, l
     assert done.returncode == 0, done.stdout + done.stderr
     assert data["summary"]["slow_hosts"] == [] and data["summary"]["slow_links"] == []
     assert "OK: every link reaches" in done.stdout
+
+
+# ---------------------------------------------------------------------- --bisect
+
+
+def test_halves_and_which_half_is_slow():
+    assert hunt.halves([0, 1, 2, 3, 4]) == ([0, 1], [2, 3, 4])
+    assert hunt.slower_half(0.12, 0.012, 0.7) == 1
+    assert hunt.slower_half(0.012, 0.12, 0.7) == 0
+    assert hunt.slower_half(0.12, 0.10, 0.7) is None          # alike: a slow link across the halves, or none
+    assert hunt.slower_half(0.01, 0.012, 0.7) is None         # both slow: not one host
+    assert hunt.slower_half(0.12, 0.10, 0.7, floor_gbps=0.11) == 1
+
+
+def test_confirm_set_pads_the_suspects_with_cleared_hosts_to_four():
+    assert hunt.confirm_set([6, 7], [0, 1, 2, 3, 4, 5]) == [0, 1, 6, 7]
+    assert hunt.confirm_set([3, 4, 5], [0, 1, 2]) == [0, 3, 4, 5]
+    assert len(hunt.rounds(len(hunt.confirm_set([6, 7], [0, 1])))) == 3
+
+
+def test_matrix_table_marks_unmeasured_cells():
+    matrix = {(0, 1): 0.12, (1, 0): 0.12}
+    assert hunt.matrix_table(matrix, NAMES[:3], set())[2] == ["h2", ".", ".", "-"]
+
+
+@pytest.fixture
+def h11b_lab_name():
+    from conftest import namespaces_refused
+
+    reason = namespaces_refused()
+    if reason:
+        pytest.skip(reason)
+    import uuid
+
+    from microbench import lab as labmod
+
+    name = "h11b" + uuid.uuid4().hex[:4]
+    yield name
+    labmod.down(name)
+    assert labmod.find(name) is None
+
+
+def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, h11b_lab_name):
+    assert run_cli("lab", "up", "--hosts", "3", "--name", h11b_lab_name).returncode == 0
+    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "hunt --bisect needs at least 4 hosts" in last_line(done.stderr)
+
+
+def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(run_cli, h11b_lab_name, tmp_path):
+    up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", h11b_lab_name)
+    assert up.returncode == 0, up.stderr
+    record = tmp_path / "bisect-host.json"
+    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect", "--json", str(record), timeout=240)
+    data = json.loads(record.read_text())
+    assert done.returncode == 1, done.stderr
+    assert last_line(done.stderr) == "microbench: hunt found slow host h2 (verdict and matrix above)"
+    summary = data["summary"]
+    assert summary["slow_hosts"] == ["h2"] and summary["slow_links"] == [] and summary["decided_by"] == "bisect"
+    (step,) = summary["bisect"]
+    assert step["halves"] == [["h0", "h1"], ["h2", "h3"]] and step["slow_half"] == 1
+    assert step["busbw_gbps"][1] < 0.7 * step["busbw_gbps"][0]
+    assert [r["slow"] for r in data["rows"] if r["phase"] == "bisect"] == [False, True]
+    assert sorted(r["src"] for r in data["rows"] if r.get("slow") and r["phase"] == "confirm") == ["h2", "h2", "h2"]
+    assert "DECIDED BY BISECT: 1 halving(s) cornered h2" in done.stdout
+
+    # A slow link between the halves leaves both halves alike: all pairs decide, and name it.
+    shaped = run_cli("lab", "shape", "--name", h11b_lab_name, "--link", "1gbit", "--pair-link", "h1-h2=100mbit")
+    assert shaped.returncode == 0, shaped.stderr
+    record = tmp_path / "bisect-link.json"
+    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect", "--json", str(record), timeout=240)
+    summary = json.loads(record.read_text())["summary"]
+    assert done.returncode == 1, done.stderr
+    assert summary["slow_hosts"] == [] and summary["slow_links"] == [["h1", "h2"]]
+    assert summary["decided_by"] == "all pairs" and summary["bisect"][0]["slow_half"] is None
+    assert "halving cannot tell the halves apart: all pairs decide" in done.stdout

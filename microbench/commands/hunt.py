@@ -44,6 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slow", default="0.7", help="slow = below this fraction of the median bandwidth (default 0.7)")
     p.add_argument("--floor", default=None, metavar="RATE", help="also slow below this absolute rate, e.g. 10GB/s or 100Gbit")
     p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
+    p.add_argument("--bisect", action="store_true", help="first an all_reduce over each half of the hosts at once, "
+                   "into the slow half (4+ hosts): one bad host in about log2(N) rounds, then pairs confirm it")
     p.add_argument("--heatmap", default=None, metavar="PATH", help="heatmap PNG (default: next to the record, .png)")
     p.add_argument("--json", metavar="PATH", help="write the record here (default: results/hunt-TIME.json)")
     p.add_argument("--csv", metavar="PATH", help="also write one CSV row per directed measurement")
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
                              "ranks per host, e.g. srun -N 8 --ntasks-per-node 1 microbench hunt")
         lab = labmod.get(args.lab)
         hunt.check_hosts(len(lab.hosts), f"lab {args.lab!r}")
+        if args.bisect:
+            check_bisect_hosts(len(lab.hosts), f"lab {args.lab!r}")
         nproc, master_addr, per_rank = labmod.placement(lab)
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "hunt exchanges only metadata over gloo")
     return in_world(nproc=nproc, timeout_s=opts["timeout_s"], choice=choice, per_rank=per_rank, master_addr=master_addr,
@@ -139,37 +143,30 @@ def _body(world: Any, args: argparse.Namespace, opts: dict[str, Any]) -> int:
     infos = [gathered[r] for r in participants]
     names = [info[0] for info in infos]
     hunt.check_hosts(len(names), "this world")
+    if args.bisect:
+        check_bisect_hosts(len(names), "this world")
     me = participants.index(world.rank) if world.rank in participants else None
     schedule = hunt.rounds(len(names))
     writer = None
     if world.rank == 0:
-        config = {**opts, "lab": args.lab, "hosts": names, "addresses": [i[1] for i in infos],
+        config = {**opts, "lab": args.lab, "bisect": bool(args.bisect), "hosts": names, "addresses": [i[1] for i in infos],
                   "ranks_per_host": {n: sum(1 for g in gathered if g[0] == n) for n in names}}
         impl = {"engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
                 "transport": "tcp", "streams": 1,
-                "schedule": f"circle method: {len(schedule)} rounds of disjoint pairs, each round in parallel"}
+                "schedule": f"circle method: {len(schedule)} rounds of disjoint pairs, each round in parallel",
+                **({"bisect": "all_reduce (torch.distributed/gloo, the nccl probe's) over each half at once, "
+                              "into the slow half"} if args.bisect else {})}
         writer = RecordWriter(new_record("hunt", config, envmod.collect(), impl), args.json, args.results_dir)
-        print(f"# microbench hunt: {len(names)} hosts ({', '.join(names)}), {len(schedule)} rounds, "
+        print(f"# microbench hunt: {len(names)} hosts ({', '.join(names)}), "
+              f"{'halving first, then ' if args.bisect else ''}{len(schedule)} rounds at most, "
               f"{format_size(opts['size_bytes'])} x {opts['iters']} each way", flush=True)
-    matrix: dict[tuple[int, int], float] = {}
-    round_s: list[float] = []
+    run = _Run(world, me, infos, names, listener, opts, writer)
     try:
-        for r, pairs in enumerate(schedule):
-            world.barrier()
-            start = time.monotonic()
-            mine: list[tuple[int, int, float]] = []
-            for a, b in pairs:
-                if me in (a, b):
-                    mine = _measure_pair(me, b if me == a else a, infos, listener, opts)
-            results = [m for part in world.all_gather_object(mine) for m in part]
-            round_s.append(time.monotonic() - start)
-            if writer is not None:
-                rows = [{"probe": "hunt", "op": "uni", "src": names[s], "dst": names[d], "size_bytes": opts["size_bytes"],
-                         "round": r + 1, "bw_gbps": g, "bw_gbit_s": g * 8} for s, d, g in results]
-                matrix.update({(s, d): g for s, d, g in results})
-                writer.add_rows(rows)
-                print(f"# round {r + 1}/{len(schedule)}: {', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} "
-                      f"({round_s[-1]:.1f} s)", flush=True)
+        if args.bisect:
+            run.bisect(participants)
+        if run.decided_by is None:
+            run.pair_rounds(list(range(len(names))), "all pairs")
+            run.decided_by = "all pairs"
     except (MicrobenchError, KeyboardInterrupt) as exc:
         if writer is not None:
             writer.finish("partial", str(exc) or "interrupted")
@@ -178,26 +175,115 @@ def _body(world: Any, args: argparse.Namespace, opts: dict[str, Any]) -> int:
         listener.close()
     if writer is None:
         return 0
-    return _report(writer, matrix, names, opts, round_s, args)
+    return _report(writer, run, args)
 
 
-def _report(writer: RecordWriter, matrix: dict[tuple[int, int], float], names: list[str], opts: dict[str, Any],
-            round_s: list[float], args: argparse.Namespace) -> int:
-    verdict = hunt.analyze(matrix, names, opts["slow_ratio"], opts["floor_gbps"])
+def check_bisect_hosts(n: int, where: str) -> None:
+    if n < hunt.BISECT_MIN_HOSTS:
+        raise UsageError(f"hunt --bisect needs at least {hunt.BISECT_MIN_HOSTS} hosts, {where} has {n}: each half "
+                         f"needs 2 hosts for an all_reduce; drop --bisect (all pairs take {len(hunt.rounds(n))} rounds)")
+
+
+class _Run:
+    """What every rank knows as the hunt goes on: all of them see every round's results."""
+
+    def __init__(self, world: Any, me: int | None, infos: list, names: list[str], listener: socket.socket,
+                 opts: dict[str, Any], writer: RecordWriter | None):
+        self.world, self.me, self.infos, self.names, self.listener = world, me, infos, names, listener
+        self.opts, self.writer = opts, writer
+        self.matrix: dict[tuple[int, int], float] = {}
+        self.round_s: list[float] = []
+        self.steps: list[dict[str, Any]] = []
+        self.decided_by: str | None = None
+        self.confirm_hosts: list[int] = []
+        self.verdict: hunt.Verdict | None = None
+
+    def pair_rounds(self, hosts: list[int], phase: str) -> None:
+        """The circle-method rounds over `hosts`, less the pairs measured already."""
+        names, opts = self.names, self.opts
+        schedule = [[(hosts[a], hosts[b]) for a, b in pairs if (hosts[a], hosts[b]) not in self.matrix]
+                    for pairs in hunt.rounds(len(hosts))]
+        schedule = [pairs for pairs in schedule if pairs]
+        for r, pairs in enumerate(schedule):
+            self.world.barrier()
+            start = time.monotonic()
+            mine: list[tuple[int, int, float]] = []
+            for a, b in pairs:
+                if self.me in (a, b):
+                    mine = _measure_pair(self.me, b if self.me == a else a, self.infos, self.listener, opts)
+            results = [m for part in self.world.all_gather_object(mine) for m in part]
+            self.round_s.append(time.monotonic() - start)
+            self.matrix.update({(s, d): g for s, d, g in results})
+            if self.writer is not None:
+                self.writer.add_rows([{"probe": "hunt", "op": "uni", "phase": phase, "src": names[s], "dst": names[d],
+                                       "size_bytes": opts["size_bytes"], "round": len(self.round_s), "bw_gbps": g,
+                                       "bw_gbit_s": g * 8} for s, d, g in results])
+                print(f"# {phase} round {r + 1}/{len(schedule)}: "
+                      f"{', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} ({self.round_s[-1]:.1f} s)", flush=True)
+
+    def bisect(self, participants: list[int]) -> None:
+        from .hunt_bisect import bisect
+
+        suspects, cleared, self.steps = bisect(self.world, participants, self.names, self.me, self.opts, self._emit)
+        if len(suspects) == len(self.names):
+            if self.writer is not None:
+                print("# halving cannot tell the halves apart: all pairs decide", flush=True)
+            return
+        self.confirm_hosts = hunt.confirm_set(suspects, cleared)
+        self.pair_rounds(self.confirm_hosts, "confirm")
+        sub = self.confirm_hosts
+        verdict = hunt.analyze({(sub.index(s), sub.index(d)): g for (s, d), g in self.matrix.items()},
+                               [self.names[h] for h in sub], self.opts["slow_ratio"], self.opts["floor_gbps"])
+        culprits = [sub[h] for h in verdict.hosts]
+        if len(culprits) == 1 and culprits[0] in suspects and not verdict.links:
+            verdict.hosts, self.verdict, self.decided_by = culprits, verdict, "bisect"
+        elif self.writer is not None:
+            print(f"# the pairwise rounds over {', '.join(self.names[h] for h in sub)} do not single out one suspect "
+                  f"({'; '.join(verdict.lines)}): all pairs decide", flush=True)
+
+    def _emit(self, step: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        self.writer.add_rows([{"probe": "hunt", "op": "all_reduce", "phase": "bisect", "step": step["step"],
+                               "hosts": half, "size_bytes": self.opts["size_bytes"], "busbw_gbps": bw,
+                               "slow": step["slow_half"] == k} for k, (half, bw) in enumerate(zip(step["halves"], step["busbw_gbps"]))])
+        (a, b), (bw_a, bw_b) = step["halves"], step["busbw_gbps"]
+        went = {0: f"into {','.join(a)}", 1: f"into {','.join(b)}", None: "halves alike"}[step["slow_half"]]
+        print(f"# halving {step['step']}: all_reduce busbw {','.join(a)} {bw_a:.4g} GB/s | {','.join(b)} {bw_b:.4g} GB/s "
+              f"-> {went} ({step['seconds']:.1f} s)", flush=True)
+
+
+def _report(writer: RecordWriter, run: _Run, args: argparse.Namespace) -> int:
+    names, opts, matrix, round_s = run.names, run.opts, run.matrix, run.round_s
+    if run.decided_by == "bisect":
+        assert run.verdict is not None
+        verdict = run.verdict
+        sub = run.confirm_hosts
+        verdict.slow = {(sub[s], sub[d]) for s, d in verdict.slow}
+        unmeasured = ("; the other pairs were not measured (drop --bisect for the full matrix)"
+                      if len(sub) < len(names) else "")
+        verdict.lines.append(f"DECIDED BY BISECT: {len(run.steps)} halving(s) cornered {names[verdict.hosts[0]]}, "
+                             f"pairwise rounds over {', '.join(names[h] for h in sub)} confirm it{unmeasured}")
+    else:
+        verdict = hunt.analyze(matrix, names, opts["slow_ratio"], opts["floor_gbps"])
     print()
-    print("# bandwidth GB/s, sender (row) -> receiver (column); * = slow")
+    print("# bandwidth GB/s, sender (row) -> receiver (column); * = slow, . = not measured")
     print(tabulate(hunt.matrix_table(matrix, names, verdict.slow), headers=["from \\ to", *names], tablefmt="simple",
                    disable_numparse=True))
     print()
     for line in verdict.lines:
         print(line)
     for row in writer.record["rows"]:
-        row["slow"] = (names.index(row["src"]), names.index(row["dst"])) in verdict.slow
+        if "src" in row:
+            row["slow"] = (names.index(row["src"]), names.index(row["dst"])) in verdict.slow
     writer.record["summary"] = {
         "median_gbps": verdict.median_gbps, "threshold_gbps": verdict.threshold_gbps,
         "slow_hosts": [names[h] for h in verdict.hosts],
         "slow_links": [[names[a], names[b]] for a, b in verdict.links],
-        "verdict": verdict.lines, "rounds": len(round_s), "round_s": round_s, "total_s": sum(round_s)}
+        "verdict": verdict.lines, "decided_by": run.decided_by, "rounds": len(round_s), "round_s": round_s,
+        "total_s": sum(round_s) + sum(step["seconds"] for step in run.steps)}
+    if args.bisect:
+        writer.record["summary"].update({"bisect": run.steps, "confirm_hosts": [names[h] for h in run.confirm_hosts]})
     heatmap = Path(args.heatmap) if args.heatmap else writer.path.with_suffix(".png")
     try:
         png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
@@ -208,7 +294,8 @@ def _report(writer: RecordWriter, matrix: dict[tuple[int, int], float], names: l
     path = writer.finish("complete")
     if args.csv:
         write_csv(args.csv, writer.record["rows"])
-    print(f"# {len(round_s)} rounds in {sum(round_s):.1f} s; record: {path}"
+    print(f"# {len(run.steps)} halving(s) and {len(round_s)} pair rounds in {writer.record['summary']['total_s']:.1f} s, "
+          f"decided by {run.decided_by}; record: {path}"
           + (f"; heatmap: {writer.record['summary'].get('heatmap')}" if writer.record["summary"].get("heatmap") else ""))
     if not verdict.clean:
         found = [f"slow host {names[h]}" for h in verdict.hosts] + [f"slow link {names[a]}<->{names[b]}" for a, b in verdict.links]
