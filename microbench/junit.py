@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import UsageError
+from .workdir import why_unwritable
 
 
 def check_writable(path: str | os.PathLike) -> Path:
@@ -26,7 +27,10 @@ def check_writable(path: str | os.PathLike) -> Path:
     if not parent.is_dir():
         raise UsageError(f"invalid --junit {str(path)!r}: directory {str(parent)!r} does not exist; "
                          f"e.g. --junit results/acceptance.xml")
-    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+    why = why_unwritable(parent)
+    if why:
+        raise UsageError(f"invalid --junit {str(path)!r}: {why}; e.g. --junit results/acceptance.xml")
+    if target.exists() and not os.access(target, os.W_OK):
         raise UsageError(f"invalid --junit {str(path)!r}: not writable by this user; "
                          f"e.g. --junit results/acceptance.xml")
     return target

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from . import accept, compare
 from .errors import MicrobenchError, UsageError
+from .workdir import why_unwritable
 from .sizes import format_size
 
 CSS = """
@@ -76,8 +77,9 @@ def check_out(path: str | os.PathLike) -> Path:
     parent = target.parent
     if not parent.is_dir():
         raise UsageError(f"invalid --out {str(path)!r}: directory {str(parent)!r} does not exist; {example}")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"invalid --out {str(path)!r}: directory {str(parent)!r} is not writable; {example}")
+    why = why_unwritable(parent)
+    if why:
+        raise UsageError(f"invalid --out {str(path)!r}: {why}; {example}")
     return target
 
 
