@@ -294,7 +294,8 @@ def _report(writer: RecordWriter, run: _Run, args: argparse.Namespace) -> int:
     path = writer.finish("complete")
     if args.csv:
         write_csv(args.csv, writer.record["rows"])
-    print(f"# {len(run.steps)} halving(s) and {len(round_s)} pair rounds in {writer.record['summary']['total_s']:.1f} s, "
+    halvings = f"{len(run.steps)} halving(s) and " if args.bisect else ""
+    print(f"# {halvings}{len(round_s)} pair rounds in {writer.record['summary']['total_s']:.1f} s, "
           f"decided by {run.decided_by}; record: {path}"
           + (f"; heatmap: {writer.record['summary'].get('heatmap')}" if writer.record["summary"].get("heatmap") else ""))
     if not verdict.clean:
