@@ -358,7 +358,9 @@ def placement(lab: Lab, hosts: list[int] | None = None) -> tuple[int, str, Any]:
         host = chosen[rank]
         return RankLaunch(prefix=["ip", "netns", "exec", host.netns],
                           env={"GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
-                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})"})
+                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
+                               # The shaped rate is the ranks' expected ceiling (expected.py).
+                               "MICROBENCH_LAB_RATE_BPS": str(lab.rate_bps or "")})
 
     return len(chosen), chosen[0].address, per_rank
 
