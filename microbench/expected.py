@@ -181,4 +181,4 @@ def describe(expected: dict[str, Any]) -> str:
     if expected.get("gbps") is None:
         return f"(expected: unknown, {expected.get('unknown_why')})"
     inputs = ", ".join(f"{k} {v}" for k, v in expected["inputs"].items())
-    return f"expected {expected['gbps']:.3f} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
+    return f"expected {expected['gbps']:.4g} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
