@@ -182,3 +182,38 @@ def describe(expected: dict[str, Any]) -> str:
         return f"(expected: unknown, {expected.get('unknown_why')})"
     inputs = ", ".join(f"{k} {v}" for k, v in expected["inputs"].items())
     return f"expected {expected['gbps']:.4g} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
+
+
+# Filesystems whose bytes cross the network: their ceiling is the NIC's.
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "beegfs", "gpfs", "ceph", "glusterfs", "9p",
+                       "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "wekafs")
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
+
+
+def _from_socket_nic(facts: dict[str, Any], what: str) -> dict[str, Any]:
+    nic, why = socket_nic(facts)
+    if nic is None:
+        return unknown(f"{what} crosses the network, but {why}")
+    if nic.get("rate_gbit") is None:
+        return unknown(f"{what} crosses NIC {nic['name']}, which reports no speed "
+                       f"({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"])
+    return known(_nic_gbps(nic), "nic_rate_gbit / 8 * nic_efficiency", "nic", nic=nic["name"],
+                 nic_rate_gbit=nic["rate_gbit"], nic_efficiency=NIC_EFFICIENCY)
+
+
+def expected_storage(facts: dict[str, Any], *, filesystem: str, device: str) -> dict[str, Any]:
+    """Expected file throughput: a network filesystem's NIC; a local disk is unknown (Linux
+    publishes no bandwidth for block devices), memory is the memcpy ceiling's business."""
+    fs = filesystem.lower()
+    if fs in MEMORY_FILESYSTEMS:
+        return unknown(f"{fs} is memory, not a device: its ceiling is the memcpy one (see `microbench memory`)")
+    if fs in NETWORK_FILESYSTEMS or fs.startswith("nfs"):
+        return _from_socket_nic(facts, f"{fs} ({device})")
+    return unknown(f"{device} ({fs}) is a local block device, and Linux reports no bandwidth for block devices; "
+                   f"give the drive's rated speed with --expected, e.g. --expected 7GB/s")
+
+
+def expected_s3(facts: dict[str, Any], *, endpoint_host: str | None, embedded: bool) -> dict[str, Any]:
+    if embedded or endpoint_host in ("127.0.0.1", "localhost", "::1"):
+        return unknown("the S3 server runs on this host: requests cross loopback, which has no line rate")
+    return _from_socket_nic(facts, f"the endpoint {endpoint_host or '(AWS default)'}")

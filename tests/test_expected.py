@@ -129,3 +129,14 @@ def test_pcie_nearness():
     nic = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:04:00.0"
     other = "/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0"
     assert hwfacts.near(gpu, nic) and not hwfacts.near(gpu, other) and not hwfacts.near(None, nic)
+
+
+def test_storage_expectations():
+    eth = _eth_node()
+    nfs = ex.expected_storage(eth, filesystem="nfs4", device="filer:/vol")
+    assert nfs["gbps"] == pytest.approx(12.0) and nfs["inputs"]["nic"] == "ens1"
+    disk = ex.expected_storage(eth, filesystem="ext4", device="/dev/nvme0n1")
+    assert disk["gbps"] is None and "block device" in disk["unknown_why"]
+    assert "memcpy" in ex.expected_storage(eth, filesystem="tmpfs", device="tmpfs")["unknown_why"]
+    assert ex.expected_s3(eth, endpoint_host="10.0.0.5", embedded=False)["gbps"] == pytest.approx(12.0)
+    assert "loopback" in ex.expected_s3(eth, endpoint_host="127.0.0.1", embedded=False)["unknown_why"]

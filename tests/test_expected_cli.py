@@ -52,8 +52,17 @@ def test_override_is_held_against(run_cli, tmp_path):
     assert json.loads((tmp_path / "l.json").read_text())["summary"]["expected"]["gbps"] == pytest.approx(50.0)
 
 
-@pytest.mark.parametrize("command", ["nccl", "link"])
+def test_storage_posix_on_a_local_disk_says_why_unknown(run_cli, tmp_path):
+    proc = run_cli("storage", "posix", "--path", str(tmp_path), "--size", "8M", "--bs", "1M", "--rw", "write",
+                   "--json", "p.json", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "p.json").read_text())
+    why = record["summary"]["expected"]["unknown_why"]
+    assert why and f"(expected: unknown, {why})" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["nccl", "link", "storage posix", "storage s3"])
 @pytest.mark.parametrize("value,needle", [("24", "with a unit"), ("-24GB/s", "positive"), ("0GB/s", "more than 0")])
 def test_expected_override_bad_input(run_cli, command, value, needle):
-    proc = run_cli(command, f"--expected={value}")
+    proc = run_cli(*command.split(), f"--expected={value}")
     assert proc.returncode == 2 and needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1

@@ -55,6 +55,23 @@ def for_link(hosts: list[str], given: dict[str, Any] | None) -> dict[str, Any]:
     return {"expected": given or ex.expected_link(facts, same_host=len(set(hosts)) < 2), "expected_facts": facts}
 
 
+def for_storage(workdir_facts: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
+    facts = hwfacts.collect()
+    return {"expected": given or ex.expected_storage(facts, filesystem=workdir_facts["filesystem"],
+                                                     device=workdir_facts["device"]), "expected_facts": facts}
+
+
+def for_s3(endpoint_url: str | None, embedded: bool, given: dict[str, Any] | None) -> dict[str, Any]:
+    from urllib.parse import urlparse
+
+    facts = hwfacts.collect()
+    host = urlparse(endpoint_url).hostname if endpoint_url else None
+    return {"expected": given or ex.expected_s3(facts, endpoint_host=host, embedded=embedded), "expected_facts": facts}
+
+
+describe = ex.describe
+
+
 def pct_cell(value: float | None, expectation: dict[str, Any] | None) -> str:
     pct = ex.percent(value, expectation)
     return "-" if pct is None else f"{pct:.0f}%"
