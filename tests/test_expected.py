@@ -140,3 +140,4 @@ def test_storage_expectations():
     assert "memcpy" in ex.expected_storage(eth, filesystem="tmpfs", device="tmpfs")["unknown_why"]
     assert ex.expected_s3(eth, endpoint_host="10.0.0.5", embedded=False)["gbps"] == pytest.approx(12.0)
     assert "loopback" in ex.expected_s3(eth, endpoint_host="127.0.0.1", embedded=False)["unknown_why"]
+
