@@ -51,7 +51,18 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
         raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
                          f"e.g. --out {target.with_suffix('')}-2.png")
     chosen = pick_metric(records[0][1], metric)
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig = draw(plt, records, chosen)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, target)
+    return target
+
+
+def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, figsize: tuple[float, float] = (8, 5),
+         title: str | None = None) -> Any:
+    """One figure, every record's curves overlaid; the caller saves and closes it."""
+    fig, ax = plt.subplots(figsize=figsize, dpi=120)
     for label, record in records:
         for name, points in series(record, chosen).items():
             xs, ys = zip(*points)
@@ -63,12 +74,25 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     ax.set_xlabel("size (bytes, binary units)")
     ax.set_ylabel(f"{chosen.removesuffix('_gbps')} (GB/s, 1e9 B/s)")
     kinds = sorted({r.get("kind", "?") for _, r in records})
-    ax.set_title(f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
+    ax.set_title(title or f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp)
+    return fig
+
+
+def render_png(records: list[tuple[str, dict[str, Any]]], metric: str | None = None, *,
+               figsize: tuple[float, float] = (8, 5), title: str | None = None) -> bytes:
+    """The same plot as PNG bytes (for embedding, e.g. in `microbench report`)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = draw(plt, records, pick_metric(records[0][1], metric), figsize=figsize, title=title)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     plt.close(fig)
-    os.replace(tmp, target)
-    return target
+    return buffer.getvalue()

@@ -98,11 +98,20 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def check_record(record: dict[str, Any]) -> None:
     """Raise ValueError when a document is not a record this version can read."""
+    if not isinstance(record, dict):
+        raise ValueError(f"it holds a JSON {_json_type(record)}, not an object")
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
     for key in ("kind", "status", "config", "environment", "implementation", "rows"):
         if key not in record:
             raise ValueError(f"record lacks {key!r}")
+    if not isinstance(record["rows"], list) or not all(isinstance(row, dict) for row in record["rows"]):
+        raise ValueError("its rows are not a list of objects")
     if record["status"] not in STATUSES:
         raise ValueError(f"status {record['status']!r} is not one of {STATUSES}")
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(type(value), type(value).__name__)
