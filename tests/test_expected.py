@@ -141,3 +141,14 @@ def test_storage_expectations():
     assert ex.expected_s3(eth, endpoint_host="10.0.0.5", embedded=False)["gbps"] == pytest.approx(12.0)
     assert "loopback" in ex.expected_s3(eth, endpoint_host="127.0.0.1", embedded=False)["unknown_why"]
 
+
+
+def test_lab_placement_hands_the_slowest_chosen_hosts_rate():
+    from microbench import lab as labmod
+
+    hosts = [labmod.LabHost(i, f"mb-x-h{i}", f"10.213.0.{i + 1}", rate_bps=rate)
+             for i, rate in enumerate((10**9, 10**8, 10**9))]
+    lab = labmod.Lab("x", hosts=hosts, rate_bps=10**9)
+    rate = {tuple(pair): labmod.placement(lab, pair)[2](0).env["MICROBENCH_LAB_RATE_BPS"]
+            for pair in ([0, 2], [0, 1])}
+    assert rate == {(0, 2): str(10**9), (0, 1): str(10**8)}
