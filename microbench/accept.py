@@ -9,6 +9,11 @@ A thresholds file (TOML, or JSON) lists checks:
     min = 150.0               # ... must reach this (or `max =` must not exceed it)
     size = "256M"             # optional: the row at this size; default: the best row
 
+A floor can be relative to what the hardware should give (the record's `expected`, from
+sysfs/NVML or the lab's rate; or `expected = "24GB/s"` in the check itself, with a unit):
+
+    min_fraction_of_expected = 0.8   # best busbw >= 80% of expected; unknown expected fails
+
 Pure functions: `evaluate` takes loaded records and returns results for the printer.
 """
 
@@ -20,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .sizes import parse_size
+from .sizes import parse_bandwidth_bytes_per_s, parse_number, parse_size
+
+MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,8 @@ class Check:
     min: float | None = None
     max: float | None = None
     size_bytes: int | None = None
+    min_fraction_of_expected: float | None = None
+    expected_gbps: float | None = None  # overrides the record's expectation
 
 
 @dataclass(frozen=True)
@@ -59,14 +68,65 @@ def load_checks(path: str | Path) -> list[Check]:
     checks = []
     for i, item in enumerate(data.get("check", [])):
         missing = [k for k in ("step", "op", "metric") if k not in item]
-        if missing or ("min" not in item and "max" not in item):
+        if missing or not any(k in item for k in ("min", "max", "min_fraction_of_expected")):
             raise UsageError(f"check #{i + 1} in {str(path)!r} needs step, op, metric and min or max; "
                              f"e.g. step = \"collectives\", op = \"all_reduce\", metric = \"busbw_gbps\", min = 150")
+        where = f"check #{i + 1} in {str(path)!r}"
         checks.append(Check(item["step"], item["op"], item["metric"], item.get("min"), item.get("max"),
-                            parse_size(str(item["size"]), what="check size") if "size" in item else None))
+                            parse_size(str(item["size"]), what="check size") if "size" in item else None,
+                            _fraction(item, where), _expected(item, where)))
     if not checks:
         raise UsageError(f"thresholds file {str(path)!r} has no [[check]] entries")
     return checks
+
+
+def _fraction(item: dict[str, Any], where: str) -> float | None:
+    if "min_fraction_of_expected" not in item:
+        return None
+    raw = item["min_fraction_of_expected"]
+    try:
+        value = parse_number(raw if not isinstance(raw, bool) else str(raw), what="min_fraction_of_expected",
+                             example="0.8", minimum=0, maximum=MAX_FRACTION, allow_minimum=False)
+    except UsageError:
+        raise UsageError(f"invalid min_fraction_of_expected {raw!r} in {where}: expected a number in "
+                         f"(0, {MAX_FRACTION:g}], a share of the expected bandwidth, e.g. "
+                         f"min_fraction_of_expected = 0.8") from None
+    return value
+
+
+def _expected(item: dict[str, Any], where: str) -> float | None:
+    if "expected" not in item:
+        return None
+    raw = str(item["expected"])
+    if raw.strip().startswith("-"):
+        raise UsageError(f"invalid expected {raw!r} in {where}: must be a positive rate with a unit, "
+                         f"e.g. expected = \"24GB/s\"")
+    return parse_bandwidth_bytes_per_s(raw, what=f"expected in {where}") / 1e9
+
+
+def expectation_for(check: Check, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The expected bandwidth a relative check is held against: the check's own, else the
+    record's (per op for collectives, one for the whole run elsewhere)."""
+    if check.expected_gbps is not None:
+        return {"gbps": check.expected_gbps, "unknown_why": None, "limit": "the check's expected"}
+    found = record.get("summary", {}).get("expected")
+    if isinstance(found, dict) and "gbps" not in found:
+        found = found.get(check.op)
+    return found if isinstance(found, dict) else None
+
+
+def _relative(check: Check, record: dict[str, Any], value: float) -> CheckResult:
+    exp = expectation_for(check, record)
+    assert check.min_fraction_of_expected is not None
+    need = f"needs >= {100 * check.min_fraction_of_expected:.0f}% of expected"
+    if exp is None:
+        return CheckResult(check, "missing", value, f"{value:.3g}; the record has no expected bandwidth ({need})")
+    if not exp.get("gbps"):
+        return CheckResult(check, "missing", value, f"{value:.3g}; expected unknown: {exp.get('unknown_why')}")
+    fraction = value / exp["gbps"]
+    ok = fraction >= check.min_fraction_of_expected
+    return CheckResult(check, "pass" if ok else "fail", value,
+                       f"{value:.3g} = {100 * fraction:.0f}% of expected {exp['gbps']:.4g} GB/s ({need})")
 
 
 def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> list[CheckResult]:
@@ -85,6 +145,9 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             continue
         # "Best" means highest for a floor and lowest for a ceiling.
         values = [float(r[check.metric]) for r in rows]
+        if check.min_fraction_of_expected is not None:
+            results.append(_relative(check, record, max(values)))
+            continue
         value = max(values) if check.min is not None else min(values)
         ok = (check.min is None or value >= check.min) and (check.max is None or value <= check.max)
         bound = f">= {check.min:g}" if check.min is not None else f"<= {check.max:g}"

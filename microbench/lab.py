@@ -398,12 +398,17 @@ def get(name: str) -> Lab:
 def placement(lab: Lab, hosts: list[int] | None = None) -> tuple[int, str, Any]:
     """(nproc, master_addr, per_rank) placing rank r on lab host hosts[r] (default: all)."""
     chosen = [lab.hosts[i] for i in (hosts if hosts is not None else range(len(lab.hosts)))]
+    # The ranks' expected ceiling (expected.py): the slowest shaped egress among the chosen hosts
+    # bounds a ring and a pair alike (hosts may differ: --host-link).
+    rates = [h.rate_bps for h in chosen if h.rate_bps]
+    slowest = min(rates) if rates else lab.rate_bps
 
     def per_rank(rank: int) -> RankLaunch:
         host = chosen[rank]
         return RankLaunch(prefix=["ip", "netns", "exec", host.netns],
                           env={"GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
-                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})"})
+                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
+                               "MICROBENCH_LAB_RATE_BPS": str(slowest or "")})
 
     return len(chosen), chosen[0].address, per_rank
 

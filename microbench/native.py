@@ -45,10 +45,17 @@ def implementation() -> dict[str, Any]:
 
 
 def memcpy_bandwidth(size_bytes: int, threads: int = 1, iters: int = 5) -> list[float]:
-    """Seconds per iteration to copy size_bytes with `threads` threads."""
+    """Seconds per iteration to copy size_bytes with `threads` threads (the faster kernel)."""
+    return memcpy_run(size_bytes, threads, iters)[0]
+
+
+def memcpy_run(size_bytes: int, threads: int = 1, iters: int = 5, kernel: str = "auto") -> tuple[list[float], str]:
+    """(seconds per iteration, kernel that ran): native "libc" memcpy or "stream" (non-temporal
+    stores); "auto" keeps the faster on this machine. The fallback's kernel is "numpy"."""
     if _module is not None:
-        return _module.memcpy_bandwidth(size_bytes, threads, iters)
-    return _memcpy_python(size_bytes, threads, iters)
+        times, used = _module.memcpy_bandwidth(size_bytes, threads, iters, kernel)
+        return list(times), used
+    return _memcpy_python(size_bytes, threads, iters), "numpy"
 
 
 def _memcpy_python(size_bytes: int, threads: int, iters: int) -> list[float]:
@@ -56,8 +63,12 @@ def _memcpy_python(size_bytes: int, threads: int, iters: int) -> list[float]:
     import numpy as np
     from concurrent.futures import ThreadPoolExecutor
 
+    # Both buffers written before timing: np.zeros would map lazily-zeroed pages, and the
+    # first timed copy would pay every page fault of dst (64 MiB: ~100 ms instead of ~8).
+    # numpy advises arrays this large as transparent huge pages, as the native core does.
     src = np.full(size_bytes, 0x5A, dtype=np.uint8)
-    dst = np.zeros(size_bytes, dtype=np.uint8)
+    dst = np.empty(size_bytes, dtype=np.uint8)
+    dst.fill(0)
     bounds = [(size_bytes * t // threads, size_bytes * (t + 1) // threads) for t in range(threads)]
 
     def copy(bound: tuple[int, int]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .expected import describe as describe_expected
 from .sizes import format_bytes_human, format_size
 
 _HEAD = ("#                                                              out-of-place"
@@ -22,8 +23,9 @@ def _cells(row: dict[str, Any] | None) -> str:
 
 
 def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
-                     link_gbps: float | None = None) -> str:
-    lines = [f"# {op}", _HEAD]
+                     link_gbps: float | None = None, expected: dict[str, Any] | None = None) -> str:
+    known = bool(expected and expected.get("gbps"))
+    lines = [f"# {op}", _with_expected_head(_HEAD) if known else _HEAD]
     by_size: dict[int, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_size.setdefault(row["size_bytes"], {})[row.get("placement", "out")] = row
@@ -32,7 +34,8 @@ def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | 
         first = pair.get("out") or pair.get("in")
         assert first is not None
         lines.append(f"{size:>12}{first['count']:>14}{_dtype(first['dtype']):>10}{first['redop']:>8}"
-                     f"{first['root']:>8}{_cells(pair.get('out'))}{_cells(pair.get('in'))}")
+                     f"{first['root']:>8}{_cells(pair.get('out'))}{_cells(pair.get('in'))}"
+                     + (_expected_cell(pair, expected) if known else ""))
     if fit and fit.get("points"):
         lines.append(
             f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, peak busbw "
@@ -41,7 +44,30 @@ def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | 
         share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
         lines.append(f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
                      f"{avg:.2f} GB/s{share}")
+        if known:
+            lines.append(f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
+                         f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
+    if expected:
+        lines.append(f"# {describe_expected(expected)}")
     return "\n".join(lines)
+
+
+# `% of expected` rides at the end of the nccl-tests layout, so that layout's own columns stay
+# where nccl-tests users look for them; it is the out-of-place busbw's share (in-place where the
+# op has only that), the column nccl-tests summaries quote.
+_EXP_WIDTH = 15
+
+
+def _with_expected_head(head: str) -> str:
+    first, second, third = head.split("\n")
+    return "\n".join([first + " " * _EXP_WIDTH, second + f"{'% of expected':>{_EXP_WIDTH}}",
+                      third + f"{'(busbw)':>{_EXP_WIDTH}}"])
+
+
+def _expected_cell(pair: dict[str, dict[str, Any]], expected: dict[str, Any]) -> str:
+    row = pair.get("out") or pair.get("in")
+    pct = 100 * row["busbw_gbps"] / expected["gbps"] if row else None
+    return f"{pct:>{_EXP_WIDTH - 1}.0f}%" if pct is not None else f"{'-':>{_EXP_WIDTH}}"
 
 
 def _dtype(name: str) -> str:

@@ -28,23 +28,30 @@ static PyObject *finish_times(int rc, double *times, int n) {
   return out;
 }
 
+static const char *const COPY_KERNELS[] = {"auto", "libc", "stream"};
+
 static PyObject *py_memcpy_bandwidth(PyObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"size_bytes", "threads", "iters", NULL};
+  static char *kwlist[] = {"size_bytes", "threads", "iters", "kernel", NULL};
   Py_ssize_t size_bytes;
-  int threads = 1, iters = 5;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &size_bytes, &threads, &iters))
+  int threads = 1, iters = 5, kernel = -1;
+  const char *kernel_name = "auto";
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "n|iis", kwlist, &size_bytes, &threads, &iters, &kernel_name))
     return NULL;
-  if (size_bytes <= 0 || threads < 1 || iters < 1) {
-    PyErr_SetString(PyExc_ValueError, "size_bytes, threads and iters must be positive");
+  for (int k = 0; k < 3; k++)
+    if (strcmp(kernel_name, COPY_KERNELS[k]) == 0) kernel = k;
+  if (size_bytes <= 0 || threads < 1 || iters < 1 || kernel < 0) {
+    PyErr_SetString(PyExc_ValueError, "size_bytes, threads and iters must be positive; kernel auto, libc or stream");
     return NULL;
   }
   double *times = calloc((size_t)iters, sizeof(double));
   if (!times) return PyErr_NoMemory();
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = mb_memcpy_run((size_t)size_bytes, threads, iters, times);
+  rc = mb_memcpy_run((size_t)size_bytes, threads, iters, times, &kernel);
   Py_END_ALLOW_THREADS
-  return finish_times(rc, times, iters);
+  PyObject *list = finish_times(rc, times, iters);
+  if (!list) return NULL;
+  return Py_BuildValue("(Ns)", list, COPY_KERNELS[kernel]);
 }
 
 static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw) {
@@ -129,7 +136,7 @@ static PyMethodDef methods[] = {
      " -> dict(bytes, seconds, iops, ios, lat_p50_us, lat_p99_us, lat_p999_us, lat_max_us, engine, ...)"},
     {"io_uring_available", py_io_uring_available, METH_NOARGS, "io_uring_available() -> bool"},
     {"memcpy_bandwidth", (PyCFunction)(void (*)(void))py_memcpy_bandwidth, METH_VARARGS | METH_KEYWORDS,
-     "memcpy_bandwidth(size_bytes, threads=1, iters=5) -> list of seconds per iteration"},
+     "memcpy_bandwidth(size_bytes, threads=1, iters=5, kernel='auto') -> (seconds per iteration, kernel used)"},
     {"tcp_link", (PyCFunction)(void (*)(void))py_tcp_link, METH_VARARGS | METH_KEYWORDS,
      "tcp_link(fds, role, mode, size_bytes, iters, timeout_s) -> list of seconds per iteration; "
      "mode 0 uni, 1 bidir, 2 pingpong; OSError(ETIMEDOUT) when nothing moved for timeout_s"},

@@ -12,8 +12,10 @@ static inline double mb_now(void) {
 }
 
 /* Copy bandwidth: `threads` threads each copy their slice of a `size_bytes` buffer.
- * Fills times_s[iters] with wall time per iteration. Returns 0, or an errno value. */
-int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s);
+ * Fills times_s[iters] with wall time per iteration. *kernel is one of MB_COPY_*; AUTO is
+ * replaced by the kernel that ran. Returns 0, or an errno value. */
+enum { MB_COPY_AUTO = 0, MB_COPY_LIBC = 1, MB_COPY_STREAM = 2 };
+int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s, int *kernel);
 
 /* Storage engine (io_engine.c). */
 enum { MB_ENGINE_AUTO = 0, MB_ENGINE_THREADS = 1, MB_ENGINE_URING = 2 };

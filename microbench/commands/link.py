@@ -15,7 +15,9 @@ from ..runner import run_probe
 from ..session import in_world
 from ..sizes import format_size, parse_list, parse_positive_int, parse_sizes
 from ..errors import UsageError
+from ..expected import describe as describe_expected
 from .labrun import naming_lab_hosts
+from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -32,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--factor", default="2", help="step between sizes of a range (default 2)")
     p.add_argument("--ops", default=",".join(linkprobe.OPS), help=f"some of {','.join(linkprobe.OPS)} (default all)")
     p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
+    expectations.add_option(p, "one-way bandwidth")
     add_sweep_options(p, warmup=2, iters=10)
     p.set_defaults(handler=run)
 
@@ -63,6 +66,7 @@ def parse_pair(text: str, hosts: int) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     config = resolve(args)
     settings = settings_from_args(args, check=False)
+    given = expectations.override(args.expected)
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "the link probe exchanges only metadata over gloo")
     per_rank, master_addr = None, "127.0.0.1"
     if args.lab and not os.environ.get("RANK"):
@@ -73,10 +77,12 @@ def run(args: argparse.Namespace) -> int:
         me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()
         config.hosts = world.all_gather_object(me)
         probe = linkprobe.LinkProbe(config, world)
+        expect = world.broadcast_object(expectations.for_link(config.hosts, given) if world.rank == 0 else None)
+        probe.expected = expect["expected"]
         try:
             with naming_lab_hosts(args.lab, world):
                 outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
-                                    results_dir=args.results_dir)
+                                    results_dir=args.results_dir, extra_summary=expect)
         finally:
             probe.close()
         if world.rank == 0:
@@ -94,12 +100,15 @@ def print_report(record: dict) -> None:
     hosts = impl.get("hosts") or []
     print(f"# microbench link: {' <-> '.join(hosts)}, {impl['streams']} stream(s), implementation {impl['name']} "
           f"({impl['engine']})")
+    expected = record["summary"].get("expected")
+    known = bool(expected and expected.get("gbps"))
     bw = [(r["op"], format_size(r["size_bytes"]), r["streams"], f"{r['time_us']['p50']:.0f}", f"{r['bw_gbps']:.3f}",
            f"{r['bw_gbit_s']:.2f}", f"{r['total_gbps']:.3f}" if "total_gbps" in r else "-")
+          + ((expectations.pct_cell(r["bw_gbps"], expected),) if known else ())
           for r in record["rows"] if r["op"] != "rtt"]
     if bw:
-        print(tabulate(bw, headers=["op", "size", "streams", "time p50 (us)", "GB/s", "Gbit/s", "both ways GB/s"],
-                       tablefmt="simple"))
+        print(tabulate(bw, headers=["op", "size", "streams", "time p50 (us)", "GB/s", "Gbit/s", "both ways GB/s"]
+                       + (["% of expected"] if known else []), tablefmt="simple"))
     lat = [(format_size(r["size_bytes"]), r["rtt_samples"], f"{r['rtt_us_p50']:.1f}", f"{r['rtt_us_p99']:.1f}")
            for r in record["rows"] if r["op"] == "rtt"]
     if lat:
@@ -108,3 +117,6 @@ def print_report(record: dict) -> None:
     if record["summary"].get("link_gbps"):
         print(f"# link ceiling (one way, largest size): {record['summary']['link_gbps']:.3f} GB/s = "
               f"{record['summary']['link_gbps'] * 8:.2f} Gbit/s")
+    if expected:
+        # Per direction: bidir's GB/s is each direction's, so it is held against the same line.
+        print(f"# {describe_expected(expected)}")

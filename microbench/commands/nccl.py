@@ -11,7 +11,7 @@ import tempfile
 from .. import backends
 from ..dist import detect_world
 from ..errors import RunError, UsageError
-from . import labrun
+from . import expectations, labrun
 from ..probes import collectives as coll
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="measure the rank 0 - rank 1 TCP link first (2 ranks) and state busbw as a share of it")
     p.add_argument("--link-result", default=None, metavar="FILE",
                    help="a `microbench link` record: report busbw as a percentage of that measured link")
+    expectations.add_option(p, "busbw")
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     add_sweep_options(p, budget_s=1.0)
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     config, choice, nproc = resolve(args)
     choice, nccl_log_dir = _nccl_log(choice)
     link_gbps = labrun.link_gbps_from(args.link_result) if args.link_result else None
+    given = expectations.override(args.expected)
     per_rank, master_addr = None, "127.0.0.1"
     if args.lab and detect_world() is None:
         nproc, master_addr, per_rank = labrun.lab_placement(args.lab, args.nproc)
@@ -95,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         coll.check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
                           free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
         probe = coll.CollectiveProbe(config, world, transport=lambda: transport_note(choice, nccl_log_dir))
+        expect = expectations.for_collectives(world, config.ops, choice.device, given)
+        probe.expected = expect["expected"]
         with labrun.naming_lab_hosts(args.lab, world):
             ceiling = link_gbps
             if args.measure_link:
@@ -102,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
             outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()},
-                                extra_summary={"link_gbps": ceiling,
+                                extra_summary={**expect, **({"link_gbps": ceiling,
                                                "link_from": "measured in this run" if args.measure_link
-                                               else args.link_result} if ceiling else None)
+                                               else args.link_result} if ceiling else {})})
         if world.rank != 0:
             return 0
         print_report(outcome.record, config, ceiling)
@@ -161,8 +165,9 @@ def print_report(record: dict, config: coll.Config, link_gbps: float | None = No
           f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
           f"implementation {impl['name']}")
     fits = record["summary"].get("fits", {})
+    expected = record["summary"].get("expected", {})
     for op in config.ops:
         rows = [r for r in record["rows"] if r["op"] == op]
         if rows:
-            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps))
+            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps, expected=expected.get(op)))
             print()

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..probes import storage_posix as sp
 from ..runner import RunOutcome, run_probe
 from ..sizes import format_size, parse_list, parse_positive_int, parse_size
+from . import expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 
@@ -32,6 +33,7 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--size", default="1G", help="test file size (default 1G)")
     g.add_argument("--pattern", default="seq", help="seq or rand (default seq)")
     g.add_argument("--keep", action="store_true", help="keep the test directory and file afterwards")
+    expectations.add_option(g, "throughput")
     g.add_argument("--no-space-check", dest="space_check", action="store_false",
                    help="skip the free-space check (for filesystems that misreport free space)")
 
@@ -88,11 +90,14 @@ def _stop_on_sigterm(signum: int, frame: Any) -> None:
 
 def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse.Namespace,
                 tools: tuple[str, ...] | None = None) -> RunOutcome:
+    given = expectations.override(getattr(args, "expected", None))
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         with sp.Target(config) as target:
             probe = probe_cls(config, target, tools)
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir)
+            expect = expectations.for_storage(target.workdir.facts(), given)
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+                                extra_summary=expect)
     finally:
         signal.signal(signal.SIGTERM, previous)
     write_outputs(args, outcome)
@@ -115,6 +120,9 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
           f"{mode}, engine {impl['engine']} ({impl['name']}), {config.threads} thread(s) x qd {config.qd}, "
           f"{config.pattern}, file {format_size(config.size)}")
     rows = outcome.rows
+    expected = outcome.record["summary"].get("expected")
+    known = bool(expected and expected.get("gbps"))
+    pct = ["% of expected"] if known else []
     if tools == ("posix", "fio"):
         pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
         for r in rows:
@@ -124,18 +132,22 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
             mine, fio = pair.get("posix"), pair.get("fio")
             ratio = (f"{mine[op + '_gbps'] / fio[op + '_gbps']:.2f}x" if mine and fio and fio[op + "_gbps"] else "-")
             table.append((op, format_size(bs), _gbps(mine) if mine else "-", _gbps(fio) if fio else "-", ratio,
-                          _us(mine and mine.get("lat_p99_us")), _us(fio and fio.get("lat_p99_us"))))
+                          _us(mine and mine.get("lat_p99_us")), _us(fio and fio.get("lat_p99_us")))
+                         + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
         print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
-                                       "fio p99 us"], tablefmt="simple"))
+                                       "fio p99 us"] + pct, tablefmt="simple"))
         # Where the CPU, not the device, is the limit, buffer paging decides the ratio: say so.
         print("# buffers: posix uses transparent-huge-page buffers, fio its default malloc; where the CPU is the "
               "limit (VMs, fast NVMe) that alone moves the ratio (docs/BENCHMARKS.md)")
     else:
         table = [(r["op"], format_size(r["bs_bytes"]), r["tool"], _gbps(r), f"{r.get('iops', 0):.0f}",
                   _us(r.get("lat_p50_us")), _us(r.get("lat_p99_us")), _us(r.get("lat_p999_us")), r["iters"])
+                 + ((expectations.pct_cell(r[r["op"] + "_gbps"], expected),) if known else ())
                  for r in rows]
-        print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"],
-                       tablefmt="simple"))
+        print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]
+                       + pct, tablefmt="simple"))
+    if expected:
+        print(f"# {expectations.describe(expected)}")
     if impl.get("direct_note"):
         print(f"# O_DIRECT not in effect: {impl['direct_note']}")
     notes = sorted({r["note"] for r in rows if r.get("note")})

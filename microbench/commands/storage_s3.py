@@ -17,6 +17,7 @@ from ..runner import run_probe
 from ..s3client import Target, boto3_unavailable_reason, check_endpoint, preflight, unique_prefix
 from ..s3server import DEFAULT_BUCKET, EmbeddedS3
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
+from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -39,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region", default=None, help="region for signing (default: AWS config, else us-east-1)")
     p.add_argument("--addressing-style", choices=("path", "virtual", "auto"), default="path",
                    help="bucket in the path (default, what most non-AWS servers need) or in the host name")
+    expectations.add_option(p, "throughput")
     add_sweep_options(p, warmup=1, iters=5, budget_s=4.0)
     p.set_defaults(handler=run)
 
@@ -77,6 +79,7 @@ def _check_space(config: s3p.Config) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config, endpoint = resolve(args)
+    given = expectations.override(args.expected)
     settings = settings_from_args(args)
     reason = boto3_unavailable_reason()
     if reason:
@@ -89,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
             target = Target(endpoint, region=args.region, addressing_style=args.addressing_style)
         source = preflight(target, config.bucket, timeout_s=config.timeout_s)
         probe = s3p.StorageS3Probe(config, target, cred_source=source)
+        expect = expectations.for_s3(target.endpoint_url, endpoint is None, given)
         try:
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir)
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+                                extra_summary=expect)
         except BaseException:
             with contextlib.suppress(Exception):
                 probe.close()  # the run's own error is the one worth reporting
@@ -117,6 +122,8 @@ def print_report(record: dict, config: s3p.Config) -> None:
     print(f"# microbench storage s3: {target}, bucket {config.bucket}, credentials: "
           f"{impl['credentials_source']}; {impl['engine']} (boto3 {impl['boto3']})")
     summary = record["summary"]
+    expected = summary.get("expected")
+    known = bool(expected and expected.get("gbps"))
     table = []
     for row in record["rows"]:
         pooled = summary.get(row["op"], {})
@@ -125,10 +132,13 @@ def print_report(record: dict, config: s3p.Config) -> None:
                       f"{row['throughput_gbps'] * 1e9 / (1 << 20):.0f}",
                       _ms(pooled.get("request_ms_p50")), _ms(pooled.get("request_ms_p99")),
                       _ms(pooled.get("ttfb_ms_p50")), _ms(pooled.get("ttfb_ms_p99")),
-                      "N/A" if row["nwrong"] is None else row["nwrong"]))
+                      "N/A" if row["nwrong"] is None else row["nwrong"])
+                     + ((expectations.pct_cell(row["throughput_gbps"], expected),) if known else ()))
     print(tabulate(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
-                                   "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"],
-                   tablefmt="simple", disable_numparse=True))
+                                   "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"]
+                   + (["% of expected"] if known else []), tablefmt="simple", disable_numparse=True))
+    if expected:
+        print(f"# {expectations.describe(expected)}")
     if "peak_rss_bytes" in summary:
         grown = summary["peak_rss_bytes"] - summary.get("peak_rss_before_first_request_bytes", 0)
         print(f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])}, {format_bytes_human(grown)} above the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import tempfile
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import accept, junit
+from ..env import torch_info_for_children
 from ..errors import RunError, UsageError
 from ..results.store import atomic_write_text
 from ..suite import DEFAULT_STEPS, run_step
@@ -47,11 +49,12 @@ def run(args: argparse.Namespace) -> int:
         suffix += 1
         out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
     out_dir.mkdir(parents=True)
+    child_env = {**os.environ, **torch_info_for_children()}
     with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=args.path) as scratch:
         results = []
         for step in steps:
             print(f"# {step.name} ...", flush=True)
-            results.append(run_step(step, out_dir, scratch))
+            results.append(run_step(step, out_dir, scratch, env=child_env))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.headline or r.message) for r in results]
     print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
     print(f"# records: {out_dir}")

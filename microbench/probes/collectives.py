@@ -343,7 +343,12 @@ class CollectiveProbe(Probe):
     # ------------------------------------------------------------------ numbers
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
         algbw = case.size_bytes / time_s / 1e9
-        return {"algbw_gbps": algbw, "busbw_gbps": algbw * OPS[case.op].factor(self.n)}
+        busbw = algbw * OPS[case.op].factor(self.n)
+        return {"algbw_gbps": algbw, "busbw_gbps": busbw, **_pct("busbw", busbw, self._expected(case.op))}
+
+    def _expected(self, op: str) -> dict[str, Any] | None:
+        # Set by the command (commands/expectations.py) before the sweep; absent in library use.
+        return getattr(self, "expected", {}).get(op)
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         from ..fit import fit_latency_bandwidth
@@ -352,5 +357,15 @@ class CollectiveProbe(Probe):
         for name in self.config.ops:
             op_rows = [r for r in rows if r["op"] == name]
             if op_rows:
-                out[name] = fit_latency_bandwidth(op_rows)
+                fit = fit_latency_bandwidth(op_rows)
+                if fit.get("points"):
+                    fit.update(_pct("peak_busbw", fit["peak_busbw_gbps"], self._expected(name)))
+                out[name] = fit
         return {"fits": out}
+
+
+def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, Any]:
+    """`<what>_pct_of_expected` for a row or fit, when this hardware's expectation is known."""
+    if not expected or not expected.get("gbps"):
+        return {}
+    return {f"{what}_pct_of_expected": 100.0 * value / expected["gbps"]}

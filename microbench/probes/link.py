@@ -161,6 +161,9 @@ class LinkProbe(Probe):
                     "rtt_samples": len(samples)}
         bw = case.size_bytes / time_s / 1e9
         out = {"bw_gbps": bw, "bw_gbit_s": bw * 8}
+        expected = getattr(self, "expected", None)  # set by the link command (expectations.py)
+        if expected and expected.get("gbps"):
+            out["bw_pct_of_expected"] = 100.0 * bw / expected["gbps"]
         if case.op == "bidir":
             out["total_gbps"] = 2 * bw
         return out

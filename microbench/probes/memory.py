@@ -49,6 +49,9 @@ class MemoryProbe(Probe):
         self.threads_all = config.threads or usable_cores()
         self.gpu_reason = gpu_unavailable_reason() if config.gpu else "GPU cases not requested"
         self._pending: list[float] = []
+        # The copy kernel each host case settled on: chosen by the first batch ("auto": the
+        # faster on this machine), then kept, so one row never mixes kernels.
+        self.kernels: dict[tuple[str, int], str] = {}
         self._tensors: tuple[Any, Any] | None = None
 
     def implementation(self) -> dict[str, Any]:
@@ -60,7 +63,8 @@ class MemoryProbe(Probe):
         return [Case(op, size) for op in ops for size in self.config.sizes]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        return {"threads": 1 if case.op == "memcpy_1t" else (self.threads_all if case.op == "memcpy_all" else None)}
+        return {"threads": 1 if case.op == "memcpy_1t" else (self.threads_all if case.op == "memcpy_all" else None),
+                "copy_kernel": self.kernels.get((case.op, case.size_bytes))}
 
     def prepare(self, case: Case) -> None:
         self._pending = []
@@ -82,7 +86,9 @@ class MemoryProbe(Probe):
             # take its iterations in batches so buffers are allocated and touched once per batch.
             if not self._pending:
                 threads = 1 if case.op == "memcpy_1t" else self.threads_all
-                self._pending = list(native.memcpy_bandwidth(case.size_bytes, threads, 8))
+                key = (case.op, case.size_bytes)
+                self._pending, self.kernels[key] = native.memcpy_run(case.size_bytes, threads, 8,
+                                                                     self.kernels.get(key, "auto"))
             return Timed(self._pending.pop(0))
         assert self._tensors is not None
         dst, src = self._tensors

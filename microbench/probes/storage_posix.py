@@ -97,7 +97,7 @@ class Target:
             except OSError as exc:
                 raise IOFailure(f"creating the test file in {self.workdir.path}").error(exc) from None
             self._layout()
-            self.ceiling_gbps = memory_ceiling_gbps()
+            self.ceiling_gbps, self.plain_copy_gbps = memory_ceilings()
             self.memory_backed = self.workdir.facts()["filesystem"] in MEMORY_FILESYSTEMS
         except BaseException:
             self.workdir.cleanup()
@@ -119,7 +119,7 @@ class Target:
     def facts(self) -> dict[str, Any]:
         return {**self.workdir.facts(), "data_file": str(self.data), "direct_requested": self.config.direct,
                 "direct_in_effect": self.direct, "direct_note": self.direct_note,
-                "memory_ceiling_gbps": self.ceiling_gbps,
+                "memory_ceiling_gbps": self.ceiling_gbps, "memory_plain_copy_gbps": self.plain_copy_gbps,
                 "cache_drop": "O_DIRECT" if self.direct else "posix_fadvise(DONTNEED) before each read"}
 
     def cleanup(self) -> None:
@@ -135,8 +135,22 @@ class Target:
 def memory_ceiling_gbps(size_bytes: int = 64 << 20, iters: int = 8) -> float:
     """Host memcpy bandwidth, the best of one thread and all cores over a few tries (other
     work on the machine only ever lowers it): no storage result can honestly exceed it."""
-    best = min(min(native.memcpy_bandwidth(size_bytes, threads, iters)) for threads in {1, usable_cores()})
-    return size_bytes / best / 1e9
+    return memory_ceilings(size_bytes, iters)[0]
+
+
+def memory_ceilings(size_bytes: int = 64 << 20, iters: int = 8) -> tuple[float, float]:
+    """(fastest copy, plain libc memcpy) in GB/s. The fastest (streaming stores where they win)
+    bounds every result; a buffered read is the kernel copying out of the page cache with
+    ordinary stores, so "at least 80% of memcpy" is judged against the plain copy."""
+    fastest = plain = float("inf")
+    for threads in {1, usable_cores()}:
+        times, kernel = native.memcpy_run(size_bytes, threads, iters)
+        fastest = min(fastest, min(times))
+        if kernel in ("libc", "numpy"):
+            plain = min(plain, min(times))
+        elif native.available():
+            plain = min(plain, min(native.memcpy_run(size_bytes, threads, iters, "libc")[0]))
+    return size_bytes / fastest / 1e9, size_bytes / plain / 1e9
 
 
 class PosixProbe(Probe):
@@ -193,13 +207,14 @@ class PosixProbe(Probe):
         gbps = self._bytes.get(case, 0) / time_s / 1e9 if time_s > 0 else 0.0
         ceiling = self.target.ceiling_gbps
         above = gbps > ceiling
-        cached = not self.target.direct and gbps >= CEILING_FRACTION * ceiling
+        plain = getattr(self.target, "plain_copy_gbps", ceiling)
+        cached = not self.target.direct and gbps >= CEILING_FRACTION * plain
         note = None
         if self.target.memory_backed:
             note = "memory-backed filesystem: measures memory, not a disk"
         elif above or cached:
             note = (f"{gbps:.2f} GB/s is {'above' if above else f'at least {CEILING_FRACTION:.0%} of'} memcpy "
-                    f"({ceiling:.2f} GB/s): served from memory, not disk speed")
+                    f"({ceiling if above else plain:.2f} GB/s): served from memory, not disk speed")
         return {f"{case.op}_gbps": gbps, "memory_ceiling_gbps": ceiling, "above_memory_ceiling": above,
                 "served_from_memory": note is not None, "note": note}
 
