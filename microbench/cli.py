@@ -92,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
         return 1
-    except Exception as exc:  # a bug: still one line, with the traceback on request
+    except SystemExit:
+        raise
+    # A bug (or a library's BaseException, like torch's CheckpointException): still one line,
+    # with the traceback on request.
+    except BaseException as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -210,7 +210,11 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             if writer:
                 writer.finish("partial", str(exc))
             raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
-        except Exception as exc:  # a collective that failed because a peer died or timed out
+        except (SystemExit, GeneratorExit):
+            raise
+        # A collective that failed because a peer died or timed out; BaseException because some
+        # libraries' errors are one (torch's CheckpointException).
+        except BaseException as exc:
             progress.close()
             if guard.settle():
                 raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
@@ -220,7 +224,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             progress.close()
 
 
-def _diagnose(exc: Exception, world: World | None, case: Case | None) -> str:
+def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:
     where = f" during {case.label}" if case else ""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     if world is None:

@@ -1,0 +1,144 @@
+"""Faults that used to break the promises (one line, exit 1, a partial record, no hang):
+checkpoint failures and interrupts, frozen or mute masters, signals close together or during
+start-up, worlds of one, too many local ranks, and how fast and whom a failure is blamed on."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import cli_env
+
+from microbench.errors import RunError
+from microbench.probes import checkpoint as ck
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr
+    return lines[0]
+
+
+def records(tmp_path, pattern="*.json"):
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "results").glob(pattern))]
+
+
+# ---------------------------------------------------------------- 7: checkpoint failures
+class _FakeCheckpointException(BaseException):
+    """Shaped like torch's CheckpointException: a BaseException with per-rank failures."""
+
+    def __init__(self, failures):
+        super().__init__("CheckpointException ranks", failures)
+        self.failures = failures
+
+
+class _Dir:
+    display = "/ck/run"
+
+
+def _guard(exc):
+    probe = ck.CheckpointProbe.__new__(ck.CheckpointProbe)
+    probe.run_dir = _Dir()
+
+    def fail():
+        raise exc
+
+    return probe._guard("save", fail)
+
+
+def test_a_checkpoint_exception_becomes_one_run_error():
+    with pytest.raises(RunError) as info:
+        _guard(_FakeCheckpointException({1: (OSError(28, "No space left on device"), None)}))
+    assert str(info.value) == ("checkpoint save to /ck/run failed: rank 1: OSError: [Errno 28] "
+                               "No space left on device")
+
+
+def test_a_ctrl_c_wrapped_by_dcp_is_an_interrupt():
+    with pytest.raises(KeyboardInterrupt):
+        _guard(_FakeCheckpointException({0: (KeyboardInterrupt(), None), 1: (OSError(5, "EIO"), None)}))
+
+
+def _mount_tmpfs(path, options):
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_disk_full_mid_save_is_one_line_and_a_partial_record(run_cli, tmp_path):
+    # Room for the bytes (the free-space check passes) but four inodes: the mount point and the
+    # run's three directories. The first file DCP creates gets ENOSPC, as on a full disk.
+    mnt = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
+    _mount_tmpfs(mnt, "size=256m,nr_inodes=4")
+    try:
+        proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", str(mnt / "ck"),
+                       "--warmup", "0", "--iters", "1", "--timeout", "60", timeout=120)
+        left = os.listdir(mnt)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr)
+    assert "checkpoint save to" in line and "No space left on device" in line and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and "No space left on device" in record["status_reason"]
+    assert left == []
+
+
+def _ranks_of(pid):
+    """Rank number -> pid of the ranks a launcher started."""
+    out = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            child = int(stat.split("/")[2])
+            with open(f"/proc/{child}/environ", "rb") as handle:
+                env = dict(i.split(b"=", 1) for i in handle.read().split(b"\0") if b"=" in i)
+            out[int(env[b"RANK"])] = child
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+    return out
+
+
+def _wait_for(predicate, proc, what, limit_s=120.0):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"never saw {what}: {proc.communicate()}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [None])
+def test_ctrl_c_during_a_save(tmp_path, second):
+    target = tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "checkpoint", "--size", "256M", "--nproc", "2",
+                             "--target", str(target), "--warmup", "0", "--iters", "2", "--timeout", "30"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: glob.glob(str(target / "*" / "step-*" / "*.distcp")), proc, "a save under way")
+    proc.send_signal(signal.SIGINT)
+    if second:  # as a scheduler does: Ctrl-C, then SIGTERM right after
+        time.sleep(0.05)
+        proc.send_signal(getattr(signal, second))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted") and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and record["status_reason"].startswith("interrupted")
+    assert not target.exists()
