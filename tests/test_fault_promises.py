@@ -142,3 +142,35 @@ def test_ctrl_c_during_a_save(tmp_path, second):
     (record,) = records(tmp_path)
     assert record["status"] == "partial" and record["status_reason"].startswith("interrupted")
     assert not target.exists()
+
+
+# ---------------------------------------------------------------- 10: a world of one
+def test_fit_of_a_world_of_one_has_no_bus_model():
+    from microbench.fit import fit_latency_bandwidth
+
+    rows = [{"size_bytes": s, "time_us": {"p50": 10 + s / 1e4}, "algbw_gbps": s / (10 + s / 1e4) / 1e3,
+             "busbw_gbps": 0.0, "placement": "out"} for s in (1 << 20, 1 << 22)]
+    fit = fit_latency_bandwidth(rows)
+    assert fit["points"] == 0 and "busbw is 0" in fit["reason"]
+
+
+@pytest.mark.slow
+def test_nccl_with_one_rank_measures_algbw_and_zero_busbw(run_cli, tmp_path):
+    ops = "reduce_scatter,all_gather,all_reduce,broadcast,all_to_all"
+    proc = run_cli("nccl", "--nproc", "1", "--sizes", "1M-2M", "--ops", ops, "--warmup", "1", "--iters", "3",
+                   "--timeout", "20", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 ranks" in proc.stdout
+    (record,) = records(tmp_path)
+    assert record["status"] == "complete" and {r["op"] for r in record["rows"]} == set(ops.split(","))
+    for row in record["rows"]:
+        assert row["algbw_gbps"] > 0 and row["nwrong"] == 0
+        # nccl-tests: (n-1)/n factors are 0 for one rank; broadcast's factor is 1.
+        assert row["busbw_gbps"] == (row["algbw_gbps"] if row["op"] == "broadcast" else 0.0)
+
+
+@pytest.mark.slow
+def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
+    proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "measured step (median)" in proc.stdout and "ZeroDivisionError" not in proc.stderr
