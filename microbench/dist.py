@@ -129,6 +129,63 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # --------------------------------------------------------------------------- launching
 
+# What one local rank costs at the least: Python, torch and a gloo group take about 210 MiB
+# resident before any buffer; a rank runs a dozen threads (heartbeat, gloo, intra-op).
+RANK_MEMORY_BYTES = 256 << 20
+TASKS_PER_RANK = 16
+# Ranks time themselves; beyond a few per core they mostly wait for a CPU, and a world of
+# hundreds takes minutes to start and to stop.
+RANKS_PER_CORE = 8
+
+
+def local_world_limit() -> tuple[int, str]:
+    """The most local ranks this machine can run, and the rule that gave it: the smallest of
+    RANKS_PER_CORE per usable core, available memory / RANK_MEMORY_BYTES, and the process
+    limit (RLIMIT_NPROC, kernel threads-max) / TASKS_PER_RANK."""
+    import resource
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    limits = [(RANKS_PER_CORE * cores, f"{RANKS_PER_CORE} per CPU core x {cores} core(s)")]
+    available = _mem_available_bytes()
+    if available is not None:
+        limits.append((available // RANK_MEMORY_BYTES, f"{available / (1 << 30):.1f} GiB available / "
+                                                      f"{RANK_MEMORY_BYTES >> 20} MiB per rank"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft // TASKS_PER_RANK, f"RLIMIT_NPROC {soft} / {TASKS_PER_RANK} tasks per rank"))
+    try:
+        with open("/proc/sys/kernel/threads-max") as handle:
+            threads_max = int(handle.read())
+        limits.append((threads_max // TASKS_PER_RANK, f"threads-max {threads_max} / {TASKS_PER_RANK} tasks per rank"))
+    except (OSError, ValueError):
+        pass
+    limit, rule = min(limits)
+    return max(1, limit), rule
+
+
+def _mem_available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_local_world(nproc: int) -> None:
+    """Refuse a local world this machine cannot run (exit 2), before any rank starts. Worlds a
+    launcher (torchrun, srun, mpirun) made are its business, never checked here."""
+    limit, rule = local_world_limit()
+    if nproc > limit:
+        raise UsageError(f"invalid --nproc {nproc}: this machine runs at most {limit} local ranks ({rule}); "
+                         f"use --nproc {limit} or fewer, or start ranks on several hosts "
+                         f"with torchrun/srun/mpirun")
+
 
 @dataclass
 class RankLaunch:
@@ -147,6 +204,7 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     stderr is kept in a file and shown, one line, only if they fail while rank 0 did not.
     Ctrl-C is forwarded so rank 0 can write its partial record.
     """
+    check_local_world(nproc)
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "0.0.0.0")
     base_env = package_env()
     base_env.update(extra_env or {})

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable
 
 from .backends import BackendChoice
-from .dist import RankLaunch, World, detect_world, launch_local
+from .dist import RankLaunch, World, check_local_world, detect_world, launch_local
 
 
 def local_ranks(default_gpus: bool = True) -> int:
@@ -45,6 +45,7 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
     this same command line (they then take the world branch below)."""
     spec = detect_world()
     if spec is None:
+        check_local_world(nproc)  # before the memory check, which scales with nproc
         if before_launch:
             before_launch()
         return launch_local(nproc, argv if argv is not None else sys.argv[1:], timeout_s=timeout_s,

@@ -174,3 +174,41 @@ def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
     proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "measured step (median)" in proc.stdout and "ZeroDivisionError" not in proc.stderr
+
+
+# ---------------------------------------------------------------- 11: how many local ranks
+def test_local_world_limit_rule(monkeypatch):
+    from microbench import dist
+
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 64 << 30)
+    limit, rule = dist.local_world_limit()
+    assert (limit, rule) == (16, "8 per CPU core x 2 core(s)")
+    monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 1 << 30)
+    assert dist.local_world_limit() == (4, "1.0 GiB available / 256 MiB per rank")
+
+
+@pytest.mark.parametrize("command", [["nccl", "--sizes", "1M"], ["checkpoint", "--size", "1G", "--target", "ck"],
+                                     ["verify", "fsdp"]])
+def test_too_many_local_ranks_are_refused_before_any_starts(run_cli, tmp_path, command):
+    from microbench.dist import local_world_limit
+
+    limit, rule = local_world_limit()
+    proc = run_cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert f"invalid --nproc 1000: this machine runs at most {limit} local ranks ({rule})" in line
+    assert f"--nproc {limit} or fewer" in line and "torchrun/srun/mpirun" in line
+    assert proc.stdout == "" and not (tmp_path / "results").exists() and not (tmp_path / "ck").exists()
+
+
+def test_a_launched_world_is_not_bounded(run_cli):
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: the master is absent
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        proc = run_cli("nccl", "--sizes", "1M", "--timeout", "2", timeout=60,
+                       env={"RANK": "999", "WORLD_SIZE": "1000", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert proc.returncode == 1  # it tried to join: the launcher's world, not ours to refuse
+    assert "rank 999 could not reach the master" in one_error_line(proc.stderr)

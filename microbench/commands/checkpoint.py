@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from .. import backends
 from .. import checkpoint_target as ct
-from ..dist import detect_world
+from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..runner import run_probe
@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         if launching:
+            check_local_world(nproc)  # before the memory check, which scales with nproc
             choice = _preflight(stack, args, config, target, choice, nproc)
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice,
                         body=lambda world: _body(world, args, config, target, settings))
