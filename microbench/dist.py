@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 
 from .errors import RunError, UsageError
 
-HEARTBEAT_S = 0.5
+# Short enough that a few beats (the settle in missing_ranks) add about a second to --timeout.
+HEARTBEAT_S = 0.25
 SPAWNED_ENV = "MICROBENCH_SPAWNED"
 
 
@@ -202,14 +203,29 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
 
     Rank 0's output goes straight to our stdout/stderr (only rank 0 prints). Other ranks'
     stderr is kept in a file and shown, one line, only if they fail while rank 0 did not.
-    Ctrl-C is forwarded so rank 0 can write its partial record.
+    The first SIGINT or SIGTERM is forwarded once, as SIGINT, so rank 0 can write its partial
+    record; later ones are only counted (a scheduler's Ctrl-C then SIGTERM must not kill the
+    ranks mid-save). If rank 0 is killed or freezes, the record it claimed is marked partial here.
     """
+    from . import interrupts
+    from .results.store import RECORD_NOTE_ENV
+
     check_local_world(nproc)
+    interrupts.check()
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "0.0.0.0")
     base_env = package_env()
     base_env.update(extra_env or {})
+    note_fd, note = tempfile.mkstemp(prefix="microbench-record-", suffix=".txt")
+    os.close(note_fd)
+    base_env[RECORD_NOTE_ENV] = note
     procs: list[subprocess.Popen] = []
     logs: list[Any] = []
+    signals: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in interrupts.SIGNALS:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, frame: signals.append(signum))
     try:
         for rank in range(nproc):
             launch = per_rank(rank) if per_rank else RankLaunch()
@@ -224,62 +240,151 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
                 # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
                 # rank never gets a second SIGINT while it saves its partial record.
                 stdin=subprocess.DEVNULL, start_new_session=True))
-        return _supervise(procs, logs, timeout_s)
-    except KeyboardInterrupt:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + timeout_s + 5
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        return procs[0].returncode if procs and procs[0].returncode not in (None, 0) else 1
+        return _Supervisor(procs, logs, timeout_s, signals, note).run()
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for log in logs:
             if log:
                 log.close()
+        try:
+            os.unlink(note)
+        except OSError:
+            pass
 
 
-def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float) -> int:
-    first_failure_at: float | None = None
-    while True:
-        codes = [proc.poll() for proc in procs]
-        if all(code is not None for code in codes):
-            break
-        if first_failure_at is None and any(code not in (None, 0) for code in codes):
-            first_failure_at = time.monotonic()
+# After Ctrl-C, ranks that have not yet claimed a record (still starting, joining) have nothing
+# to save; they are given this long before they are stopped.
+STARTUP_GRACE_S = 5.0
+
+
+class _Supervisor:
+    """Waits for the ranks; forwards an interrupt; ends a world whose rank 0 failed, froze or
+    was killed; says, in one line, what rank 0 could not say itself."""
+
+    def __init__(self, procs: list[subprocess.Popen], logs: list[Any], timeout_s: float, signals: list[int],
+                 note: str):
+        self.procs, self.logs, self.timeout_s, self.signals, self.note = procs, logs, timeout_s, signals, note
+        self.interrupted_at: float | None = None
+        self.first_failure_at: float | None = None
+        self.killed_rank0: str | None = None  # why we had to kill rank 0
+        self.signalled: set[int] = set()
+
+    def _notes(self) -> list[str]:
+        try:
+            with open(self.note) as handle:
+                return [line.strip() for line in handle if line.strip()]
+        except OSError:
+            return []
+
+    def record(self) -> str | None:
+        paths = [line for line in self._notes() if not line.startswith("ready ")]
+        return paths[-1] if paths else None
+
+    def _forward_interrupt(self) -> None:
+        """SIGINT, once, to every rank that is ready for it; one still inside interpreter start-up
+        gets it when it reports ready (or is stopped after the grace)."""
+        ready = {int(line.split()[1]) for line in self._notes() if line.startswith("ready ")}
+        for rank, proc in enumerate(self.procs):
+            if rank in ready and rank not in self.signalled and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                self.signalled.add(rank)
+
+    def _kill_all(self, why_rank0: str) -> None:
+        if self.procs[0].poll() is None:
+            self.killed_rank0 = why_rank0
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+
+    def _tick(self) -> None:
+        codes = [proc.poll() for proc in self.procs]
+        now = time.monotonic()
+        if self.signals and self.interrupted_at is None:
+            self.interrupted_at = now
+        if self.interrupted_at is not None:
+            self._forward_interrupt()
+            # Rank 0 saves its partial record and leaves; one still starting has nothing to save.
+            grace = self.timeout_s + 5 if self.record() else STARTUP_GRACE_S
+            if now - self.interrupted_at > grace:
+                self._kill_all(f"did not stop within {grace:g} s of the interrupt")
+            return
+        if self.first_failure_at is None and any(code not in (None, 0) for code in codes):
+            self.first_failure_at = now
+        if self.first_failure_at is None:
+            return
         # Survivors of a dead peer end by themselves within --timeout; past that they hang.
-        # Once rank 0 (the one that reports and writes the record) has failed, the others
-        # have nothing left to say: a short grace, then they go too.
-        grace = 3.0 if codes[0] not in (None, 0) else timeout_s + 10
-        if first_failure_at is not None and time.monotonic() - first_failure_at > grace:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-        time.sleep(0.05)
-    rank0 = procs[0].returncode
-    if rank0 < 0:
-        # Killed by a signal, rank 0 could not say why itself; the file it was writing keeps the
-        # sizes it finished (status "running", since it never got to mark it partial).
-        print(f"microbench: rank 0 was killed by {_signal_name(-rank0)}; the results file it was writing "
-              f"keeps the sizes finished before that", file=sys.stderr)
-        return 1
-    if rank0 != 0:
-        return rank0
-    for rank, proc in enumerate(procs[1:], start=1):
-        if proc.returncode != 0:
-            logs[rank].seek(0)
-            lines = [line.strip() for line in logs[rank].read().splitlines() if line.strip()]
-            why = lines[-1] if lines else f"exit code {proc.returncode}"
-            print(f"microbench: rank {rank} failed: {why.removeprefix('microbench: ')}", file=sys.stderr)
+        # Once rank 0 (the one that reports and writes the record) has failed, the others have
+        # nothing left to say: a moment to leave by themselves, then they go too. A rank 0 that is stopped
+        # (SIGSTOP, a debugger) will never answer: no grace.
+        if codes[0] not in (None, 0):
+            grace = 0.0 if any(_stopped(p.pid) for p in self.procs if p.poll() is None) else 0.5
+        elif _stopped(self.procs[0].pid):
+            grace = 0.0
+        else:
+            grace = self.timeout_s + 3
+        if now - self.first_failure_at > grace:
+            self._kill_all("stopped responding" if grace == 0.0 else
+                           f"did not end within {grace:g} s of another rank's failure")
+
+    def run(self) -> int:
+        while any(proc.poll() is None for proc in self.procs):
+            self._tick()
+            time.sleep(0.05)
+        rank0 = self.procs[0].returncode
+        record = self.record()
+        if self.interrupted_at is not None:
+            if rank0 < 0:
+                reason = f"interrupted; rank 0 {self.killed_rank0 or f'was killed by {_signal_name(-rank0)}'}"
+                return self._fail(reason, record)
+            if rank0 == 0:
+                print("microbench: interrupted after the ranks finished; the run is complete", file=sys.stderr)
+                return 1
+            return rank0  # rank 0 said why itself
+        if rank0 < 0:
+            # Killed by a signal (or by us, for freezing): rank 0 could not say why itself. A
+            # rank that saw it go silent says it best.
+            reason = self._failed_rank_line() if self.killed_rank0 else None
+            reason = reason or f"rank 0 {self.killed_rank0 or f'was killed by {_signal_name(-rank0)}'}"
+            return self._fail(reason, record)
+        if rank0 != 0:
+            return rank0
+        line = self._failed_rank_line()
+        if line:
+            print(f"microbench: {line}", file=sys.stderr)
             return 1
-    return 0
+        return 0
+
+    def _failed_rank_line(self) -> str | None:
+        for rank, proc in enumerate(self.procs[1:], start=1):
+            if proc.returncode not in (0, None) and proc.returncode > 0:
+                self.logs[rank].seek(0)
+                lines = [line.strip() for line in self.logs[rank].read().splitlines() if line.strip()]
+                why = lines[-1] if lines else f"exit code {proc.returncode}"
+                return f"rank {rank} failed: {why.removeprefix('microbench: ')}"
+        return None
+
+    @staticmethod
+    def _fail(reason: str, record: str | None) -> int:
+        from .results.store import mark_abandoned
+
+        if record and mark_abandoned(record, reason):
+            reason += f"; the finished cases are kept in {os.path.relpath(record)} (partial)"
+        print(f"microbench: {reason}", file=sys.stderr)
+        return 1
+
+
+def _stopped(pid: int) -> bool:
+    """True when the process is stopped (SIGSTOP, SIGTSTP, a tracer): it will not answer."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _signal_name(number: int) -> str:
@@ -341,12 +446,15 @@ class World:
             except Exception:
                 return
 
-    def note_failure(self, reason: str) -> None:
-        """Tell the others this rank saw an error and is leaving on its own (not dead)."""
+    def note_failure(self, reason: str) -> bool:
+        """Tell the others this rank saw an error and is leaving on its own (not dead). The store
+        lives in rank 0: if rank 0 froze, this must not wait for it. False if the store did not
+        take the note."""
         try:
-            self.store.set(f"mb/left/{self.rank}", reason[:200])
+            bounded(lambda: self.store.set(f"mb/left/{self.rank}", reason[:200]), STORE_OP_S)
+            return True
         except Exception:
-            pass
+            return False
 
     def missing_ranks(self, settle_s: float = 4 * HEARTBEAT_S) -> list[int]:
         """Ranks that died without a word: no departure note and a heartbeat that stood still.
@@ -356,27 +464,58 @@ class World:
         their note), and reads again.
         """
         others = [r for r in range(self.size) if r != self.rank]
+
+        def read() -> dict[int, tuple[bool, int]]:
+            return {r: (self.store.check([f"mb/left/{r}"]), self.store.add(f"mb/hb/{r}", 0)) for r in others}
+
         try:
-            before = {r: self.store.add(f"mb/hb/{r}", 0) for r in others}
+            before = bounded(read, STORE_OP_S)
             time.sleep(settle_s)
-            missing = []
-            for rank in others:
-                if self.store.check([f"mb/left/{rank}"]):
-                    continue
-                if self.store.add(f"mb/hb/{rank}", 0) == before[rank]:
-                    missing.append(rank)
-            return missing
+            after = bounded(read, STORE_OP_S)
+            return [r for r in others if not after[r][0] and after[r][1] == before[r][1]]
         except Exception:
-            # The store lives in rank 0; if we cannot reach it, rank 0 is the one gone.
+            # The store lives in rank 0; if it does not answer, rank 0 is the one gone (or frozen).
             return [0] if self.rank != 0 else []
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Leave the world. After a failure the process is about to exit anyway, and tearing the
+        group down would wait on the peer that failed: skipped."""
         self._stop.set()
+        if failed:
+            return
         try:
             if self._dist.is_initialized():
-                self._dist.destroy_process_group()
+                # Tearing down may talk to a peer or the store that is gone: never wait long.
+                bounded(self._dist.destroy_process_group, STORE_OP_S)
         except Exception:
             pass
+
+
+# One store read or write takes microseconds; this long without an answer means the store's
+# host (rank 0) is frozen or unreachable.
+STORE_OP_S = 1.0
+
+
+def bounded(fn: Callable[[], Any], seconds: float) -> Any:
+    """fn() in a helper thread; TimeoutError if it has not returned within `seconds`. For C++
+    calls (TCPStore) that ignore their own timeout when the peer accepted but never answers; a
+    call that never returns is left behind in its daemon thread."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed back to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name="microbench-bounded", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _torch_device(device: str) -> Any:
@@ -395,8 +534,15 @@ def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
         wait_for_master(spec.master_addr, spec.master_port, timeout_s, rank=spec.rank)
     remaining = max(1.0, deadline - time.monotonic())
     try:
-        return TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
-                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False, use_libuv=True)
+        # The client's handshake waits forever on a master that accepted and never answers (a
+        # frozen rank 0, a wrong MASTER_PORT): bounded by what is left of --timeout.
+        return bounded(lambda: TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
+                                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False,
+                                        use_libuv=True), remaining)
+    except TimeoutError:
+        raise RunError(f"rank {spec.rank}: the master at {spec.master_addr}:{spec.master_port} accepted the "
+                       f"connection but did not answer within {timeout_s:g} s (--timeout); is rank 0 frozen, or "
+                       f"is MASTER_PORT another program's port?") from None
     except Exception as exc:
         text = _first_line(exc)
         if spec.rank == 0 and ("in use" in text.lower() or "EADDRINUSE" in text):

@@ -124,7 +124,7 @@ def _wait_for(predicate, proc, what, limit_s=120.0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("second", [None])
+@pytest.mark.parametrize("second", [None, "SIGTERM"])
 def test_ctrl_c_during_a_save(tmp_path, second):
     target = tmp_path / "ck"
     proc = subprocess.Popen([sys.executable, "-m", "microbench", "checkpoint", "--size", "256M", "--nproc", "2",
@@ -212,3 +212,140 @@ def test_a_launched_world_is_not_bounded(run_cli):
                        env={"RANK": "999", "WORLD_SIZE": "1000", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     assert proc.returncode == 1  # it tried to join: the launcher's world, not ours to refuse
     assert "rank 999 could not reach the master" in one_error_line(proc.stderr)
+
+
+# ---------------------------------------------------------------- 8: frozen or mute masters
+@pytest.fixture
+def mute_master():
+    """A TCP port that accepts connections and never says a word."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.slow
+def test_a_master_that_accepts_and_never_answers(run_cli, mute_master):
+    start = time.monotonic()
+    proc = run_cli("nccl", "--sizes", "1M", "--timeout", "5", timeout=60,
+                   env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(mute_master)})
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr)
+    assert f"the master at 127.0.0.1:{mute_master} accepted the connection but did not answer within 5 s" in line
+    assert elapsed < 5 + 10  # --timeout plus interpreter and torch start-up on a busy machine
+
+
+def _start_sweep(tmp_path, timeout="5"):
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "256K-128M", "--ops", "all_reduce",
+                             "--nproc", "2", "--timeout", timeout, "--iters", "20", "--budget", "0"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def two_rows():
+        files = list((tmp_path / "results").glob("*.json"))
+        try:
+            return files and len(json.loads(files[0].read_text())["rows"]) >= 2
+        except (ValueError, OSError):
+            return False
+
+    _wait_for(two_rows, proc, "two finished sizes")
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", [0, 1])
+def test_a_frozen_rank_ends_the_run_within_the_timeout(tmp_path, frozen):
+    proc = _start_sweep(tmp_path)
+    ranks = _ranks_of(proc.pid)
+    os.kill(ranks[frozen], signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        for pid in ranks.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    elapsed = time.monotonic() - stopped_at
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert f"rank {frozen} died or stopped responding during all_reduce" in line
+    assert elapsed < 5 + 2.5, elapsed  # --timeout 5, a second of heartbeats, the exit: not ~6 s more
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and f"rank {frozen}" in record["status_reason"]
+    assert len(record["rows"]) >= 2 and "(partial)" in line
+
+
+# ---------------------------------------------------------------- 9: signals
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [("SIGINT", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGINT", "SIGINT")])
+def test_two_signals_close_together_keep_the_partial_record(tmp_path, signals):
+    proc = _start_sweep(tmp_path)
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted") and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and len(record["rows"]) >= 2
+
+
+def _start(tmp_path):
+    return subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "1M-64M", "--ops", "all_reduce",
+                             "--nproc", "2", "--timeout", "30"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["importing", "ranks starting", "ranks joining"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_start_up(tmp_path, moment, signame):
+    proc = _start(tmp_path)
+    if moment == "importing":
+        # Once the native core is mapped the launcher runs our code, importing. (Before the
+        # interpreter has read its site-packages, no Python program can catch a signal.)
+        def importing():
+            try:
+                with open(f"/proc/{proc.pid}/maps") as handle:
+                    return "_native" in handle.read()
+            except OSError:
+                return False
+
+        _wait_for(importing, proc, "microbench being imported", 60)
+    else:
+        _wait_for(lambda: len(_ranks_of(proc.pid)) == 2, proc, "two ranks", 60)
+        if moment == "ranks joining":
+            time.sleep(1.5)
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10  # not the 30 s --timeout: nothing to save yet
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted")
+    for record in records(tmp_path):
+        assert record["status"] == "partial"
