@@ -477,6 +477,26 @@ class World:
             # The store lives in rank 0; if it does not answer, rank 0 is the one gone (or frozen).
             return [0] if self.rank != 0 else []
 
+    def own_link_down(self) -> str | None:
+        """This rank's network interface, if it is down: 'lab0 is lowerlayerdown'. Then peers look
+        silent because this rank is cut off, and the blame is this rank's. The interface is the
+        one the backends were told to use (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), else the
+        route to the master; None when unknown or up."""
+        names = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or \
+            _route_ifname(self.spec.master_addr)
+        for name in (names or "").split(","):
+            name = name.strip()
+            if not name or name == "lo":
+                continue
+            try:
+                with open(f"/sys/class/net/{name}/operstate") as handle:
+                    state = handle.read().strip()
+            except OSError:
+                continue
+            if state not in ("up", "unknown"):
+                return f"{name} is {state}"
+        return None
+
     def close(self, failed: bool = False) -> None:
         """Leave the world. After a failure the process is about to exit anyway, and tearing the
         group down would wait on the peer that failed: skipped."""
@@ -516,6 +536,15 @@ def bounded(fn: Callable[[], Any], seconds: float) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _route_ifname(addr: str) -> str | None:
+    try:
+        out = subprocess.run(["ip", "-o", "route", "get", socket.gethostbyname(addr)], capture_output=True,
+                             text=True, timeout=2).stdout.split()
+    except (OSError, subprocess.SubprocessError, socket.error):
+        return None
+    return out[out.index("dev") + 1] if "dev" in out[:-1] else None
 
 
 def _torch_device(device: str) -> Any:

@@ -236,6 +236,9 @@ def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str
     missing = world.missing_ranks() if noted or world.rank == 0 else [0]
     if missing:
         names = ", ".join(str(r) for r in missing)
+        own = world.own_link_down()
+        if own:  # the others went quiet because this rank is cut off
+            return f"rank {world.rank} lost its own network link ({own}): rank {names} unreachable{where}"
         return f"rank {names} died or stopped responding{where} (no heartbeat, no error reported)"
     return f"collective failed{where}: {first}"
 

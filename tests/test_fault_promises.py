@@ -349,3 +349,52 @@ def test_a_signal_during_start_up(tmp_path, moment, signame):
     assert line.startswith("microbench: interrupted")
     for record in records(tmp_path):
         assert record["status"] == "partial"
+
+
+# ---------------------------------------------------------------- 12: whom a lab failure blames
+@pytest.fixture
+def h7b_lab():
+    from conftest import namespaces_refused
+    from microbench import lab as labmod
+
+    reason = namespaces_refused()
+    if reason:
+        pytest.skip(reason)
+    name = "h7b" + uuid.uuid4().hex[:5]
+    labmod.up(name, 2, None)
+    yield name
+    labmod.down(name)
+    assert labmod.find(name) is None
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.parametrize("host", [0, 1])
+def test_a_link_down_in_the_lab_is_blamed_on_its_host(tmp_path, h7b_lab, host):
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--lab", h7b_lab, "--sizes", "256K-128M",
+                             "--ops", "all_reduce", "--timeout", "5", "--iters", "20", "--budget", "0"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def two_rows():
+        files = list((tmp_path / "results").glob("*.json"))
+        try:
+            return files and len(json.loads(files[0].read_text())["rows"]) >= 2
+        except (ValueError, OSError):
+            return False
+
+    _wait_for(two_rows, proc, "two finished sizes")
+    subprocess.run(["ip", "link", "set", f"mb-{h7b_lab}-v{host}", "down"], check=True)
+    down_at = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - down_at
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    if host == 0:
+        assert "rank 0 lost its own network link (lab0 is" in line and "rank 1 unreachable" in line
+        assert "rank 1 died" not in line
+    else:
+        assert "rank 1 died or stopped responding" in line
+    assert f"lab host mb-{h7b_lab}-h{host} " in line and "(partial)" in line
+    assert elapsed < 5 + 3, elapsed  # --timeout, a second of heartbeats, the lab's own diagnosis
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial"
