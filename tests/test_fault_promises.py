@@ -178,7 +178,7 @@ def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
 
 # ---------------------------------------------------------------- 11: how many local ranks
 def test_local_world_limit_rule(monkeypatch):
-    from microbench import dist
+    from microbench import supervise as dist
 
     monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 64 << 30)
