@@ -123,14 +123,29 @@ def _wait_for(predicate, proc, what, limit_s=120.0):
     pytest.fail(f"never saw {what}: {proc.communicate()}")
 
 
+def _rows_written(tmp_path, count):
+    def check():
+        files = list((tmp_path / "results").glob("*.json"))
+        try:
+            return files and len(json.loads(files[0].read_text())["rows"]) >= count
+        except (ValueError, OSError):
+            return False
+
+    return check
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("second", [None, "SIGTERM"])
-def test_ctrl_c_during_a_save(tmp_path, second):
+@pytest.mark.parametrize("phase, second", [("save", None), ("save", "SIGTERM"), ("load", None)])
+def test_ctrl_c_during_a_save_or_load(tmp_path, phase, second):
     target = tmp_path / "ck"
     proc = subprocess.Popen([sys.executable, "-m", "microbench", "checkpoint", "--size", "256M", "--nproc", "2",
-                             "--target", str(target), "--warmup", "0", "--iters", "2", "--timeout", "30"],
+                             "--target", str(target), "--warmup", "0", "--iters", "3", "--timeout", "30"],
                             cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: glob.glob(str(target / "*" / "step-*" / "*.distcp")), proc, "a save under way")
+    if phase == "save":
+        _wait_for(lambda: glob.glob(str(target / "*" / "step-*" / "*.distcp")), proc, "a save under way")
+    else:  # the save row is written; the load case saves once (untimed), then loads three times
+        _wait_for(_rows_written(tmp_path, 1), proc, "the save case finished")
+        time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     if second:  # as a scheduler does: Ctrl-C, then SIGTERM right after
         time.sleep(0.05)
@@ -141,6 +156,7 @@ def test_ctrl_c_during_a_save(tmp_path, second):
     assert line.startswith("microbench: interrupted") and "(partial)" in line
     (record,) = records(tmp_path)
     assert record["status"] == "partial" and record["status_reason"].startswith("interrupted")
+    assert len(record["rows"]) == (1 if phase == "load" else 0)
     assert not target.exists()
 
 
