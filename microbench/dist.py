@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .errors import RunError, UsageError
-from .supervise import Supervisor, check_local_world, local_world_limit  # noqa: F401 (re-exported)
+from .supervise import Supervisor, check_local_world
 
 # Short enough that a few beats (the settle in missing_ranks) add about a second to --timeout.
 HEARTBEAT_S = 0.25

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
