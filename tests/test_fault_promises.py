@@ -207,7 +207,7 @@ def test_local_world_limit_rule(monkeypatch):
 @pytest.mark.parametrize("command", [["nccl", "--sizes", "1M"], ["checkpoint", "--size", "1G", "--target", "ck"],
                                      ["verify", "fsdp"]])
 def test_too_many_local_ranks_are_refused_before_any_starts(run_cli, tmp_path, command):
-    from microbench.dist import local_world_limit
+    from microbench.supervise import local_world_limit
 
     limit, rule = local_world_limit()
     proc = run_cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
