@@ -1,14 +1,32 @@
+"""`python -m microbench` and the `microbench` console script."""
+
 import os
 import sys
 
-from .cli import main
 
-code = main()
-if "torch" in sys.modules:
-    # Interpreter teardown after importing torch takes 1-4 s (its modules, thread pools and
-    # caches are finalized one by one): every rank and suite step paid it after its work was
-    # done and its record written. Everything we own is closed by now; flush and leave.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-sys.exit(code)
+def entry() -> None:
+    # Before anything heavy is imported: a Ctrl-C or SIGTERM in the first second of start-up
+    # still ends with one line and exit 1, never a traceback or a silent death.
+    from . import interrupts
+
+    interrupts.install()
+    interrupts.report_ready()
+    try:
+        from .cli import main
+    except KeyboardInterrupt:
+        print("microbench: interrupted", file=sys.stderr)
+        sys.exit(1)
+    code = main()
+    # Two reasons to skip the interpreter's teardown once our work is done and every record is
+    # closed: after importing torch it takes 1-4 s (modules, thread pools and caches finalized
+    # one by one), paid by every rank and suite step; and a rank that failed would wait in it on
+    # process groups and store connections to peers gone or frozen.
+    if "torch" in sys.modules or (code != 0 and os.environ.get("WORLD_SIZE")):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()

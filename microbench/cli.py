@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import re
-import signal
 import sys
 import traceback
 from typing import Sequence
@@ -69,21 +68,18 @@ def _quiet_torch() -> None:
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (torchrun, Slurm, kill) ends a run like Ctrl-C: the partial record is kept."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+def _signals_as_interrupt() -> None:
+    """SIGINT and SIGTERM (torchrun, Slurm, kill) end a run alike and once: the partial record
+    is kept (see interrupts.py)."""
+    from . import interrupts
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (main() called from a library user's thread)
-        pass
+    interrupts.install()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _quiet_torch()
-    _sigterm_as_interrupt()
+    _signals_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
         return int(args.handler(args) or 0)
@@ -96,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
         return 1
-    except Exception as exc:  # a bug: still one line, with the traceback on request
+    except SystemExit:
+        raise
+    # A bug (or a library's BaseException, like torch's CheckpointException): still one line,
+    # with the traceback on request.
+    except BaseException as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .errors import RunError, UsageError
+from .supervise import Supervisor, check_local_world
 
-HEARTBEAT_S = 0.5
+# Short enough that a few beats (the settle in missing_ranks) add about a second to --timeout.
+HEARTBEAT_S = 0.25
 SPAWNED_ENV = "MICROBENCH_SPAWNED"
 
 
@@ -129,7 +131,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # --------------------------------------------------------------------------- launching
 
-
 @dataclass
 class RankLaunch:
     """How to start one local rank: a command prefix (e.g. ip netns exec) and extra env."""
@@ -145,13 +146,29 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
 
     Rank 0's output goes straight to our stdout/stderr (only rank 0 prints). Other ranks'
     stderr is kept in a file and shown, one line, only if they fail while rank 0 did not.
-    Ctrl-C is forwarded so rank 0 can write its partial record.
+    The first SIGINT or SIGTERM is forwarded once, as SIGINT, so rank 0 can write its partial
+    record; later ones are only counted (a scheduler's Ctrl-C then SIGTERM must not kill the
+    ranks mid-save). If rank 0 is killed or freezes, the record it claimed is marked partial here.
     """
+    from . import interrupts
+    from .results.store import RECORD_NOTE_ENV
+
+    check_local_world(nproc)
+    interrupts.check()
     port = master_port or free_port(master_addr if master_addr.startswith("127.") else "0.0.0.0")
     base_env = package_env()
     base_env.update(extra_env or {})
+    note_fd, note = tempfile.mkstemp(prefix="microbench-record-", suffix=".txt")
+    os.close(note_fd)
+    base_env[RECORD_NOTE_ENV] = note
     procs: list[subprocess.Popen] = []
     logs: list[Any] = []
+    signals: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in interrupts.SIGNALS:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, frame: signals.append(signum))
     try:
         for rank in range(nproc):
             launch = per_rank(rank) if per_rank else RankLaunch()
@@ -166,69 +183,21 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
                 # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
                 # rank never gets a second SIGINT while it saves its partial record.
                 stdin=subprocess.DEVNULL, start_new_session=True))
-        return _supervise(procs, logs, timeout_s)
-    except KeyboardInterrupt:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + timeout_s + 5
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        return procs[0].returncode if procs and procs[0].returncode not in (None, 0) else 1
+        return Supervisor(procs, logs, timeout_s, signals, note).run()
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for log in logs:
             if log:
                 log.close()
-
-
-def _supervise(procs: list[subprocess.Popen], logs: list[Any], timeout_s: float) -> int:
-    first_failure_at: float | None = None
-    while True:
-        codes = [proc.poll() for proc in procs]
-        if all(code is not None for code in codes):
-            break
-        if first_failure_at is None and any(code not in (None, 0) for code in codes):
-            first_failure_at = time.monotonic()
-        # Survivors of a dead peer end by themselves within --timeout; past that they hang.
-        # Once rank 0 (the one that reports and writes the record) has failed, the others
-        # have nothing left to say: a short grace, then they go too.
-        grace = 3.0 if codes[0] not in (None, 0) else timeout_s + 10
-        if first_failure_at is not None and time.monotonic() - first_failure_at > grace:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-        time.sleep(0.05)
-    rank0 = procs[0].returncode
-    if rank0 < 0:
-        # Killed by a signal, rank 0 could not say why itself; the file it was writing keeps the
-        # sizes it finished (status "running", since it never got to mark it partial).
-        print(f"microbench: rank 0 was killed by {_signal_name(-rank0)}; the results file it was writing "
-              f"keeps the sizes finished before that", file=sys.stderr)
-        return 1
-    if rank0 != 0:
-        return rank0
-    for rank, proc in enumerate(procs[1:], start=1):
-        if proc.returncode != 0:
-            logs[rank].seek(0)
-            lines = [line.strip() for line in logs[rank].read().splitlines() if line.strip()]
-            why = lines[-1] if lines else f"exit code {proc.returncode}"
-            print(f"microbench: rank {rank} failed: {why.removeprefix('microbench: ')}", file=sys.stderr)
-            return 1
-    return 0
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+        try:
+            os.unlink(note)
+        except OSError:
+            pass
 
 
 # --------------------------------------------------------------------------- joining
@@ -283,12 +252,15 @@ class World:
             except Exception:
                 return
 
-    def note_failure(self, reason: str) -> None:
-        """Tell the others this rank saw an error and is leaving on its own (not dead)."""
+    def note_failure(self, reason: str) -> bool:
+        """Tell the others this rank saw an error and is leaving on its own (not dead). The store
+        lives in rank 0: if rank 0 froze, this must not wait for it. False if the store did not
+        take the note."""
         try:
-            self.store.set(f"mb/left/{self.rank}", reason[:200])
+            bounded(lambda: self.store.set(f"mb/left/{self.rank}", reason[:200]), STORE_OP_S)
+            return True
         except Exception:
-            pass
+            return False
 
     def missing_ranks(self, settle_s: float = 4 * HEARTBEAT_S) -> list[int]:
         """Ranks that died without a word: no departure note and a heartbeat that stood still.
@@ -298,27 +270,87 @@ class World:
         their note), and reads again.
         """
         others = [r for r in range(self.size) if r != self.rank]
+
+        def read() -> dict[int, tuple[bool, int]]:
+            return {r: (self.store.check([f"mb/left/{r}"]), self.store.add(f"mb/hb/{r}", 0)) for r in others}
+
         try:
-            before = {r: self.store.add(f"mb/hb/{r}", 0) for r in others}
+            before = bounded(read, STORE_OP_S)
             time.sleep(settle_s)
-            missing = []
-            for rank in others:
-                if self.store.check([f"mb/left/{rank}"]):
-                    continue
-                if self.store.add(f"mb/hb/{rank}", 0) == before[rank]:
-                    missing.append(rank)
-            return missing
+            after = bounded(read, STORE_OP_S)
+            return [r for r in others if not after[r][0] and after[r][1] == before[r][1]]
         except Exception:
-            # The store lives in rank 0; if we cannot reach it, rank 0 is the one gone.
+            # The store lives in rank 0; if it does not answer, rank 0 is the one gone (or frozen).
             return [0] if self.rank != 0 else []
 
-    def close(self) -> None:
+    def own_link_down(self) -> str | None:
+        """This rank's network interface, if it is down: 'lab0 is lowerlayerdown'. Then peers look
+        silent because this rank is cut off, and the blame is this rank's. The interface is the
+        one the backends were told to use (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), else the
+        route to the master; None when unknown or up."""
+        names = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or \
+            _route_ifname(self.spec.master_addr)
+        for name in (names or "").split(","):
+            name = name.strip()
+            if not name or name == "lo":
+                continue
+            try:
+                with open(f"/sys/class/net/{name}/operstate") as handle:
+                    state = handle.read().strip()
+            except OSError:
+                continue
+            if state not in ("up", "unknown"):
+                return f"{name} is {state}"
+        return None
+
+    def close(self, failed: bool = False) -> None:
+        """Leave the world. After a failure the process is about to exit anyway, and tearing the
+        group down would wait on the peer that failed: skipped."""
         self._stop.set()
+        if failed:
+            return
         try:
             if self._dist.is_initialized():
-                self._dist.destroy_process_group()
+                # Tearing down may talk to a peer or the store that is gone: never wait long.
+                bounded(self._dist.destroy_process_group, STORE_OP_S)
         except Exception:
             pass
+
+
+# One store read or write takes microseconds; this long without an answer means the store's
+# host (rank 0) is frozen or unreachable.
+STORE_OP_S = 1.0
+
+
+def bounded(fn: Callable[[], Any], seconds: float) -> Any:
+    """fn() in a helper thread; TimeoutError if it has not returned within `seconds`. For C++
+    calls (TCPStore) that ignore their own timeout when the peer accepted but never answers; a
+    call that never returns is left behind in its daemon thread."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed back to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name="microbench-bounded", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _route_ifname(addr: str) -> str | None:
+    try:
+        out = subprocess.run(["ip", "-o", "route", "get", socket.gethostbyname(addr)], capture_output=True,
+                             text=True, timeout=2).stdout.split()
+    except (OSError, subprocess.SubprocessError, socket.error):
+        return None
+    return out[out.index("dev") + 1] if "dev" in out[:-1] else None
 
 
 def _torch_device(device: str) -> Any:
@@ -337,8 +369,15 @@ def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
         wait_for_master(spec.master_addr, spec.master_port, timeout_s, rank=spec.rank)
     remaining = max(1.0, deadline - time.monotonic())
     try:
-        return TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
-                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False, use_libuv=True)
+        # The client's handshake waits forever on a master that accepted and never answers (a
+        # frozen rank 0, a wrong MASTER_PORT): bounded by what is left of --timeout.
+        return bounded(lambda: TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
+                                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False,
+                                        use_libuv=True), remaining)
+    except TimeoutError:
+        raise RunError(f"rank {spec.rank}: the master at {spec.master_addr}:{spec.master_port} accepted the "
+                       f"connection but did not answer within {timeout_s:g} s (--timeout); is rank 0 frozen, or "
+                       f"is MASTER_PORT another program's port?") from None
     except Exception as exc:
         text = _first_line(exc)
         if spec.rank == 0 and ("in use" in text.lower() or "EADDRINUSE" in text):

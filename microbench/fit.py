@@ -25,6 +25,11 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
         points.append((r["size_bytes"] * factor, t, r["size_bytes"], r["busbw_gbps"], factor))
     if not points:
         return {"placement": placement, "points": 0}
+    if all(p[4] == 0 for p in points):
+        # A world of one rank: nothing crosses a bus, busbw is 0 by the nccl-tests convention,
+        # and a bus-bandwidth model has nothing to fit (algbw stays in the rows).
+        return {"placement": placement, "points": 0,
+                "reason": "one rank moves no bytes between ranks: busbw is 0 (nccl-tests convention)"}
     latency_s, inv_bw = _weighted_line([p[0] for p in points], [p[1] for p in points])
     largest = max(points, key=lambda p: p[0])
     # A flat or falling curve (or one whose size term is noise next to its latency) is

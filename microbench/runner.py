@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import env as envmod
+from . import interrupts
 from .dist import World
 from .errors import Interrupted, MicrobenchError, RunError
 from .probe import Case, Probe, Timed
@@ -129,33 +129,30 @@ def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class _InterruptGuard:
-    """Ctrl-C during a sweep: raise KeyboardInterrupt where the sweep is, but never inside the
-    handling that saves the partial record. A peer that got the same Ctrl-C may leave first and
-    make our collective fail; `hit` then tells that failure apart from a dead peer."""
+    """Ctrl-C or SIGTERM during a sweep: raise KeyboardInterrupt where the sweep is, but never
+    inside the handling that saves the partial record (interrupts.handler counts later signals
+    without raising). A peer that got the same signal may leave first and make our collective
+    fail; `settle` then tells that failure apart from a dead peer."""
 
     def __init__(self) -> None:
-        self.hit = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_InterruptGuard":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._handle)
+            for sig in interrupts.SIGNALS:
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, interrupts.handler)
         return self
 
-    def _handle(self, signum: int, frame: Any) -> None:
-        first, self.hit = not self.hit, True
-        if first and sys.exc_info()[0] is None:
-            raise KeyboardInterrupt
-
     def settle(self) -> bool:
-        """Let a SIGINT that arrived during a blocking C call run its handler; True if hit.
+        """Let a signal that arrived during a blocking C call run its handler; True if hit.
         (Python runs signal handlers at the next call boundary, i.e. inside this call.)"""
-        return self.hit
+        return interrupts.pending()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            if previous is not None:
+                signal.signal(sig, previous)
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -187,6 +184,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         try:
             for case in cases:
                 current = case
+                interrupts.check()  # a signal whose first raise a library swallowed
                 progress.step(case.label)
                 row = measure_case(probe, case, settings, world)
                 rows.append(row)
@@ -207,10 +205,17 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
         except MicrobenchError as exc:
             progress.close()
+            if isinstance(exc, RunError) and guard.settle():
+                # A peer that got the same signal left first and broke our operation.
+                raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
             if writer:
                 writer.finish("partial", str(exc))
             raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
-        except Exception as exc:  # a collective that failed because a peer died or timed out
+        except (SystemExit, GeneratorExit):
+            raise
+        # A collective that failed because a peer died or timed out; BaseException because some
+        # libraries' errors are one (torch's CheckpointException).
+        except BaseException as exc:
             progress.close()
             if guard.settle():
                 raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
@@ -220,15 +225,19 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             progress.close()
 
 
-def _diagnose(exc: Exception, world: World | None, case: Case | None) -> str:
+def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:
     where = f" during {case.label}" if case else ""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     if world is None:
         return f"{type(exc).__name__}{where}: {first}"
-    world.note_failure(first)
-    missing = world.missing_ranks()
+    noted = world.note_failure(first)
+    # A store (in rank 0) that does not take a note is a silent rank 0: nothing to settle.
+    missing = world.missing_ranks() if noted or world.rank == 0 else [0]
     if missing:
         names = ", ".join(str(r) for r in missing)
+        own = world.own_link_down()
+        if own:  # the others went quiet because this rank is cut off
+            return f"rank {world.rank} lost its own network link ({own}): rank {names} unreachable{where}"
         return f"rank {names} died or stopped responding{where} (no heartbeat, no error reported)"
     return f"collective failed{where}: {first}"
 

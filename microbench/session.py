@@ -6,8 +6,9 @@ import os
 import sys
 from typing import Any, Callable
 
+from . import interrupts
 from .backends import BackendChoice
-from .dist import RankLaunch, World, detect_world, launch_local
+from .dist import RankLaunch, World, check_local_world, detect_world, launch_local
 
 
 def local_ranks(default_gpus: bool = True) -> int:
@@ -45,6 +46,7 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
     this same command line (they then take the world branch below)."""
     spec = detect_world()
     if spec is None:
+        check_local_world(nproc)  # before the memory check, which scales with nproc
         if before_launch:
             before_launch()
         return launch_local(nproc, argv if argv is not None else sys.argv[1:], timeout_s=timeout_s,
@@ -56,9 +58,13 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
         torch.cuda.set_device(spec.local_rank % max(1, torch.cuda.device_count()))
     world = World(spec, choice.backend, timeout_s, device=choice.device)
     try:
-        return body(world)
-    finally:
-        world.close()
+        interrupts.check()  # a signal during start-up whose first raise a library swallowed
+        code = body(world)
+    except BaseException:
+        world.close(failed=True)
+        raise
+    world.close()
+    return code
 
 
 def transport_note(choice: BackendChoice, nccl_log_dir: str | None) -> dict[str, Any]:

@@ -6,14 +6,13 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import signal
 from typing import Any
 
 from tabulate import tabulate
 
 from .. import backends
 from .. import checkpoint_target as ct
-from ..dist import detect_world
+from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..runner import run_probe
@@ -80,18 +79,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, check=args.check)
     timeout_s = parse_timeout(args.timeout)
     launching = detect_world() is None
-    # SIGTERM (a scheduler's kill, `timeout`) takes the Ctrl-C path: ranks stop, rank 0 keeps a
-    # partial record, and the run directory and embedded server are removed.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         if launching:
+            check_local_world(nproc)  # before the memory check, which scales with nproc
             choice = _preflight(stack, args, config, target, choice, nproc)
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice,
                         body=lambda world: _body(world, args, config, target, settings))
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck.Config, target: ct.Target,

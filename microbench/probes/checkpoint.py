@@ -262,12 +262,16 @@ class CheckpointProbe(Probe):
 
     def _guard(self, what: str, fn: Any) -> Any:
         """DCP gathers every rank's exception into one CheckpointException; report the first
-        cause as one line naming the target."""
+        cause as one line naming the target. CheckpointException is a BaseException, and a
+        Ctrl-C inside DCP comes back wrapped in one (from this rank or a peer): that is an
+        interrupt, not a storage failure."""
         try:
             return fn()
-        except RunError:
+        except (RunError, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if _was_interrupted(exc):
+                raise KeyboardInterrupt from None
             raise RunError(f"checkpoint {what} to {self.run_dir.display} failed: {_dcp_cause(exc)}") from None
 
 
@@ -275,6 +279,17 @@ def _result(future: Any) -> Any:
     # torch returns a Future, or an AsyncSaveResponse holding one when a stager is used.
     inner = getattr(future, "upload_completion", None) or future
     return inner.result()
+
+
+def _failures(exc: BaseException) -> list[BaseException]:
+    failures = getattr(exc, "failures", None)
+    if not isinstance(failures, dict):
+        return []
+    return [err[0] if isinstance(err, tuple) else err for _, err in sorted(failures.items())]
+
+
+def _was_interrupted(exc: BaseException) -> bool:
+    return any(isinstance(inner, KeyboardInterrupt) for inner in _failures(exc))
 
 
 def _dcp_cause(exc: BaseException) -> str:

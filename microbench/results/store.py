@@ -20,6 +20,9 @@ from ..errors import RunError, UsageError
 from .schema import check_record, utc_now
 
 DEFAULT_DIR = "results"
+# Set by a launcher for the ranks it spawns: rank 0 writes the path of the record it claimed
+# there, so that if rank 0 is killed or freezes, the launcher can still mark the record partial.
+RECORD_NOTE_ENV = "MICROBENCH_RECORD_NOTE"
 
 
 def _safe(text: str) -> str:
@@ -34,6 +37,13 @@ class RecordWriter:
         self.record = record
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
+        note = os.environ.get(RECORD_NOTE_ENV)
+        if note:
+            try:
+                with open(note, "a") as handle:
+                    handle.write(f"{self.path.resolve()}\n")
+            except OSError:
+                pass  # only a fallback for a rank 0 that dies; the run itself goes on
 
     @staticmethod
     def _claim(path: Path | None, directory: Path, kind: str) -> Path:
@@ -76,6 +86,23 @@ class RecordWriter:
 
     def flush(self) -> None:
         atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
+    """Mark a record its writer left "running" (killed, frozen) as partial with `reason`; its
+    finished rows stay. True if it was changed."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("status") != "running":
+        return False
+    record.update(status="partial", status_reason=reason, ended_at=utc_now())
+    try:
+        atomic_write_text(Path(path), json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
+    except OSError:
+        return False
+    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:
