@@ -25,8 +25,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# Last, not first: the installed microbench (with its compiled core) wins; the checkout is the
+# fallback for a machine where it is not installed.
+sys.path.append(str(ROOT))
 
+from microbench.dist import package_env, self_command  # noqa: E402
 from microbench.s3server import EmbeddedS3  # noqa: E402
 from microbench.sizes import parse_size  # noqa: E402
 
@@ -50,11 +53,11 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def run_probe(server: EmbeddedS3, env: dict[str, str], args: argparse.Namespace, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "microbench", "storage", "s3", "--endpoint", server.endpoint_url,
+    cmd = [*self_command(), "storage", "s3", "--endpoint", server.endpoint_url,
            "--bucket", server.bucket, "--object-size", args.size, "--part-size", args.part_size,
            "--concurrency", str(args.concurrency), "--warmup", "1", "--iters", "3", "--budget", "0",
            "--json", str(out)]
-    penv = {**env, "PYTHONPATH": str(ROOT)}
+    penv = package_env(env)
     proc = subprocess.run(cmd, env=penv, capture_output=True, text=True, cwd=out.parent)
     if proc.returncode != 0:
         sys.exit(f"probe failed: {proc.stderr.strip()}")

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .dist import package_env
+from .dist import package_env, self_command
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
     start = time.monotonic()
     child_env = package_env(env)
     try:
-        done = subprocess.run([sys.executable, "-m", "microbench", *argv], capture_output=True, text=True,
+        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
                               timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)
         code, err = done.returncode, done.stderr
     except subprocess.TimeoutExpired:

@@ -6,13 +6,12 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from .. import lab as labmod
-from ..dist import package_env
+from ..dist import package_env, self_command
 from ..errors import MicrobenchError, RunError, UsageError
 from ..sizes import parse_positive_int
 from ..tables import profiles_table
@@ -103,7 +102,7 @@ def run_profiles(args: Any, argv: list[str]) -> int:
             else:
                 path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{labmod.format_rate(rate)}-{stamp}.json"
             print(f"# link profile {label}: every host's egress shaped to {labmod.format_rate(rate)}", flush=True)
-            code = subprocess.run([sys.executable, "-m", "microbench", *base, "--json", str(path)], env=env).returncode
+            code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:
                 return code
             records.append((labmod.format_rate(rate), json.loads(path.read_text())))
