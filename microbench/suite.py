@@ -30,6 +30,16 @@ class StepResult:
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def summary(self) -> str:
+        """The table's last column: the headline of a step that passed; for one that failed or
+        was skipped, why. A failed step may still have a partial record whose headline would read
+        like a result, so its reason comes first and the partial figures are labelled as such."""
+        if self.status == "pass":
+            return self.headline
+        if self.status == "fail" and self.headline:
+            return f"{self.message} (partial record: {self.headline})"
+        return self.message
+
 
 DEFAULT_STEPS = (
     Step("memory", ("memory", "--sizes", "256M")),
@@ -74,7 +84,7 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
         code, err = 1, f"microbench: step did not finish within {timeout_s:g} s"
     seconds = time.monotonic() - start
     last = [line for line in err.strip().splitlines() if line.strip()]
-    message = last[-1].removeprefix("microbench: ") if last else ""
+    message = last[-1].removeprefix("microbench: ") if last else f"exit code {code}, nothing on stderr"
     record = None
     if record_path.exists():
         try:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         for step in steps:
             print(f"# {step.name} ...", flush=True)
             results.append(run_step(step, out_dir, scratch))
-    table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.headline or r.message) for r in results]
+    table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
     print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
