@@ -52,7 +52,7 @@ def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
     assert res.returncode == 2
     line = one_error_line(res.stderr)
     assert "--sizes up to 64.0 GiB needs about" in line and "of host memory for 2 rank(s)" in line
-    assert "is free" in line and "e.g. --sizes 1M-" in line
+    assert "a run may take (90% of the" in line and "e.g. --sizes 1M-" in line
     assert not (tmp_path / "results").exists()  # no rank was started
 
 

@@ -98,6 +98,8 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def check_record(record: dict[str, Any]) -> None:
     """Raise ValueError when a document is not a record this version can read."""
+    if not isinstance(record, dict):
+        raise ValueError(f"it holds a JSON {_json_type(record)}, not an object with schema_version, kind and rows")
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
@@ -106,3 +108,14 @@ def check_record(record: dict[str, Any]) -> None:
             raise ValueError(f"record lacks {key!r}")
     if record["status"] not in STATUSES:
         raise ValueError(f"status {record['status']!r} is not one of {STATUSES}")
+    rows = record["rows"]
+    if not isinstance(rows, list):
+        raise ValueError(f"its rows are a JSON {_json_type(rows)}, not a list of objects")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"row {index} is a JSON {_json_type(row)}, not an object")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
