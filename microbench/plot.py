@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ProbeUnavailable, UsageError
+from .errors import ProbeUnavailable, RunError, UsageError
 from .sizes import format_size
 
 
@@ -50,7 +50,30 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     if target.exists():
         raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
                          f"e.g. --out {target.with_suffix('')}-2.png")
+    if not target.parent.is_dir():
+        raise UsageError(f"invalid --out {out_path!r}: directory {str(target.parent)!r} does not exist; "
+                         f"e.g. --out {target.name}")
     chosen = pick_metric(records[0][1], metric)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
+    try:
+        # Claimed before drawing: a place we cannot write (read-only, no permission) fails now.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {out_path!r}: {exc.strerror}; pick a writable place, "
+                         f"e.g. --out /tmp/{target.name}") from None
+    try:
+        _draw(records, chosen, plt).savefig(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise RunError(f"could not write plot file {out_path!r}: {exc.strerror}") from None
+    finally:
+        plt.close("all")
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def _draw(records: list[tuple[str, dict[str, Any]]], chosen: str, plt: Any) -> Any:
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     for label, record in records:
         for name, points in series(record, chosen).items():
@@ -67,8 +90,4 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, target)
-    return target
+    return fig

@@ -15,7 +15,7 @@ from . import labrun
 from ..probes import collectives as coll
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
-from ..sizes import parse_list, parse_positive_int, parse_sizes
+from ..sizes import parse_list, parse_number, parse_positive_int, parse_sizes
 from ..tables import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
@@ -58,10 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoice, int]:
     """Validate every flag before any rank starts, so misuse fails fast with exit 2."""
-    try:
-        factor = float(args.factor)
-    except ValueError:
-        raise UsageError(f"invalid --factor {args.factor!r}: expected a number above 1, e.g. 2") from None
+    factor = parse_number(args.factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     sizes = parse_sizes(args.sizes, factor=factor)
     ops = parse_list(args.ops, tuple(coll.OPS), what="--ops")
     if args.dtype is not None and args.dtype not in coll.DTYPES:

@@ -28,9 +28,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     steps = list(DEFAULT_STEPS)
-    if args.only:
+    if args.only is not None:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         names = {s.name for s in steps}
+        if not wanted:
+            # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
+            raise UsageError(f"invalid --only {args.only!r}: empty; expected some of {', '.join(sorted(names))} "
+                             f"(e.g. --only collectives,link)")
         for name in wanted:
             if name not in names:
                 raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(sorted(names))} "
