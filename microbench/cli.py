@@ -50,7 +50,9 @@ def _warn_if_fallback(command: str) -> None:
         return  # only rank 0 prints
     warning = native.fallback_warning()
     if warning:
-        print(f"microbench: {warning}", file=sys.stderr, flush=True)
+        # On stdout, as a '#' line like the tables' own notes: stderr keeps its one line for
+        # errors, and whoever reads the figures sees this above them.
+        print(f"# microbench {warning}", flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
