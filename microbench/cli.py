@@ -28,8 +28,12 @@ COMMAND_MODULES = [
     "nccl",
     "suite",
     "compose",
+    "compute",
     "verify",
     "plot",
+    "compare",
+    "report",
+    "hunt",
     "storage",
     "checkpoint",
 ]

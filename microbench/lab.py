@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dist import RankLaunch
+from . import labshape
 from .errors import RunError, UsageError
 from .sizes import parse_number
 
@@ -48,6 +49,7 @@ class LabHost:
     ifname: str = IFNAME
     state: str = "unknown"
     shaping: str = ""
+    rate_bps: int | None = None    # this host's egress rate (hosts may differ: --host-link)
 
 
 @dataclass
@@ -190,7 +192,12 @@ def find(name: str) -> Lab | None:
     if not lab.hosts and not lab.bridge and not lab.veths:
         return None
     if lab.hosts:
-        lab.rate_bps, lab.delay_ms = _parse_shaping(lab.hosts[0].shaping)
+        for host in lab.hosts:
+            host.rate_bps = _parse_shaping(host.shaping)[0]
+        # The lab's rate is what most hosts have; --host-link exceptions are per host.
+        rates = [h.rate_bps for h in lab.hosts]
+        lab.rate_bps = max(rates, key=lambda r: (rates.count(r), -rates.index(r)))
+        lab.delay_ms = _parse_shaping(lab.hosts[0].shaping)[1]
     return lab
 
 
@@ -203,10 +210,15 @@ def _read_host(index: int, ns: str) -> LabHost:
     m = re.search(r"state (\S+)", link)
     host.state = m.group(1).lower() if m else "missing"
     host.shaping = " ".join(_run("tc", "-n", ns, "qdisc", "show", "dev", IFNAME, check=False).stdout.split())
+    if " htb " in f" {host.shaping} ":
+        classes = _run("tc", "-n", ns, "class", "show", "dev", IFNAME, check=False).stdout
+        host.shaping += " " + " ".join(classes.split())
     return host
 
 
 def _parse_shaping(text: str) -> tuple[int | None, float]:
+    if " htb " in f" {text} ":
+        return labshape.parse_htb_rate(text), 0.0
     rate = re.search(r"tbf \S+ .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", text)
     delay = re.search(r"netem \S+ .*?delay (\d+(?:\.\d+)?)(us|ms|s)", text)
     bps = None
@@ -221,12 +233,17 @@ def _parse_shaping(text: str) -> tuple[int | None, float]:
 # --------------------------------------------------------------------------- up / down / shape
 
 
-def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0) -> tuple[Lab, bool]:
+def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
+       host_rates: dict[int, int | None] | None = None,
+       pair_rates: dict[tuple[int, int], int | None] | None = None) -> tuple[Lab, bool]:
     """Create the lab; returns (lab, created). Asking again for the same lab is a no-op
     (created False); a different lab under a taken name is a UsageError."""
     check_name(name)
     require()
     existing = find(name)
+    if existing is not None and (host_rates or pair_rates):
+        raise UsageError(f"lab {name!r} already exists; reshape it with `microbench lab shape --name {name} "
+                         f"--host-link h2=100mbit`, or remove it first with `microbench lab down --name {name}`")
     if existing is not None:
         same = (len(existing.hosts) == hosts and existing.bridge and len(existing.veths) == hosts
                 and existing.rate_bps == rate_bps and abs(existing.delay_ms - delay_ms) < 1e-6)
@@ -251,7 +268,7 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0) -> tu
             _run("ip", "-n", ns, "addr", "add", f"{host_address(i)}/24", "dev", IFNAME)
             _run("ip", "-n", ns, "link", "set", IFNAME, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
-        shape(name, rate_bps, delay_ms, hosts=hosts)
+        shape(name, rate_bps, delay_ms, hosts=hosts, host_rates=host_rates, pair_rates=pair_rates)
     except BaseException:
         down(name)
         raise
@@ -281,15 +298,27 @@ def shape_commands(ns: str, rate_bps: int | None, delay_ms: float) -> list[list[
     return cmds
 
 
-def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | None = None) -> None:
-    """(Re)shape every host's egress; used by `up` and by --link-profiles between sweeps."""
+def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | None = None,
+          host_rates: dict[int, int | None] | None = None,
+          pair_rates: dict[tuple[int, int], int | None] | None = None) -> None:
+    """(Re)shape every host's egress; used by `up`, `lab shape` and --link-profiles between
+    sweeps. host_rates override the rate of single hosts, pair_rates of single links."""
     require()
     lab = find(name) if hosts is None else None
     indices = range(hosts) if hosts is not None else [h.index for h in (lab.hosts if lab else [])]
     if hosts is None and not lab:
         raise UsageError(no_lab_message(name))
+    plan = labshape.Shaping(rate_bps, dict(host_rates or {}), dict(pair_rates or {}))
+    if plan.pairs and delay_ms > 0:
+        raise UsageError("--pair-link and --delay cannot be combined: a shaped link uses HTB classes, "
+                         "the delay netem; drop one, e.g. --delay 0")
     for i in indices:
-        cmds = shape_commands(netns_name(name, i), rate_bps, delay_ms)
+        links = plan.links_from(i)
+        if links:
+            cmds = labshape.htb_commands(netns_name(name, i), plan.host_rate(i),
+                                         [(host_address(peer), rate) for peer, rate in links])
+        else:
+            cmds = shape_commands(netns_name(name, i), plan.host_rate(i), delay_ms)
         _run(*cmds[0], check=False)  # nothing to delete on a fresh host
         for cmd in cmds[1:]:
             proc = _run(*cmd, check=False)

@@ -62,7 +62,7 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
         raise UsageError(f"cannot write --out {out_path!r}: {exc.strerror}; pick a writable place, "
                          f"e.g. --out /tmp/{target.name}") from None
     try:
-        _draw(records, chosen, plt).savefig(tmp)
+        draw(plt, records, chosen).savefig(tmp)
         os.replace(tmp, target)
     except OSError as exc:
         raise RunError(f"could not write plot file {out_path!r}: {exc.strerror}") from None
@@ -73,8 +73,10 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     return target
 
 
-def _draw(records: list[tuple[str, dict[str, Any]]], chosen: str, plt: Any) -> Any:
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, figsize: tuple[float, float] = (8, 5),
+         title: str | None = None) -> Any:
+    """One figure, every record's curves overlaid; the caller saves and closes it."""
+    fig, ax = plt.subplots(figsize=figsize, dpi=120)
     for label, record in records:
         for name, points in series(record, chosen).items():
             xs, ys = zip(*points)
@@ -86,8 +88,25 @@ def _draw(records: list[tuple[str, dict[str, Any]]], chosen: str, plt: Any) -> A
     ax.set_xlabel("size (bytes, binary units)")
     ax.set_ylabel(f"{chosen.removesuffix('_gbps')} (GB/s, 1e9 B/s)")
     kinds = sorted({r.get("kind", "?") for _, r in records})
-    ax.set_title(f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
+    ax.set_title(title or f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def render_png(records: list[tuple[str, dict[str, Any]]], metric: str | None = None, *,
+               figsize: tuple[float, float] = (8, 5), title: str | None = None) -> bytes:
+    """The same plot as PNG bytes (for embedding, e.g. in `microbench report`)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = draw(plt, records, pick_metric(records[0][1], metric), figsize=figsize, title=title)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

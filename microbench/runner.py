@@ -194,7 +194,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                     writer.add_rows([row])
                 if on_row and is_writer:
                     on_row(row)
-                progress.advance()
+                progress.advance(row)
             current = None
             record["summary"] = {**probe.summarize(rows), **(extra_summary or {})}
             # Some facts are only known after running (the transport NCCL really picked).

@@ -70,12 +70,25 @@ def headline(record: dict[str, Any]) -> str:
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
 
 
+# A launcher's world variables. The suite is one machine's job, so its steps spawn their own
+# local ranks even when the suite itself runs as one task per node under srun or mpirun; a step
+# that inherited SLURM_NTASKS=8 would wait for 7 peers that never come.
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                  "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE",
+                  "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID")
+
+
+def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {k: v for k, v in package_env(env).items()
+            if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")}
+
+
 def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
              timeout_s: float = 900) -> StepResult:
     record_path = out_dir / f"{step.name.replace(' ', '-')}.json"
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
-    child_env = package_env(env)
+    child_env = step_env(env)
     try:
         done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
                               timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)

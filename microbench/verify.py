@@ -124,7 +124,7 @@ def predict(cfg: FsdpVerifyConfig, ranks: int, flops_per_rank: float, curves: di
     ag = Curve.from_record(curves, "all_gather")
     rs = Curve.from_record(curves, "reduce_scatter")
     model = ModelSpec("verify-mlp", unit_params(cfg.hidden) * cfg.layers, cfg.layers)
-    train = TrainSpec(ranks=ranks, tokens_per_rank=cfg.tokens, flops_per_rank=flops_per_rank,
+    train = TrainSpec(ranks=ranks, micro_batch=1, seq_len=cfg.tokens, flops_per_rank=flops_per_rank,
                       param_dtype=cfg.dtype, reduce_dtype=cfg.dtype)
     return predict_step(model, train, ag, rs).as_dict()
 

@@ -54,3 +54,52 @@ def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
     result = run_step(Step("memory", ("memory", "--sizes", "1Q")), tmp_path, str(tmp_path))
     assert result.status == "fail"
     assert result.summary().startswith("invalid --sizes '1Q'"), result.summary()
+
+
+def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    checks = tmp_path / "t.toml"
+    checks.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n'
+                      '[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 1e9\n'
+                      '[[check]]\nstep = "memory"\nop = "no_such_op"\nmetric = "copy_gbps"\nmin = 1\n')
+    report = tmp_path / "junit.xml"
+    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--junit", str(report),
+                   "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 1, done.stderr
+    root = ET.parse(report).getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    steps = suites["microbench.suite"]
+    assert [c.get("name") for c in steps.findall("testcase")] == ["memory"]
+    assert steps.find("testcase/failure") is None
+    acc = suites["microbench.accept"]
+    cases = acc.findall("testcase")
+    assert len(cases) == 3 and acc.get("tests") == "3" and acc.get("failures") == "2"
+    assert cases[0].find("failure") is None
+    assert cases[1].find("failure").get("type") == "ThresholdNotMet"
+    assert "needs >= 1e+09" in cases[1].find("failure").get("message")
+    assert cases[2].find("failure").get("type") == "MissingResult"
+    assert all(c.get("classname") == "microbench.accept.memory" for c in cases)
+
+
+def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path):
+    done = run_cli("suite", "--only", "memory", "--junit", str(tmp_path / "no" / "such" / "dir.xml"),
+                   "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "invalid --junit" in done.stderr and "does not exist" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
+    from microbench.dist import detect_world
+    from microbench.suite import step_env
+
+    srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",
+                 "MASTER_ADDR": "node001", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+                 "RANK": "1", "WORLD_SIZE": "4", "PATH": "/usr/bin"}
+    assert detect_world(srun_task) is not None
+    child = step_env(srun_task)
+    assert detect_world(child) is None
+    assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child

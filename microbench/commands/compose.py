@@ -1,106 +1,270 @@
-"""`microbench compose`: predicted FSDP step and checkpoint times from saved records."""
+"""`microbench compose`: predicted FSDP2 step time, memory per GPU and checkpoint time per
+storage tier, for one model over one or more networks and tiers (the what-if tables), from
+saved records or described hardware. A thin printer over microbench/compose/."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
+from .. import __version__
 from .. import compose as cp
+from ..compose.hardware import RESERVED_MEMORY_FRACTION
+from ..compose.models import format_params
+from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..errors import UsageError
-from ..results import load_record
-from ..sizes import parse_positive_int
+from ..results import RecordWriter, new_record, write_csv
+from ..sizes import parse_duration_s, parse_positive
+from . import compose_inputs as inputs
+
+DEFAULT_MFU = 0.4
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compose", help="predict FSDP step time and checkpoint time per tier from measured records")
-    p.add_argument("--nccl", required=True, metavar="RECORD", help="a `microbench nccl` record with all_gather and reduce_scatter rows")
-    p.add_argument("--model", default="llama-8b", help=f"preset ({', '.join(cp.PRESETS)}) unless --params/--layers are given")
-    p.add_argument("--params", default=None, help="total parameters, e.g. 7e9")
-    p.add_argument("--layers", default=None, help="transformer blocks (FSDP units), e.g. 32")
-    p.add_argument("--ranks", default=None, help="world size to predict for (default: the record's)")
-    p.add_argument("--tokens", default="4096", help="tokens per rank per micro-batch (default 4096)")
-    p.add_argument("--tflops", default="400", help="achieved TFLOP/s per rank (default 400, an H100 in bf16 at ~40%% MFU)")
-    p.add_argument("--grad-accum", default="1", help="micro-batches per step (default 1)")
-    p.add_argument("--activation-checkpointing", action="store_true")
-    p.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE_GBPS[:READ_GBPS]",
-                   help="a storage tier for the checkpoint estimate, e.g. --tier nvme=6:12 (repeatable)")
-    p.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
-                   help="a storage/checkpoint record as a tier (best write and read it measured); repeatable")
-    p.add_argument("--mtbf-hours", default=None, help="mean time between failures, for the Young/Daly interval")
+    p = sub.add_parser("compose", help="predict FSDP2 step time, memory per GPU and checkpoint time per tier",
+                       description="Predict an FSDP2 training step (compute, AllGather, ReduceScatter, optimizer, "
+                                   "overlap) and checkpoint times from a model's shapes, a GPU and networks and "
+                                   "storage tiers, measured (records) or described (--net, --tier). Several "
+                                   "--net/--nccl and --tier/--storage give what-if tables side by side.")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default="llama-3.1-8b",
+                   help=f"a preset with real shapes: {', '.join(cp.PRESETS)} (default llama-3.1-8b)")
+    m.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json or its model directory (text_config inside is "
+                   "read too); read from disk, no network")
+    m.add_argument("--params", help="crude escape hatch: total parameters, e.g. 7e9 (with --layers)")
+    m.add_argument("--layers", help="crude escape hatch: blocks (FSDP units), e.g. 32 (with --params)")
+    t = p.add_argument_group("training")
+    t.add_argument("--nodes", help="nodes (default 1 with --gpus-per-node)")
+    t.add_argument("--gpus-per-node", help="ranks per node (default 8 with --nodes)")
+    t.add_argument("--ranks", help="world size, instead of --nodes x --gpus-per-node (default: the record's)")
+    t.add_argument("--micro-batch", default="1", help="sequences per rank per micro-batch (default 1)")
+    t.add_argument("--seq-len", default="4096", help="tokens per sequence (default 4096)")
+    t.add_argument("--grad-accum", default="1", help="micro-batches per optimizer step (default 1)")
+    t.add_argument("--param-dtype", default="bfloat16", choices=sorted(cp.fsdp.DTYPE_BYTES),
+                   help="what AllGather moves and compute uses (default bfloat16)")
+    t.add_argument("--reduce-dtype", default=None, choices=sorted(cp.fsdp.DTYPE_BYTES),
+                   help="what ReduceScatter moves (default bfloat16, as FSDP2 mixed precision is usually set; "
+                        "float32 when predicting a CPU: a --compute record timed on a CPU and no --gpu)")
+    t.add_argument("--activation-checkpointing", action="store_true", help="recompute each block's forward in "
+                   "backward (more FLOPs, far less activation memory)")
+    t.add_argument("--no-reshard-after-forward", action="store_true", help="keep blocks gathered from forward "
+                   "to backward (no second AllGather, more memory)")
+    c = p.add_argument_group("compute (optimizer: AdamW)")
+    c.add_argument("--gpu", help=f"accelerator: {', '.join(cp.GPUS)} (peak dense bf16, memory size and "
+                   f"bandwidth for the memory check and the optimizer step)")
+    c.add_argument("--mfu", default=str(DEFAULT_MFU), help=f"achieved fraction of --gpu's peak (default {DEFAULT_MFU})")
+    c.add_argument("--tflops", help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400")
+    c.add_argument("--compute", metavar="RECORD", help="a `microbench compute` record: the rate measured for "
+                   "the model's matmuls on a device (overrides --tflops and --mfu)")
+    c.add_argument("--overlap", help="fraction of communication that can run beside compute, 0..1 (default 1 on "
+                   "GPUs, where NCCL runs beside compute; 0 when predicting a CPU, where gloo competes for the "
+                   "cores; or the --calibration's)")
+    c.add_argument("--unit-overhead", metavar="DURATION", help="FSDP's own cost per unit per pass (copy-in/out, "
+                   "hooks), never hidden, e.g. 200us (default 0, or the calibration's)")
+    c.add_argument("--calibration", metavar="RECORD", help="a `microbench verify --calibrate-only` record: its "
+                   "measured overlap and per-unit overhead (flags given here win)")
+    n = p.add_argument_group("network (one or more; several give a what-if table)")
+    n.add_argument("--nccl", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a `microbench nccl` record with all_gather and reduce_scatter rows (or a suite directory), e.g. "
+                        "results/suite-*/collectives.json; at another world size it is rescaled (repeatable)")
+    n.add_argument("--net", action="append", default=[], metavar="NAME=BUSBW[@LATENCY]",
+                   help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
+                        "with units, and the per-collective latency (default 0), e.g. --net ib=40GB/s@30us")
+    n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
+    s = p.add_argument_group("checkpoint")
+    s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
+                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12 (repeatable)")
+    s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a storage or checkpoint record as a tier (its best write and read), e.g. "
+                        "results/suite-*/storage-posix.json (repeatable)")
+    s.add_argument("--mtbf-hours", help="the job's mean time between failures, for the Young/Daly interval, e.g. 24")
+    s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed "
+                   "(default 30min)")
+    s.add_argument("--ckpt-overhead", default="5%", help="share of time a blocking save may cost (default 5%%)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
+    o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
+    o.add_argument("--results-dir", default="results", metavar="DIR", help="where the record goes without --json")
     p.set_defaults(handler=run)
 
 
-def _float(text: str, what: str, example: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"invalid {what} {text!r}: expected a number, e.g. {what} {example}") from None
-    if value <= 0:
-        raise UsageError(f"invalid {what} {text!r}: must be positive, e.g. {what} {example}")
-    return value
-
-
-def _model(args: argparse.Namespace) -> cp.ModelSpec:
-    if args.params or args.layers:
-        if not (args.params and args.layers):
-            raise UsageError("--params and --layers go together, e.g. --params 7e9 --layers 32")
-        return cp.ModelSpec("custom", _float(args.params, "--params", "7e9"),
-                            parse_positive_int(args.layers, what="--layers", example="32"))
-    if args.model not in cp.PRESETS:
-        raise UsageError(f"invalid --model {args.model!r}: expected one of {', '.join(cp.PRESETS)}, "
-                         f"or --params/--layers")
-    return cp.PRESETS[args.model]
-
-
-def _tier(text: str) -> tuple[str, float, float | None]:
-    name, _, rates = text.partition("=")
-    write, _, read = rates.partition(":")
-    if not name or not write:
-        raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS], e.g. nvme=6:12")
-    return name, _float(write, "--tier write GB/s", "nvme=6"), _float(read, "--tier read GB/s", "nvme=6:12") if read else None
-
-
-def _tier_from_record(text: str) -> tuple[str, float, float | None]:
-    from ..compose.tiers import tier_bandwidths
-
-    name, sep, path = text.partition("=")
-    if not sep:
-        name, path = "", text
-    record = load_record(path)
-    write, read = tier_bandwidths(record, path)
-    return name or str(record.get("kind")), write, read
+def _refuse_existing(args: argparse.Namespace) -> None:
+    for flag, path in (("--json", args.json), ("--csv", args.csv)):
+        if path and os.path.exists(path):
+            stem = Path(path).with_suffix("")
+            raise UsageError(f"{flag} {path!r} already exists; results are never overwritten: pick a new name, "
+                             f"e.g. {flag} {stem}-2{Path(path).suffix}")
 
 
 def run(args: argparse.Namespace) -> int:
-    record = load_record(args.nccl)
-    ag = cp.Curve.from_record(record, "all_gather", args.nccl)
-    rs = cp.Curve.from_record(record, "reduce_scatter", args.nccl)
-    model = _model(args)
-    ranks = parse_positive_int(args.ranks, what="--ranks", example="8") if args.ranks else ag.ranks
-    train = cp.TrainSpec(ranks=ranks, tokens_per_rank=parse_positive_int(args.tokens, what="--tokens", example="4096"),
-                         flops_per_rank=_float(args.tflops, "--tflops", "400") * 1e12,
-                         grad_accum=parse_positive_int(args.grad_accum, what="--grad-accum", example="4"),
-                         activation_checkpointing=args.activation_checkpointing)
-    p = cp.predict_step(model, train, ag, rs)
-    print(f"# FSDP step: {model.name} ({model.params / 1e9:.2f} B params, {model.layers} units), {ranks} ranks, "
-          f"{train.tokens_per_rank} tokens/rank/micro-batch x {train.grad_accum}, {args.tflops} TFLOP/s per rank")
-    rows = [("compute", p.compute_s), ("allgather fwd", p.allgather_fwd_s), ("allgather bwd", p.allgather_bwd_s),
-            ("reduce-scatter", p.reduce_scatter_s), ("step (overlapped)", p.step_s),
-            ("bound: no overlap", p.no_overlap_s), ("bound: full overlap", p.full_overlap_s),
-            ("exposed communication", p.exposed_comm_s)]
-    print(tabulate([(k, f"{v * 1e3:.1f}") for k, v in rows], headers=["component", "ms"], tablefmt="simple"))
-    for note in p.notes:
-        print(f"# {note}")
-    tiers = [_tier(text) for text in args.tier] + [_tier_from_record(text) for text in args.storage]
+    _refuse_existing(args)
+    model = inputs.model(args)
+    rate = inputs.compute_rate(args)
+    nets = inputs.networks(args, for_gpus=not rate.on_cpu)
+    world, nodes = inputs.ranks(args, nets)
+    cal = inputs.calibration(args)
+    train = inputs.train_spec(args, world, rate, cal)
+    tiers = inputs.tiers(args)
+    mtbf_s = parse_positive(args.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if args.mtbf_hours else None
+    interval_s = parse_duration_s(args.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)
+    overhead = inputs.overhead_fraction(args.ckpt_overhead)
+
+    preds = {net.name: cp.predict_step(model, train, net.all_gather, net.reduce_scatter) for net in nets}
+    capacity = rate.gpu.usable_memory_bytes if rate.gpu else None
+    memory = cp.memory_check(model, train, capacity)
+    parts = cp.checkpoint_parts(model.total_params, cp.fsdp.DTYPE_BYTES[train.param_dtype])
+    ckpt_bytes = parts["training_checkpoint_bytes"]
+    staging = rate.gpu.host_link_gbps * world if rate.gpu else None
+    tier_preds = [cp.predict_tier(t["tier"], ckpt_bytes, t["write_gbps"], t["read_gbps"], staging_gbps=staging,
+                                  mtbf_s=mtbf_s) for t in tiers]
+
+    _print_header(model, train, world, nodes, rate)
+    if cal is not None:
+        print(f"# calibration: {cal.source} (overlap {cal.overlap}, unit overhead "
+              f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
+        backends = {n.backend for n in nets if n.backend != "synthetic"}
+        if cal.backend and backends and backends != {cal.backend}:
+            print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
+    _print_memory(memory, rate)
+    _print_steps(nets, preds, memory)
     if tiers:
-        total = cp.checkpoint_bytes(cp.CheckpointSpec(params=model.params))
-        mtbf = _float(args.mtbf_hours, "--mtbf-hours", "24") * 3600 if args.mtbf_hours else None
-        print(f"\n# checkpoint: {total / 1e9:.1f} GB (fp32 master + AdamW moments)")
-        table = []
-        for name, write, read in tiers:
-            t = cp.predict_tier(name, total, write, read, mtbf_s=mtbf)
-            table.append((name, f"{write:.2f}", f"{t.save_s:.1f}", f"{t.load_s:.1f}" if t.load_s else "-",
-                          f"{t.young_daly_interval_s / 60:.0f}" if t.young_daly_interval_s else "-"))
-        print(tabulate(table, headers=["tier", "write GB/s", "save s", "load s", "interval min"], tablefmt="simple"))
+        _print_checkpoint(parts, tier_preds, ckpt_bytes, interval_s, overhead, mtbf_s, rate)
+    elif mtbf_s:
+        print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
+    path = _write_record(args, model, train, rate, nets, preds, memory, parts, tiers, tier_preds,
+                         interval_s, overhead, mtbf_s)
+    print(f"\n# record: {path}")
     return 0
+
+
+def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None, rate: inputs.ComputeRate) -> None:
+    units = f"{model.layers} blocks of {format_params(model.block_params)}"
+    if model.root_params:
+        units += f" + root {format_params(model.root_params)}"
+    moe = f", {model.experts} experts top-{model.top_k}" if model.experts > 1 else ""
+    print(f"# model {model.name} ({model.source}): {format_params(model.total_params)} params, "
+          f"{format_params(model.active_params)} active{moe}; FSDP units: {units}")
+    layout = f" ({nodes} nodes x {world // nodes})" if nodes else ""
+    print(f"# training: {world} ranks{layout}, micro-batch {train.micro_batch} x {train.seq_len} tokens, "
+          f"grad-accum {train.grad_accum}, AllGather {train.param_dtype}, ReduceScatter {train.reduce_dtype}, "
+          f"{'reshard after forward' if train.reshard_after_forward else 'no reshard after forward'}, "
+          f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}, AdamW, "
+          f"overlap {train.overlap:g}, FSDP overhead {format_time(train.unit_overhead_s)} per unit per pass")
+    tflops = rate.flops_per_rank / 1e12
+    print(f"# compute: {tflops:,.1f}" if tflops >= 10 else f"# compute: {tflops:.3g}", end="")
+    print(f" TFLOP/s per rank ({rate.source})")
+    if rate.warning:
+        print(f"# warning: {rate.warning}")
+    if rate.measured_model and rate.measured_model != model.name:
+        print(f"# warning: the compute record timed {rate.measured_model}'s shapes, not {model.name}'s")
+
+
+def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
+    rows = [("sharded params, grads, AdamW (fp32)", format_bytes(memory.sharded_state_bytes)),
+            ("gathered units in flight + their grads", format_bytes(memory.gathered_bytes))]
+    if memory.activation_bytes is None:
+        rows.append(("activations", "unknown (--params/--layers has no shapes)"))
+    else:
+        rows.append(("activations, no checkpointing", format_bytes(memory.activation_bytes_no_ac)))
+        rows.append(("activations, with checkpointing", format_bytes(memory.activation_bytes_ac)))
+    rows.append(("total (chosen setting)", format_bytes(memory.total_bytes)))
+    print("\n## memory per GPU")
+    print(tabulate(rows, headers=["part", "bytes"], tablefmt="simple", disable_numparse=True))
+    if memory.fits is None:
+        print("# memory check: no --gpu, so no capacity to check against")
+    elif memory.fits:
+        print(f"# fits: {format_bytes(memory.total_bytes)} of {format_bytes(memory.capacity_bytes)} usable on "
+              f"{rate.gpu.name} ({RESERVED_MEMORY_FRACTION:.0%} kept for CUDA context, NCCL, fragmentation)")
+    else:
+        print(f"# DOES NOT FIT: {format_bytes(memory.total_bytes)} needed per GPU, {format_bytes(memory.capacity_bytes)} "
+              f"usable on {rate.gpu.name}; more ranks, activation checkpointing or a smaller micro-batch")
+
+
+_PARTS = (("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
+          ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
+          ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"), ("FSDP overhead", "fsdp_overhead_s"),
+          ("exposed communication", "exposed_comm_s"), ("step (overlapped)", "step_s"),
+          ("bound: no overlap", "no_overlap_s"), ("bound: full overlap", "full_overlap_s"))
+
+
+def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck) -> None:
+    print("\n## step time per network" + ("  [DOES NOT FIT in memory: times are for reference]"
+                                           if memory.fits is False else ""))
+    table = [[label] + [format_time(getattr(preds[n.name], key)) for n in nets] for label, key in _PARTS]
+    if not any(preds[n.name].optimizer_s for n in nets):
+        table[5] = ["optimizer step"] + ["not estimated (no --gpu)"] * len(nets)
+    print(tabulate(table, headers=["part"] + [n.name for n in nets], tablefmt="simple", disable_numparse=True))
+    rows = with_ratios([{"network": n.name, "step_s": preds[n.name].step_s} for n in nets], "step_s")
+    print("\n## what-if: network x step")
+    print(tabulate([(r["network"], format_time(r["step_s"]), f"{preds[r['network']].tokens_per_s:,.0f}",
+                     format_time(preds[r["network"]].exposed_comm_s), f"{r['ratio']:.2f}x",
+                     format_rate(preds[r["network"]].breakeven_busbw_gbps)) for r in rows],
+                   headers=["network", "step", "tokens/s", "exposed comm", "vs best", "compute-bound above busbw"],
+                   tablefmt="simple", disable_numparse=True))
+    for net in nets:
+        how: dict[str, list[str]] = {}
+        for note in preds[net.name].notes:
+            op, _, text = note.partition(" ")
+            how.setdefault(text, []).append(op)
+        for text, ops in how.items():
+            print(f"# {net.name}: {' and '.join(ops)} {text}")
+        for warning in net.warnings:
+            print(f"# warning: {warning}")
+
+
+def _print_checkpoint(parts: dict[str, float], tier_preds: list[Any], ckpt_bytes: float, interval_s: float,
+                      overhead: float, mtbf_s: float | None, rate: inputs.ComputeRate) -> None:
+    print(f"\n## checkpoint: {format_bytes(ckpt_bytes)} (fp32 master weights {format_bytes(parts['master_weights_bytes'])}"
+          f" + AdamW state {format_bytes(parts['optimizer_state_bytes'])}); weights alone "
+          f"{format_bytes(parts['weights_bytes'])}")
+    rows = with_ratios([t.as_dict() for t in tier_preds], "save_s")
+    print(tabulate([(r["tier"], format_rate(r["write_gbps"]), format_rate(r["read_gbps"]), format_time(r["save_s"]),
+                     format_time(r["load_s"]), format_time(r["async_blocked_s"]),
+                     format_time(r["young_daly_interval_s"]), f"{r['ratio']:.2f}x") for r in rows],
+                   headers=["tier", "write", "read", "save", "load", "blocked (async)", "Young/Daly interval",
+                            "vs best"], tablefmt="simple", disable_numparse=True))
+    need_block = cp.required_write_gbps(ckpt_bytes, interval_s, overhead)
+    print(f"# a checkpoint every {format_time(interval_s)} at {overhead:.0%} overhead needs {format_rate(need_block)} "
+          f"of write bandwidth with a blocking save; an async save needs {format_rate(ckpt_bytes / interval_s / 1e9)} "
+          f"(to drain within the interval)")
+    if rate.gpu is None:
+        print("# async blocked time needs --gpu (the host link the staging copy crosses)")
+    if mtbf_s is None:
+        print("# Young/Daly interval: give --mtbf-hours")
+
+
+def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rate: inputs.ComputeRate,
+                  nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck,
+                  parts: dict[str, float], tiers: list[dict[str, Any]], tier_preds: list[Any],
+                  interval_s: float, overhead: float, mtbf_s: float | None) -> Path:
+    config = {"calibration": args.calibration, "model": model.describe(), "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
+              "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
+                          "gpu": rate.gpu.as_dict() if rate.gpu else None},
+              "networks": [n.describe() for n in nets], "tiers": tiers,
+              "checkpoint": {"interval_s": interval_s, "overhead_fraction": overhead, "mtbf_s": mtbf_s}}
+    # A prediction does not depend on the machine that computed it: no probe of the hardware here.
+    environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
+    record = new_record("compose", config, environment, {"name": "python", "engine": "microbench.compose"})
+    step_rows = [{"op": "step", "network": n.name, **preds[n.name].as_dict(), "fits_in_memory": memory.fits}
+                 for n in nets]
+    for row in step_rows:
+        row["notes"] = list(row["notes"])
+    ckpt_rows = [{"op": "checkpoint", **t.as_dict(), "checkpoint_bytes": parts["training_checkpoint_bytes"]}
+                 for t in tier_preds]
+    record["rows"] = step_rows + ckpt_rows
+    record["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
+                         "required_write_gbps_blocking": cp.required_write_gbps(
+                             parts["training_checkpoint_bytes"], interval_s, overhead),
+                         "warnings": [w for n in nets for w in n.warnings]}
+    writer = RecordWriter(record, args.json, directory=args.results_dir)
+    path = writer.finish("complete")
+    if args.csv:
+        write_csv(args.csv, record["rows"])
+    sys.stdout.flush()
+    return path

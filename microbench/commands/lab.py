@@ -8,6 +8,7 @@ import json
 from tabulate import tabulate
 
 from .. import lab as labmod
+from .. import labshape
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "unlimited (default 1gbit)")
     up.add_argument("--delay", default="0", help="one-way delay added to each host's egress, in ms (default 0)")
     up.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name, 1-8 of a-z0-9 (default {labmod.DEFAULT_NAME})")
+    _add_overrides(up)
+    shape = lsub.add_parser("shape", help="reshape a running lab: every host, one host, or one link")
+    shape.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
+    shape.add_argument("--link", default=None, help="egress rate of every host (default: the lab's current rate)")
+    _add_overrides(shape)
     down = lsub.add_parser("down", help="remove everything a lab created, including leftovers of a crash")
     down.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
     down.add_argument("--all", action="store_true", help="remove every microbench lab on this machine")
@@ -31,17 +37,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-link", action="append", default=[], metavar="hI=RATE",
+                   help="one host's egress at its own rate, e.g. h2=100mbit (repeatable)")
+    p.add_argument("--pair-link", action="append", default=[], metavar="hA-hB=RATE",
+                   help="only the link between two hosts, both ways, e.g. h0-h1=100mbit (repeatable)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.lab_command == "shape":
+        lab = labmod.get(labmod.check_name(args.name))
+        rate = labmod.parse_rate(args.link) if args.link is not None else lab.rate_bps
+        host_rates = labshape.parse_host_links(args.host_link, len(lab.hosts))
+        pair_rates = labshape.parse_pair_links(args.pair_link, len(lab.hosts))
+        labmod.shape(lab.name, rate, lab.delay_ms, host_rates=host_rates, pair_rates=pair_rates)
+        print(f"lab {lab.name!r} reshaped: egress {labmod.format_rate(rate)}" + _describe(host_rates, pair_rates))
+        _print_hosts([labmod.get(lab.name)])
+        return 0
     if args.lab_command == "up":
         hosts = labmod.parse_hosts(args.hosts)
         rate = labmod.parse_rate(args.link)
         delay = labmod.parse_delay(args.delay)
-        lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay)
+        host_rates = labshape.parse_host_links(args.host_link, hosts)
+        pair_rates = labshape.parse_pair_links(args.pair_link, hosts)
+        lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay, host_rates, pair_rates)
         if not created:
             print(f"lab {lab.name!r} is already up with {len(lab.hosts)} hosts at {lab.rate}; nothing changed")
             return 0
         print(f"lab {lab.name!r} up: {len(lab.hosts)} hosts, egress {lab.rate}"
-              f"{f', delay {lab.delay_ms:g} ms' if lab.delay_ms else ''}")
+              f"{f', delay {lab.delay_ms:g} ms' if lab.delay_ms else ''}" + _describe(host_rates, pair_rates))
         _print_hosts([lab])
         return 0
     if args.lab_command == "down":
@@ -73,3 +97,9 @@ def _print_hosts(labs: list[labmod.Lab]) -> None:
         if lab.bridge is None or len(lab.veths) != len(lab.hosts):
             rows.append((lab.name, "(incomplete)", "-", "-", "-", f"run `microbench lab down --name {lab.name}`"))
     print(tabulate(rows, headers=["lab", "host (netns)", "address", "if", "state", "egress qdisc"], tablefmt="simple"))
+
+
+def _describe(host_rates: dict, pair_rates: dict) -> str:
+    parts = [f"h{i} at {labmod.format_rate(r)}" for i, r in sorted(host_rates.items())]
+    parts += [f"link h{a}-h{b} at {labmod.format_rate(r)}" for (a, b), r in sorted(pair_rates.items())]
+    return f"; except {', '.join(parts)}" if parts else ""

@@ -104,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
                 print(header_line(world.size, start_impl, config), flush=True)
                 stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement")) for c in probe.cases()],
                                           coll.element_size(config.dtype), emit=_emit, link_gbps=ceiling)
-            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+            # The table's own lines are the progress here; the generic per-case lines would repeat them.
+            run_settings = dataclasses.replace(settings, progress=False) if stream else settings
+            outcome = run_probe(probe, run_settings, config=config, world=world, json_path=args.json,
                                 on_row=stream.on_row if stream else None,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()},

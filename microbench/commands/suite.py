@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
 
 from tabulate import tabulate
 
-from .. import accept
+from .. import accept, junit
 from ..errors import RunError, UsageError
+from ..results.store import atomic_write_text
 from ..suite import DEFAULT_STEPS, run_step
 
 
@@ -22,11 +24,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
     p.add_argument("--accept", default=None, metavar="THRESHOLDS",
                    help="acceptance thresholds (TOML or JSON, see examples/acceptance-*.toml): pass/fail per check")
+    p.add_argument("--junit", default=None, metavar="PATH",
+                   help="also write JUnit XML (one testcase per step and per acceptance check) for CI")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
+    junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = list(DEFAULT_STEPS)
     if args.only is not None:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -55,9 +60,17 @@ def run(args: argparse.Namespace) -> int:
     print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
+    verdicts = None
     if checks is not None:
         records = {r.step.name: (json.loads(Path(r.record).read_text()) if r.record else None) for r in results}
         verdicts = accept.evaluate(checks, records)
+    if junit_path is not None:
+        try:
+            atomic_write_text(junit_path, junit.build(results, verdicts, hostname=socket.gethostname()))
+        except OSError as exc:
+            raise RunError(f"cannot write --junit {str(junit_path)!r}: {exc.strerror}") from None
+        print(f"# junit: {junit_path}")
+    if verdicts is not None:
         print()
         print(tabulate([(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
                        headers=["step", "op", "metric", "acceptance", "value"], tablefmt="simple"))

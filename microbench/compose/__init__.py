@@ -1,7 +1,13 @@
 """The composer: pure functions from saved result records and a model description to a
-predicted FSDP step time and checkpoint time per storage tier. No I/O except reading records
-in the CLI layer, so every function is testable with golden inputs."""
+predicted FSDP step time, memory per GPU and checkpoint time per storage tier. No I/O except
+reading records in the CLI layer, so every function is testable with golden inputs."""
 
-from .checkpoint import CheckpointSpec, checkpoint_bytes, predict_tier, required_write_gbps  # noqa: F401
-from .curves import Curve  # noqa: F401
-from .fsdp import PRESETS, ModelSpec, StepPrediction, TrainSpec, predict_step  # noqa: F401
+from .checkpoint import (CheckpointSpec, checkpoint_bytes, checkpoint_parts, predict_tier,  # noqa: F401
+                         required_write_gbps)
+from .curves import Curve, Network, network_from_record, synthetic_network  # noqa: F401
+from .fsdp import MemoryCheck, StepPrediction, TrainSpec, memory_check, predict_step  # noqa: F401
+from .hardware import GPUS, Gpu  # noqa: F401
+from .models import PRESETS, CrudeModel, ModelShape, from_hf_config  # noqa: F401
+
+# The crude two-number model under its old name (verify builds its MLP stack with it).
+ModelSpec = CrudeModel

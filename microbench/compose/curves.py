@@ -9,7 +9,7 @@ because the busbw of a ring collective is (to first order) independent of the ra
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
@@ -41,10 +41,16 @@ class Curve:
     source: str
 
     @classmethod
+    def synthetic(cls, op: str, busbw_gbps: float, latency_s: float, source: str) -> "Curve":
+        """t = latency + size x bus factor / busbw at any world size: a network described, not measured."""
+        return cls(op, 0, (), latency_s, busbw_gbps, source)
+
+    @classmethod
     def from_record(cls, record: dict[str, Any], op: str, source: str = "") -> "Curve":
-        named = [r for r in record.get("rows", []) if r.get("op") == op]
+        all_rows = record_rows(record, source)
+        named = [r for r in all_rows if r.get("op") == op]
         if not named:
-            have = sorted({str(r.get("op")) for r in record.get("rows", [])})
+            have = sorted({str(r.get("op")) for r in all_rows})
             raise UsageError(f"the collective record {source or ''} has no {op!r} rows (it has: "
                              f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
         # A row names its op whether or not it holds a usable time: only the latter make a curve.
@@ -65,8 +71,12 @@ class Curve:
         """Predicted time for one collective of size_bytes (nccl-tests size convention) and a
         note on how it was obtained: 'measured', 'interpolated', 'extrapolated' or 'rescaled'."""
         ranks = ranks or self.ranks
+        if not self.points:
+            return self._model(size_bytes, ranks), (f"from the synthetic curve (latency {self.latency_s * 1e6:g} us, "
+                                                    f"busbw {self.peak_busbw_gbps:g} GB/s, bus factor of {ranks} ranks)")
         if ranks != self.ranks:
-            return self._model(size_bytes, ranks), f"rescaled from {self.ranks} to {ranks} ranks"
+            return self._model(size_bytes, ranks), (f"rescaled from {self.ranks} to {ranks} ranks (fitted latency, "
+                                                    f"same busbw, bus factor of {ranks} ranks)")
         sizes = [p[0] for p in self.points]
         if size_bytes < sizes[0] or size_bytes > sizes[-1]:
             return self._model(size_bytes, ranks), "extrapolated with the fitted latency-bandwidth model"
@@ -83,3 +93,66 @@ class Curve:
         if ranks <= 1:
             return 0.0
         return self.latency_s + size_bytes * bus_factor(self.op, ranks) / (self.peak_busbw_gbps * 1e9)
+
+
+def record_rows(record: Any, source: str = "") -> list[dict[str, Any]]:
+    """A record's rows, refusing anything that is not a list of objects (a hand-edited file)."""
+    rows = record.get("rows") if isinstance(record, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        bad = rows if not isinstance(rows, list) else next(r for r in rows if not isinstance(r, dict))
+        raise UsageError(f"record {source!r} has rows that are not objects (found {str(bad)[:40]!r}); "
+                         f"expected a microbench record, e.g. results/suite-*/collectives.json")
+    return rows
+
+
+@dataclass(frozen=True)
+class Network:
+    """One network to predict over: its AllGather and ReduceScatter curves and what they came from."""
+
+    name: str
+    all_gather: Curve
+    reduce_scatter: Curve
+    source: str
+    backend: str                      # nccl, gloo, ... or "synthetic"
+    device: str                       # where the record ran: cuda, cpu, or "any"
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def latency_s(self) -> float:
+        return self.all_gather.latency_s
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "backend": self.backend, "device": self.device,
+                "measured_ranks": self.all_gather.ranks or None, "latency_us": self.latency_s * 1e6,
+                "peak_busbw_gbps": {"all_gather": self.all_gather.peak_busbw_gbps,
+                                    "reduce_scatter": self.reduce_scatter.peak_busbw_gbps},
+                "warnings": list(self.warnings)}
+
+
+def synthetic_network(name: str, busbw_gbps: float, latency_s: float, text: str) -> Network:
+    source = f"--net {text}"
+    return Network(name, Curve.synthetic("all_gather", busbw_gbps, latency_s, source),
+                   Curve.synthetic("reduce_scatter", busbw_gbps, latency_s, source), source, "synthetic", "any")
+
+
+def network_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
+                        for_gpus: bool = True) -> Network:
+    if record.get("kind") != "nccl":
+        raise UsageError(f"--nccl {source!r} is a {record.get('kind')!r} record; expected a collective record "
+                         f"(kind 'nccl'), e.g. results/suite-*/collectives.json from `microbench nccl`")
+    if record.get("status") != "complete" and not allow_partial:
+        raise UsageError(f"--nccl {source!r} is a {record.get('status')!r} record (the sweep did not finish: "
+                         f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")
+    ag = Curve.from_record(record, "all_gather", source)
+    rs = Curve.from_record(record, "reduce_scatter", source)
+    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    backend = str(impl.get("backend") or record.get("config", {}).get("world", {}).get("backend") or "unknown")
+    device = str(impl.get("device") or "unknown")
+    warnings = []
+    if record.get("status") != "complete":
+        warnings.append(f"{name}: {source} is a {record.get('status')} record (--allow-partial): its curve "
+                        f"stops where the sweep stopped")
+    if for_gpus and (backend == "gloo" or device == "cpu"):
+        warnings.append(f"{name}: {source} was measured with {backend} on {device}; used to predict GPUs, it "
+                        f"describes that CPU path, not NCCL over the same wires")
+    return Network(name, ag, rs, source, backend, device, tuple(warnings))

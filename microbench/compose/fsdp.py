@@ -1,104 +1,257 @@
-"""Predicted FSDP (full-shard, reshard after forward) step time from measured curves.
+"""Predicted FSDP2 step time and per-GPU memory from a model's shapes, a FLOP rate and
+collective curves.
 
-Per step, each of the L transformer blocks is one FSDP unit of P/L parameters:
-  forward   : AllGather(unit params)                        per micro-batch
-  backward  : AllGather(unit params) + ReduceScatter(grads)  per micro-batch (gathers); the
-              reduce-scatter once per step when gradient sync is deferred to the last micro-batch
-Compute: 2 P T FLOPs forward, 4 P T backward, +2 P T recompute with activation checkpointing,
-for T tokens per rank per micro-batch, at the stated FLOP rate.
-Overlap: FSDP prefetches the next unit's gather during the current unit's compute, so a unit
-costs max(compute, communication) and only the first gather and the last reduce-scatter are
-exposed. The no-overlap (sum) and full-overlap (max of totals) bounds bracket the estimate.
+Units as FSDP2 builds them: one per transformer block, plus the root (embeddings, final norm,
+head, towers). Per micro-batch on every rank:
+  root      : AllGather once before forward; its parameters stay gathered until backward ends
+              (nothing to prefetch it behind), then one ReduceScatter of its gradients.
+  blocks    : AllGather before forward; resharded after forward and gathered again in backward
+              (unless reshard_after_forward is off); ReduceScatter of gradients in backward.
+AllGather moves param_dtype, ReduceScatter reduce_dtype; a mixture of experts without expert
+parallelism moves every expert but computes with the top-k. Sizes follow nccl-tests: the
+unsharded unit's bytes.
+
+Compute per micro-batch (T tokens per rank, s the sequence length, H = heads x head_dim):
+  forward  = 2 x active params x T + causal attention 2 x T x s x H per layer (QK^T and AV,
+             half the square; less on sliding-window layers); backward = 2 x forward; activation checkpointing re-runs
+             the blocks' forward. The head's matmul is in the active params; towers do not
+             compute on text-only batches.
+Overlap: FSDP2 prefetches the next unit's gather behind the current unit's compute, so a unit
+costs max(compute, communication); the first gather of each pass and the last reduce-scatters
+are exposed. In backward a gather and a reduce-scatter share the links, so they add. `overlap`
+(0..1) blends this with the no-overlap bound: gloo on a CPU competes with compute for the same
+cores, NCCL on a GPU runs beside it. FSDP's own per-unit cost (copy-in/out, hooks:
+`unit_overhead_s`, which `verify`'s calibration measures) is paid per unit per pass on the thread
+that launches compute, so it is never hidden. The optimizer step (AdamW over this rank's shard)
+follows backward, bound by memory bandwidth: ~28 bytes moved per parameter.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import UsageError
-from .curves import Curve
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
+SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    params: float          # total parameters
-    layers: int            # transformer blocks = FSDP units
+class CollectiveCurve(Protocol):
+    latency_s: float
 
-
-PRESETS = {
-    "llama-1b": ModelSpec("llama-1b", 1.24e9, 16),
-    "llama-8b": ModelSpec("llama-8b", 8.03e9, 32),
-    "llama-70b": ModelSpec("llama-70b", 70.6e9, 80),
-    "tiny-100m": ModelSpec("tiny-100m", 1.0e8, 12),
-}
+    def time_s(self, size_bytes: float, ranks: int | None = None) -> tuple[float, str]: ...
 
 
 @dataclass(frozen=True)
 class TrainSpec:
     ranks: int
-    tokens_per_rank: int              # per micro-batch: micro-batch size x sequence length
-    flops_per_rank: float             # achieved FLOP/s per rank (measured or stated)
+    micro_batch: int
+    seq_len: int
+    flops_per_rank: float              # achieved FLOP/s per rank
     grad_accum: int = 1
-    param_dtype: str = "bfloat16"     # what AllGather moves
-    reduce_dtype: str = "float32"     # what ReduceScatter moves
+    param_dtype: str = "bfloat16"      # what AllGather moves
+    reduce_dtype: str = "bfloat16"     # what ReduceScatter moves
     activation_checkpointing: bool = False
-    sync_every_microbatch: bool = False
+    reshard_after_forward: bool = True
+    sync_every_microbatch: bool = True  # FSDP2's default; False: only the last micro-batch reduces
+    overlap: float = 1.0
+    unit_overhead_s: float = 0.0        # FSDP's own cost per unit per pass (copy-in/out, hooks)
+    memory_gbps: float | None = None    # device memory bandwidth, for the optimizer step
+
+    @property
+    def tokens_per_rank(self) -> int:
+        return self.micro_batch * self.seq_len
 
 
 @dataclass(frozen=True)
 class StepPrediction:
-    compute_s: float
+    compute_fwd_s: float
+    compute_bwd_s: float
     allgather_fwd_s: float
     allgather_bwd_s: float
     reduce_scatter_s: float
+    optimizer_s: float
+    fsdp_overhead_s: float
     step_s: float
     no_overlap_s: float
     full_overlap_s: float
     exposed_comm_s: float
+    tokens_per_s: float
+    breakeven_busbw_gbps: float        # above it the step is compute-bound (inf: never)
     notes: tuple[str, ...]
+
+    @property
+    def compute_s(self) -> float:
+        return self.compute_fwd_s + self.compute_bwd_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compute_s": self.compute_s}
+
+
+def _check(model: Any, train: TrainSpec) -> None:
+    if train.ranks < 1 or model.layers < 1 or not (train.flops_per_rank > 0 and math.isfinite(train.flops_per_rank)):
+        raise UsageError("ranks, layers and the FLOP rate must be positive, e.g. --ranks 8 --tflops 400")
+    for what, dtype in (("--param-dtype", train.param_dtype), ("--reduce-dtype", train.reduce_dtype)):
+        if dtype not in DTYPE_BYTES:
+            raise UsageError(f"invalid {what} {dtype!r}: expected one of {', '.join(DTYPE_BYTES)} (e.g. bfloat16)")
+    if not 0 <= train.overlap <= 1:
+        raise UsageError(f"invalid --overlap {train.overlap!r}: expected a fraction from 0 to 1, e.g. 1")
+    if not (0 <= train.unit_overhead_s < 1):
+        raise UsageError(f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us")
+
+
+def attention_flops_fwd_per_layer(model: Any, train: TrainSpec) -> float:
+    """QK^T and AV, 2 FLOPs per multiply-add each, over the keys a query sees on average: s/2
+    under a causal mask, and w (1 - w / 2s) on a sliding-window layer of width w < s. Averaged
+    over the layers, since every block is one FSDP unit of the same size."""
+    heads, head_dim = getattr(model, "heads", 0), getattr(model, "head_dim", 0)
+    s = train.seq_len
+    keys = s / 2
+    window, sliding = getattr(model, "sliding_window", 0), getattr(model, "sliding_layers", 0)
+    if window and window < s and sliding:
+        local = window * (1 - window / (2 * s))
+        keys = (sliding * local + (model.layers - sliding) * s / 2) / model.layers
+    return 4.0 * train.tokens_per_rank * keys * heads * head_dim
+
+
+def compute_times(model: Any, train: TrainSpec) -> dict[str, float]:
+    """Per micro-batch: one block's forward and backward (recompute included), the root's."""
+    tokens = train.tokens_per_rank
+    block_fwd = (2.0 * model.block_active_params * tokens + attention_flops_fwd_per_layer(model, train))
+    block_bwd = 2 * block_fwd + (block_fwd if train.activation_checkpointing else 0.0)
+    root_fwd = 2.0 * (model.active_params - model.layers * model.block_active_params) * tokens
+    rate = train.flops_per_rank
+    return {"block_fwd": block_fwd / rate, "block_bwd": block_bwd / rate,
+            "root_fwd": root_fwd / rate, "root_bwd": 2 * root_fwd / rate}
+
+
+def optimizer_s(model: Any, train: TrainSpec) -> float:
+    if not train.memory_gbps:
+        return 0.0
+    return model.total_params / train.ranks * ADAMW_BYTES_MOVED_PER_PARAM / (train.memory_gbps * 1e9)
+
+
+def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
+                 reduce_scatter: CollectiveCurve) -> StepPrediction:
+    _check(model, train)
+    L, n = model.layers, train.ranks
+    pd, rd = DTYPE_BYTES[train.param_dtype], DTYPE_BYTES[train.reduce_dtype]
+    notes: set[str] = set()
+
+    def coll(curve: CollectiveCurve, size: float, what: str) -> float:
+        if n == 1 or size <= 0:
+            return 0.0
+        t, how = curve.time_s(size, n)
+        notes.add(f"{what} {how}")
+        return t
+
+    ag = coll(allgather, model.block_params * pd, "allgather")
+    rs = coll(reduce_scatter, model.block_params * rd, "reduce_scatter")
+    ag_root = coll(allgather, model.root_params * pd, "allgather")
+    rs_root = coll(reduce_scatter, model.root_params * rd, "reduce_scatter")
+    c = compute_times(model, train)
+    cf, cb = c["block_fwd"], c["block_bwd"]
+    opt = optimizer_s(model, train)
+    micro = train.grad_accum
+    rs_rounds = micro if train.sync_every_microbatch else 1
+    ag_b = ag if train.reshard_after_forward else 0.0
+
+    fwd = ag_root + ag + (L - 1) * max(cf, ag) + cf + c["root_fwd"]
+
+    def bwd(sync: bool) -> float:
+        r, r_root = (rs, rs_root) if sync else (0.0, 0.0)
+        # the head's backward runs while the last block is gathered again
+        return max(c["root_bwd"], ag_b) + (L - 1) * max(cb, ag_b + r) + cb + r + r_root
+
+    # FSDP's per-unit work runs on the CPU thread that launches compute: never hidden.
+    overhead = micro * 2 * (L + (1 if model.root_params else 0)) * train.unit_overhead_s
+    model_step = micro * fwd + (micro - rs_rounds) * bwd(False) + rs_rounds * bwd(True) + opt + overhead
+    compute_fwd = micro * (L * cf + c["root_fwd"])
+    compute_bwd = micro * (L * cb + c["root_bwd"])
+    ag_fwd_total = micro * (ag_root + L * ag)
+    ag_bwd_total = micro * L * ag_b
+    rs_total = rs_rounds * (L * rs + rs_root)
+    comm = ag_fwd_total + ag_bwd_total + rs_total
+    compute = compute_fwd + compute_bwd
+    no_overlap = compute + comm + opt + overhead
+    full_overlap = max(compute, comm) + opt + overhead
+    step = train.overlap * model_step + (1 - train.overlap) * no_overlap
+    tokens = train.tokens_per_rank * micro * n
+    return StepPrediction(compute_fwd, compute_bwd, ag_fwd_total, ag_bwd_total, rs_total, opt, overhead, step,
+                          no_overlap, full_overlap, max(0.0, step - compute - opt - overhead), tokens / step,
+                          breakeven_busbw_gbps(model, train, cf, cb, allgather.latency_s), tuple(sorted(notes)))
+
+
+def breakeven_busbw_gbps(model: Any, train: TrainSpec, cf: float, cb: float, latency_s: float) -> float:
+    """The bus bandwidth at which every block's communication fits behind its compute (with the
+    network's latency): forward ag <= cf, backward ag + rs <= cb. inf when latency alone is too
+    much; 0 for a single rank."""
+    n = train.ranks
+    if n == 1:
+        return 0.0
+    factor = (n - 1) / n
+    ag_bytes = model.block_params * DTYPE_BYTES[train.param_dtype] * factor
+    rs_bytes = model.block_params * DTYPE_BYTES[train.reduce_dtype] * factor
+    needs = []
+    for nbytes, budget in ((ag_bytes, cf - latency_s),
+                           ((ag_bytes if train.reshard_after_forward else 0) + rs_bytes,
+                            cb - (2 if train.reshard_after_forward else 1) * latency_s)):
+        if budget <= 0:
+            return math.inf
+        needs.append(nbytes / budget / 1e9)
+    return max(needs)
+
+
+# --------------------------------------------------------------------------- memory per GPU
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    sharded_state_bytes: float         # fp32 params, grads, AdamW moments: this rank's shard
+    gathered_bytes: float              # unsharded units in flight and their gradients
+    activation_bytes: float | None     # with the chosen checkpointing setting
+    activation_bytes_no_ac: float | None
+    activation_bytes_ac: float | None
+    total_bytes: float
+    capacity_bytes: float | None       # usable device memory
+    fits: bool | None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def predict_step(model: ModelSpec, train: TrainSpec, allgather: Curve, reduce_scatter: Curve) -> StepPrediction:
-    if train.ranks < 1 or model.layers < 1 or train.flops_per_rank <= 0:
-        raise UsageError("ranks, layers and the FLOP rate must be positive, e.g. --ranks 8 --tflops 400")
-    unit_params = model.params / model.layers
-    ag_bytes = unit_params * DTYPE_BYTES[train.param_dtype]
-    rs_bytes = unit_params * DTYPE_BYTES[train.reduce_dtype]
-    t_ag, note_ag = allgather.time_s(ag_bytes, train.ranks)
-    t_rs, note_rs = reduce_scatter.time_s(rs_bytes, train.ranks)
-    if train.ranks == 1:
-        t_ag = t_rs = 0.0
+def activation_bytes(model: Any, train: TrainSpec, checkpointing: bool) -> float | None:
+    """bf16 tensors backward needs, per micro-batch. Per token and block: the two norm inputs
+    and outputs (4h), q, k, v and the attention output (flash attention keeps no s x s
+    matrix), the MLP's gate, up and product for each routed expert; plus the logits (bf16 and
+    the fp32 copy the loss makes). Checkpointing keeps only each block's input, and one block's
+    full set while it is recomputed."""
+    if not hasattr(model, "hidden"):
+        return None
+    h, tokens = model.hidden, train.tokens_per_rank
+    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
+    per_token_block = 2 * (4 * h + 2 * q + 2 * kv + 3 * model.ffn * model.top_k)
+    logits = tokens * model.vocab * (2 + 4)
+    if checkpointing:
+        return model.layers * tokens * 2 * h + tokens * per_token_block + logits
+    return model.layers * tokens * per_token_block + logits
 
-    tokens = train.tokens_per_rank
-    per_unit_fwd = 2 * unit_params * tokens / train.flops_per_rank
-    per_unit_bwd = (4 + (2 if train.activation_checkpointing else 0)) * unit_params * tokens / train.flops_per_rank
-    micro = train.grad_accum
-    rs_rounds = micro if train.sync_every_microbatch else 1
 
-    L = model.layers
-    compute = micro * L * (per_unit_fwd + per_unit_bwd)
-    ag_fwd = micro * L * t_ag
-    ag_bwd = micro * L * t_ag
-    rs = rs_rounds * L * t_rs
-
-    # Each pass exposes its first gather; every later unit costs max(its compute, the
-    # communication it hides). In backward the next unit's gather and the previous unit's
-    # reduce-scatter share the links, so they add; the last reduce-scatter is exposed.
-    fwd = t_ag + (L - 1) * max(per_unit_fwd, t_ag) + per_unit_fwd
-    bwd_plain = t_ag + (L - 1) * max(per_unit_bwd, t_ag) + per_unit_bwd
-    bwd_sync = t_ag + (L - 1) * max(per_unit_bwd, t_ag + t_rs) + per_unit_bwd + t_rs
-    if train.sync_every_microbatch:
-        step = micro * (fwd + bwd_sync)
+def memory_check(model: Any, train: TrainSpec, capacity_bytes: float | None) -> MemoryCheck:
+    pd, rd = DTYPE_BYTES[train.param_dtype], DTYPE_BYTES[train.reduce_dtype]
+    sharded = SHARDED_STATE_BYTES_PER_PARAM * model.total_params / train.ranks
+    unit_grads = model.block_params * (pd + (rd if rd != pd else 0))
+    if train.reshard_after_forward:
+        blocks = 2 * model.block_params * pd          # the unit computing and the one prefetched
     else:
-        step = micro * fwd + (micro - 1) * bwd_plain + bwd_sync
-    comm = ag_fwd + ag_bwd + rs
-    notes = tuple(sorted({f"allgather {note_ag}", f"reduce_scatter {note_rs}"}))
-    return StepPrediction(compute, ag_fwd, ag_bwd, rs, step, compute + comm, max(compute, comm),
-                          max(0.0, step - compute), notes)
+        blocks = model.layers * model.block_params * pd
+    gathered = model.root_params * pd + blocks + unit_grads
+    if not train.sync_every_microbatch and train.grad_accum > 1:
+        gathered += model.total_params * rd   # unsharded gradients kept across micro-batches
+    act_no, act_ac = activation_bytes(model, train, False), activation_bytes(model, train, True)
+    act = act_ac if train.activation_checkpointing else act_no
+    total = sharded + gathered + (act or 0.0)
+    fits = None if capacity_bytes is None else total <= capacity_bytes
+    return MemoryCheck(sharded, gathered, act, act_no, act_ac, total, capacity_bytes, fits)

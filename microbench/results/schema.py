@@ -110,10 +110,10 @@ def check_record(record: dict[str, Any]) -> None:
         raise ValueError(f"status {record['status']!r} is not one of {STATUSES}")
     rows = record["rows"]
     if not isinstance(rows, list):
-        raise ValueError(f"its rows are a JSON {_json_type(rows)}, not a list of objects")
+        raise ValueError(f"its rows are not a list of objects (they are a JSON {_json_type(rows)})")
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"row {index} is a JSON {_json_type(row)}, not an object")
+            raise ValueError(f"its rows are not a list of objects (row {index} is a JSON {_json_type(row)})")
 
 
 def _json_type(value: Any) -> str:

@@ -1,0 +1,226 @@
+"""`microbench hunt`: measure every host pair in rounds, name the slow host or the slow link.
+
+One rank per host does the measuring (the lowest rank on each host when a launcher started
+several); in each round every host pairs with one partner and the pairs run at once: the lower
+one connects, sends --size bytes --iters times, then the other sends back (native TCP loop of
+the link probe). Rank 0 gathers each round, keeps the record current, and judges at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .. import env as envmod
+from .. import hunt
+from .. import lab as labmod
+from .. import native
+from ..backends import BackendChoice
+from ..dist import detect_world
+from ..errors import MicrobenchError, RunError, UsageError
+from ..probes.link import transfer
+from ..results import RecordWriter, new_record, write_csv
+from ..session import in_world
+from ..sizes import format_size, parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
+from .common import parse_timeout
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hunt", help="find the slow host or link: every host pair in parallel rounds, a matrix, a verdict",
+                       description="Measure TCP bandwidth between every pair of hosts, both ways, in N-1 rounds "
+                                   "of disjoint pairs run in parallel; print the host x host matrix and name the "
+                                   "hosts slow with every peer and the single slow links between healthy hosts.")
+    p.add_argument("--lab", default=None, metavar="NAME", help="one rank on each host of this lab (see `microbench lab`)")
+    p.add_argument("--size", default="8M", help="bytes per transfer, binary units (default 8M)")
+    p.add_argument("--iters", default="3", help="timed transfers per direction; the best counts (default 3)")
+    p.add_argument("--warmup", default="1", help="untimed transfers per direction first (default 1)")
+    p.add_argument("--slow", default="0.7", help="slow = below this fraction of the median bandwidth (default 0.7)")
+    p.add_argument("--floor", default=None, metavar="RATE", help="also slow below this absolute rate, e.g. 10GB/s or 100Gbit")
+    p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
+    p.add_argument("--heatmap", default=None, metavar="PATH", help="heatmap PNG (default: next to the record, .png)")
+    p.add_argument("--json", metavar="PATH", help="write the record here (default: results/hunt-TIME.json)")
+    p.add_argument("--csv", metavar="PATH", help="also write one CSV row per directed measurement")
+    p.add_argument("--results-dir", default="results", metavar="DIR", help="where records go without --json")
+    p.set_defaults(handler=run)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    slow = parse_number(args.slow, what="--slow", example="0.7", minimum=0.0, maximum=1.0, allow_minimum=False)
+    floor = parse_bandwidth_bytes_per_s(args.floor, what="--floor") / 1e9 if args.floor else None
+    warmup = parse_number(args.warmup, what="--warmup", example="1", minimum=0)
+    if warmup != int(warmup):
+        raise UsageError(f"invalid --warmup {args.warmup!r}: expected a whole number >= 0, e.g. --warmup 1")
+    # Refused here, before the ranks start, rather than by rank 0 after everyone has joined.
+    for flag, value in (("--heatmap", args.heatmap), ("--json", args.json), ("--csv", args.csv)):
+        if value and Path(value).exists():
+            raise UsageError(f"invalid {flag} {value!r}: it exists; files are never overwritten, "
+                             f"e.g. {flag} {Path(value).with_suffix('')}-2{Path(value).suffix}")
+    return {"size_bytes": parse_size(args.size, what="--size"), "iters": parse_positive_int(args.iters, what="--iters", example="3"),
+            "warmup": int(warmup), "slow_ratio": slow, "floor_gbps": floor, "timeout_s": parse_timeout(args.timeout)}
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = _options(args)
+    per_rank, master_addr, nproc = None, "127.0.0.1", 0
+    if detect_world() is None:
+        if not args.lab:
+            raise UsageError("hunt runs across hosts: give --lab NAME, or start it with your launcher, one or more "
+                             "ranks per host, e.g. srun -N 8 --ntasks-per-node 1 microbench hunt")
+        lab = labmod.get(args.lab)
+        hunt.check_hosts(len(lab.hosts), f"lab {args.lab!r}")
+        nproc, master_addr, per_rank = labmod.placement(lab)
+    choice = BackendChoice("gloo", "cpu", "tcp", {}, "hunt exchanges only metadata over gloo")
+    return in_world(nproc=nproc, timeout_s=opts["timeout_s"], choice=choice, per_rank=per_rank, master_addr=master_addr,
+                    body=lambda world: _body(world, args, opts))
+
+
+def _my_label() -> str:
+    """h2 on a lab host, else the hostname: what the verdict calls this host."""
+    match = re.search(r"-(h\d+) \(", os.environ.get("MICROBENCH_LAB_HOST", ""))
+    return match.group(1) if match else socket.gethostname()
+
+
+def _my_address(master_addr: str) -> str:
+    """The address peers reach this host at: the source address of the route to rank 0."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(master_addr), 9))
+        return probe.getsockname()[0]
+
+
+def _measure_pair(me: int, peer: int, infos: list[tuple[str, str, int]], listener: socket.socket,
+                  opts: dict[str, Any]) -> list[tuple[int, int, float]]:
+    """Both directions between participant `me` and `peer`; returns what `me` sent."""
+    names = [info[0] for info in infos]
+    try:
+        if me < peer:
+            sock = socket.create_connection((infos[peer][1], infos[peer][2]), timeout=opts["timeout_s"])
+        else:
+            sock = listener.accept()[0]
+    except OSError as exc:
+        raise RunError(f"hunt: {names[me]} could not connect with {names[peer]} ({infos[peer][1]}): {exc}") from None
+    out = []
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        for src, dst in ((min(me, peer), max(me, peer)), (max(me, peer), min(me, peer))):
+            role = 0 if me == src else 1
+            try:
+                if opts["warmup"]:
+                    transfer([sock], role, 0, opts["size_bytes"], opts["warmup"], opts["timeout_s"])
+                times = transfer([sock], role, 0, opts["size_bytes"], opts["iters"], opts["timeout_s"])
+            except OSError as exc:
+                raise RunError(f"hunt: transfer {names[src]} -> {names[dst]} failed: {exc}") from None
+            if role == 0:
+                # The best of the transfers: a slow link is slow every time, a busy CPU only sometimes.
+                out.append((src, dst, opts["size_bytes"] / min(times) / 1e9))
+    finally:
+        sock.close()
+    return out
+
+
+def _body(world: Any, args: argparse.Namespace, opts: dict[str, Any]) -> int:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(4)
+    listener.settimeout(opts["timeout_s"])
+    gathered = world.all_gather_object((_my_label(), _my_address(world.spec.master_addr), listener.getsockname()[1]))
+    first_rank: dict[str, int] = {}
+    for rank, (label, _, _) in enumerate(gathered):
+        first_rank.setdefault(label, rank)
+    participants = sorted(first_rank.values())
+    infos = [gathered[r] for r in participants]
+    names = [info[0] for info in infos]
+    hunt.check_hosts(len(names), "this world")
+    me = participants.index(world.rank) if world.rank in participants else None
+    schedule = hunt.rounds(len(names))
+    writer = None
+    if world.rank == 0:
+        config = {**opts, "lab": args.lab, "hosts": names, "addresses": [i[1] for i in infos],
+                  "ranks_per_host": {n: sum(1 for g in gathered if g[0] == n) for n in names}}
+        impl = {"engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
+                "transport": "tcp", "streams": 1,
+                "schedule": f"circle method: {len(schedule)} rounds of disjoint pairs, each round in parallel"}
+        writer = RecordWriter(new_record("hunt", config, envmod.collect(), impl), args.json, args.results_dir)
+        print(f"# microbench hunt: {len(names)} hosts ({', '.join(names)}), {len(schedule)} rounds, "
+              f"{format_size(opts['size_bytes'])} x {opts['iters']} each way", flush=True)
+    matrix: dict[tuple[int, int], float] = {}
+    round_s: list[float] = []
+    try:
+        for r, pairs in enumerate(schedule):
+            world.barrier()
+            start = time.monotonic()
+            mine: list[tuple[int, int, float]] = []
+            for a, b in pairs:
+                if me in (a, b):
+                    mine = _measure_pair(me, b if me == a else a, infos, listener, opts)
+            results = [m for part in world.all_gather_object(mine) for m in part]
+            round_s.append(time.monotonic() - start)
+            if writer is not None:
+                rows = [{"probe": "hunt", "op": "uni", "src": names[s], "dst": names[d], "size_bytes": opts["size_bytes"],
+                         "round": r + 1, "bw_gbps": g, "bw_gbit_s": g * 8} for s, d, g in results]
+                matrix.update({(s, d): g for s, d, g in results})
+                writer.add_rows(rows)
+                print(f"# round {r + 1}/{len(schedule)}: {', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} "
+                      f"({round_s[-1]:.1f} s)", flush=True)
+    except (MicrobenchError, KeyboardInterrupt) as exc:
+        if writer is not None:
+            writer.finish("partial", str(exc) or "interrupted")
+        raise
+    finally:
+        listener.close()
+    if writer is None:
+        return 0
+    return _report(writer, matrix, names, opts, round_s, args)
+
+
+def _report(writer: RecordWriter, matrix: dict[tuple[int, int], float], names: list[str], opts: dict[str, Any],
+            round_s: list[float], args: argparse.Namespace) -> int:
+    verdict = hunt.analyze(matrix, names, opts["slow_ratio"], opts["floor_gbps"])
+    print()
+    print("# bandwidth GB/s, sender (row) -> receiver (column); * = slow")
+    print(tabulate(hunt.matrix_table(matrix, names, verdict.slow), headers=["from \\ to", *names], tablefmt="simple",
+                   disable_numparse=True))
+    print()
+    for line in verdict.lines:
+        print(line)
+    for row in writer.record["rows"]:
+        row["slow"] = (names.index(row["src"]), names.index(row["dst"])) in verdict.slow
+    writer.record["summary"] = {
+        "median_gbps": verdict.median_gbps, "threshold_gbps": verdict.threshold_gbps,
+        "slow_hosts": [names[h] for h in verdict.hosts],
+        "slow_links": [[names[a], names[b]] for a, b in verdict.links],
+        "verdict": verdict.lines, "rounds": len(round_s), "round_s": round_s, "total_s": sum(round_s)}
+    heatmap = Path(args.heatmap) if args.heatmap else writer.path.with_suffix(".png")
+    try:
+        png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
+        atomic_write_text_bytes(heatmap, png)
+        writer.record["summary"]["heatmap"] = str(heatmap)
+    except ImportError:
+        print("# heatmap skipped: matplotlib is not installed (pip install 'microbench[plot]')")
+    path = writer.finish("complete")
+    if args.csv:
+        write_csv(args.csv, writer.record["rows"])
+    print(f"# {len(round_s)} rounds in {sum(round_s):.1f} s; record: {path}"
+          + (f"; heatmap: {writer.record['summary'].get('heatmap')}" if writer.record["summary"].get("heatmap") else ""))
+    if not verdict.clean:
+        found = [f"slow host {names[h]}" for h in verdict.hosts] + [f"slow link {names[a]}<->{names[b]}" for a, b in verdict.links]
+        raise RunError(f"hunt found {', '.join(found)} (verdict and matrix above)")
+    return 0
+
+
+def atomic_write_text_bytes(path: Path, data: bytes) -> None:
+    """Claim the name (never overwrite), then write the bytes."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(f"heatmap {str(path)!r} exists; files are never overwritten") from None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)

@@ -1,0 +1,34 @@
+"""`microbench report RESULTS... --out report.html`: one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import accept, report
+from ..compare import RULE_EXAMPLE, parse_rule
+from ..errors import RunError
+from ..results.store import atomic_write_text
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML report (env, tables, plots, verdicts, ratios)")
+    p.add_argument("results", nargs="*", metavar="RESULTS", help="suite directories or record files (the first is the compare base)")
+    p.add_argument("--out", required=True, help="the HTML file to write (never overwritten)")
+    p.add_argument("--accept", default=None, metavar="THRESHOLDS", help="acceptance thresholds to show verdicts for each run")
+    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
+                   help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE}")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = report.check_out(args.out)
+    rules = [parse_rule(text) for text in args.fail_on]
+    checks = accept.load_checks(args.accept) if args.accept else None
+    runs = report.load_runs(args.results)
+    text = report.build(runs, checks=checks, rules=rules)
+    try:
+        atomic_write_text(target, text)
+    except OSError as exc:
+        raise RunError(f"cannot write --out {str(target)!r}: {exc.strerror}") from None
+    print(f"# report: {target} ({len(text) / 1024:.0f} KiB, {sum(len(r.records) for r in runs)} records from {len(runs)} run(s))")
+    return 0
