@@ -106,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _sigterm_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
+        # Every command with --csv, before it measures anything (as --json is claimed up front).
+        from .commands.common import check_csv_target
+
+        check_csv_target(getattr(args, "csv", None))
         _warn_if_fallback(args.command)
         return int(args.handler(args) or 0)
     except ProbeUnavailable as exc:

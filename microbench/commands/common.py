@@ -30,7 +30,6 @@ def settings_from_args(args: argparse.Namespace, *, check: bool = True) -> Sweep
     warmup = _nonneg_int(args.warmup, "--warmup")
     iters = parse_positive_int(args.iters, what="--iters", example="20")
     budget = parse_number(args.budget, what="--budget", example="2", minimum=0.0)
-    check_csv_target(getattr(args, "csv", None))
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     return SweepSettings(warmup=warmup, iters=iters, budget_s_per_case=budget or None,
                          min_iters=min(3, iters), check=check, progress=progress)
