@@ -43,6 +43,10 @@ CASES = [
      {"old.csv": "keep me\n"}),
     ("csv-existing-nccl", ["nccl", "--sizes", "1M", "--nproc", "2", "--csv", "old.csv"],
      "CSV file 'old.csv' already exists", {"old.csv": "keep me\n"}),
+    ("link-result-json-list", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
+     "is not a finished `microbench link` record", {"l.json": [{"kind": "link"}]}),
+    ("link-result-nan", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
+     "is not a finished `microbench link` record", {"l.json": '{"kind": "link", "summary": {"link_gbps": NaN}}'}),
     ("csv-no-directory", ["memory", "--sizes", "1M", "--csv", "nodir/r.csv"], "directory 'nodir' does not exist", {}),
 ]
 

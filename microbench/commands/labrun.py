@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import time
@@ -44,8 +45,10 @@ def link_gbps_from(path: str) -> float:
         raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
     except ValueError:
         raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
-    gbps = record.get("summary", {}).get("link_gbps") if isinstance(record, dict) else None
-    if record.get("kind") != "link" or not isinstance(gbps, (int, float)) or gbps <= 0:
+    summary = record.get("summary") if isinstance(record, dict) else None
+    gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
+    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
+            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
         raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
                          f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
     return float(gbps)
