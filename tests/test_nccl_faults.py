@@ -33,7 +33,7 @@ def one_error_line(stderr):
     (["--ops", "all_reduce,gather"], 2, ["'gather'", "reduce_scatter, all_gather, all_reduce, broadcast, all_to_all"]),
     (["--dtype", "int8"], 2, ["'int8'", "float32, bfloat16, float16"]),
     (["--nproc", "0"], 2, ["'0'", "--nproc", "at least 1"]),
-    (["--factor", "1"], 2, ["--factor", "greater than 1"]),
+    (["--factor", "1"], 2, ["--factor", "more than 1"]),
     (["--timeout", "soon"], 2, ["'soon'", "--timeout 60"]),
     (["--backend", "gloo", "--transport", "ib"], 2, ["'ib'", "gloo only speaks TCP"]),
     (["--backend", "nccl"], 0, ["skipped", "needs a CUDA GPU"]),
