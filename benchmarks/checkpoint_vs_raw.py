@@ -65,9 +65,11 @@ def raw(size: int, nproc: int, target: str) -> tuple[float, float]:
 def dcp(size: str, nproc: int, target: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
-        subprocess.run([sys.executable, "-m", "microbench", "checkpoint", "--size", size, "--nproc", str(nproc),
+        from microbench.dist import package_env, self_command
+
+        subprocess.run([*self_command(), "checkpoint", "--size", size, "--nproc", str(nproc),
                         "--target", target, "--warmup", "1", "--iters", "3", "--json", path, "--no-check"],
-                       check=True, stdout=subprocess.DEVNULL)
+                       check=True, stdout=subprocess.DEVNULL, env=package_env())
         rows = {r["op"]: r for r in json.load(open(path))["rows"]}
     return rows["save"]["write_gbps"], rows["load"]["read_gbps"]
 
@@ -79,7 +81,8 @@ def main() -> None:
     ap.add_argument("--target", default=tempfile.gettempdir())
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Last: the installed microbench (with its compiled core) wins over the checkout.
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from microbench.sizes import parse_size
 
     nbytes = parse_size(args.size)

@@ -22,16 +22,18 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# Last, not first: the installed microbench (with its compiled core) wins; the checkout is the
+# fallback for a machine where it is not installed.
+sys.path.append(str(ROOT))
 
 from microbench import lab as labmod  # noqa: E402
+from microbench.dist import package_env, self_command  # noqa: E402
 
 LINE_GBIT = 1.0
 
 
 def cli(*args: str, cwd: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "microbench", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run([*self_command(), *args], cwd=cwd, env=package_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"microbench {' '.join(args)} failed: {proc.stderr.strip()}")
 

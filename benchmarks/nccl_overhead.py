@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# Last, not first: the installed microbench (with its compiled core) wins; the checkout is the
+# fallback for a machine where it is not installed.
+sys.path.append(str(ROOT))
 
 OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
@@ -116,9 +118,11 @@ def launch(args: argparse.Namespace) -> None:
 
 def time_default_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        from microbench.dist import package_env, self_command
+
+        env = package_env()
         start = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "microbench", "nccl", "--results-dir", tmp], cwd=tmp, env=env,
+        res = subprocess.run([*self_command(), "nccl", "--results-dir", tmp], cwd=tmp, env=env,
                              capture_output=True, text=True)
         wall = time.monotonic() - start
     if res.returncode != 0:

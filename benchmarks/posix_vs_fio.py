@@ -13,7 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Last, not first: the installed microbench (with its compiled core) wins; the checkout is the
+# fallback for a machine where it is not installed.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from microbench import native  # noqa: E402
 from microbench.probes import storage_fio as sf  # noqa: E402

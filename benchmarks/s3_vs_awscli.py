@@ -3,6 +3,10 @@ peak memory against its bound (concurrency x part size + 200 MB).
 
     python benchmarks/s3_vs_awscli.py [--size 256M] [--part-size 16M] [--concurrency 8] [--rounds 3]
 
+awscli is not a microbench extra: it pins botocore exactly, which fights s3fs's own botocore range
+in one environment. Install it apart (`pipx install awscli`, so `aws` is on PATH) or into this
+environment by hand (`pip install awscli`, run as `python -m awscli`).
+
 Both clients use the same part size and concurrency (awscli through a temporary config file:
 multipart_chunksize, max_concurrent_requests). Rounds alternate probe and awscli; medians are
 compared. awscli is timed around the whole `aws s3 cp` process, so its interpreter start-up is
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,8 +30,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# Last, not first: the installed microbench (with its compiled core) wins; the checkout is the
+# fallback for a machine where it is not installed.
+sys.path.append(str(ROOT))
 
+from microbench.dist import package_env, self_command  # noqa: E402
 from microbench.s3server import EmbeddedS3  # noqa: E402
 from microbench.sizes import parse_size  # noqa: E402
 
@@ -50,11 +58,11 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def run_probe(server: EmbeddedS3, env: dict[str, str], args: argparse.Namespace, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "microbench", "storage", "s3", "--endpoint", server.endpoint_url,
+    cmd = [*self_command(), "storage", "s3", "--endpoint", server.endpoint_url,
            "--bucket", server.bucket, "--object-size", args.size, "--part-size", args.part_size,
            "--concurrency", str(args.concurrency), "--warmup", "1", "--iters", "3", "--budget", "0",
            "--json", str(out)]
-    penv = {**env, "PYTHONPATH": str(ROOT)}
+    penv = package_env(env)
     proc = subprocess.run(cmd, env=penv, capture_output=True, text=True, cwd=out.parent)
     if proc.returncode != 0:
         sys.exit(f"probe failed: {proc.stderr.strip()}")
@@ -69,7 +77,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     size, part = parse_size(args.size), parse_size(args.part_size)
-    aws = [sys.executable, "-m", "awscli"]
+    aws = [shutil.which("aws")] if shutil.which("aws") else [sys.executable, "-m", "awscli"]
 
     with tempfile.TemporaryDirectory(prefix="mb-s3bench-") as tmp, EmbeddedS3(bucket="bench") as server:
         work = Path(tmp)

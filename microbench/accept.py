@@ -20,6 +20,7 @@ Pure functions: `evaluate` takes loaded records and returns results for the prin
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,14 +66,21 @@ def load_checks(path: str | Path) -> list[Check]:
             data = tomllib.loads(text)
     except (ValueError, ImportError) as exc:
         raise UsageError(f"thresholds file {str(path)!r} is not valid {target.suffix.lstrip('.') or 'TOML'}: {exc}") from None
+    example = 'e.g. step = "collectives", op = "all_reduce", metric = "busbw_gbps", min = 150'
+    entries = data.get("check", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f"thresholds file {str(path)!r} is not a list of [[check]] tables; {example}")
     checks = []
-    for i, item in enumerate(data.get("check", [])):
-        missing = [k for k in ("step", "op", "metric") if k not in item]
-        if missing or not any(k in item for k in ("min", "max", "min_fraction_of_expected")):
-            raise UsageError(f"check #{i + 1} in {str(path)!r} needs step, op, metric and min or max; "
-                             f"e.g. step = \"collectives\", op = \"all_reduce\", metric = \"busbw_gbps\", min = 150")
+    for i, item in enumerate(entries):
         where = f"check #{i + 1} in {str(path)!r}"
-        checks.append(Check(item["step"], item["op"], item["metric"], item.get("min"), item.get("max"),
+        if not isinstance(item, dict):
+            raise UsageError(f"{where} is not a table of step, op, metric and min or max; {example}")
+        missing = [k for k in ("step", "op", "metric") if not isinstance(item.get(k), str)]
+        if missing or not any(k in item for k in ("min", "max", "min_fraction_of_expected")):
+            raise UsageError(f"{where} needs step, op, metric and min or max (or min_fraction_of_expected); "
+                             f"step, op and metric as strings; {example}")
+        bounds = {key: _bound(item[key], f"{where}: {key}") for key in ("min", "max") if key in item}
+        checks.append(Check(item["step"], item["op"], item["metric"], bounds.get("min"), bounds.get("max"),
                             parse_size(str(item["size"]), what="check size") if "size" in item else None,
                             _fraction(item, where), _expected(item, where)))
     if not checks:
@@ -127,6 +135,15 @@ def _relative(check: Check, record: dict[str, Any], value: float) -> CheckResult
     ok = fraction >= check.min_fraction_of_expected
     return CheckResult(check, "pass" if ok else "fail", value,
                        f"{value:.3g} = {100 * fraction:.0f}% of expected {exp['gbps']:.4g} GB/s ({need})")
+
+
+def _bound(value: Any, what: str) -> float:
+    """A threshold: a finite number. A string or a boolean here is a typo, not a threshold that
+    every value passes or fails."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"invalid {what} = {json.dumps(value)}: expected a finite number in the metric's unit "
+                         f"(GB/s for *_gbps), e.g. min = 150")
+    return float(value)
 
 
 def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> list[CheckResult]:

@@ -38,6 +38,26 @@ COMMAND_MODULES = [
 ]
 
 
+# Commands whose figures depend on the native core (the others read records or set up the lab).
+MEASURING_COMMANDS = {"link", "memory", "nccl", "suite", "verify", "storage", "checkpoint"}
+_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _warn_if_fallback(command: str) -> None:
+    from . import native
+    from .dist import SPAWNED_ENV
+
+    if command not in MEASURING_COMMANDS or os.environ.get(SPAWNED_ENV):
+        return  # a rank we launched: the launcher has said it already, on the same package
+    if any(os.environ.get(var, "0") != "0" for var in _RANK_VARIABLES):
+        return  # only rank 0 prints
+    warning = native.fallback_warning()
+    if warning:
+        # On stdout, as a '#' line like the tables' own notes: stderr keeps its one line for
+        # errors, and whoever reads the figures sees this above them.
+        print(f"# microbench {warning}", flush=True)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -82,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _signals_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
+        # Every command with --csv, before it measures anything (as --json is claimed up front).
+        from .commands.common import check_csv_target
+
+        check_csv_target(getattr(args, "csv", None))
+        _warn_if_fallback(args.command)
         return int(args.handler(args) or 0)
     except ProbeUnavailable as exc:
         print(f"microbench: skipped: {exc}", file=sys.stderr)

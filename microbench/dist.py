@@ -123,6 +123,19 @@ def package_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def self_command(code: str | None = None, *, safe_path_flag: bool = sys.version_info >= (3, 11)) -> list[str]:
+    """argv that starts a child Python on this very microbench (give it package_env()):
+    `python -m microbench`, or `python -c CODE`. Both would put the working directory first on
+    sys.path; run from a checkout, that directory's microbench (no compiled core) would shadow
+    the installed package the launcher runs, and every rank would silently measure the Python
+    fallback. `-P` (3.11+) leaves the working directory out; before 3.11 the child drops it."""
+    if safe_path_flag:
+        return [sys.executable, "-P", *(("-c", code) if code else ("-m", "microbench"))]
+    body = code or "import runpy; runpy.run_module('microbench', run_name='__main__', alter_sys=True)"
+    # `-c` always puts '' (the working directory) at sys.path[0] before 3.11.
+    return [sys.executable, "-c", f"import sys; sys.path.pop(0)\n{body}"]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -178,7 +191,7 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
             log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
             logs.append(log)
             procs.append(subprocess.Popen(
-                [*launch.prefix, sys.executable, "-m", "microbench", *argv], env=env,
+                [*launch.prefix, *self_command(), *argv], env=env,
                 stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
                 # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
                 # rank never gets a second SIGINT while it saves its partial record.

@@ -97,11 +97,11 @@ def torch_info_for_children() -> dict[str, str]:
 
 def _torch_info_in_child() -> dict[str, Any]:
     code = "import json, microbench.env as e; print(json.dumps(e._torch_info_here()))"
-    from .dist import package_env
+    from .dist import package_env, self_command
 
     env = package_env()
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(self_command(code), capture_output=True, text=True, timeout=120, env=env)
         if done.returncode == 0:
             return json.loads(done.stdout.strip().splitlines()[-1])
         return {"torch": None, "error": (done.stderr.strip().splitlines() or ["torch probe failed"])[-1][:200]}

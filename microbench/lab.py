@@ -24,6 +24,7 @@ from typing import Any
 from .dist import RankLaunch
 from . import labshape
 from .errors import RunError, UsageError
+from .sizes import parse_number
 
 PREFIX = "mb-"
 IFNAME = "lab0"
@@ -117,13 +118,9 @@ def parse_hosts(text: Any) -> int:
 
 
 def parse_delay(text: Any) -> float:
-    try:
-        value = float(str(text).strip().removesuffix("ms"))
-    except ValueError:
-        raise UsageError(f"invalid --delay {text!r}: expected milliseconds, e.g. --delay 0.5") from None
-    if value < 0:
-        raise UsageError(f"invalid --delay {text!r}: must be 0 or more milliseconds, e.g. --delay 0.5")
-    return value
+    # A minute of one-way delay is far past any network worth emulating, and what tc accepts.
+    return parse_number(str(text).strip().removesuffix("ms"), what="--delay", example="0.5", minimum=0.0,
+                        maximum=60_000.0)
 
 
 def netns_name(name: str, index: int) -> str:

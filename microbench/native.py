@@ -44,6 +44,23 @@ def implementation() -> dict[str, Any]:
             "fallback_reason": _reason}
 
 
+def fallback_warning() -> str | None:
+    """One loud line for the top of a measuring command's output when the Python fallback runs
+    although nobody asked for it (MICROBENCH_NO_NATIVE): its figures are the interpreter's, not
+    the machine's, and a record saying "python" is easy to miss."""
+    if _module is not None or os.environ.get("MICROBENCH_NO_NATIVE", "") not in ("", "0"):
+        return None
+    package = os.path.dirname(os.path.abspath(__file__))
+    checkout = os.path.dirname(package)
+    if os.path.exists(os.path.join(checkout, "CMakeLists.txt")):
+        fix = (f"this is the checkout {checkout}: build the core in place (cmake -S . -B build && cmake --build build) "
+               f"or run the installed `microbench` from another directory")
+    else:
+        fix = "reinstall with a C compiler (pip install --force-reinstall --no-deps microbench)"
+    return (f"WARNING: the native core is missing from {package}, so every figure below is the pure-Python "
+            f"fallback's, not the machine's ({_reason}); {fix}")
+
+
 def memcpy_bandwidth(size_bytes: int, threads: int = 1, iters: int = 5) -> list[float]:
     """Seconds per iteration to copy size_bytes with `threads` threads (the faster kernel)."""
     return memcpy_run(size_bytes, threads, iters)[0]

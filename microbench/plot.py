@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ProbeUnavailable, UsageError
+from .errors import ProbeUnavailable, RunError, UsageError
 from .sizes import format_size
 
 
@@ -50,12 +50,26 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     if target.exists():
         raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
                          f"e.g. --out {target.with_suffix('')}-2.png")
+    if not target.parent.is_dir():
+        raise UsageError(f"invalid --out {out_path!r}: directory {str(target.parent)!r} does not exist; "
+                         f"e.g. --out {target.name}")
     chosen = pick_metric(records[0][1], metric)
-    fig = draw(plt, records, chosen)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, target)
+    try:
+        # Claimed before drawing: a place we cannot write (read-only, no permission) fails now.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {out_path!r}: {exc.strerror}; pick a writable place, "
+                         f"e.g. --out /tmp/{target.name}") from None
+    try:
+        draw(plt, records, chosen).savefig(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise RunError(f"could not write plot file {out_path!r}: {exc.strerror}") from None
+    finally:
+        plt.close("all")
+        if tmp.exists():
+            tmp.unlink()
     return target
 
 

@@ -1,8 +1,12 @@
 """S3 plumbing shared by the S3 probe and S3 checkpoint targets: which endpoint and credentials,
-a boto3 client sized for the concurrency, a fast pre-flight check, one-line error messages,
+a botocore client sized for the concurrency, a fast pre-flight check, one-line error messages,
 and cleanup of everything under a prefix.
 
-Credentials come from boto3's standard chain (AWS_ACCESS_KEY_ID/..., AWS_PROFILE, the shared
+botocore, not boto3: the low-level client is the same object, and botocore is what s3fs (through
+aiobotocore) already pins, so the `s3` extra resolves at once instead of pip backtracking
+between boto3's and aiobotocore's botocore ranges.
+
+Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID/..., AWS_PROFILE, the shared
 credentials file, instance roles) or are generated for the embedded server. They are never
 put in a message, a config dict or a record: only where they came from is (e.g. "env").
 """
@@ -23,12 +27,11 @@ _CREDENTIAL_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidClie
                      "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed")
 
 
-def boto3_unavailable_reason() -> str | None:
+def s3_client_unavailable_reason() -> str | None:
     try:
-        import boto3  # noqa: F401
         import botocore  # noqa: F401
     except ImportError:
-        return "boto3 is not installed (pip install boto3, or pip install 'microbench[s3]')"
+        return "botocore is not installed (pip install 'microbench[s3]')"
     return None
 
 
@@ -61,7 +64,7 @@ class Target:
     endpoint_url: str | None
     region: str | None = None
     addressing_style: str = "path"
-    credentials: Credentials | None = field(default=None, repr=False)  # None: boto3's chain
+    credentials: Credentials | None = field(default=None, repr=False)  # None: the AWS chain
     embedded: EmbeddedS3 | None = None
 
     @classmethod
@@ -69,15 +72,19 @@ class Target:
         return cls(server.endpoint_url, REGION, "path", server.credentials, server)
 
     def session(self) -> Any:
-        import boto3
+        import botocore.session
         from botocore.exceptions import ProfileNotFound
 
+        session = botocore.session.get_session()
         if self.credentials is not None:
-            return boto3.session.Session(aws_access_key_id=self.credentials.access_key_id,
-                                         aws_secret_access_key=self.credentials.secret_access_key,
-                                         region_name=self.region or REGION)
+            session.set_credentials(self.credentials.access_key_id, self.credentials.secret_access_key)
+            session.set_config_variable("region", self.region or REGION)
+            return session
+        if self.region:
+            session.set_config_variable("region", self.region)
         try:
-            return boto3.session.Session(region_name=self.region)
+            session.get_scoped_config()  # reads AWS_PROFILE's section now, not at the first request
+            return session
         except ProfileNotFound:
             raise UsageError(f"AWS profile {os.environ.get('AWS_PROFILE', '')!r} not found in the AWS config "
                              f"files; set AWS_PROFILE to an existing profile or unset it") from None
@@ -99,15 +106,15 @@ class Target:
         session = session or self.session()
         https = (self.endpoint_url or "https://").startswith("https")
         config = Config(
-            region_name=session.region_name or REGION, max_pool_connections=pool,
+            region_name=session.get_config_variable("region") or REGION, max_pool_connections=pool,
             connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
             retries={"max_attempts": attempts, "mode": "standard"},
             # Over plain http botocore would SHA-256 every payload in Python; https (real S3)
             # never does. The CRC32 checksum header still guards every part's integrity.
             s3={"addressing_style": self.addressing_style, "payload_signing_enabled": False},
             tcp_keepalive=True)
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config,
-                               use_ssl=https if self.endpoint_url else True)
+        return session.create_client("s3", endpoint_url=self.endpoint_url, config=config,
+                                     use_ssl=https if self.endpoint_url else True)
 
     def describe(self) -> dict[str, Any]:
         if self.embedded is not None:

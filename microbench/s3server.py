@@ -121,12 +121,12 @@ class EmbeddedS3:
                 "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": REGION}}
 
     def client(self, **config_kwargs: Any) -> Any:
-        """A boto3 low-level S3 client for this server; config_kwargs go to botocore Config."""
-        import boto3
+        """A botocore S3 client for this server; config_kwargs go to botocore Config."""
+        import botocore.session
         from botocore.config import Config
 
         config_kwargs.setdefault("s3", {"addressing_style": "path"})
-        return boto3.session.Session().client(
+        return botocore.session.get_session().create_client(
             "s3", endpoint_url=self.endpoint_url, region_name=REGION,
             aws_access_key_id=self.credentials.access_key_id,
             aws_secret_access_key=self.credentials.secret_access_key, config=Config(**config_kwargs))

@@ -94,6 +94,22 @@ def format_bytes_human(size_bytes: int | float) -> str:
     return f"{value:.1f} TiB"
 
 
+# A run plans on at most this share of the free memory: the rest stays for the OS and for what
+# the estimates leave out (the interpreters, torch's own allocations).
+MEMORY_SHARE = 0.9
+
+
+def memory_shortfall(need_bytes: int | float, free_bytes: int | float, what: str) -> str | None:
+    """None when need_bytes fits in the share of free_bytes a run may take; otherwise the clause
+    that says so with all three figures, so that 20 GiB against 22 GiB free reads as the rule
+    it breaks rather than as a contradiction."""
+    allowed = free_bytes * MEMORY_SHARE
+    if need_bytes <= allowed:
+        return None
+    return (f"needs about {format_bytes_human(need_bytes)} of {what}, more than the {format_bytes_human(allowed)} "
+            f"a run may take ({MEMORY_SHARE:.0%} of the {format_bytes_human(free_bytes)} free)")
+
+
 def parse_positive_int(text: str | int, *, what: str, example: str = "4") -> int:
     try:
         value = int(str(text).strip())

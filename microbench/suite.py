@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .dist import package_env
+from .dist import package_env, self_command
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,16 @@ class StepResult:
     headline: str
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """The table's last column: the headline of a step that passed; for one that failed or
+        was skipped, why. A failed step may still have a partial record whose headline would read
+        like a result, so its reason comes first and the partial figures are labelled as such."""
+        if self.status == "pass":
+            return self.headline
+        if self.status == "fail" and self.headline:
+            return f"{self.message} (partial record: {self.headline})"
+        return self.message
 
 
 DEFAULT_STEPS = (
@@ -81,14 +90,14 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
     start = time.monotonic()
     child_env = step_env(env)
     try:
-        done = subprocess.run([sys.executable, "-m", "microbench", *argv], capture_output=True, text=True,
+        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
                               timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)
         code, err = done.returncode, done.stderr
     except subprocess.TimeoutExpired:
         code, err = 1, f"microbench: step did not finish within {timeout_s:g} s"
     seconds = time.monotonic() - start
     last = [line for line in err.strip().splitlines() if line.strip()]
-    message = last[-1].removeprefix("microbench: ") if last else ""
+    message = last[-1].removeprefix("microbench: ") if last else f"exit code {code}, nothing on stderr"
     record = None
     if record_path.exists():
         try:

@@ -20,6 +20,9 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def check_base(path: str) -> Path:
+    if not str(path).strip():
+        # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
+        raise UsageError(f"--path {path!r} is empty; give an existing directory to write under, e.g. --path /tmp")
     base = Path(path)
     if not base.exists():
         raise UsageError(f"--path {path!r} does not exist; give an existing directory to write under, e.g. --path /tmp")

@@ -44,8 +44,8 @@ def last_line(text: str) -> str:
 @pytest.fixture(scope="session")
 def embedded_s3():
     """One embedded S3 server (rclone serve s3) for the session, bucket "microbench";
-    skipped when rclone or boto3 is missing. Use .client(), .env(), .endpoint_url, .bucket."""
-    pytest.importorskip("boto3")
+    skipped when rclone or botocore is missing. Use .client(), .env(), .endpoint_url, .bucket."""
+    pytest.importorskip("botocore")
     from microbench.s3server import EmbeddedS3, rclone_binary
 
     if rclone_binary() is None:

@@ -97,8 +97,18 @@ def test_memory_check_refuses_with_the_amount_needed():
     text = str(info.value)
     # all_to_all holds 2S per rank plus S for the check: 3 x 64 GiB x 2 ranks.
     assert "--sizes up to 64.0 GiB needs about 384.0 GiB of host memory for 2 rank(s)" in text
-    assert "only 8.0 GiB is free" in text
+    assert "more than the 7.2 GiB a run may take (90% of the 8.0 GiB free)" in text
     assert "e.g. --sizes 1M-1G" in text
+
+
+def test_memory_refusal_states_the_90_percent_rule_when_the_need_is_below_free():
+    from microbench.sizes import memory_shortfall
+
+    # 20 GiB against 22 GiB free: refused because 90% of 22 is 19.8; the message must say so.
+    text = memory_shortfall(20 << 30, 22 << 30, "host memory")
+    assert text == ("needs about 20.0 GiB of host memory, more than the 19.8 GiB a run may take "
+                    "(90% of the 22.0 GiB free)")
+    assert memory_shortfall(19 << 30, 22 << 30, "host memory") is None
 
 
 def test_memory_check_passes_when_it_fits():

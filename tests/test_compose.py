@@ -49,6 +49,19 @@ def test_missing_op_names_what_the_record_has():
         Curve.from_record(record("reduce_scatter"), "all_gather")
 
 
+@pytest.mark.parametrize("time_us", [None, {}, {"p50": 0}, {"p50": "12"}, {"p50": math.nan}], ids=repr)
+def test_rows_of_the_op_without_a_time_are_not_called_missing(time_us):
+    # It once said "has no 'all_gather' rows (it has: all_gather, ...)": the rows were there,
+    # without a usable time.
+    bad = record("all_gather")
+    for row in bad["rows"]:
+        row["time_us"] = time_us
+    with pytest.raises(UsageError) as info:
+        Curve.from_record(bad, "all_gather", "n.json")
+    text = str(info.value)
+    assert "has 4 'all_gather' row(s) but none with a measured time" in text and "has no" not in text
+
+
 def test_checkpoint_bytes_and_tiers():
     spec = CheckpointSpec(params=1e9)
     assert checkpoint_bytes(spec) == 12e9  # fp32 master + two fp32 Adam moments

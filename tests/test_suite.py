@@ -35,6 +35,27 @@ def test_suite_rejects_unknown_steps(run_cli):
     assert last_line(done.stderr).startswith("microbench: invalid --only 'gpu': expected some of ")
 
 
+def test_a_failed_step_shows_its_reason_not_its_headline():
+    from microbench.suite import DEFAULT_STEPS, StepResult
+
+    step = DEFAULT_STEPS[1]
+    reason = "rank 1 did not answer within 60 s (gloo timeout)"
+    failed = StepResult(step, "fail", 61.0, "r.json", "all_gather busbw 0.58 GB/s", reason)
+    assert failed.summary() == f"{reason} (partial record: all_gather busbw 0.58 GB/s)"
+    assert StepResult(step, "fail", 1.0, None, "", reason).summary() == reason
+    assert StepResult(step, "skip", 1.0, None, "", "no GPU").summary() == "no GPU"
+    assert StepResult(step, "pass", 9.0, "r.json", "all_gather busbw 0.58 GB/s").summary() == \
+        "all_gather busbw 0.58 GB/s"
+
+
+def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
+    from microbench.suite import Step, run_step
+
+    result = run_step(Step("memory", ("memory", "--sizes", "1Q")), tmp_path, str(tmp_path))
+    assert result.status == "fail"
+    assert result.summary().startswith("invalid --sizes '1Q'"), result.summary()
+
+
 def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     import xml.etree.ElementTree as ET
 

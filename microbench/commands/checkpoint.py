@@ -17,7 +17,7 @@ from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks
-from ..sizes import format_bytes_human, format_size, parse_positive_int, parse_size
+from ..sizes import format_bytes_human, format_size, memory_shortfall, parse_positive_int, parse_size
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 # How the launching process hands an embedded server to the ranks it spawns. The key pair is
@@ -94,9 +94,9 @@ def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck
     if choice.device == "cpu":
         need = ck.host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc
         free = free_memory_bytes("cpu")
-        if need > free * 0.9:
-            raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks needs about "
-                             f"{format_bytes_human(need)} of host memory but {format_bytes_human(free)} is free; "
+        shortfall = memory_shortfall(need, free, "host memory")
+        if shortfall:
+            raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks {shortfall}; "
                              f"use a smaller --size")
     if target.kind == "local":
         ct.preflight_local(target, config.size_bytes)
@@ -151,10 +151,10 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
         if config.device == "cuda":
             need = ck.host_bytes_per_rank(config.size_bytes, world.size, False)
             free = free_memory_bytes("cuda")
-            if need > free * 0.9:
-                raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks needs about "
-                                 f"{format_bytes_human(need)} of GPU memory per rank but {format_bytes_human(free)} "
-                                 f"is free; use a smaller --size or more ranks")
+            shortfall = memory_shortfall(need, free, "GPU memory per rank")
+            if shortfall:
+                raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks {shortfall}; "
+                                 f"use a smaller --size or more ranks")
         probe = ck.CheckpointProbe(config, world, run_dir)
         outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                             results_dir=args.results_dir)

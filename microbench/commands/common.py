@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..results import write_csv
 from ..runner import SweepSettings
-from ..sizes import parse_positive_int
+from ..sizes import parse_number, parse_positive, parse_positive_int
 
 
 def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int = 20, budget_s: float = 2.0) -> None:
@@ -28,25 +29,28 @@ def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int
 def settings_from_args(args: argparse.Namespace, *, check: bool = True) -> SweepSettings:
     warmup = _nonneg_int(args.warmup, "--warmup")
     iters = parse_positive_int(args.iters, what="--iters", example="20")
-    try:
-        budget = float(args.budget)
-    except ValueError:
-        raise UsageError(f"invalid --budget {args.budget!r}: expected seconds, e.g. 2 or 0 for no cap") from None
-    if budget < 0:
-        raise UsageError(f"invalid --budget {args.budget!r}: must be 0 or more seconds, e.g. 2")
+    budget = parse_number(args.budget, what="--budget", example="2", minimum=0.0)
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     return SweepSettings(warmup=warmup, iters=iters, budget_s_per_case=budget or None,
                          min_iters=min(3, iters), check=check, progress=progress)
 
 
 def parse_timeout(text: Any) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise UsageError(f"invalid --timeout {text!r}: expected seconds, e.g. --timeout 60") from None
-    if value <= 0:
-        raise UsageError(f"invalid --timeout {text!r}: must be more than 0 seconds, e.g. --timeout 60")
-    return value
+    return parse_positive(text, what="--timeout", example="60")
+
+
+def check_csv_target(path: str | None) -> None:
+    """Refuse a --csv that could not be written, before anything is measured, as --json is:
+    write_csv itself refuses to overwrite, but only once the sweep is over."""
+    if not path:
+        return
+    target = Path(path)
+    if target.exists():
+        raise UsageError(f"CSV file {path!r} already exists; results are never overwritten: "
+                         f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv")
+    if not target.parent.is_dir():
+        raise UsageError(f"invalid --csv {path!r}: directory {str(target.parent)!r} does not exist; "
+                         f"e.g. --csv {target.name}")
 
 
 def _nonneg_int(text: Any, what: str) -> int:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from .. import lab as labmod
-from ..dist import package_env
+from ..dist import package_env, self_command
 from ..errors import MicrobenchError, RunError, UsageError
 from ..sizes import parse_positive_int
 from ..tables import profiles_table
@@ -45,8 +45,10 @@ def link_gbps_from(path: str) -> float:
         raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
     except ValueError:
         raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
-    gbps = record.get("summary", {}).get("link_gbps") if isinstance(record, dict) else None
-    if record.get("kind") != "link" or not isinstance(gbps, (int, float)) or gbps <= 0:
+    summary = record.get("summary") if isinstance(record, dict) else None
+    gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
+    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
+            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
         raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
                          f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
     return float(gbps)
@@ -106,7 +108,7 @@ def run_profiles(args: Any, argv: list[str]) -> int:
             else:
                 path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{labmod.format_rate(rate)}-{stamp}.json"
             print(f"# link profile {label}: every host's egress shaped to {labmod.format_rate(rate)}", flush=True)
-            code = subprocess.run([sys.executable, "-m", "microbench", *base, "--json", str(path)], env=env).returncode
+            code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:
                 return code
             records.append((labmod.format_rate(rate), json.loads(path.read_text())))

@@ -13,7 +13,7 @@ from ..backends import BackendChoice
 from ..probes import link as linkprobe
 from ..runner import run_probe
 from ..session import in_world
-from ..sizes import format_size, parse_list, parse_positive_int, parse_sizes
+from ..sizes import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
 from ..errors import UsageError
 from ..expected import describe as describe_expected
 from .labrun import naming_lab_hosts
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "connections, and round-trip latency p50/p99 (rtt), between rank 0 and "
                                    "rank 1: two local processes, two launched ranks, or two lab hosts.")
     p.add_argument("--lab", default=None, metavar="NAME", help="run between two hosts of this lab (see `microbench lab`)")
-    p.add_argument("--pair", default="0,1", help="with --lab: the two host indices, e.g. 0,1 (default 0,1)")
+    p.add_argument("--pair", default=None, help="with --lab: the two host indices, e.g. 0,1 (default 0,1)")
     p.add_argument("--streams", default="1", help="parallel TCP connections for uni/bidir (default 1)")
     p.add_argument("--sizes", default="1M-64M", help="message sizes for uni/bidir, binary units (default 1M-64M)")
     p.add_argument("--lat-sizes", default="8,512,4K,64K,1M", help="message sizes for rtt (default 8,512,4K,64K,1M)")
@@ -40,10 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve(args: argparse.Namespace) -> linkprobe.Config:
-    try:
-        factor = float(args.factor)
-    except ValueError:
-        raise UsageError(f"invalid --factor {args.factor!r}: expected a number above 1, e.g. 2") from None
+    if args.pair is not None and not args.lab:
+        raise UsageError(f"--pair {args.pair!r} needs --lab NAME: it picks two hosts of a lab; without --lab "
+                         f"both ends run on this machine (e.g. --lab default --pair 0,1)")
+    factor = parse_number(args.factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     ops = parse_list(args.ops, linkprobe.OPS, what="--ops")
     streams = parse_positive_int(args.streams, what="--streams", example="4")
     if streams > linkprobe.MAX_STREAMS:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     per_rank, master_addr = None, "127.0.0.1"
     if args.lab and not os.environ.get("RANK"):
         lab = labmod.get(args.lab)
-        _, master_addr, per_rank = labmod.placement(lab, parse_pair(args.pair, len(lab.hosts)))
+        _, master_addr, per_rank = labmod.placement(lab, parse_pair(args.pair or "0,1", len(lab.hosts)))
 
     def body(world) -> int:
         me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()

@@ -8,15 +8,15 @@ import os
 import sys
 import tempfile
 
-from .. import backends
+from .. import backends, native
 from ..dist import detect_world
 from ..errors import RunError, UsageError
 from . import expectations, labrun
 from ..probes import collectives as coll
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
-from ..sizes import parse_list, parse_positive_int, parse_sizes
-from ..tables import collective_table
+from ..sizes import parse_list, parse_number, parse_positive_int, parse_sizes
+from ..tables import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -59,10 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoice, int]:
     """Validate every flag before any rank starts, so misuse fails fast with exit 2."""
-    try:
-        factor = float(args.factor)
-    except ValueError:
-        raise UsageError(f"invalid --factor {args.factor!r}: expected a number above 1, e.g. 2") from None
+    factor = parse_number(args.factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     sizes = parse_sizes(args.sizes, factor=factor)
     ops = parse_list(args.ops, tuple(coll.OPS), what="--ops")
     if args.dtype is not None and args.dtype not in coll.DTYPES:
@@ -103,7 +100,19 @@ def run(args: argparse.Namespace) -> int:
             ceiling = link_gbps
             if args.measure_link:
                 ceiling = measure_link_gbps(world, timeout_s)
-            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+            # Piped or under srun there is no progress bar: print each size as it finishes instead.
+            stream, transport_at_start = None, None
+            if world.rank == 0 and not sys.stdout.isatty():
+                start_impl = {**native.implementation(), **probe.implementation()}
+                transport_at_start = start_impl.get("transport_used")
+                print(header_line(world.size, start_impl, config), flush=True)
+                stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement")) for c in probe.cases()],
+                                          coll.element_size(config.dtype), emit=_emit, link_gbps=ceiling,
+                                          expected=expect["expected"])
+            # The table's own lines are the progress here; the generic per-case lines would repeat them.
+            run_settings = dataclasses.replace(settings, progress=False) if stream else settings
+            outcome = run_probe(probe, run_settings, config=config, world=world, json_path=args.json,
+                                on_row=stream.on_row if stream else None,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()},
                                 extra_summary={**expect, **({"link_gbps": ceiling,
@@ -111,7 +120,11 @@ def run(args: argparse.Namespace) -> int:
                                                else args.link_result} if ceiling else {})})
         if world.rank != 0:
             return 0
-        print_report(outcome.record, config, ceiling)
+        if stream is None:
+            print_report(outcome.record, config, ceiling)
+        elif outcome.record["implementation"].get("transport_used") != transport_at_start:
+            # NCCL names its transport only once it has connected, after the header went out.
+            print(f"# transport used: {outcome.record['implementation'].get('transport_used', 'unknown')}")
         write_outputs(args, outcome)
         wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
         print(f"# results: {outcome.path}")
@@ -158,12 +171,18 @@ def _nccl_log(choice: backends.BackendChoice) -> tuple[backends.BackendChoice, s
     return dataclasses.replace(choice, env=env), log_dir
 
 
+def header_line(ranks: int, impl: dict, config: coll.Config) -> str:
+    return (f"# microbench nccl: {ranks} ranks, backend {impl['backend']} on {impl['device']}, "
+            f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
+            f"implementation {impl['name']}")
+
+
+def _emit(text: str) -> None:
+    print(text, flush=True)
+
+
 def print_report(record: dict, config: coll.Config, link_gbps: float | None = None) -> None:
-    impl = record["implementation"]
-    world = record["config"]["world"]
-    print(f"# microbench nccl: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
-          f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
-          f"implementation {impl['name']}")
+    print(header_line(record["config"]["world"]["size"], record["implementation"], config))
     fits = record["summary"].get("fits", {})
     expected = record["summary"].get("expected", {})
     for op in config.ops:

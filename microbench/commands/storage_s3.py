@@ -14,7 +14,7 @@ from tabulate import tabulate
 from ..errors import ProbeUnavailable, UsageError
 from ..probes import storage_s3 as s3p
 from ..runner import run_probe
-from ..s3client import Target, boto3_unavailable_reason, check_endpoint, preflight, unique_prefix
+from ..s3client import Target, check_endpoint, s3_client_unavailable_reason, preflight, unique_prefix
 from ..s3server import DEFAULT_BUCKET, EmbeddedS3
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     config, endpoint = resolve(args)
     given = expectations.override(args.expected)
     settings = settings_from_args(args)
-    reason = boto3_unavailable_reason()
+    reason = s3_client_unavailable_reason()
     if reason:
         raise ProbeUnavailable(reason)
     with contextlib.ExitStack() as stack:
@@ -120,7 +120,7 @@ def print_report(record: dict, config: s3p.Config) -> None:
     else:
         target = impl["endpoint"]
     print(f"# microbench storage s3: {target}, bucket {config.bucket}, credentials: "
-          f"{impl['credentials_source']}; {impl['engine']} (boto3 {impl['boto3']})")
+          f"{impl['credentials_source']}; {impl['engine']} (botocore {impl['botocore']})")
     summary = record["summary"]
     expected = summary.get("expected")
     known = bool(expected and expected.get("gbps"))

@@ -35,9 +35,13 @@ def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = list(DEFAULT_STEPS)
-    if args.only:
+    if args.only is not None:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         names = {s.name for s in steps}
+        if not wanted:
+            # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
+            raise UsageError(f"invalid --only {args.only!r}: empty; expected some of {', '.join(sorted(names))} "
+                             f"(e.g. --only collectives,link)")
         for name in wanted:
             if name not in names:
                 raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(sorted(names))} "
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         for step in steps:
             print(f"# {step.name} ...", flush=True)
             results.append(run_step(step, out_dir, scratch, env=child_env))
-    table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.headline or r.message) for r in results]
+    table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
     print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]

@@ -24,6 +24,13 @@ def bus_factor(op: str, ranks: int) -> float:
     return 1.0
 
 
+def _measured(row: dict[str, Any]) -> bool:
+    time_us, size = row.get("time_us"), row.get("size_bytes")
+    p50 = time_us.get("p50") if isinstance(time_us, dict) else None
+    return (isinstance(size, int) and not isinstance(size, bool) and size > 0
+            and isinstance(p50, (int, float)) and not isinstance(p50, bool) and math.isfinite(p50) and p50 > 0)
+
+
 @dataclass(frozen=True)
 class Curve:
     op: str
@@ -40,11 +47,18 @@ class Curve:
 
     @classmethod
     def from_record(cls, record: dict[str, Any], op: str, source: str = "") -> "Curve":
-        rows = [r for r in record_rows(record, source) if r.get("op") == op and r.get("time_us")]
-        if not rows:
-            have = sorted({r.get("op") for r in record.get("rows", [])})
+        all_rows = record_rows(record, source)
+        named = [r for r in all_rows if r.get("op") == op]
+        if not named:
+            have = sorted({str(r.get("op")) for r in all_rows})
             raise UsageError(f"the collective record {source or ''} has no {op!r} rows (it has: "
-                             f"{', '.join(map(str, have)) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
+                             f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
+        # A row names its op whether or not it holds a usable time: only the latter make a curve.
+        rows = [r for r in named if _measured(r)]
+        if not rows:
+            raise UsageError(f"the collective record {source or ''} has {len(named)} {op!r} row(s) but none with a "
+                             f"measured time (size_bytes > 0 and time_us.p50 > 0, as `microbench nccl` writes); "
+                             f"re-run e.g. `microbench nccl --ops {op}`")
         placements = {r.get("placement", "out") for r in rows}
         placement = "out" if "out" in placements else sorted(placements)[0]
         rows = sorted((r for r in rows if r.get("placement", "out") == placement), key=lambda r: r["size_bytes"])

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from ..probe import Capabilities, Case, Probe
-from ..sizes import format_bytes_human
+from ..sizes import MEMORY_SHARE, format_bytes_human, memory_shortfall
 
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests spelling
@@ -94,18 +94,17 @@ def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int) -> int:
 
 def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str) -> None:
     need = bytes_needed_per_rank(ops, max(sizes), max(ranks_here, 1)) * ranks_here
-    if need > free_bytes * 0.9:
-        raise UsageError(
-            f"--sizes up to {format_bytes_human(max(sizes))} needs about {format_bytes_human(need)} of {where} "
-            f"for {ranks_here} rank(s) here, but only {format_bytes_human(free_bytes)} is free; "
-            f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
+    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
+    if shortfall:
+        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; "
+                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
 
 
 def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
     from ..sizes import format_size
 
     size = 1 << 20
-    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * 0.9:
+    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
         size *= 2
     return format_size(size)
 

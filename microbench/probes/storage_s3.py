@@ -1,4 +1,4 @@
-"""S3 object throughput: multipart PUT and ranged, concurrent GET through boto3's low-level
+"""S3 object throughput: multipart PUT and ranged, concurrent GET through botocore's low-level
 client with our own thread pool (so memory stays bounded and nothing is hidden in s3transfer).
 
 One iteration of `put` uploads `objects` objects of `object_size` bytes, each as a multipart
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
-from ..s3client import Target, boto3_unavailable_reason, delete_prefix, translate
+from ..s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
 from ..stats import percentile
 
 OPS = ("put", "get")
@@ -97,7 +97,7 @@ class StorageS3Probe(Probe):
         self._latencies: dict[str, list[list[tuple[float, float | None]]]] = {op: [] for op in OPS}
 
     def unavailable_reason(self) -> str | None:
-        return boto3_unavailable_reason()
+        return s3_client_unavailable_reason()
 
     @property
     def client(self) -> Any:
@@ -107,11 +107,9 @@ class StorageS3Probe(Probe):
         return self._client
 
     def implementation(self) -> dict[str, Any]:
-        import boto3
         import botocore
 
-        return {"engine": "boto3 low-level client, own thread pool", "boto3": boto3.__version__,
-                "botocore": botocore.__version__, **self.target.describe(),
+        return {"engine": "botocore low-level client, own thread pool", "botocore": botocore.__version__, **self.target.describe(),
                 "credentials_source": self.cred_source, "addressing_style": self.target.addressing_style,
                 "payload_signing": False, "range_bytes": self.config.part_size,
                 "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size)}

@@ -99,19 +99,23 @@ def redact_argv(argv: list[str]) -> list[str]:
 def check_record(record: dict[str, Any]) -> None:
     """Raise ValueError when a document is not a record this version can read."""
     if not isinstance(record, dict):
-        raise ValueError(f"it holds a JSON {_json_type(record)}, not an object")
+        raise ValueError(f"it holds a JSON {_json_type(record)}, not an object with schema_version, kind and rows")
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
     for key in ("kind", "status", "config", "environment", "implementation", "rows"):
         if key not in record:
             raise ValueError(f"record lacks {key!r}")
-    if not isinstance(record["rows"], list) or not all(isinstance(row, dict) for row in record["rows"]):
-        raise ValueError("its rows are not a list of objects")
     if record["status"] not in STATUSES:
         raise ValueError(f"status {record['status']!r} is not one of {STATUSES}")
+    rows = record["rows"]
+    if not isinstance(rows, list):
+        raise ValueError(f"its rows are not a list of objects (they are a JSON {_json_type(rows)})")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"its rows are not a list of objects (row {index} is a JSON {_json_type(row)})")
 
 
 def _json_type(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)

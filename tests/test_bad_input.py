@@ -1,0 +1,116 @@
+"""Bad input from issue 7: each is refused with exit 2 and exactly one line on stderr, before
+anything is measured, created or written. Every case runs the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+RECORD = {"schema_version": 1, "kind": "nccl", "status": "complete", "config": {}, "environment": {},
+          "implementation": {}, "rows": [{"op": "all_reduce", "size_bytes": 1 << 20, "busbw_gbps": 1.0}]}
+
+# (test id, argv, a fragment of the one stderr line, files to write in the working directory first)
+CASES = [
+    ("timeout-nan-nccl", ["nccl", "--sizes", "1M", "--nproc", "2", "--timeout", "nan"], "invalid --timeout 'nan'", {}),
+    ("timeout-nan-link", ["link", "--sizes", "1M", "--timeout", "nan"], "invalid --timeout 'nan'", {}),
+    ("timeout-inf-checkpoint", ["checkpoint", "--size", "1M", "--nproc", "2", "--target", ".", "--timeout", "inf"],
+     "invalid --timeout 'inf'", {}),
+    ("storage-posix-empty-path", ["storage", "posix", "--path", "", "--size", "1M"], "--path '' is empty", {}),
+    ("plot-out-no-directory", ["plot", "r.json", "--out", "nodir/p.png"], "directory 'nodir' does not exist",
+     {"r.json": RECORD}),
+    ("plot-json-list", ["plot", "r.json", "--out", "p.png"], "holds a JSON list, not an object", {"r.json": [RECORD]}),
+    ("plot-rows-not-objects", ["plot", "r.json", "--out", "p.png"], "rows are not a list of objects (row 1 is a JSON string)",
+     {"r.json": {**RECORD, "rows": [RECORD["rows"][0], "all_reduce 1.0"]}}),
+    ("plot-rows-not-a-list", ["plot", "r.json", "--out", "p.png"], "rows are not a list of objects (they are a JSON object)",
+     {"r.json": {**RECORD, "rows": {"op": "all_reduce"}}}),
+    ("factor-nan-nccl", ["nccl", "--sizes", "1M-4M", "--nproc", "2", "--factor", "nan"], "invalid --factor 'nan'", {}),
+    ("factor-inf-nccl", ["nccl", "--sizes", "1M-4M", "--nproc", "2", "--factor", "inf"], "invalid --factor 'inf'", {}),
+    ("factor-nan-link", ["link", "--sizes", "1M-4M", "--factor", "nan"], "invalid --factor 'nan'", {}),
+    ("factor-inf-link", ["link", "--sizes", "1M-4M", "--factor", "inf"], "invalid --factor 'inf'", {}),
+    ("budget-nan", ["memory", "--sizes", "1M", "--budget", "nan"], "invalid --budget 'nan'", {}),
+    ("budget-inf", ["memory", "--sizes", "1M", "--budget", "inf"], "invalid --budget 'inf'", {}),
+    ("suite-only-empty", ["suite", "--only", ""], "invalid --only '': empty", {}),
+    ("link-pair-without-lab", ["link", "--sizes", "1M", "--pair", "x"], "--pair 'x' needs --lab NAME", {}),
+    ("accept-min-not-a-number", ["suite", "--only", "memory", "--accept", "t.toml"], 'min = "fast": expected a finite',
+     {"t.toml": '[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = "fast"\n'}),
+    ("accept-max-nan", ["suite", "--only", "memory", "--accept", "t.json"], "max = NaN: expected a finite",
+     {"t.json": '{"check": [{"step": "memory", "op": "memcpy_1t", "metric": "copy_gbps", "max": NaN}]}'}),
+    ("csv-existing-memory", ["memory", "--sizes", "1M", "--csv", "old.csv"], "CSV file 'old.csv' already exists",
+     {"old.csv": "keep me\n"}),
+    ("csv-existing-nccl", ["nccl", "--sizes", "1M", "--nproc", "2", "--csv", "old.csv"],
+     "CSV file 'old.csv' already exists", {"old.csv": "keep me\n"}),
+    ("link-result-json-list", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
+     "is not a finished `microbench link` record", {"l.json": [{"kind": "link"}]}),
+    ("link-result-nan", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
+     "is not a finished `microbench link` record", {"l.json": '{"kind": "link", "summary": {"link_gbps": NaN}}'}),
+    ("csv-no-directory", ["memory", "--sizes", "1M", "--csv", "nodir/r.csv"], "directory 'nodir' does not exist", {}),
+]
+
+
+def _write(where: Path, files: dict) -> None:
+    for name, content in files.items():
+        (where / name).write_text(content if isinstance(content, str) else json.dumps(content))
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{stderr}"
+    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr and "internal error" not in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv,fragment,files", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refused_with_exit_2_and_one_line(run_cli, tmp_path, argv, fragment, files):
+    _write(tmp_path, files)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = run_cli(*argv, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert fragment in _one_line(done.stderr)
+    # Refused before anything ran: no record, no plot, no scratch; the files given are untouched.
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    for name, content in files.items():
+        assert (tmp_path / name).read_text() == (content if isinstance(content, str) else json.dumps(content))
+
+
+def _netns() -> str:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else ""
+
+
+@pytest.mark.parametrize("delay", ["nan", "inf", "-1"])
+def test_lab_up_refuses_a_bad_delay_before_creating_anything(run_cli, delay):
+    # No root needed: the delay is checked before any namespace exists.
+    name = "b" + uuid.uuid4().hex[:6]
+    done = run_cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"invalid --delay '{delay}'" in _one_line(done.stderr)
+    assert name not in _netns()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    target = tmp_path / "ro"
+    target.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        reason = f"cannot mount a read-only tmpfs here: {mounted.stderr.strip() or 'mount failed'}"
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], capture_output=True)
+
+
+def test_plot_onto_a_read_only_filesystem(run_cli, tmp_path, read_only_dir):
+    _write(tmp_path, {"r.json": RECORD})
+    done = run_cli("plot", "r.json", "--out", str(read_only_dir / "p.png"), timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = _one_line(done.stderr)
+    assert "cannot write --out" in line and "Read-only file system" in line
+    assert list(read_only_dir.iterdir()) == []
