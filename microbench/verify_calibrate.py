@@ -1,0 +1,140 @@
+"""Calibration, rank side: the three numbers the composer cannot know from probes alone, each
+measured on a configuration of its own (never one the matrix checks).
+
+  overlap             how much of the shorter of compute and communication is hidden when they
+                      run together on this backend and link: every rank issues an AllGather of
+                      a unit (async, as FSDP does) and runs matmuls meanwhile; with C and M their
+                      times alone and T together, overlap = (C + M - T) / min(C, M), in 0..1
+                      (gloo on a CPU competes with compute for the cores; NCCL takes SMs).
+  unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
+                      the optimizer): a model of many tiny units, whose compute and communication
+                      are negligible, timed as a real fully_shard step, minus the same model's
+                      plain step and its collectives alone, over 2 x units.
+  compute_efficiency  the matmul probe's prediction of the model's forward+backward over the
+                      model's real forward+backward (norms, activations, softmax, the loss: work
+                      the matmul probe does not see), on the calibration model unsharded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from . import fsdp_model as fm
+from . import verify as vf
+from .compose.fsdp import TrainSpec, compute_times
+from .compose.models import ModelShape
+from .stats import percentile
+
+CAL_SHAPE = fm.PRESETS["calib"]
+CAL_TOKENS = 384
+TINY_SHAPE = replace(fm.PRESETS["tiny"], name="tiny-units", layers=8)
+TINY_TOKENS = 16
+
+
+def predicted_compute_s(shape: ModelShape, tokens: int, flops_per_rank: float) -> float:
+    c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=flops_per_rank))
+    return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+
+
+def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str) -> dict[str, Any]:
+    probe = vf.probe_compute(world, CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+    predicted = predicted_compute_s(CAL_SHAPE, CAL_TOKENS, probe["flops_per_rank"])
+    measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=4)
+    return {"compute_efficiency": predicted / measured, "matmul_predicted_s": predicted, "measured_s": measured,
+            "matmul_tflops": probe["tflops"]}
+
+
+def overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    if world.size == 1:
+        return {"overlap": 1.0, "why": "one rank: nothing to overlap"}
+    n = world.size
+    dtype = getattr(torch, precision.param_dtype)
+    count = CAL_SHAPE.block_params // n * n
+    full = torch.zeros(count, dtype=dtype, device=device)
+    shard = torch.ones(count // n, dtype=dtype, device=device)
+    gen = torch.Generator().manual_seed(world.rank)
+    a = torch.randn(CAL_TOKENS, CAL_SHAPE.hidden, generator=gen).to(device, dtype)
+    b = torch.randn(CAL_SHAPE.hidden, 2 * CAL_SHAPE.ffn, generator=gen).to(device, dtype)
+
+    def timed(fn: Any) -> float:
+        world.barrier()
+        start = time.perf_counter()
+        fn()
+        vf.sync(device)
+        return time.perf_counter() - start
+
+    def matmuls(k: int) -> None:
+        for _ in range(k):
+            torch.matmul(a, b)
+
+    def gather() -> None:
+        dist.all_gather_into_tensor(full, shard)
+
+    for _ in range(2):
+        timed(gather), timed(lambda: matmuls(1))
+    one_mm = vf.slowest(world, percentile([timed(lambda: matmuls(1)) for _ in range(3)], 50))
+    one_ag = vf.slowest(world, percentile([timed(gather) for _ in range(3)], 50))
+    k = max(1, round(one_ag / max(one_mm, 1e-9)))   # as much compute as communication
+
+    def together() -> None:
+        work = dist.all_gather_into_tensor(full, shard, async_op=True)
+        matmuls(k)
+        work.wait()
+
+    c_alone, m_alone, both = [], [], []
+    for _ in range(reps):
+        c_alone.append(timed(lambda: matmuls(k)))
+        m_alone.append(timed(gather))
+        both.append(timed(together))
+    c, m, t = (vf.slowest(world, percentile(x, 50)) for x in (c_alone, m_alone, both))
+    value = (c + m - t) / min(c, m)
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "compute_alone_s": c, "comm_alone_s": m,
+            "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
+
+
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    import torch
+
+    shape, tokens = TINY_SHAPE, TINY_TOKENS
+    fsdp = vf.measure_steps(world, shape, tokens, device, precision, steps=reps, warmup=2)
+    torch.manual_seed(0)
+    plain = fm.build(shape, device)
+    optim = fm.optimizer(plain)
+    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
+    times = []
+    for i in range(2 + reps):
+        world.barrier()
+        start = time.perf_counter()
+        fm.step(plain, optim, ids, targets)
+        vf.sync(device)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    plain_s = vf.slowest(world, percentile(times, 50))
+    comm_s = vf.measure_comm_alone(world, shape, precision, device, reps=3)
+    fsdp_s = percentile(fsdp, 50)
+    units = shape.layers + 1
+    per_unit = max(0.0, (fsdp_s - plain_s - comm_s) / (2 * units))
+    return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "plain_step_s": plain_s, "comm_alone_s": comm_s,
+            "units": units, "model": shape.name, "tokens": tokens}
+
+
+def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
+    """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
+    eff = compute_efficiency(world, device, precision, dev)
+    ov = overlap(world, device, precision)
+    uo = unit_overhead(world, device, precision)
+    return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
+            "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
+            "ranks": world.size, "param_dtype": precision.param_dtype,
+            "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
+            "details": {"overlap": ov, "unit_overhead": uo, "compute_efficiency": eff}}
+
+
+def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
+    return vf.Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]),
+                          float(cal.get("compute_efficiency") or 1.0), source)
