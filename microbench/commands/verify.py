@@ -8,9 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
-import sys
 import tempfile
-import time
 from typing import Any
 
 from .. import backends, env as envmod, fsdp_model as fm, lab as labmod, native
@@ -109,9 +107,6 @@ def tolerance(text: str, what: str) -> float:
 def profiles(args: argparse.Namespace) -> list[tuple[str, int | None]]:
     if args.link_profiles is None:
         return [("unlimited" if args.lab else "loopback", None)]
-    if not args.lab:
-        raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between profiles, "
-                         "e.g. --lab v --link-profiles unlimited,1gbit")
     labels = [p.strip() for p in str(args.link_profiles).split(",") if p.strip()]
     if not labels:
         raise UsageError(f"invalid --link-profiles {args.link_profiles!r}: expected rates, e.g. unlimited,1gbit")
@@ -122,6 +117,9 @@ def profiles(args: argparse.Namespace) -> list[tuple[str, int | None]]:
         except UsageError:
             raise UsageError(f"unknown link profile {label!r} in --link-profiles: expected unlimited or a rate in "
                              f"bit/kbit/mbit/gbit, e.g. --link-profiles unlimited,1gbit") from None
+    if not args.lab:
+        raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between profiles, "
+                         "e.g. --lab v --link-profiles unlimited,1gbit")
     return out
 
 
@@ -224,7 +222,10 @@ def run_fsdp(args: argparse.Namespace) -> int:
         for label, rate in profs:
             if lab is not None:
                 labmod.shape(lab.name, rate, lab.delay_ms)
-            code = _launch({**base, "phase": "steps", "profile": label}, nproc, timeout_s, choice, args.lab)
+            spec = {**base, "phase": "steps", "profile": label}
+            if cal is not None and label in (cal.get("profiles") or {}):
+                spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
+            code = _launch(spec, nproc, timeout_s, choice, args.lab)
             if code != 0:
                 return code
         if checkpoint:
