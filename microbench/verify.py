@@ -202,15 +202,17 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
     blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
     L = shape.layers
     plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     times = []
     for i in range(1 + reps):
         world.barrier()
         start = time.perf_counter()
         for what, (full, shard) in plan:
             if what == "ag":
-                dist.all_gather_into_tensor(full, shard)
+                all_gather(full, shard)
             else:
-                dist.reduce_scatter_tensor(shard, full)
+                reduce_scatter(shard, full)
         sync(device)
         if i >= 1:
             times.append(time.perf_counter() - start)

@@ -72,8 +72,10 @@ def overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> 
         for _ in range(k):
             torch.matmul(a, b)
 
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
     def gather() -> None:
-        dist.all_gather_into_tensor(full, shard)
+        all_gather(full, shard)
 
     for _ in range(2):
         timed(gather), timed(lambda: matmuls(1))
@@ -82,7 +84,7 @@ def overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> 
     k = max(1, round(one_ag / max(one_mm, 1e-9)))   # as much compute as communication
 
     def together() -> None:
-        work = dist.all_gather_into_tensor(full, shard, async_op=True)
+        work = all_gather(full, shard, async_op=True)
         matmuls(k)
         work.wait()
 
