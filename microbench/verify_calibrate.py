@@ -7,9 +7,10 @@ measured on a configuration of its own (never one the matrix checks).
                       times alone and T together, overlap = (C + M - T) / min(C, M), in 0..1
                       (gloo on a CPU competes with compute for the cores; NCCL takes SMs).
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
-                      the optimizer): a model of many tiny units, whose compute and communication
-                      are negligible, timed as a real fully_shard step, minus the same model's
-                      plain step and its collectives alone, over 2 x units.
+                      the optimizer): the calibration model's units (six of them) at 16 tokens, so
+                      compute is negligible and nothing overlaps, timed as a real fully_shard
+                      step, minus the same model's plain forward+backward, its collectives alone
+                      and the AdamW probe at its shard size, over 2 x units.
   compute_efficiency  the matmul probe's prediction of the model's forward+backward over the
                       model's real forward+backward (norms, activations, softmax, the loss: work
                       the matmul probe does not see), on the calibration model unsharded.
@@ -29,8 +30,10 @@ from .stats import percentile
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
-TINY_SHAPE = replace(fm.PRESETS["tiny"], name="tiny-units", layers=8)
-TINY_TOKENS = 16
+# FSDP's per-unit cost at realistic unit sizes (its copies scale with the bytes) but almost no
+# compute, so nothing overlaps and what is left after compute, collectives and the optimizer is FSDP's.
+UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
+UNIT_TOKENS = 16
 
 
 def predicted_compute_s(shape: ModelShape, tokens: int, flops_per_rank: float) -> float:
@@ -100,29 +103,16 @@ def overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> 
 
 
 def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
-    import torch
-
-    shape, tokens = TINY_SHAPE, TINY_TOKENS
+    shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     fsdp = vf.measure_steps(world, shape, tokens, device, precision, steps=reps, warmup=2)
-    torch.manual_seed(0)
-    plain = fm.build(shape, device)
-    optim = fm.optimizer(plain)
-    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times = []
-    for i in range(2 + reps):
-        world.barrier()
-        start = time.perf_counter()
-        fm.step(plain, optim, ids, targets)
-        vf.sync(device)
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    plain_s = vf.slowest(world, percentile(times, 50))
+    compute_s = vf.measure_compute_alone(world, shape, tokens, device, precision, reps=reps)
     comm_s = vf.measure_comm_alone(world, shape, precision, device, reps=3)
+    optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
     fsdp_s = percentile(fsdp, 50)
     units = shape.layers + 1
-    per_unit = max(0.0, (fsdp_s - plain_s - comm_s) / (2 * units))
-    return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "plain_step_s": plain_s, "comm_alone_s": comm_s,
-            "units": units, "model": shape.name, "tokens": tokens}
+    per_unit = max(0.0, (fsdp_s - compute_s - comm_s - optimizer_s) / (2 * units))
+    return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
+            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens}
 
 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
