@@ -30,7 +30,7 @@ PRESETS: dict[str, ModelShape] = {m.name: m for m in (
                source="verify preset"),
     ModelShape("medium", hidden=384, layers=4, heads=6, kv_heads=2, head_dim=64, ffn=1024, vocab=4096,
                source="verify preset"),
-    ModelShape("calib", hidden=320, layers=3, heads=5, kv_heads=1, head_dim=64, ffn=864, vocab=2048,
+    ModelShape("calib", hidden=320, layers=3, heads=5, kv_heads=1, head_dim=64, ffn=864, vocab=4096,
                source="verify preset"),
 )}
 
