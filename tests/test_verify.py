@@ -81,7 +81,7 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     out = tmp_path / "v.json"
     done = run_cli(*SHORT, "--calibration", cal, "--tolerance", "1000", "--json", str(out), timeout=120)
     record = json.loads(out.read_text())
-    assert record["kind"] == "verify-fsdp" and record["status"] == "complete", done.stderr
+    assert record["kind"] == "verify" and record["status"] == "complete", done.stderr
     (row,) = record["rows"]
     assert row["kind"] == "step" and row["ranks"] == 2 and len(row["measured_steps_s"]) == 2
     assert row["measured_s"] == sorted(row["measured_steps_s"])[0] + (sorted(row["measured_steps_s"])[1] -
@@ -255,3 +255,16 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
             assert part["error_pct"] == pytest.approx(100 * (part["predicted_s"] - part["measured_s"]) / part["measured_s"])
         assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
     assert not (tmp_path / "ck").exists()   # the run removed what it wrote, the directory it made too
+
+
+def test_compose_takes_the_calibration_of_a_verify_record(tmp_path):
+    from types import SimpleNamespace
+
+    from microbench.commands.compose_inputs import calibration
+
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"schema_version": 1, "kind": "verify", "status": "complete", "rows": [],
+                                "summary": {"calibration": {"overlap": 0.25, "unit_overhead_s": 0.002,
+                                                            "backend": "gloo"}}}))
+    got = calibration(SimpleNamespace(calibration=str(path)))
+    assert (got.overlap, got.unit_overhead_s, got.backend) == (0.25, 0.002, "gloo")

@@ -205,7 +205,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
               "tolerance_pct": tol, "ckpt_tolerance_pct": ckpt_tol, "checkpoint": checkpoint,
               "calibration": args.calibration, "backend": choice.backend, "device": choice.device,
               "precision": dataclasses.asdict(fm.precision_for(choice.device))}
-    kind = "calibration" if args.calibrate_only else "verify-fsdp"
+    kind = "calibration" if args.calibrate_only else "verify"   # the kinds `compose --calibration` takes
     record = new_record(kind, config, envmod.collect(),
                         {**native.implementation(), "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
                          "model": fm.FAMILY, "backend": choice.backend, "device": choice.device})
