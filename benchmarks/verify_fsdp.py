@@ -35,9 +35,11 @@ def markdown(record: dict) -> str:
     out = []
     for profile, cal in (record["summary"].get("calibration_by_profile") or {}).items():
         d = cal["details"]
-        out.append(f"- calibration [{profile}]: overlap {cal['overlap']:.2f} (compute {d['overlap']['compute_alone_s'] * 1e3:.1f} ms, "
-                   f"AllGather {d['overlap']['comm_alone_s'] * 1e3:.1f} ms, together {d['overlap']['together_s'] * 1e3:.1f} ms); "
-                   f"per-unit cost {cal['unit_overhead_s'] * 1e3:.2f} ms; compute efficiency {cal['compute_efficiency']:.3f}")
+        ov, bo = d["overlap"], d["backend_overlap"]
+        out.append(f"- calibration [{profile}]: overlap {cal['overlap']:.2f} (calib step {ov['measured_s'] * 1e3:.1f} ms "
+                   f"between serial {ov['predicted_serial_s'] * 1e3:.1f} and pipelined {ov['predicted_pipelined_s'] * 1e3:.1f} ms; "
+                   f"the backend alone could hide {bo['overlap']:.2f}); per-unit cost {cal['unit_overhead_s'] * 1e3:.2f} ms; "
+                   f"compute efficiency {cal['compute_efficiency']:.3f}")
     out.append("")
     out.append("| profile | model | tokens | predicted | measured p50 | spread | error | compute pred/alone | "
                "collectives pred/alone | overlap used/implied |")

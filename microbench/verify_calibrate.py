@@ -1,11 +1,15 @@
 """Calibration, rank side: the three numbers the composer cannot know from probes alone, each
 measured on a configuration of its own (never one the matrix checks).
 
-  overlap             how much of the shorter of compute and communication is hidden when they
-                      run together on this backend and link: every rank issues an AllGather of
-                      a unit (async, as FSDP does) and runs matmuls meanwhile; with C and M their
-                      times alone and T together, overlap = (C + M - T) / min(C, M), in 0..1
-                      (gloo on a CPU competes with compute for the cores; NCCL takes SMs).
+  overlap             the composer's blend between its pipelined step (overlap 1) and the serial
+                      sum of its parts (0) that the calibration model's real fully_shard step
+                      shows on this backend and link: (P0 - measured) / (P0 - P1), clamped to
+                      0..1, with P0 and P1 predicted from this run's probes at 0 and 1, after the
+                      two numbers below are known. Beside it, as a diagnostic, what the backend
+                      itself could hide: an async AllGather of a unit with matmuls meanwhile,
+                      (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
+                      issues its collectives synchronously (no streams), so it hides nothing
+                      there whatever the backend could; NCCL on a GPU runs beside compute.
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
                       the optimizer): the calibration model's units (six of them) at 16 tokens, so
                       compute is negligible and nothing overlaps, timed as a real fully_shard
@@ -46,10 +50,24 @@ def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: st
     predicted = predicted_compute_s(CAL_SHAPE, CAL_TOKENS, probe["flops_per_rank"])
     measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=4)
     return {"compute_efficiency": predicted / measured, "matmul_predicted_s": predicted, "measured_s": measured,
-            "matmul_tflops": probe["tflops"]}
+            "matmul_tflops": probe["tflops"], "probe": probe}
 
 
-def overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, compute: dict[str, Any],
+                 efficiency: float, unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
+    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
+    steps = vf.measure_steps(world, CAL_SHAPE, CAL_TOKENS, device, precision, steps=reps, warmup=2)
+    measured = percentile(steps, 50)
+    serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
+                                    vf.Calibration(o, unit_overhead_s, efficiency, ""))["step_s"] for o in (0.0, 1.0))
+    value = (serial - measured) / (serial - pipelined) if serial > pipelined else 0.0
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "measured_s": measured, "steps_s": steps,
+            "predicted_serial_s": serial, "predicted_pipelined_s": pipelined, "model": CAL_SHAPE.name,
+            "tokens": CAL_TOKENS}
+
+
+def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -118,13 +136,16 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
     eff = compute_efficiency(world, device, precision, dev)
-    ov = overlap(world, device, precision)
     uo = unit_overhead(world, device, precision)
+    ov = fsdp_overlap(world, device, precision, dev, backend, eff["probe"], eff["compute_efficiency"],
+                      uo["unit_overhead_s"])
+    could = backend_overlap(world, device, precision)
+    eff.pop("probe")
     return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
             "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
             "ranks": world.size, "param_dtype": precision.param_dtype,
             "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
-            "details": {"overlap": ov, "unit_overhead": uo, "compute_efficiency": eff}}
+            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
 
 
 def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
