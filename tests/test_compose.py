@@ -288,8 +288,10 @@ def test_a_model_that_does_not_fit_is_flagged_not_hidden(capsys, tmp_path):
 def test_gloo_record_gets_a_warning_and_rescale_note(capsys, tmp_path):
     from microbench.cli import main
 
-    path = nccl_file(tmp_path)
-    assert main(["compose", "--model", "mistral-7b", "--nccl", f"lab={path}", "--ranks", "16", "--gpu", "h100",
+    suite = tmp_path / "suite-1"
+    suite.mkdir()
+    nccl_file(suite, "collectives.json")
+    assert main(["compose", "--model", "mistral-7b", "--nccl", f"lab={suite}", "--ranks", "16", "--gpu", "h100",
                  "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "# warning: lab: " in out and "gloo on cpu" in out
@@ -314,6 +316,16 @@ def test_calibration_record_sets_overlap_and_overhead(tmp_path, capsys):
     assert main(["compose", "--gpu", "h100", "--ranks", "8", "--net", "ib=40GB/s", "--calibration", cal,
                  "--overlap", "1", "--results-dir", str(tmp_path)]) == 0
     assert "overlap 1, " in capsys.readouterr().out
+
+
+def test_a_partial_record_is_used_only_when_allowed_and_then_said(tmp_path, capsys):
+    from microbench.cli import main
+
+    path = nccl_file(tmp_path, "partial.json", status="partial")
+    assert main(["compose", "--gpu", "h100", "--nccl", path, "--allow-partial", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "# warning: partial: " in out and "is a partial record (--allow-partial)" in out
+    assert "e+0" not in out
 
 
 def bad_inputs(tmp):
@@ -372,6 +384,8 @@ def bad_inputs(tmp):
                           "--ranks 8 disagrees with --nodes 2 x --gpus-per-node 8"),
         "layers alone": ([*gpu, *net, "--layers", "32"], "--params and --layers go together"),
         "calibration kind": ([*gpu, *net, "--calibration", str(tmp / "ok.json")], "without summary.calibration"),
+        "names repeat": ([*gpu, "--nccl", str(tmp / "ok.json"), "--nccl", str(tmp / "ok.json")],
+                         "network names repeat (ok, ok)"),
         "unit overhead": ([*gpu, *net, "--unit-overhead", "-1us"], "invalid --unit-overhead '-1': must be at least 0"),
     }
 
@@ -381,7 +395,7 @@ CASES = ["tflops nan", "tflops inf", "params nan", "params 1e30", "tier nan", "t
          "partial", "unknown model", "unknown gpu", "config not json", "config field", "ranks vs nodes",
          "micro-batch 0", "seq-len -1", "mfu 0", "net no unit", "net bad latency", "no network", "no compute",
          "ckpt overhead", "ckpt interval", "nodes 0", "overlap 2", "params negative", "net negative", "ranks vs gpus",
-         "layers alone", "calibration kind", "unit overhead"]
+         "layers alone", "calibration kind", "unit overhead", "names repeat"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -63,6 +63,12 @@ def test_hf_config_gives_the_presets_counts(name):
     assert (shape.sliding_window, shape.sliding_layers) == (PRESETS[name].sliding_window, PRESETS[name].sliding_layers)
 
 
+def test_a_model_directory_is_read_through_its_config_json(tmp_path):
+    (tmp_path / "config.json").write_text((DATA / "llama-3.1-8b.config.json").read_text())
+    shape = from_hf_config(tmp_path)
+    assert shape.total_params == PRESETS["llama-3.1-8b"].total_params and shape.name == tmp_path.name
+
+
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(UsageError, match="unknown --model 'llama-9b': expected one of llama-3.1-8b, .*mixtral-8x7b"):
         preset("llama-9b")

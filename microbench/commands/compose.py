@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from .. import __version__
 from .. import compose as cp
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.models import format_params
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m = p.add_argument_group("model")
     m.add_argument("--model", default="llama-3.1-8b",
                    help=f"a preset with real shapes: {', '.join(cp.PRESETS)} (default llama-3.1-8b)")
-    m.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json (text_config inside is "
+    m.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json or its model directory (text_config inside is "
                    "read too); read from disk, no network")
     m.add_argument("--params", help="crude escape hatch: total parameters, e.g. 7e9 (with --layers)")
     m.add_argument("--layers", help="crude escape hatch: blocks (FSDP units), e.g. 32 (with --params)")
@@ -69,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "measured overlap and per-unit overhead (flags given here win)")
     n = p.add_argument_group("network (one or more; several give a what-if table)")
     n.add_argument("--nccl", action="append", default=[], metavar="[NAME=]RECORD",
-                   help="a `microbench nccl` record with all_gather and reduce_scatter rows, e.g. "
+                   help="a `microbench nccl` record with all_gather and reduce_scatter rows (or a suite directory), e.g. "
                         "results/suite-*/collectives.json; at another world size it is rescaled (repeatable)")
     n.add_argument("--net", action="append", default=[], metavar="NAME=BUSBW[@LATENCY]",
                    help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
@@ -246,7 +248,9 @@ def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rat
                           "gpu": rate.gpu.as_dict() if rate.gpu else None},
               "networks": [n.describe() for n in nets], "tiers": tiers,
               "checkpoint": {"interval_s": interval_s, "overhead_fraction": overhead, "mtbf_s": mtbf_s}}
-    record = new_record("compose", config, {}, {"name": "python", "engine": "microbench.compose"})
+    # A prediction does not depend on the machine that computed it: no probe of the hardware here.
+    environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
+    record = new_record("compose", config, environment, {"name": "python", "engine": "microbench.compose"})
     step_rows = [{"op": "step", "network": n.name, **preds[n.name].as_dict(), "fits_in_memory": memory.fits}
                  for n in nets]
     for row in step_rows:

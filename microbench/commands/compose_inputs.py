@@ -63,6 +63,8 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
+        if Path(path).is_dir() and (Path(path) / "collectives.json").is_file():
+            path = str(Path(path) / "collectives.json")   # a suite's results directory
         record = load_record(path)
         out.append(network_from_record(record, name or Path(path).stem, path,
                                        allow_partial=args.allow_partial, for_gpus=for_gpus))

@@ -236,6 +236,8 @@ def _name_from_path(path: Path) -> str:
 def from_hf_config(path: str | Path) -> ModelShape:
     """Shapes from a Hugging Face config.json, read from disk only (no hub access). Multimodal
     configs keep the language model under `text_config` and an encoder under `vision_config`."""
+    if Path(path).is_dir() and (Path(path) / "config.json").is_file():
+        path = Path(path) / "config.json"   # a downloaded model directory
     path = str(path)
     try:
         with open(path) as handle:
