@@ -100,6 +100,13 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     verdict_ = record["summary"]["verdict"]
     assert verdict_["pass"] == (abs(row["error_pct"]) <= 1000) and done.returncode == (0 if verdict_["pass"] else 1)
     assert "predicted" in done.stdout and "verdict" in done.stdout
+    # The record states the calibration it used, in the form compose --calibration reads.
+    from types import SimpleNamespace
+
+    from microbench.commands.compose_inputs import calibration
+
+    got = calibration(SimpleNamespace(calibration=str(out)))
+    assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
 def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path):
@@ -256,15 +263,3 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
         assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
     assert not (tmp_path / "ck").exists()   # the run removed what it wrote, the directory it made too
 
-
-def test_compose_takes_the_calibration_of_a_verify_record(tmp_path):
-    from types import SimpleNamespace
-
-    from microbench.commands.compose_inputs import calibration
-
-    path = tmp_path / "v.json"
-    path.write_text(json.dumps({"schema_version": 1, "kind": "verify", "status": "complete", "rows": [],
-                                "summary": {"calibration": {"overlap": 0.25, "unit_overhead_s": 0.002,
-                                                            "backend": "gloo"}}}))
-    got = calibration(SimpleNamespace(calibration=str(path)))
-    assert (got.overlap, got.unit_overhead_s, got.backend) == (0.25, 0.002, "gloo")

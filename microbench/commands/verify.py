@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    f"(default 256; with --matrix: {DEFAULT_TOKENS})")
     f.add_argument("--matrix", action="store_true", help="the held-out grid: models x token counts x link profiles, "
                    "plus the checkpoint to a directory and to S3")
-    f.add_argument("--steps", default="5", help="timed steps per configuration (default 5)")
+    f.add_argument("--steps", default="6", help="timed steps per configuration (default 6)")
     f.add_argument("--warmup", default="2", help="untimed steps first (default 2)")
     f.add_argument("--lab", default=None, metavar="NAME", help="place one rank per host of this lab")
     f.add_argument("--link-profiles", default=None, metavar="RATES", help="with --lab: run every configuration under "
@@ -235,7 +235,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
     finally:
         if lab is not None:
             labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
-    return _finish(path, tol, ckpt_tol, args.calibrate_only)
+    return _finish(path, tol, ckpt_tol, args.calibrate_only, cal)
 
 
 def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None) -> int:
@@ -285,14 +285,16 @@ def _run_phase(path: str) -> int:
     return in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice, body=body)
 
 
-def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool) -> int:
+def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
     from ..verify_phases import RecordFile
 
     record_file = RecordFile(path)
 
     def summarize(record: dict[str, Any]) -> None:
         by_profile = record["summary"].get("calibration_by_profile") or {}
-        if by_profile:
+        if given is not None:
+            record["summary"]["calibration"] = given   # what the predictions used, for compose too
+        elif by_profile:
             first = next(iter(by_profile.values()))
             record["summary"]["calibration"] = {**first, "profiles": {k: {"overlap": v["overlap"],
                                                 "unit_overhead_s": v["unit_overhead_s"],
