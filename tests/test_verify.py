@@ -263,3 +263,23 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
         assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
     assert not (tmp_path / "ck").exists()   # the run removed what it wrote, the directory it made too
 
+
+
+def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp_path, lab):
+    from microbench import lab as labmod
+
+    cal = calibration_record(tmp_path / "cal.json")
+    out = tmp_path / "v.json"
+    done = run_cli("verify", "fsdp", "--model", "tiny", "--tokens", "32", "--steps", "2", "--warmup", "1",
+                   "--lab", lab.name, "--link-profiles", "unlimited,100mbit", "--calibration", cal,
+                   "--tolerance", "1000", "--json", str(out), timeout=180)
+    record = json.loads(out.read_text())
+    assert record["status"] == "complete", done.stderr
+    rows = record["rows"]
+    assert [r["profile"] for r in rows] == ["unlimited", "100mbit"]
+    # The shaped profile's collectives were measured under its shaping: the root's gather is slower.
+    def root_gather_us(row):
+        return next(r["time_us"]["p50"] for r in row["inputs"]["collectives"]["rows"]
+                    if r["op"] == "all_gather" and r["size_bytes"] == fm.PRESETS["tiny"].root_params * 4)
+    assert root_gather_us(rows[1]) > root_gather_us(rows[0])
+    assert labmod.find(lab.name).rate_bps == lab.rate_bps   # the lab's own shaping is back
