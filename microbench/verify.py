@@ -219,18 +219,21 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
     return slowest(world, percentile(times, 50))
 
 
-def parts(pred: dict[str, Any], measured_s: float, compute_alone_s: float, comm_alone_s: float) -> dict[str, Any]:
-    """Predicted vs measured per part. The overlap a step implies: how much of the shorter of
-    compute and communication it hid, (compute + comm + rest - step) / min(compute, comm)."""
+def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,
+          comm_alone_s: float) -> dict[str, Any]:
+    """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
+    the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
+    most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
     comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"]
     rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
-    shorter = min(compute_alone_s, comm_alone_s)
-    implied = (compute_alone_s + comm_alone_s + rest - measured_s) / shorter if shorter > 0 else None
+    hideable = pred["no_overlap_s"] - pipelined_s
+    hidden = compute_alone_s + comm_alone_s + rest - measured_s
     return {"compute": {"predicted_s": pred["compute_s"], "measured_alone_s": compute_alone_s,
                         "error_pct": error_pct(pred["compute_s"], compute_alone_s)},
             "collectives": {"predicted_s": comm_pred, "measured_alone_s": comm_alone_s,
                             "error_pct": error_pct(comm_pred, comm_alone_s) if comm_alone_s > 0 else None},
-            "overlap": {"used": None, "implied_by_step": implied},
+            "overlap": {"used": None, "implied_by_step": hidden / hideable if hideable > 0 else None,
+                        "hidden_s": hidden, "hideable_s": hideable},
             "rest": {"optimizer_s": pred["optimizer_s"], "fsdp_overhead_s": pred["fsdp_overhead_s"]}}
 
 

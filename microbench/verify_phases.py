@@ -96,7 +96,9 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = vf.measure_comm_alone(world, shape, precision, device)
     measured = percentile(times, 50)
-    parts = vf.parts(pred, measured, compute_alone, comm_alone)
+    pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
+                           vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
+    parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
     parts["overlap"]["used"] = cal.overlap
     return {"kind": "step", "profile": profile, "model": shape.name, "tokens": tokens, "ranks": world.size,
             "total_params": shape.total_params, "block_params": shape.block_params, "root_params": shape.root_params,

@@ -68,9 +68,10 @@ def test_verdict_names_every_row_outside_and_keeps_counting():
 
 def test_parts_state_the_overlap_the_step_implies():
     pred = {"compute_s": 1.0, "allgather_fwd_s": 0.2, "allgather_bwd_s": 0.1, "reduce_scatter_s": 0.2,
-            "optimizer_s": 0.1, "fsdp_overhead_s": 0.0}
-    parts = vf.parts(pred, measured_s=1.4, compute_alone_s=1.0, comm_alone_s=0.5)
-    assert parts["overlap"]["implied_by_step"] == pytest.approx((1.0 + 0.5 + 0.1 - 1.4) / 0.5)
+            "optimizer_s": 0.1, "fsdp_overhead_s": 0.0, "no_overlap_s": 1.6}
+    parts = vf.parts(pred, pipelined_s=1.2, measured_s=1.4, compute_alone_s=1.0, comm_alone_s=0.5)
+    # it hid 0.2 s of the 0.4 s the composer's pipelined step hides
+    assert parts["overlap"]["implied_by_step"] == pytest.approx(0.5)
     assert parts["compute"]["error_pct"] == 0.0 and parts["collectives"]["error_pct"] == 0.0
 
 
