@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -282,7 +283,13 @@ def _run_phase(path: str) -> int:
         from ..verify_phases import run_steps
 
         body = lambda world: run_steps(world, spec)  # noqa: E731
-    return in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice, body=body)
+    code = in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice, body=body)
+    # A rank is done once its world is closed; the interpreter's teardown of gloo's threads can
+    # still abort ("terminate called without an active exception") and turn a finished phase
+    # into a failed rank, so a rank that finished leaves without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
