@@ -48,7 +48,7 @@ def predicted_compute_s(shape: ModelShape, tokens: int, flops_per_rank: float) -
 def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str) -> dict[str, Any]:
     probe = vf.probe_compute(world, CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
     predicted = predicted_compute_s(CAL_SHAPE, CAL_TOKENS, probe["flops_per_rank"])
-    measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=4)
+    measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=7)
     return {"compute_efficiency": predicted / measured, "matmul_predicted_s": predicted, "measured_s": measured,
             "matmul_tflops": probe["tflops"], "probe": probe}
 
