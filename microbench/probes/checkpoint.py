@@ -42,18 +42,20 @@ class Config:
     keep: bool = False
     device: str = "cpu"
     backend: str = "gloo"
+    tensors: int = 0                # 0: as many as TENSOR_BYTES needs; else this many (a model's item count)
 
 
-def layout(size_bytes: int, nranks: int, elem: int) -> list[int]:
+def layout(size_bytes: int, nranks: int, elem: int, tensors: int = 0) -> list[int]:
     """Rows per rank for each tensor: whole rows, an equal count on every rank, tensors of at
-    most TENSOR_BYTES globally. Raises UsageError when the size cannot hold one row per rank."""
+    most TENSOR_BYTES globally (or exactly `tensors` of them, to match a model's state dict,
+    whose per-item cost DCP pays). Raises UsageError when the size cannot hold one row per rank."""
     row_bytes = ROW_ELEMS * elem
     rows_per_rank = size_bytes // (row_bytes * nranks)
     if rows_per_rank < 1:
         need = row_bytes * nranks
         raise UsageError(f"invalid --size {format_bytes_human(size_bytes)}: too small for {nranks} ranks; "
                          f"needs at least {need} bytes (one {row_bytes}-byte row per rank), e.g. --size 64M")
-    ntensors = max(1, math.ceil(rows_per_rank * row_bytes * nranks / TENSOR_BYTES))
+    ntensors = tensors or max(1, math.ceil(rows_per_rank * row_bytes * nranks / TENSOR_BYTES))
     ntensors = min(ntensors, rows_per_rank)
     base, extra = divmod(rows_per_rank, ntensors)
     return [base + (1 if i < extra else 0) for i in range(ntensors)]
@@ -88,7 +90,7 @@ class CheckpointProbe(Probe):
         self.dtype = getattr(torch, config.dtype)
         self.elem = ELEM[config.dtype]
         self.n, self.rank = world.size, world.rank
-        self.rows = layout(config.size_bytes, self.n, self.elem)
+        self.rows = layout(config.size_bytes, self.n, self.elem, config.tensors)
         self.size = sum(self.rows) * ROW_ELEMS * self.elem * self.n
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
         self.mesh = init_device_mesh(self.device.type, (self.n,))

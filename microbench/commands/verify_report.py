@@ -1,0 +1,86 @@
+"""The verdict and the tables of `verify fsdp`: pure functions of the record's rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from ..compose.report import format_time
+
+
+def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float) -> dict[str, Any]:
+    """Every row judged; `outside` names each configuration whose |error| exceeds its tolerance."""
+    outside, checked = [], 0
+    for row in rows:
+        if row.get("kind") == "step":
+            checked += 1
+            if not abs(row["error_pct"]) <= tolerance_pct:
+                outside.append(f"{row['profile']} {row['model']} {row['tokens']} tokens {row['error_pct']:+.1f}% "
+                               f"(> {tolerance_pct:g}%)")
+        elif row.get("kind") == "checkpoint":
+            for op in ("save", "load"):
+                checked += 1
+                err = row[op]["error_pct"]
+                if not abs(err) <= ckpt_tolerance_pct:
+                    outside.append(f"checkpoint {op} to {row['target']} {err:+.1f}% (> {ckpt_tolerance_pct:g}%)")
+                if op == "load" and row.get("wrong_loads"):
+                    outside.append(f"checkpoint load from {row['target']} returned other values than were saved")
+    return {"tolerance_pct": tolerance_pct, "ckpt_tolerance_pct": ckpt_tolerance_pct, "checked": checked,
+            "outside": outside, "pass": not outside and checked > 0}
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else format_time(seconds)
+
+
+def step_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
+    table = []
+    for r in rows:
+        p = r["parts"]
+        table.append((r["profile"], r["model"], r["tokens"], _ms(r["predicted_s"]), _ms(r["measured_s"]),
+                      f"{r['spread_pct']:.0f}%", f"{r['error_pct']:+.1f}%",
+                      "ok" if abs(r["error_pct"]) <= tolerance_pct else "OUTSIDE",
+                      f"{p['compute']['error_pct']:+.0f}%",
+                      "-" if p["collectives"]["error_pct"] is None else f"{p['collectives']['error_pct']:+.0f}%",
+                      "-" if p["overlap"]["implied_by_step"] is None
+                      else f"{p['overlap']['used']:.2f}/{p['overlap']['implied_by_step']:.2f}"))
+    return tabulate(table, headers=["profile", "model", "tokens", "predicted", "measured p50", "spread", "error",
+                                    "verdict", "compute err", "comm err", "overlap used/implied"],
+                    tablefmt="simple", disable_numparse=True)
+
+
+def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
+    table = []
+    for r in rows:
+        for op in ("save", "load"):
+            part = r[op]
+            table.append((r["target"], op, f"{r['bytes'] / 1e6:.1f} MB", _ms(part["predicted_s"]),
+                          _ms(part["measured_s"]), f"{part['spread_pct']:.0f}%", f"{part['error_pct']:+.1f}%",
+                          "ok" if abs(part["error_pct"]) <= tolerance_pct else "OUTSIDE"))
+    return tabulate(table, headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error", "verdict"],
+                    tablefmt="simple", disable_numparse=True)
+
+
+def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
+    summary = record.get("summary") or {}
+    for profile, cal in (summary.get("calibration_by_profile") or {}).items():
+        print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
+              f"{cal['overlap']:.2f}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
+              f"{cal['compute_efficiency']:.2f} (matmul probe / real forward+backward)")
+    if calibrate_only:
+        return
+    verdict_ = summary.get("verdict") or {}
+    steps = [r for r in record["rows"] if r.get("kind") == "step"]
+    ckpts = [r for r in record["rows"] if r.get("kind") == "checkpoint"]
+    if steps:
+        print(step_table(steps, verdict_.get("tolerance_pct", 10)))
+        print("# inputs: compute = matmul probe at the block's shapes x calibrated efficiency; collectives = probe at "
+              "the unit sizes; optimizer = AdamW probe at the shard size; all measured in this run")
+    if ckpts:
+        print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
+        print("# checkpoint inputs: the checkpoint probe on each target in this run (same bytes, synthetic tensors)")
+    if verdict_:
+        print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
+              f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "
+              f"|checkpoint error| <= {verdict_['ckpt_tolerance_pct']:g}%)")

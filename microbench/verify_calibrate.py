@@ -1,0 +1,164 @@
+"""Calibration, rank side: the three numbers the composer cannot know from probes alone, each
+measured on a configuration of its own (never one the matrix checks).
+
+  overlap             the composer's blend between its pipelined step (overlap 1) and the serial
+                      sum of its parts (0) that the calibration model's real fully_shard step
+                      shows on this backend and link: (P0 - measured) / (P0 - P1), clamped to
+                      0..1, with P0 and P1 predicted from this run's probes at 0 and 1, after the
+                      two numbers below are known. Beside it, as a diagnostic, what the backend
+                      itself could hide: an async AllGather of a unit with matmuls meanwhile,
+                      (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
+                      issues its collectives synchronously (no streams), so it hides nothing
+                      there whatever the backend could; NCCL on a GPU runs beside compute.
+  unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
+                      the optimizer): the calibration model's units (six of them) at 16 tokens, so
+                      compute is negligible and nothing overlaps, timed as a real fully_shard
+                      step, minus the same model's plain forward+backward, its collectives alone
+                      and the AdamW probe at its shard size, over 2 x units.
+  compute_efficiency  the matmul probe's prediction of the model's forward+backward over the
+                      model's real forward+backward (norms, activations, softmax, the loss: work
+                      the matmul probe does not see), on the calibration model unsharded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from . import fsdp_model as fm
+from . import verify as vf
+from .compose.fsdp import TrainSpec, compute_times
+from .compose.models import ModelShape
+from .stats import percentile
+
+CAL_SHAPE = fm.PRESETS["calib"]
+CAL_TOKENS = 384
+# FSDP's per-unit cost at realistic unit sizes (its copies scale with the bytes) but almost no
+# compute, so nothing overlaps and what is left after compute, collectives and the optimizer is FSDP's.
+UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
+UNIT_TOKENS = 16
+
+
+def predicted_compute_s(shape: ModelShape, tokens: int, flops_per_rank: float) -> float:
+    c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=flops_per_rank))
+    return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+
+
+def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, rounds: int = 3) -> dict[str, Any]:
+    """Median over rounds of (matmul-probe prediction / the model alone), each round a probe and
+    the model back to back: one burst of someone else's work on a shared box moves one sample by
+    tens of percent, and this number scales every compute prediction."""
+    samples, probes = [], []
+    for _ in range(rounds):
+        probe = vf.probe_compute(world, CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+        predicted = predicted_compute_s(CAL_SHAPE, CAL_TOKENS, probe["flops_per_rank"])
+        measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=5)
+        samples.append((predicted / measured, predicted, measured))
+        probes.append(probe)
+    order = sorted(range(rounds), key=lambda i: samples[i][0])
+    mid = order[rounds // 2]
+    eff, predicted, measured = samples[mid]
+    return {"compute_efficiency": eff, "matmul_predicted_s": predicted, "measured_s": measured,
+            "matmul_tflops": probes[mid]["tflops"], "samples": [s[0] for s in samples], "probe": probes[mid]}
+
+
+def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, compute: dict[str, Any],
+                 efficiency: float, unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
+    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
+    steps = vf.measure_steps(world, CAL_SHAPE, CAL_TOKENS, device, precision, steps=reps, warmup=2)
+    measured = percentile(steps, 50)
+    serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
+                                    vf.Calibration(o, unit_overhead_s, efficiency, ""))["step_s"] for o in (0.0, 1.0))
+    value = (serial - measured) / (serial - pipelined) if serial > pipelined else 0.0
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "measured_s": measured, "steps_s": steps,
+            "predicted_serial_s": serial, "predicted_pipelined_s": pipelined, "model": CAL_SHAPE.name,
+            "tokens": CAL_TOKENS}
+
+
+def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    if world.size == 1:
+        return {"overlap": 1.0, "why": "one rank: nothing to overlap"}
+    n = world.size
+    dtype = getattr(torch, precision.param_dtype)
+    count = CAL_SHAPE.block_params // n * n
+    full = torch.zeros(count, dtype=dtype, device=device)
+    shard = torch.ones(count // n, dtype=dtype, device=device)
+    gen = torch.Generator().manual_seed(world.rank)
+    a = torch.randn(CAL_TOKENS, CAL_SHAPE.hidden, generator=gen).to(device, dtype)
+    b = torch.randn(CAL_SHAPE.hidden, 2 * CAL_SHAPE.ffn, generator=gen).to(device, dtype)
+
+    def timed(fn: Any) -> float:
+        world.barrier()
+        start = time.perf_counter()
+        fn()
+        vf.sync(device)
+        return time.perf_counter() - start
+
+    def matmuls(k: int) -> None:
+        for _ in range(k):
+            torch.matmul(a, b)
+
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def gather() -> None:
+        all_gather(full, shard)
+
+    for _ in range(2):
+        timed(gather), timed(lambda: matmuls(1))
+    one_mm = vf.slowest(world, percentile([timed(lambda: matmuls(1)) for _ in range(3)], 50))
+    one_ag = vf.slowest(world, percentile([timed(gather) for _ in range(3)], 50))
+    k = max(1, round(one_ag / max(one_mm, 1e-9)))   # as much compute as communication
+
+    def together() -> None:
+        work = all_gather(full, shard, async_op=True)
+        matmuls(k)
+        work.wait()
+
+    c_alone, m_alone, both = [], [], []
+    for _ in range(reps):
+        c_alone.append(timed(lambda: matmuls(k)))
+        m_alone.append(timed(gather))
+        both.append(timed(together))
+    c, m, t = (vf.slowest(world, percentile(x, 50)) for x in (c_alone, m_alone, both))
+    # A world of one gathers nothing: no communication to hide, so nothing to measure.
+    value = (c + m - t) / min(c, m) if world.size > 1 and min(c, m) > 0 else 0.0
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "compute_alone_s": c, "comm_alone_s": m,
+            "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
+
+
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    shape, tokens = UNIT_SHAPE, UNIT_TOKENS
+    fsdp = vf.measure_steps(world, shape, tokens, device, precision, steps=reps, warmup=2)
+    compute_s = vf.measure_compute_alone(world, shape, tokens, device, precision, reps=reps)
+    comm_s = vf.measure_comm_alone(world, shape, precision, device, reps=3)
+    optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
+    fsdp_s = percentile(fsdp, 50)
+    units = shape.layers + 1
+    per_unit = max(0.0, (fsdp_s - compute_s - comm_s - optimizer_s) / (2 * units))
+    return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
+            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens}
+
+
+def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
+    """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
+    eff = compute_efficiency(world, device, precision, dev)
+    uo = unit_overhead(world, device, precision)
+    ov = fsdp_overlap(world, device, precision, dev, backend, eff["probe"], eff["compute_efficiency"],
+                      uo["unit_overhead_s"])
+    could = backend_overlap(world, device, precision)
+    eff.pop("probe")
+    return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
+            "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
+            "ranks": world.size, "param_dtype": precision.param_dtype,
+            "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
+            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
+
+
+def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
+    return vf.Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]),
+                          float(cal.get("compute_efficiency") or 1.0), source)

@@ -1,0 +1,165 @@
+"""Checkpoint verification, rank side: a real DCP save and load of a trained FSDP2 model and its
+AdamW state (the training checkpoint) to a directory and to S3, predicted from the checkpoint
+probe run on the same target in the same invocation.
+
+Prediction: the composer's tier model (`compose.checkpoint.predict_tier`): bytes over the
+aggregate write (read) bandwidth the checkpoint probe measured for a synthetic sharded state
+dict of the same total bytes on the same target. Measured: `dcp.save` of
+`get_state_dict(model, optimizer)` into a fresh step directory, and `dcp.load` plus
+`set_state_dict` after evicting the files' cached pages, each from a barrier to the slowest
+rank's return. The load is checked: the model's parameters after it equal those saved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import checkpoint_target as ct
+from . import fsdp_model as fm
+from .compose.checkpoint import predict_tier
+from .probes import checkpoint as ck
+from .runner import SweepSettings, measure_case
+from .stats import percentile
+from .verify import error_pct, spread_pct, sync
+from .verify_phases import RecordFile, device_of, guarded, quiet
+
+
+def _state_size(state: Any, ranks: int) -> tuple[int, int]:
+    """(global bytes, tensors) of the state dict (each rank holds an even shard)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    total = count = 0
+
+    def walk(obj: Any) -> None:
+        nonlocal total, count
+        if isinstance(obj, DTensor):
+            total += obj.numel() * obj.element_size()
+            count += 1
+        elif isinstance(obj, torch.Tensor):
+            total += obj.numel() * obj.element_size() * (1 if obj.dim() == 0 else ranks)
+            count += 1
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                walk(value)
+
+    walk(state)
+    return total, count
+
+
+def _checksum(model: Any) -> float:
+    return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
+
+
+def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
+               reps: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, optim)
+    state = {"model": msd, "optim": osd}
+    nbytes, items = _state_size(state, world.size)
+    # The input: the checkpoint probe on this target, a synthetic state dict of the same bytes
+    # in as many tensors (DCP pays per item in planning, metadata and reads).
+    probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32",
+                                         device=dev, backend=backend, tensors=items), world, run_dir)
+    settings = SweepSettings(warmup=1, iters=reps, budget_s_per_case=None, min_iters=reps, check=False, progress=False)
+    probe_rows = {case.op: measure_case(probe, case, settings, world) for case in probe.cases()}
+    write_gbps, read_gbps = probe_rows["save"]["write_gbps"], probe_rows["load"]["read_gbps"]
+    pred = predict_tier(label, probe.size, write_gbps, read_gbps)
+    saves, loads, wrong = [], [], 0
+    saved_sum = _checksum(model)
+    for i in range(reps + 1):
+        sub = f"verify-step-{i}"
+        world.barrier()
+        start = time.perf_counter()
+        dcp.save(state, storage_writer=run_dir.writer(sub, 1), process_group=world.control)
+        sync(dev)
+        saves.append(time.perf_counter() - start)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.to_local().zero_()
+        world.barrier()
+        if world.rank == 0:
+            run_dir.drop_page_cache(sub)
+        world.barrier()
+        start = time.perf_counter()
+        msd, osd = get_state_dict(model, optim)
+        loaded = {"model": msd, "optim": osd}
+        dcp.load(loaded, storage_reader=run_dir.reader(sub), process_group=world.control)
+        set_state_dict(model, optim, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        sync(dev)
+        loads.append(time.perf_counter() - start)
+        wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
+        world.barrier()
+        if world.rank == 0:
+            run_dir.remove_sub(sub)
+        msd, osd = get_state_dict(model, optim)
+        state = {"model": msd, "optim": osd}
+    per_rank = world.all_gather_object((saves[1:], loads[1:]))   # the first of each warms up
+    save_t = [max(r[0][i] for r in per_rank) for i in range(reps)]
+    load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
+    wrong = sum(world.all_gather_object(wrong))
+    save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
+    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {len(probe.rows)} "
+              f"synthetic tensors, "
+              f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
+    return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
+            "wrong_loads": wrong,
+            "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
+                     "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s)},
+            "load": {"predicted_s": pred.load_s, "measured_s": load_s, "measured_s_each": load_t,
+                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred.load_s or 0.0, load_s)},
+            "inputs": {"storage": {"source": source, "write_gbps": write_gbps, "read_gbps": read_gbps,
+                                   "probe_rows": {op: {"time_us": r["time_us"], "size_bytes": r["size_bytes"]}
+                                                  for op, r in probe_rows.items()}}}}
+
+
+def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
+    quiet()
+    import torch
+
+    dev, backend = opts["device"], opts["backend"]
+    device = device_of(dev)
+    precision = fm.precision_for(dev)
+    record = RecordFile(opts["record"]) if world.rank == 0 else None
+    shape = fm.shape_from_args(**opts["shape"])
+    torch.manual_seed(0)
+    model = fm.shard(fm.build(shape, device), precision)
+    optim = fm.optimizer(model)
+    ids, targets = fm.batch(shape, 64, device, seed=world.rank)
+    fm.step(model, optim, ids, targets)     # optimizer state exists only after a step
+    for label, target_text in opts["targets"]:
+        target = ct.parse_target(target_text)
+        access = None
+        if target.kind == "s3":
+            from .commands.checkpoint import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+            import os
+
+            access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),
+                                 embedded=True, root_dir=os.environ.get(ENV_ROOT))
+        name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
+        run_dir = ct.RunDir(target, name, access)
+        if world.rank == 0:
+            run_dir.create()
+        world.barrier()
+        try:
+            row = guarded(world, record, f"the checkpoint to {label}",
+                          lambda: run_target(world, run_dir, label, model, optim, dev, backend, opts["reps"]))
+            world.barrier()
+        finally:
+            if world.rank == 0:
+                run_dir.remove()
+        row["model"] = shape.name
+        if record is not None:
+            record.add_row(row)
+            print(f"# [checkpoint {label}] {row['bytes'] / 1e6:.1f} MB: save predicted {row['save']['predicted_s']:.3f} s, "
+                  f"measured {row['save']['measured_s']:.3f} s ({row['save']['error_pct']:+.1f}%); load predicted "
+                  f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
+                  f"({row['load']['error_pct']:+.1f}%)", flush=True)
+    return 0
