@@ -13,7 +13,7 @@ import tempfile
 from typing import Any
 
 from .. import backends, env as envmod, fsdp_model as fm, lab as labmod, native
-from ..dist import detect_world
+from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..results import RecordWriter, load_record, new_record
 from ..session import free_memory_bytes, in_world, local_ranks
@@ -198,6 +198,8 @@ def run_fsdp(args: argparse.Namespace) -> int:
     cal = calibration_from(args.calibration, choice.backend, choice.device) if args.calibration else None
     if args.calibrate_only and cal is not None:
         raise UsageError("--calibrate-only measures a calibration; it takes no --calibration")
+    if lab is None and detect_world() is None:
+        check_local_world(nproc)  # before the memory check, which scales with nproc
     check_memory(shape_kwargs, tokens, nproc, choice)
     checkpoint = (args.matrix if args.checkpoint is None else args.checkpoint) and not args.calibrate_only
     configs = [(name, t) for name in shape_kwargs for t in tokens]
