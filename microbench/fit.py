@@ -25,7 +25,7 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
         points.append((r["size_bytes"] * factor, t, r["size_bytes"], r["busbw_gbps"], factor))
     if not points:
         return {"placement": placement, "points": 0}
-    if all(p[4] == 0 for p in points):
+    if all(p[4] == 0 for p in points) or max(p[3] for p in points) <= 0:
         # A world of one rank: nothing crosses a bus, busbw is 0 by the nccl-tests convention,
         # and a bus-bandwidth model has nothing to fit (algbw stays in the rows).
         return {"placement": placement, "points": 0,

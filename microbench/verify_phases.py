@@ -5,8 +5,10 @@ marks the record partial and says which rank is gone."""
 
 from __future__ import annotations
 
-import json
 import os
+import traceback
+
+import json
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -69,6 +71,8 @@ def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], A
         reason = str(exc)
         error: MicrobenchError = exc
     except Exception as exc:
+        if os.environ.get("MICROBENCH_DEBUG"):
+            traceback.print_exc()
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         world.note_failure(first)
         missing = world.missing_ranks()
