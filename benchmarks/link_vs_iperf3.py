@@ -113,7 +113,7 @@ def main() -> int:
             line_gbps = LINE_GBIT / 8
             # The target is the fabric's: microbench's rings (--algo ring). torch's own gloo
             # collectives run the same sweep beside them, as information: their send-before-
-            # receive exchange is half duplex on this link (see microbench/probes/ring.py).
+            # receive exchange is half duplex on this link (see microbench/probes/nccl/ring.py).
             for algo in ("ring", "torch"):
                 for row in collective_busbw(lab, args.coll_sizes, work, algo):
                     if row["size_bytes"] >= 16 << 20 and row.get("placement") == "out":

@@ -38,7 +38,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from microbench.dist import World, detect_world
     from microbench.probe import Case
-    from microbench.probes import collectives as coll
+    from microbench.probes import nccl as coll
     from microbench.runner import SweepSettings, measure_case
     from microbench.sizes import parse_sizes
 

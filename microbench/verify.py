@@ -26,7 +26,7 @@ from . import fsdp_model as fm
 from .compose.curves import Curve
 from .compose.fsdp import TrainSpec, predict_step
 from .compose.models import ModelShape
-from .probes import collectives as coll
+from .probes import nccl as coll
 from .probes import compute as cm
 from .runner import SweepSettings, measure_case
 from .stats import percentile

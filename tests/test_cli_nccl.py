@@ -7,7 +7,7 @@ import pytest
 
 from conftest import last_line
 from microbench import native
-from microbench.probes.collectives import OPS
+from microbench.probes.nccl import OPS
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from microbench.errors import UsageError
-from microbench.probes import collectives as coll
-from microbench.probes.collectives import OPS, count_wrong, effective_size, expected_result, expected_segments, pattern
+from microbench.probes import nccl as coll
+from microbench.probes.nccl import OPS, count_wrong, effective_size, expected_result, expected_segments, pattern
 
 
 @pytest.mark.parametrize("op, n, factor", [

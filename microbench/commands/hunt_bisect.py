@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import hunt
 from ..errors import RunError
-from ..probes.collectives import CollectiveProbe, Config
+from ..probes.nccl import CollectiveProbe, Config
 from ..runner import SweepSettings, measure_case
 
 

@@ -12,7 +12,7 @@ from .. import backends, native
 from ..dist import detect_world
 from ..errors import RunError, UsageError
 from . import expectations, labrun
-from ..probes import collectives as coll
+from ..probes import nccl as coll
 from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
 from ..sizes import parse_list, parse_number, parse_positive_int, parse_sizes

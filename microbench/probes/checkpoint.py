@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..sizes import format_bytes_human
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
 ROW_ELEMS = 1024           # columns per tensor
@@ -303,3 +304,13 @@ def _dcp_cause(exc: BaseException) -> str:
         return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+
+
+SPEC = ProbeSpec(
+    name="checkpoint", command=("checkpoint",), order=60,
+    help="torch.distributed.checkpoint save/load (and async save) throughput",
+    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: CheckpointProbe(config),
+    cli="microbench.commands.checkpoint", needs=Needs(world=True, target=True, s3=True), aliases=(),
+    suite=(SuiteStep("checkpoint", ("--size", "256M", "--nproc", "2", "--target", "{path}")),
+           SuiteStep("checkpoint s3", ("--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt"))),
+)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..probe import Capabilities, Case, Probe
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -144,3 +145,12 @@ class ComputeProbe(Probe):
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {"achieved_tflops": achieved_tflops(rows), "model": self.config.model, "tokens": self.config.tokens}
+
+
+SPEC = ProbeSpec(
+    name="compute", command=("compute",), order=70,
+    help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
+    metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
+    cli="microbench.commands.compute", needs=Needs(), aliases=(),
+    suite=(),
+)

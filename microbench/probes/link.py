@@ -29,6 +29,7 @@ from .. import native
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..stats import percentile
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -285,3 +286,12 @@ def _transfer_python(fds: list[socket.socket], role: int, mode: int, size: int, 
             times.append(end - (prev_end or (first[0] if first else t0)))
             prev_end = end
     return times
+
+
+SPEC = ProbeSpec(
+    name="link", command=("link",), order=30,
+    help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
+    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
+    cli="microbench.commands.link", needs=Needs(world=True), aliases=(),
+    suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
+)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import native
 from ..probe import Capabilities, Case, Probe, Timed
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
 GPU_OPS = ("h2d", "d2h", "d2d")
@@ -113,3 +114,12 @@ class MemoryProbe(Probe):
         for row in rows:
             best[row["op"]] = max(best.get(row["op"], 0.0), row["copy_gbps"])
         return {"peak_copy_gbps": best}
+
+
+SPEC = ProbeSpec(
+    name="memory", command=("memory",), order=10,
+    help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
+    metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
+    cli="microbench.commands.memory", needs=Needs(), aliases=(),
+    suite=(SuiteStep("memory", ("--sizes", "256M")),),
+)

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import ProbeUnavailable, RunError
 from ..sizes import format_size
 from .storage_posix import Config, PosixProbe, Target
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 __all__ = ["Config", "FioProbe", "Target", "fio_unavailable_reason", "fio_version", "parse_fio_json", "run_fio"]
 
@@ -131,3 +132,12 @@ class FioProbe(PosixProbe):
 
     def unavailable_reason(self) -> str | None:
         return fio_unavailable_reason()
+
+
+SPEC = ProbeSpec(
+    name="storage_fio", command=("storage", "fio"), order=45,
+    help="the same file workload through fio (subprocess, JSON output)",
+    metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: FioProbe(config),
+    cli="microbench.commands.storage_fio", needs=Needs(target=True), aliases=(),
+    suite=(),
+)

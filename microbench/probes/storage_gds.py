@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ProbeUnavailable, RunError
 from ..probe import Capabilities, Case, Probe, Timed
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 OPS = ("write", "read")
 
@@ -223,3 +224,12 @@ def _drop_cache(path: str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+SPEC = ProbeSpec(
+    name="storage_gds", command=("storage", "gds"), order=55,
+    help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
+    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
+    cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    suite=(),
+)

@@ -24,6 +24,7 @@ from ..probe import Capabilities, Case, Probe, Timed
 from ..sizes import format_size
 from ..workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from .memory import usable_cores
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 RW = ("read", "write")
 PATTERNS = ("seq", "rand")
@@ -227,3 +228,12 @@ class PosixProbe(Probe):
                    "ratio_posix_over_fio": v["posix"] / v["fio"] if v["fio"] else None}
                   for (op, bs), v in by.items() if "posix" in v and "fio" in v]
         return {"vs_fio": ratios} if ratios else {}
+
+
+SPEC = ProbeSpec(
+    name="storage_posix", command=("storage", "posix"), order=40,
+    help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
+    metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
+    cli="microbench.commands.storage_posix", needs=Needs(target=True), aliases=(),
+    suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
+)

@@ -32,6 +32,7 @@ from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
 from ..stats import percentile
+from ..registry import Needs, ProbeSpec, SuiteStep
 
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
@@ -313,3 +314,12 @@ class StorageS3Probe(Probe):
             return delete_prefix(self.client, self.config.bucket, self.config.prefix)
         except Exception as exc:  # noqa: BLE001
             raise self._error(exc, f"deleting {self.config.prefix}") from None
+
+
+SPEC = ProbeSpec(
+    name="storage_s3", command=("storage", "s3"), order=50,
+    help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
+    metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
+    cli="microbench.commands.storage_s3", needs=Needs(target=True, s3=True), aliases=(),
+    suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
+)

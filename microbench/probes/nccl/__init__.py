@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import UsageError
-from ..probe import Capabilities, Case, Probe
-from ..sizes import MEMORY_SHARE, format_bytes_human, memory_shortfall
+from ...errors import UsageError
+from ...probe import Capabilities, Case, Probe
+from ...sizes import MEMORY_SHARE, format_bytes_human, memory_shortfall
+from ...registry import Needs, ProbeSpec, SuiteStep
 
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests spelling
@@ -68,7 +69,7 @@ class Config:
     backend: str = "gloo"
     device: str = "cpu"
     # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
-    # send/recv (probes/ring.py), the fabric's capability apart from the library's algorithm.
+    # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
     algo: str = "torch"
 
 
@@ -101,7 +102,7 @@ def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: 
 
 
 def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
-    from ..sizes import format_size
+    from ...sizes import format_size
 
     size = 1 << 20
     while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
@@ -350,7 +351,7 @@ class CollectiveProbe(Probe):
         return getattr(self, "expected", {}).get(op)
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from ..fit import fit_latency_bandwidth
+        from ...fit import fit_latency_bandwidth
 
         out = {}
         for name in self.config.ops:
@@ -368,3 +369,12 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
     if not expected or not expected.get("gbps"):
         return {}
     return {f"{what}_pct_of_expected": 100.0 * value / expected["gbps"]}
+
+
+SPEC = ProbeSpec(
+    name="nccl", command=("nccl",), order=20,
+    help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
+    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
+    cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
+    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2"), aliases=("collectives",)),),
+)
