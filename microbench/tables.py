@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .expected import describe as describe_expected
-from .sizes import format_bytes_human, format_size
+from .units import format_bytes_human, format_size
 
 # The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
 # repeat for out-of-place and in-place.

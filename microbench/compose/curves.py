@@ -14,14 +14,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..fit import fit_latency_bandwidth
-
-
-def bus_factor(op: str, ranks: int) -> float:
-    if op == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (ranks - 1) / ranks
-    return 1.0
+from ..units import bus_factor
 
 
 def _measured(row: dict[str, Any]) -> bool:

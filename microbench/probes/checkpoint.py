@@ -23,14 +23,13 @@ from typing import Any
 
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
-from ..sizes import format_bytes_human
+from ..units import DTYPE_BYTES, DTYPES, format_bytes_human
 from ..registry import Needs, ProbeSpec, SuiteStep
 
 TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
 ROW_ELEMS = 1024           # columns per tensor
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
-DTYPES = ("float32", "bfloat16", "float16")
-ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
+ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
 
 
 @dataclass

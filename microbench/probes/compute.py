@@ -21,8 +21,7 @@ from typing import Any
 
 from ..probe import Capabilities, Case, Probe
 from ..registry import Needs, ProbeSpec, SuiteStep
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from ..units import DTYPE_BYTES
 
 
 @dataclass

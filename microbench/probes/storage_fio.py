@@ -16,7 +16,7 @@ import subprocess
 from typing import Any
 
 from ..errors import ProbeUnavailable, RunError
-from ..sizes import format_size
+from ..units import format_size
 from .storage_posix import Config, PosixProbe, Target
 from ..registry import Needs, ProbeSpec, SuiteStep
 

@@ -21,7 +21,7 @@ from typing import Any
 from .. import native
 from ..errors import UsageError
 from ..probe import Capabilities, Case, Probe, Timed
-from ..sizes import format_size
+from ..units import format_size
 from ..workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from .memory import usable_cores
 from ..registry import Needs, ProbeSpec, SuiteStep

@@ -54,7 +54,7 @@ class Config:
 
 
 def validate(config: Config) -> None:
-    from ..sizes import format_size
+    from ..units import format_size
 
     if config.part_size > MAX_PART_BYTES:
         raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
