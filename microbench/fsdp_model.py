@@ -16,7 +16,7 @@ attention sinks change the compute the composer predicts and are refused here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .compose.models import ModelShape
@@ -190,7 +190,3 @@ def optimizer(model: Any) -> Any:
     import torch
 
     return torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-
-def with_layers(shape: ModelShape, layers: int) -> ModelShape:
-    return replace(shape, layers=layers)

@@ -214,6 +214,7 @@ def parse_duration_s(text: str, *, what: str, example: str = "30us", allow_zero:
 # Bytes per element of the dtypes collectives, checkpoints, compute and the composer move.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
+NCCL_TESTS_DTYPE = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # its tables' spelling
 
 
 def element_size(dtype: str) -> int:

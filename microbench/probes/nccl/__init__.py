@@ -24,7 +24,6 @@ from ...probe import Capabilities, Case, Probe
 from ...registry import Needs, ProbeSpec, SuiteStep
 from ...units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 
-DTYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests spelling
 
 
 @dataclass(frozen=True)
