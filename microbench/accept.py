@@ -51,6 +51,19 @@ class CheckResult:
     detail: str
 
 
+def _toml_loads(text: str) -> dict[str, Any]:
+    # tomllib is 3.11+; on 3.10 the same parser ships as tomli (a dependency there, pyproject).
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise UsageError("reading a TOML thresholds file on Python 3.10 needs the tomli package "
+                             "(pip install tomli), or give the thresholds as JSON, e.g. thresholds.json") from None
+    return tomllib.loads(text)
+
+
 def load_checks(path: str | Path) -> list[Check]:
     target = Path(path)
     try:
@@ -61,10 +74,8 @@ def load_checks(path: str | Path) -> list[Check]:
         if target.suffix == ".json":
             data = json.loads(text)
         else:
-            import tomllib
-
-            data = tomllib.loads(text)
-    except (ValueError, ImportError) as exc:
+            data = _toml_loads(text)
+    except ValueError as exc:
         raise UsageError(f"thresholds file {str(path)!r} is not valid {target.suffix.lstrip('.') or 'TOML'}: {exc}") from None
     example = 'e.g. step = "collectives", op = "all_reduce", metric = "busbw_gbps", min = 150'
     entries = data.get("check", []) if isinstance(data, dict) else None
