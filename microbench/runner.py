@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -135,13 +133,10 @@ class _InterruptGuard:
     fail; `settle` then tells that failure apart from a dead peer."""
 
     def __init__(self) -> None:
-        self._previous: dict[int, Any] = {}
+        self._handled = interrupts.handled()
 
     def __enter__(self) -> "_InterruptGuard":
-        if threading.current_thread() is threading.main_thread():
-            for sig in interrupts.SIGNALS:
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, interrupts.handler)
+        self._handled.__enter__()
         return self
 
     def settle(self) -> bool:
@@ -150,9 +145,7 @@ class _InterruptGuard:
         return interrupts.pending()
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, previous in self._previous.items():
-            if previous is not None:
-                signal.signal(sig, previous)
+        self._handled.__exit__(*exc)
 
 
 def config_dict(config: Any) -> dict[str, Any]:

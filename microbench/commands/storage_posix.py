@@ -4,11 +4,11 @@ optionally beside fio on the same files (--compare-fio)."""
 from __future__ import annotations
 
 import argparse
-import signal
 from typing import Any
 
 from tabulate import tabulate
 
+from .. import interrupts
 from ..errors import UsageError
 from ..probes import storage_posix as sp
 from ..runner import RunOutcome, run_probe
@@ -84,22 +84,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwinds like Ctrl-C, so the test directory is still removed
-
-
 def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse.Namespace,
                 tools: tuple[str, ...] | None = None) -> RunOutcome:
     given = expectations.override(getattr(args, "expected", None))
-    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    try:
-        with sp.Target(config) as target:
-            probe = probe_cls(config, target, tools)
-            expect = expectations.for_storage(target.workdir.facts(), given)
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
-                                extra_summary=expect)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM unwinds like Ctrl-C (also for a library caller without the CLI's handler), so the
+    # test directory is still removed.
+    with interrupts.handled(), sp.Target(config) as target:
+        probe = probe_cls(config, target, tools)
+        expect = expectations.for_storage(target.workdir.facts(), given)
+        outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+                            extra_summary=expect)
     write_outputs(args, outcome)
     return outcome
 
