@@ -8,10 +8,10 @@ through `World.join`, exactly as under torchrun, srun or mpirun.
 Failure handling is the point of this module: a peer that dies, an unreachable master or a taken
 port must end the run within --timeout with a message naming the cause, never hang.
 
-The split with session.py: this module is the mechanics of a world and stays free of policy
-(it is given a backend and a device, never chooses them, and knows no command); session.py decides, for a command, how many ranks,
-which device and backend, and runs the command's body in the world this module builds.
-supervise.py watches the local ranks this module launches.
+The split with session.py: this module is the mechanics of a world and stays free of policy (it
+is given a backend and a device, never chooses them, and knows no command); session.py decides,
+for a command, how many ranks, which device and backend, and runs the command's body in the
+world this module builds. supervise.py watches the local ranks this module launches.
 """
 
 from __future__ import annotations
