@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ProbeUnavailable, RunError, UsageError
+from .outputs import check_new_file
 from .sizes import format_size
 
 
@@ -46,13 +47,7 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
         import matplotlib.pyplot as plt
     except ImportError:
         raise ProbeUnavailable("plotting needs matplotlib: pip install 'microbench[plot]'") from None
-    target = Path(out_path)
-    if target.exists():
-        raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
-                         f"e.g. --out {target.with_suffix('')}-2.png")
-    if not target.parent.is_dir():
-        raise UsageError(f"invalid --out {out_path!r}: directory {str(target.parent)!r} does not exist; "
-                         f"e.g. --out {target.name}")
+    target = check_new_file(out_path, "--out", noun="plot file", claimed=True)
     chosen = pick_metric(records[0][1], metric)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
     try:

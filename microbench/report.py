@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from . import accept, compare
 from .errors import MicrobenchError, UsageError
-from .workdir import why_unwritable
+from .outputs import check_new_file
 from .sizes import format_size
 
 CSS = """
@@ -69,18 +69,7 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
 def check_out(path: str | os.PathLike) -> Path:
     """Refuse before any work: an existing file (reports, like records, are never overwritten)
     or a place this user cannot write."""
-    target = Path(path)
-    example = "e.g. --out results/report.html"
-    if target.exists():
-        raise UsageError(f"invalid --out {str(path)!r}: it exists; reports are never overwritten: "
-                         f"pick a new name, {example}")
-    parent = target.parent
-    if not parent.is_dir():
-        raise UsageError(f"invalid --out {str(path)!r}: directory {str(parent)!r} does not exist; {example}")
-    why = why_unwritable(parent)
-    if why:
-        raise UsageError(f"invalid --out {str(path)!r}: {why}; {example}")
-    return target
+    return check_new_file(path, "--out", kept="reports", example="results/report.html")
 
 
 # --------------------------------------------------------------------------- html pieces
