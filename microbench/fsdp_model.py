@@ -21,6 +21,7 @@ from typing import Any
 
 from .compose.models import ModelShape
 from .errors import UsageError
+from .units import element_size
 
 # Small shapes the CPU can train in seconds; the names say their size. A GQA ratio of 2 and
 # the llama ratio ffn ~ 2.7 h keep them the shape of the presets, only narrower.
@@ -82,7 +83,7 @@ class Precision:
 
     @property
     def bytes(self) -> int:
-        return 2 if self.param_dtype in ("bfloat16", "float16") else 4
+        return element_size(self.param_dtype)
 
 
 def precision_for(device: str) -> Precision:
