@@ -7,9 +7,9 @@ C call that retried) is raised again at the next `check()`, so an interrupted ru
 to measure as if nothing happened. Stdlib only: installed before anything heavy is imported.
 
 This is the one module that installs and restores SIGINT/SIGTERM handlers: `install()` for the
-life of the CLI, `handled()` around a stretch that needs them (the runner's sweep, a launcher
-that forwards signals to its ranks, a library caller without the CLI), `closing()` once the
-exit code is decided. Elsewhere signals are only sent (supervise.py, s3server.py).
+life of the CLI, `handled()` (or `take` and `restore`) around a stretch that needs them (the
+runner's sweep, a launcher that forwards signals to its ranks, a library caller without the
+CLI), `closing()` once the exit code is decided. Elsewhere signals are only sent (supervise.py, s3server.py).
 """
 
 from __future__ import annotations
@@ -51,21 +51,31 @@ def install() -> None:
             signal.signal(sig, handler)
 
 
-@contextmanager
-def handled(on_signal: Callable[[int, Any], None] | None = None) -> Iterator[None]:
-    """SIGINT and SIGTERM go to `on_signal` (by default `handler`) inside the block; whatever
-    was there before is put back after it (the CLI's own handler, under the CLI)."""
+def take(on_signal: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
+    """SIGINT and SIGTERM go to `on_signal` (by default `handler`) until `restore` is given what
+    this returns: the handlers that were there before (the CLI's own, under the CLI)."""
     previous: dict[int, Any] = {}
     if _main_thread():
         for sig in SIGNALS:
             previous[sig] = signal.getsignal(sig)
             signal.signal(sig, on_signal or handler)
+    return previous
+
+
+def restore(previous: dict[int, Any]) -> None:
+    for sig, before in previous.items():
+        if before is not None:  # None: set outside Python, nothing we can put back
+            signal.signal(sig, before)
+
+
+@contextmanager
+def handled(on_signal: Callable[[int, Any], None] | None = None) -> Iterator[None]:
+    """`take` for the block, `restore` after it."""
+    previous = take(on_signal)
     try:
         yield
     finally:
-        for sig, before in previous.items():
-            if before is not None:  # None: set outside Python, nothing we can put back
-                signal.signal(sig, before)
+        restore(previous)
 
 
 def closing() -> None:

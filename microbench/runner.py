@@ -133,10 +133,10 @@ class _InterruptGuard:
     fail; `settle` then tells that failure apart from a dead peer."""
 
     def __init__(self) -> None:
-        self._handled = interrupts.handled()
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_InterruptGuard":
-        self._handled.__enter__()
+        self._previous = interrupts.take()
         return self
 
     def settle(self) -> bool:
@@ -145,7 +145,7 @@ class _InterruptGuard:
         return interrupts.pending()
 
     def __exit__(self, *exc: Any) -> None:
-        self._handled.__exit__(*exc)
+        interrupts.restore(self._previous)
 
 
 def config_dict(config: Any) -> dict[str, Any]:

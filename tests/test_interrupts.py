@@ -109,3 +109,11 @@ def test_a_signal_inside_the_import_locks_callback_is_kept_for_check(own_handler
     interrupts.hits = 0
     with pytest.raises(KeyboardInterrupt):
         interrupts.handler(signal.SIGTERM, sys._getframe())
+
+
+def test_take_and_restore_pair_like_handled(own_handlers):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    previous = interrupts.take()
+    assert signal.getsignal(signal.SIGTERM) is interrupts.handler
+    interrupts.restore(previous)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN

@@ -87,13 +87,16 @@ def run(args: argparse.Namespace) -> int:
 def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse.Namespace,
                 tools: tuple[str, ...] | None = None) -> RunOutcome:
     given = expectations.override(getattr(args, "expected", None))
-    # SIGTERM unwinds like Ctrl-C (also for a library caller without the CLI's handler), so the
-    # test directory is still removed.
-    with interrupts.handled(), sp.Target(config) as target:
-        probe = probe_cls(config, target, tools)
-        expect = expectations.for_storage(target.workdir.facts(), given)
-        outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
-                            extra_summary=expect)
+    # SIGTERM unwinds like Ctrl-C (for a library caller too), so the test directory is removed.
+    previous = interrupts.take()
+    try:
+        with sp.Target(config) as target:
+            probe = probe_cls(config, target, tools)
+            expect = expectations.for_storage(target.workdir.facts(), given)
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+                                extra_summary=expect)
+    finally:
+        interrupts.restore(previous)
     write_outputs(args, outcome)
     return outcome
 
