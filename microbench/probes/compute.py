@@ -21,6 +21,7 @@ from typing import Any
 
 from ..probe import Capabilities, Case, Probe
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -39,6 +40,17 @@ class Config:
     tokens: int = 4096
     device: str = "cpu"              # cpu | cuda
     dtype: str = "float32"
+
+
+class ComputeRow(ProbeRow):
+    m: int
+    n: int
+    k: int
+    dtype: str
+    flops: int                      # per matmul
+    per_block: float                # times per transformer block
+    tflops: float
+    operand_gbps: float
 
 
 def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
@@ -151,6 +163,7 @@ SPEC = ProbeSpec(
     name="compute", command=("compute",), order=70,
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
+    row_schema=ComputeRow,
     cli="microbench.commands.compute", needs=Needs(), aliases=(),
     suite=(),
 )
