@@ -204,7 +204,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                 row = measure_case(probe, case, settings, world)
                 rows.append(row)
                 if writer:
-                    writer.add_rows([row])
+                    writer.add_rows([row], complete=True)
                 if on_row and is_writer:
                     on_row(row)
                 progress.advance(row)

@@ -14,11 +14,14 @@ Statuses: "running" while the writer works (left so only if it was killed), "com
 says why, no rows).
 
 Rows: every probe declares its row as a TypedDict (`ProbeRow` plus its own fields) next to its
-Config, named by its `SPEC.row_schema`; the runner's columns are `ProbeRow`'s. Rows are checked
-against it when written (RecordWriter: a mismatch is a bug, RunError) and when read
-(load_record: UsageError naming the file, the row and the field). Keys a schema does not name
-are allowed (fields may appear within a version). Tool records without a probe spec (compose,
-verify, calibration, hunt) are checked at the envelope level only: their rows must be objects.
+Config, named by its `SPEC.row_schema`; the runner's columns are `ProbeRow`'s; a field written
+for some ops only sits in the schema's total=False part. The runner checks each row it measured
+against the whole schema before writing it (a mismatch is a bug: RunError). Every row written
+(RecordWriter) or read (load_record: UsageError naming the file, the row and the field) must
+carry IDENTITY_FIELDS, and every field the schema names must have its type where present: a
+record from an earlier release of this version may lack a field added since, and a reader must
+still take it. Keys a schema does not name are allowed. Tool records without a probe spec
+(compose, verify, calibration, hunt) are checked at the envelope level only: rows are objects.
 
 Metric names: `<quantity>_<unit>[_<statistic>]`, the unit always right after the quantity,
 as time_us {p50, ...} flattens to time_us.p50: busbw_gbps, rtt_us_p50, lat_us_p99,
@@ -154,6 +157,9 @@ class ProbeRow(TypedDict):
     nwrong: int | None                  # None: --no-check
 
 
+# What every reader may index in any probe's row, in every record of versions 1 and 2.
+IDENTITY_FIELDS = ("op", "size_bytes")
+
 # v1 column -> v2 column (the metric naming rule: the unit right after the quantity).
 V1_ROW_RENAMES = {"lat_p50_us": "lat_us_p50", "lat_p99_us": "lat_us_p99", "lat_p999_us": "lat_us_p999",
                   "lat_max_us": "lat_us_max"}
@@ -193,15 +199,18 @@ def check_record(record: dict[str, Any]) -> None:
     check_rows(record, rows)
 
 
-def check_rows(record: dict[str, Any], rows: list[Any], first_index: int = 0) -> None:
+def check_rows(record: dict[str, Any], rows: list[Any], first_index: int = 0, *, complete: bool = False) -> None:
     """Raise ValueError naming the first row (its index in the record) that breaks the row schema
-    of the record's kind; `rows` are the record's rows from `first_index` on."""
+    of the record's kind; `rows` are the record's rows from `first_index` on. `complete`: every
+    field the schema requires must be there (a row the runner just measured); otherwise only
+    IDENTITY_FIELDS must, and the rest are type-checked where present (a record from an earlier
+    release of this version may lack a field added since)."""
     schema = row_schema_for(str(record.get("kind", "")))
     for index, row in enumerate(rows, start=first_index):
         if not isinstance(row, dict):
             raise ValueError(f"its rows are not a list of objects (row {index} is a JSON {_json_type(row)})")
         if schema is not None:
-            problem = row_problem(row, schema)
+            problem = row_problem(row, schema, complete=complete)
             if problem:
                 raise ValueError(f"row {index} {problem} (its kind {record.get('kind')!r} declares "
                                  f"{schema.__module__}.{schema.__qualname__})")
@@ -218,19 +227,20 @@ def row_schema_for(kind: str) -> type | None:
     return spec.row_schema or ProbeRow
 
 
-def row_problem(row: dict[str, Any], schema: type, where: str = "") -> str | None:
+def row_problem(row: dict[str, Any], schema: type, where: str = "", *, complete: bool = True) -> str | None:
     """What is wrong with `row` against the TypedDict `schema`, as words that follow "row N";
     None when it matches. Keys the schema does not name are allowed."""
     hints = typing.get_type_hints(schema)
+    required = schema.__required_keys__ if complete else (IDENTITY_FIELDS if not where else ())  # type: ignore[attr-defined]
     for key, expected in hints.items():
         name = f"{where}{key}"
         if key not in row:
-            if key in schema.__required_keys__:  # type: ignore[attr-defined]
+            if key in required:
                 return f"has no {name!r} (expected {_describe(expected)})"
             continue
         value = row[key]
         if _is_typeddict(expected) and isinstance(value, dict):
-            inner = row_problem(value, expected, f"{name}.")
+            inner = row_problem(value, expected, f"{name}.", complete=complete)
             if inner:
                 return inner
         elif not _matches(value, expected):
