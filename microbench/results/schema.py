@@ -212,8 +212,8 @@ def check_rows(record: dict[str, Any], rows: list[Any], first_index: int = 0, *,
         if schema is not None:
             problem = row_problem(row, schema, complete=complete)
             if problem:
-                raise ValueError(f"row {index} {problem} (its kind {record.get('kind')!r} declares "
-                                 f"{schema.__module__}.{schema.__qualname__})")
+                raise ValueError(f"row {index} {problem}; {record.get('kind')!r} rows follow "
+                                 f"{schema.__module__}.{schema.__qualname__}")
 
 
 def row_schema_for(kind: str) -> type | None:
@@ -236,7 +236,7 @@ def row_problem(row: dict[str, Any], schema: type, where: str = "", *, complete:
         name = f"{where}{key}"
         if key not in row:
             if key in required:
-                return f"has no {name!r} (expected {_describe(expected)})"
+                return f"has no {name!r} ({_describe(expected)})"
             continue
         value = row[key]
         if _is_typeddict(expected) and isinstance(value, dict):
