@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import env as envmod
 from . import interrupts
@@ -186,10 +186,8 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         cases = probe.cases()
         implementation = {**envmod.native.implementation(), **probe.implementation(), **(extra_implementation or {})}
     except ProbeUnavailable as exc:
-        if is_writer:
-            record_skip(probe.name, str(exc), settings_config, world=world, json_path=json_path,
-                        results_dir=results_dir, implementation=extra_implementation)
-        raise
+        skip(probe.name, str(exc), config, settings, world=world, json_path=json_path, results_dir=results_dir,
+             implementation=extra_implementation)
     record = _probe_record(probe.name, settings_config, world, implementation, is_writer)
     writer = RecordWriter(record, json_path, results_dir) if is_writer else None
     rows: list[dict[str, Any]] = []
@@ -253,14 +251,20 @@ def _probe_record(kind: str, config: dict[str, Any], world: World | None, implem
     return record
 
 
-def record_skip(kind: str, reason: str, config: dict[str, Any], *, world: World | None = None,
-                json_path: str | None = None, results_dir: str = "results",
-                implementation: dict[str, Any] | None = None) -> Path:
-    """Write the record of a probe that cannot run here: status "skipped", the reason, no rows.
-    run_probe calls it for every probe whose unavailable_reason says no (or that raises
-    ProbeUnavailable before its first case); the caller raises ProbeUnavailable after it."""
-    record = _probe_record(kind, config, world, {**envmod.native.implementation(), **(implementation or {})}, True)
-    return RecordWriter(record, json_path, results_dir).finish("skipped", reason)
+def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world: World | None = None,
+         json_path: str | None = None, results_dir: str = "results",
+         implementation: dict[str, Any] | None = None) -> NoReturn:
+    """A probe that cannot run here: rank 0 writes its record (status "skipped", status_reason
+    the reason, no rows), then ProbeUnavailable(reason) ends the run (the CLI exits 0).
+    run_probe calls it for every probe whose unavailable_reason says no or that raises
+    ProbeUnavailable before its first case; a command that must know before it sets something
+    up (a run directory, a server) calls it itself, so every skip leaves the same record."""
+    if world is None or world.rank == 0:
+        settings_config = {"probe": config_dict(config), "sweep": asdict(settings)}
+        impl = {**envmod.native.implementation(), **(implementation or {})}
+        RecordWriter(_probe_record(kind, settings_config, world, impl, True), json_path, results_dir).finish(
+            "skipped", reason)
+    raise ProbeUnavailable(reason)
 
 
 def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:
