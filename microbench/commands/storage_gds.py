@@ -12,6 +12,7 @@ from ..probes import storage_gds as gds
 from ..runner import run_probe
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
+from ..runner import skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
     threads = parse_positive_int(args.threads, what="--threads", example="4")
     settings = settings_from_args(args, check=args.check)
     reason = gds.unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(f"storage gds: {reason}")
+    if reason:  # before the run directory exists
+        skip(gds.GdsProbe.name, f"storage gds: {reason}",
+             gds.Config(path=args.path, sizes=sizes, ops=ops, task_bytes=task, threads=threads), settings,
+             json_path=args.json, results_dir=args.results_dir)
     target = ct.parse_target(args.path)
     if target.kind != "local":
         raise UsageError(f"invalid --path {args.path!r}: GDS needs a local or mounted file system path, e.g. /mnt/nvme")

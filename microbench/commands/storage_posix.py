@@ -129,7 +129,7 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
             mine, fio = pair.get("posix"), pair.get("fio")
             ratio = (f"{mine[op + '_gbps'] / fio[op + '_gbps']:.2f}x" if mine and fio and fio[op + "_gbps"] else "-")
             table.append((op, format_size(bs), _gbps(mine) if mine else "-", _gbps(fio) if fio else "-", ratio,
-                          _us(mine and mine.get("lat_p99_us")), _us(fio and fio.get("lat_p99_us")))
+                          _us(mine and mine.get("lat_us_p99")), _us(fio and fio.get("lat_us_p99")))
                          + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
         print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"] + pct, tablefmt="simple"))
@@ -138,7 +138,7 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
               "limit (VMs, fast NVMe) that alone moves the ratio (docs/BENCHMARKS.md)")
     else:
         table = [(r["op"], format_size(r["bs_bytes"]), r["tool"], _gbps(r), f"{r.get('iops', 0):.0f}",
-                  _us(r.get("lat_p50_us")), _us(r.get("lat_p99_us")), _us(r.get("lat_p999_us")), r["iters"])
+                  _us(r.get("lat_us_p50")), _us(r.get("lat_us_p99")), _us(r.get("lat_us_p999")), r["iters"])
                  + ((expectations.pct_cell(r[r["op"] + "_gbps"], expected),) if known else ())
                  for r in rows]
         print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]

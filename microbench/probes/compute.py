@@ -22,6 +22,7 @@ from typing import Any
 from ..probe import Capabilities, Case, Probe
 from ..registry import Needs, ProbeSpec, SuiteStep
 from ..units import DTYPE_BYTES
+from ..results.schema import ProbeRow
 
 
 @dataclass
@@ -38,6 +39,17 @@ class Config:
     tokens: int = 4096
     device: str = "cpu"              # cpu | cuda
     dtype: str = "float32"
+
+
+class ComputeRow(ProbeRow):
+    m: int
+    n: int
+    k: int
+    dtype: str
+    flops: int                      # per matmul
+    per_block: float                # times per transformer block
+    tflops: float
+    operand_gbps: float
 
 
 def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
@@ -150,6 +162,7 @@ SPEC = ProbeSpec(
     name="compute", command=("compute",), order=70,
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
+    row_schema=ComputeRow,
     cli="microbench.commands.compute", needs=Needs(), aliases=(),
     suite=(),
 )

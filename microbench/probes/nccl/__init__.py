@@ -23,6 +23,7 @@ from ...errors import UsageError
 from ...probe import Capabilities, Case, Probe
 from ...registry import Needs, ProbeSpec, SuiteStep
 from ...units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
+from ...results.schema import ProbeRow
 
 
 
@@ -62,6 +63,21 @@ class Config:
     # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
     # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
     algo: str = "torch"
+
+
+class _NcclRequired(ProbeRow):
+    placement: str                  # "out" (out-of-place) or "in" (in-place), as nccl-tests
+    count: int                      # elements per rank buffer (size_bytes / element size)
+    dtype: str
+    redop: str                      # "sum", or "none" for data movement
+    root: int                       # -1 where the op has no root
+    ranks: int
+    algbw_gbps: float               # size_bytes / time_us.p50
+    busbw_gbps: float               # algbw_gbps x the op's bus factor (module docstring)
+
+
+class NcclRow(_NcclRequired, total=False):
+    busbw_pct_of_expected: float    # when this hardware's expectation is known
 
 
 ALGOS = ("torch", "ring")
@@ -362,6 +378,7 @@ SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
+    row_schema=NcclRow,
     cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
     suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2"), aliases=("collectives",)),),
 )
