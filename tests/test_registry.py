@@ -151,6 +151,98 @@ def test_a_bad_probe_module_is_one_line_and_exit_2(tmp_path):
                                   "MICROBENCH_PROBES") and len(done.stderr.strip().splitlines()) == 1
 
 
+NEEDS_SOURCE = textwrap.dedent('''
+    """Test-only probes that need a target directory, a world, a GPU."""
+    from dataclasses import dataclass
+
+    from microbench.probe import Case, Probe
+    from microbench.registry import Needs, ProbeSpec
+
+
+    @dataclass
+    class Config:
+        size_bytes: int = 1 << 16
+
+
+    class FileProbe(Probe):
+        name = "mbt_filewrite"
+
+        def __init__(self, config, context):
+            self.config, self.dir = config, context.workdir
+
+        def cases(self):
+            return [Case("write", self.config.size_bytes)]
+
+        def run_once(self, case):
+            path = self.dir.files[0] if self.dir.files else self.dir.new_file("data.bin")
+            with open(path, "wb") as handle:
+                handle.write(b"x" * case.size_bytes)
+
+        def metrics(self, case, time_s):
+            return {"write_gbps": case.size_bytes / time_s / 1e9}
+
+
+    class BarrierProbe(Probe):
+        name = "mbt_barrier"
+
+        def __init__(self, context):
+            self.world = context.world
+
+        def cases(self):
+            return [Case("barrier", 0)]
+
+        def run_once(self, case):
+            self.world.barrier()
+
+        def metrics(self, case, time_s):
+            return {"rate_per_s": 1 / time_s}
+
+
+    SPEC = [
+        ProbeSpec(name="mbt_filewrite", command=("mbt-filewrite",), help="file write", metrics=("write_gbps",),
+                  config=Config, build=lambda config, context: FileProbe(config, context), needs=Needs(target=True)),
+        ProbeSpec(name="mbt_barrier", command=("mbt-barrier",), help="barrier", metrics=("rate_per_s",),
+                  build=lambda config, context: BarrierProbe(context), needs=Needs(world=True)),
+        ProbeSpec(name="mbt_gpu", command=("mbt-gpu",), help="gpu", metrics=("x_gbps",),
+                  build=lambda config, context: None, needs=Needs(gpu=True)),
+    ]
+''')
+
+
+def test_the_runner_side_sets_up_what_a_generic_probe_needs(tmp_path):
+    mods, work, base = tmp_path / "mods", tmp_path / "work", tmp_path / "base"
+    for d in (mods, work, base):
+        d.mkdir()
+    (mods / "mb_test_needs_probes.py").write_text(NEEDS_SOURCE)
+    env = cli_env({"PYTHONPATH": os.pathsep.join((PKG_PARENT, str(mods))), "MICROBENCH_PROBES": "mb_test_needs_probes"})
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-P", "-m", "microbench", *args], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    wrote = run("mbt-filewrite", "--path", str(base), "--iters", "3", "--warmup", "1", "--json", "f.json")
+    assert wrote.returncode == 0, wrote.stderr
+    impl = json.loads((work / "f.json").read_text())["implementation"]
+    assert Path(impl["workdir"]).parent == base and impl["kept"] is False
+    assert list(base.iterdir()) == []   # the run's own directory, removed
+    missing = run("mbt-filewrite", "--path", str(base / "nope"))
+    assert missing.returncode == 2 and "does not exist" in last_line(missing.stderr)
+
+    ranks = run("mbt-barrier", "--nproc", "2", "--iters", "3", "--warmup", "1", "--json", "b.json")
+    assert ranks.returncode == 0, ranks.stderr
+    record = json.loads((work / "b.json").read_text())
+    assert record["config"]["world"]["size"] == 2 and record["rows"][0]["rate_per_s"] > 0
+
+    gpu = run("mbt-gpu")
+    try:
+        import torch
+        have_gpu = torch.cuda.is_available()
+    except ImportError:
+        have_gpu = False
+    if not have_gpu:
+        assert gpu.returncode == 0 and last_line(gpu.stderr).startswith("microbench: skipped: mbt_gpu: needs a CUDA GPU")
+
+
 # --------------------------------------------------------------------------- lookups
 
 

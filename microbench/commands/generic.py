@@ -36,6 +36,8 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
             g = p.add_argument_group("probe")
             for opt in options:
                 opt.add_to(g)
+            if any(o.kind == "sizes" for o in options) and not any(o.field == "factor" for o in options):
+                g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
         needs.add_options(p, spec)
         add_sweep_options(p)
     except argparse.ArgumentError as exc:
@@ -88,11 +90,11 @@ class Option:
             return ",".join(str(v) for v in value)
         return str(value)
 
-    def parse(self, text: Any) -> Any:
+    def parse(self, text: Any, factor: float = 2.0) -> Any:
         if self.kind == "bool":
             return bool(text)
         if self.kind == "sizes":
-            return parse_sizes(text, what=self.flag)
+            return parse_sizes(text, factor=factor, what=self.flag)
         if self.kind == "size":
             return parse_size(text, what=self.flag)
         if self.kind == "int":
@@ -165,11 +167,14 @@ def build_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
     """The Config from the command line: the options given, the dataclass's defaults for the rest."""
     if spec.config is None:
         return {}
+    factor = 2.0
+    if getattr(args, "factor", None) is not None:
+        factor = parse_number(args.factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     values = {}
     for opt in config_options(spec.config):
         given = getattr(args, opt.dest, None)
         if given is not None:
-            values[opt.field] = opt.parse(given)
+            values[opt.field] = opt.parse(given, factor)
     return spec.config(**values)
 
 
