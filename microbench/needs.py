@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import ProbeUnavailable, UsageError
+from .errors import ProbeUnavailable, RunError, UsageError
 from .probe import Probe
 from .registry import ProbeSpec
 from .runner import RunOutcome, SweepSettings, run_probe
@@ -89,6 +89,42 @@ def embedded_s3_from_env() -> dict[str, str | None] | None:
         return None
     return {"endpoint": endpoint, "key": os.environ.get(ENV_KEY), "secret": os.environ.get(ENV_SECRET),
             "root": os.environ.get(ENV_ROOT)}
+
+
+# --------------------------------------------------------------------------- a world's run directory
+
+
+def on_rank0(world: Any, action: Any) -> None:
+    """Run `action` on rank 0 only; a UsageError or RunError it raises ends every rank (rank 0
+    with the message, the others pointing at rank 0) instead of leaving them waiting."""
+    error = None
+    if world.rank == 0:
+        try:
+            action()
+        except (UsageError, RunError) as exc:
+            error = (type(exc).__name__, str(exc))
+    error = world.broadcast_object(error)
+    if error:
+        if world.rank != 0:
+            raise RunError("rank 0 could not prepare the target")
+        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
+
+
+def shared_run_dir(world: Any, target: Any, access: Any, need_bytes: int, what: str) -> Any:
+    """The run's own directory under a local or s3:// target (checkpoint_target.RunDir), one name
+    for every rank, created by rank 0 once the free space is there; the caller removes it."""
+    from . import checkpoint_target as ct
+
+    name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
+    run_dir = ct.RunDir(target, name, access)
+
+    def create() -> None:
+        if target.kind == "local":
+            ct.check_free_space(ct.existing_ancestor(target.path), need_bytes, what)
+        run_dir.create()
+
+    on_rank0(world, create)
+    return run_dir
 
 
 # --------------------------------------------------------------------------- generic probes

@@ -114,21 +114,7 @@ def _s3_access(args: argparse.Namespace) -> ct.S3Access:
 
 def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Target, settings: Any) -> int:
     access = _s3_access(args) if target.kind == "s3" else None
-    name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
-    run_dir = ct.RunDir(target, name, access)
-    error = None
-    if world.rank == 0:
-        try:
-            if target.kind == "local":
-                ct.check_free_space(ct.existing_ancestor(target.path), ct.required_bytes(config.size_bytes), "the checkpoint")
-            run_dir.create()
-        except (UsageError, RunError) as exc:
-            error = (type(exc).__name__, str(exc))
-    error = world.broadcast_object(error)
-    if error:
-        if world.rank != 0:
-            raise RunError("rank 0 could not prepare the target")
-        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
+    run_dir = needs.shared_run_dir(world, target, access, ct.required_bytes(config.size_bytes), "the checkpoint")
     try:
         if config.device == "cuda":
             need = ck.host_bytes_per_rank(config.size_bytes, world.size, False)
