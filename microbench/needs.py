@@ -56,6 +56,15 @@ def check_gpu(what: str) -> None:
 # --------------------------------------------------------------------------- S3
 
 
+def check_s3_client() -> None:
+    """Before any server starts or request goes out: the S3 client library is there."""
+    from .s3client import s3_client_unavailable_reason
+
+    reason = s3_client_unavailable_reason()
+    if reason:
+        raise ProbeUnavailable(reason)
+
+
 def check_embedded_space(need_bytes: int, smaller: str = "a smaller size") -> None:
     """The embedded server keeps its objects under the temp dir: refuse a run that cannot fit."""
     tmp = tempfile.gettempdir()
@@ -181,12 +190,10 @@ def prepare(spec: ProbeSpec, args: argparse.Namespace, *, s3_bytes: int = 0) -> 
 
 
 def _s3_target(stack: contextlib.ExitStack, args: argparse.Namespace, need_bytes: int) -> tuple[Any, str]:
-    from .s3client import Target, check_endpoint, preflight, s3_client_unavailable_reason
+    from .s3client import Target, check_endpoint, preflight
     from .s3server import DEFAULT_BUCKET
 
-    reason = s3_client_unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(reason)
+    check_s3_client()
     if args.endpoint:
         if not args.bucket:
             raise UsageError("--endpoint needs --bucket: an existing bucket to write test objects into, "

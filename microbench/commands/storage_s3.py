@@ -9,10 +9,10 @@ import sys
 
 from tabulate import tabulate
 
-from ..errors import ProbeUnavailable, UsageError
+from ..errors import UsageError
 from ..probes import storage_s3 as s3p
 from .. import needs
-from ..s3client import Target, check_endpoint, s3_client_unavailable_reason, preflight, unique_prefix
+from ..s3client import Target, check_endpoint, preflight, unique_prefix
 from ..s3server import DEFAULT_BUCKET
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
@@ -66,9 +66,7 @@ def run(args: argparse.Namespace) -> int:
     config, endpoint = resolve(args)
     given = expectations.override(args.expected)
     settings = settings_from_args(args)
-    reason = s3_client_unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(reason)
+    needs.check_s3_client()
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             # A multipart upload briefly keeps a temporary copy of the object beside the others.
