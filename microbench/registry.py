@@ -52,7 +52,7 @@ class ProbeSpec:
     metrics: tuple[str, ...]           # metric columns a row may carry, the primary first
     config: type | None = None         # the probe's Config dataclass
     build: Callable[..., Any] | None = None  # build(config, context) -> Probe
-    cli: str | None = None             # module with add_parser(sub) and run(args); None: generic
+    cli: str | None = None             # module with add_options(parser), run(args) [, DESCRIPTION]; None: generic
     printer: Callable[..., None] | None = None  # print(outcome); None: the generic table
     needs: Needs = field(default_factory=Needs)
     suite: tuple[SuiteStep, ...] = ()

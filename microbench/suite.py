@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from .dist import package_env, self_command
 
 
@@ -18,6 +19,11 @@ from .dist import package_env, self_command
 class Step:
     name: str
     argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
+    aliases: tuple[str, ...] = ()   # former names: `--only` takes them, older suite dirs use them as file names
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
 
 @dataclass
@@ -41,15 +47,39 @@ class StepResult:
         return self.message
 
 
-DEFAULT_STEPS = (
-    Step("memory", ("memory", "--sizes", "256M")),
-    Step("collectives", ("nccl", "--sizes", "1M-16M", "--nproc", "2")),
-    Step("link", ("link", "--sizes", "1M-16M")),
-    Step("storage posix", ("storage", "posix", "--path", "{path}", "--size", "256M")),
-    Step("storage s3", ("storage", "s3", "--object-size", "64M", "--objects", "4")),
-    Step("checkpoint", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "{path}")),
-    Step("checkpoint s3", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt")),
-)
+def default_steps() -> tuple[Step, ...]:
+    """Every registered probe's suite steps (the registry's order): its command, then the step's arguments."""
+    return tuple(Step(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps())
+
+
+def __getattr__(name: str) -> Any:
+    # DEFAULT_STEPS is read when asked for, so it follows MICROBENCH_PROBES like the CLI does.
+    if name == "DEFAULT_STEPS":
+        return default_steps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def find_step(name: str, steps: tuple[Step, ...] | list[Step] | None = None) -> Step | None:
+    """The step called `name` or formerly so (`collectives` is the nccl step)."""
+    for step in default_steps() if steps is None else steps:
+        if name in step.names:
+            return step
+    return None
+
+
+def record_file_for(step_name: str) -> str:
+    """The record file a suite step writes in its suite directory: `storage posix` -> storage-posix.json."""
+    return f"{step_name.replace(' ', '-')}.json"
+
+
+def step_for_file(filename: str) -> str | None:
+    """The current name of the step whose record a suite directory keeps under `filename`,
+    older names included (`collectives.json` -> `nccl`); None for a file no step writes."""
+    filename = Path(filename).name
+    for step in default_steps():
+        if any(record_file_for(name) == filename for name in step.names):
+            return step.name
+    return None
 
 
 def headline(record: dict[str, Any]) -> str:
@@ -85,7 +115,7 @@ def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
              timeout_s: float = 900) -> StepResult:
-    record_path = out_dir / f"{step.name.replace(' ', '-')}.json"
+    record_path = out_dir / record_file_for(step.name)
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
     child_env = step_env(env)

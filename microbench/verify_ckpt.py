@@ -138,7 +138,7 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
         target = ct.parse_target(target_text)
         access = None
         if target.kind == "s3":
-            from .commands.checkpoint import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+            from .needs import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
             import os
 
             access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),

@@ -11,7 +11,8 @@ from tabulate import tabulate
 from .. import interrupts
 from ..errors import UsageError
 from ..probes import storage_posix as sp
-from ..runner import RunOutcome, run_probe
+from .. import needs
+from ..runner import RunOutcome
 from ..sizes import format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
@@ -57,14 +58,14 @@ def config_from_args(args: argparse.Namespace) -> sp.Config:
     return config
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("posix", help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
-                       description="Read and write one test file with the native engine; fsync is inside the timed "
-                                   "write, cached pages are dropped before reads.")
+DESCRIPTION = ("Read and write one test file with the native engine; fsync is inside the timed "
+               "write, cached pages are dropped before reads.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     add_target_options(p)
     p.add_argument("--compare-fio", action="store_true", help="also run fio on the same file and print the ratio")
     add_sweep_options(p, warmup=1, iters=5, budget_s=2.0)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +94,7 @@ def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse
         with sp.Target(config) as target:
             probe = probe_cls(config, target, tools)
             expect = expectations.for_storage(target.workdir.facts(), given)
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+            outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                                 extra_summary=expect)
     finally:
         interrupts.restore(previous)

@@ -259,7 +259,7 @@ def _checkpoint_phase(args: argparse.Namespace, base: dict[str, Any], shape_kwar
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
     from .. import checkpoint_target as ct
     from ..s3server import EmbeddedS3
-    from .checkpoint import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+    from ..needs import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
     largest = max(shape_kwargs, key=lambda n: fm.shape_from_args(**shape_kwargs[n]).total_params)
     with contextlib.ExitStack() as stack:
