@@ -152,5 +152,6 @@ SPEC = ProbeSpec(
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
     cli="microbench.commands.compute", needs=Needs(), aliases=(),
+    case_keys=("dtype",), feeds=("compute",),
     suite=(),
 )

@@ -293,5 +293,6 @@ SPEC = ProbeSpec(
     help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
     metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
     cli="microbench.commands.link", needs=Needs(world=True), aliases=(),
+    case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
 )

@@ -121,5 +121,6 @@ SPEC = ProbeSpec(
     help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
     metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
     cli="microbench.commands.memory", needs=Needs(), aliases=(),
+    case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M")),),
 )

@@ -139,5 +139,6 @@ SPEC = ProbeSpec(
     help="the same file workload through fio (subprocess, JSON output)",
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: FioProbe(config),
     cli="microbench.commands.storage_fio", needs=Needs(target=True), aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(),
 )

@@ -231,5 +231,6 @@ SPEC = ProbeSpec(
     help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
     cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    feeds=("tier",),
     suite=(),
 )

@@ -321,5 +321,6 @@ SPEC = ProbeSpec(
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
     metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
     cli="microbench.commands.storage_s3", needs=Needs(target=True, s3=True), aliases=(),
+    case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )
