@@ -158,6 +158,18 @@ def metric_columns() -> tuple[str, ...]:
     return tuple(out)
 
 
+def case_keys(record: dict[str, Any]) -> tuple[str, ...]:
+    """The row fields that tell a record's cases apart: its probe's, or for a record no probe
+    claims (a former kind, a tool's), every probe's."""
+    spec = for_record(record)
+    if spec is not None:
+        return spec.case_keys
+    out: list[str] = []
+    for one in specs():
+        out += [k for k in one.case_keys if k not in out]
+    return tuple(out)
+
+
 def suite_steps() -> list[tuple[ProbeSpec, SuiteStep]]:
     return [(spec, step) for spec in specs() for step in spec.suite]
 
