@@ -196,10 +196,15 @@ def step_key(name: str) -> str:
     return found[1].name if found else name
 
 
+def row_spec(row: dict[str, Any], record: dict[str, Any] | None = None) -> ProbeSpec | None:
+    """The spec of the probe that wrote a row: its record's kind, else the row's own `probe`."""
+    return (for_record(record) if record is not None else None) or find(str(row.get("probe", "")))
+
+
 def row_metric(row: dict[str, Any], record: dict[str, Any] | None = None) -> str | None:
     """The primary metric a row carries, by the spec of its record (or of the row's `probe`);
     for a row no probe claims, the first metric column any probe declares that it carries."""
-    spec = (for_record(record) if record is not None else None) or find(str(row.get("probe", "")))
+    spec = row_spec(row, record)
     if spec is not None:
         return spec.row_metric(row)
     for key in metric_columns():
