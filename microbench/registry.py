@@ -170,6 +170,12 @@ def case_keys(record: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def feeding(use: str) -> list[ProbeSpec]:
+    """The probes whose records can stand for `use` in `microbench compose` ("network", "tier",
+    "compute")."""
+    return [spec for spec in specs() if use in spec.feeds]
+
+
 def suite_steps() -> list[tuple[ProbeSpec, SuiteStep]]:
     return [(spec, step) for spec in specs() for step in spec.suite]
 

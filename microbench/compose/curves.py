@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import registry
 from ..errors import UsageError
 from ..fit import fit_latency_bandwidth
 
@@ -137,9 +138,12 @@ def synthetic_network(name: str, busbw_gbps: float, latency_s: float, text: str)
 
 def network_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
                         for_gpus: bool = True) -> Network:
-    if record.get("kind") != "nccl":
+    spec = registry.for_record(record)
+    if spec is None or "network" not in spec.feeds:
+        feeders = registry.feeding("network")
         raise UsageError(f"--nccl {source!r} is a {record.get('kind')!r} record; expected a collective record "
-                         f"(kind 'nccl'), e.g. results/suite-*/collectives.json from `microbench nccl`")
+                         f"(kind {' or '.join(repr(f.name) for f in feeders)}), e.g. a suite's results directory or "
+                         f"the record of `microbench {' '.join(feeders[0].command) if feeders else 'nccl'}`")
     if record.get("status") != "complete" and not allow_partial:
         raise UsageError(f"--nccl {source!r} is a {record.get('status')!r} record (the sweep did not finish: "
                          f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")
