@@ -89,10 +89,10 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
         out.append(synthetic_network(name, busbw, lat, text))
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (e.g. results/suite-*/collectives.json)")
+                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
     names = [n.name for n in out]
     if len(set(names)) != len(names):
-        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=collectives.json")
+        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
     return out
 
 

@@ -1,4 +1,5 @@
-"""Measured collective curves, read from saved `nccl` records, as time-for-size functions.
+"""Measured collective curves, read from saved records of a probe whose spec feeds "network"
+(the nccl probe), as time-for-size functions.
 
 Inside the measured range: log-log interpolation between neighbouring sizes. Outside it: the
 latency-bandwidth model t = latency + S * factor / peak_busbw fitted to the same rows, and the
@@ -102,7 +103,7 @@ def record_rows(record: Any, source: str = "") -> list[dict[str, Any]]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         bad = rows if not isinstance(rows, list) else next(r for r in rows if not isinstance(r, dict))
         raise UsageError(f"record {source!r} has rows that are not objects (found {str(bad)[:40]!r}); "
-                         f"expected a microbench record, e.g. results/suite-*/collectives.json")
+                         f"expected a microbench record, e.g. one of results/suite-*/*.json")
     return rows
 
 
