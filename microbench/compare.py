@@ -168,8 +168,13 @@ def identity_of(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def case_fields(record: dict[str, Any]) -> tuple[str, ...]:
-    """The row fields that make two rows of this record's probe the same case."""
-    return ("op", "size_bytes", *registry.case_keys(record))
+    """The row fields that make two rows of this record's probe the same case. A record no probe
+    claims (a tool's, such as hunt's src -> dst rows) is also told apart by its text fields."""
+    keys = ("op", "size_bytes", *registry.case_keys(record))
+    if registry.for_record(record) is None:
+        keys += tuple(dict.fromkeys(k for row in record.get("rows", []) for k, v in row.items()
+                                    if isinstance(v, str) and k not in keys))
+    return keys
 
 
 def _case_key(row: dict[str, Any], fields: tuple[str, ...]) -> tuple:

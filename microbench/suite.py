@@ -65,7 +65,7 @@ def headline(record: dict[str, Any]) -> str:
             continue
         op = str(row.get("op", "?"))
         best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
-        spec = registry.for_record(record) or registry.find(str(row.get("probe", "")))
+        spec = registry.row_spec(row, record)
         if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
                                          for m in (spec.metrics if spec else registry.metric_columns())):
             named.add((op, key))

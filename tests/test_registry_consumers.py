@@ -154,3 +154,17 @@ def test_the_scan_catches_what_it_forbids():
 def test_no_consumer_keeps_its_own_list(module):
     metrics, names = _builtin_names()
     assert hand_kept_lists((PACKAGE / module).read_text(), metrics, names) == []
+
+
+def test_a_tool_record_no_probe_claims_still_pairs_its_rows(tmp_path):
+    # hunt's rows are told apart by src -> dst, which no probe's case_keys name.
+    def hunt(path, gbps):
+        writer = RecordWriter(new_record("hunt", {"hosts": ["a", "b"]}, {"hostname": "t"}, {"engine": "tcp"},
+                                         argv=["microbench", "hunt"]), path)
+        writer.add_rows([{"probe": "hunt", "op": "uni", "src": s, "dst": d, "size_bytes": 1 << 20, "bw_gbps": g}
+                         for (s, d), g in zip((("a", "b"), ("b", "a")), gbps)])
+        writer.finish("complete")
+        return path
+
+    (pair,) = compare.compare(hunt(tmp_path / "a.json", (1.0, 2.0)), hunt(tmp_path / "b.json", (1.0, 1.0))).pairs
+    assert sorted((line.metric, line.ratio) for line in pair.lines) == [("bw_gbps", 0.5), ("bw_gbps", 1.0)]
