@@ -2,7 +2,7 @@
 
 One <testsuite> for the suite's steps (a failed step is a failure, a skipped probe is
 <skipped> with its reason) and one for the acceptance checks, one <testcase> per check, so a
-CI page lists "collectives / all_reduce busbw_gbps @ 256M: 142 (needs >= 150)" as a red test.
+CI page lists "nccl / all_reduce busbw_gbps @ 256M: 142 (needs >= 150)" as a red test.
 Pure: `build` returns the XML text; the command writes it.
 """
 

@@ -83,20 +83,28 @@ def step_for_file(filename: str) -> str | None:
 
 
 def headline(record: dict[str, Any]) -> str:
-    """Best bandwidth per op over every *_gbps column a probe reports: a one-glance summary
-    that needs no per-probe code."""
+    """Best primary metric per op (the first its probe's spec declares among those the row
+    carries): a one-glance summary that needs no per-probe code. A bandwidth is named only where
+    the row carries another of its probe's bandwidths (busbw beside algbw)."""
     best: dict[tuple[str, str], float] = {}
+    named: set[tuple[str, str]] = set()
     for row in record.get("rows", []):
-        for key, value in row.items():
-            if (key.endswith("_gbps") and isinstance(value, (int, float)) and key != "algbw_gbps"
-                    and "ceiling" not in key):
-                op = str(row.get("op", "?"))
-                best[(op, key)] = max(best.get((op, key), 0.0), float(value))
-    def label(op: str, key: str) -> str:
-        metric = key.removesuffix("_gbps")
-        return op if metric in (op, "throughput", "write", "read", "bw") else f"{op} {metric}"
+        key = registry.row_metric(row, record)
+        if key is None:
+            continue
+        op = str(row.get("op", "?"))
+        best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
+        spec = registry.row_spec(row, record)
+        if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
+                                         for m in (spec.metrics if spec else registry.metric_columns())):
+            named.add((op, key))
 
-    parts = [f"{label(op, key)} {value:.2f} GB/s" for (op, key), value in best.items()]
+    def label(op: str, key: str, value: float) -> str:
+        if not key.endswith("_gbps"):
+            return f"{op} {value:.3g} {key}"
+        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s"
+
+    parts = [label(op, key, value) for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import compose as cp
+from .. import registry
 from ..compose.curves import Network, network_from_record, record_rows, synthetic_network
 from ..compose.hardware import Gpu, gpu as gpu_by_name
 from ..compose.models import CrudeModel, ModelShape, from_hf_config, preset
@@ -57,14 +58,24 @@ def ranks(args: argparse.Namespace, networks: list[Network]) -> tuple[int, int |
     return world, nodes
 
 
+def _suite_record(directory: Path, use: str) -> Path | None:
+    """The record in a suite directory whose step's probe feeds `use`, under the step's current
+    or a former name (collectives.json in older suites)."""
+    for path in sorted(directory.glob("*.json")):
+        found = registry.suite_step(path.stem)
+        if found and use in found[0].feeds:
+            return path
+    return None
+
+
 def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
     out: list[Network] = []
     for text in args.nccl:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
-        if Path(path).is_dir() and (Path(path) / "collectives.json").is_file():
-            path = str(Path(path) / "collectives.json")   # a suite's results directory
+        if Path(path).is_dir():
+            path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
         record = load_record(path)
         out.append(network_from_record(record, name or Path(path).stem, path,
                                        allow_partial=args.allow_partial, for_gpus=for_gpus))
@@ -78,10 +89,10 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
         out.append(synthetic_network(name, busbw, lat, text))
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (e.g. results/suite-*/collectives.json)")
+                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
     names = [n.name for n in out]
     if len(set(names)) != len(names):
-        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=collectives.json")
+        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
     return out
 
 
@@ -99,9 +110,11 @@ def compute_rate(args: argparse.Namespace) -> ComputeRate:
     device = gpu_by_name(args.gpu) if args.gpu else None
     if args.compute:
         record = load_record(args.compute)
-        if record.get("kind") != "compute":
+        spec = registry.for_record(record)
+        if spec is None or "compute" not in spec.feeds:
+            feeders = registry.feeding("compute")
             raise UsageError(f"--compute {args.compute!r} is a {record.get('kind')!r} record; expected one from "
-                             f"`microbench compute` (kind 'compute')")
+                             + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders))
         if record.get("status") != "complete" and not args.allow_partial:
             raise UsageError(f"--compute {args.compute!r} is a {record.get('status')!r} record; re-run "
                              f"`microbench compute`, or pass --allow-partial")

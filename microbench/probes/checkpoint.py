@@ -326,6 +326,7 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: CheckpointProbe(config),
     row_schema=CheckpointRow,
     cli="microbench.commands.checkpoint", needs=Needs(world=True, target=True, s3=True), aliases=(),
+    case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
     suite=(SuiteStep("checkpoint", ("--size", "256M", "--nproc", "2", "--target", "{path}")),
            SuiteStep("checkpoint s3", ("--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt"))),
 )

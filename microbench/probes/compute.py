@@ -164,5 +164,6 @@ SPEC = ProbeSpec(
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
     row_schema=ComputeRow,
     cli="microbench.commands.compute", needs=Needs(), aliases=(),
+    case_keys=("dtype",), feeds=("compute",),
     suite=(),
 )

@@ -310,5 +310,6 @@ SPEC = ProbeSpec(
     metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
     row_schema=LinkRow,
     cli="microbench.commands.link", needs=Needs(world=True), aliases=(),
+    case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
 )

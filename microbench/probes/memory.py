@@ -129,5 +129,6 @@ SPEC = ProbeSpec(
     metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
     row_schema=MemoryRow,
     cli="microbench.commands.memory", needs=Needs(), aliases=(),
+    case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M")),),
 )

@@ -140,5 +140,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: FioProbe(config),
     row_schema=StorageRow,
     cli="microbench.commands.storage_fio", needs=Needs(target=True), aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(),
 )

@@ -238,5 +238,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
     row_schema=GdsRow,
     cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    feeds=("tier",),
     suite=(),
 )

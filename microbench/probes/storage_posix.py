@@ -271,5 +271,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
     row_schema=StorageRow,
     cli="microbench.commands.storage_posix", needs=Needs(target=True), aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
 )

@@ -340,5 +340,6 @@ SPEC = ProbeSpec(
     metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
     row_schema=S3Row,
     cli="microbench.commands.storage_s3", needs=Needs(target=True, s3=True), aliases=(),
+    case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )

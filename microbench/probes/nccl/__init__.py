@@ -380,5 +380,6 @@ SPEC = ProbeSpec(
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
     row_schema=NcclRow,
     cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
+    case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
     suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2"), aliases=("collectives",)),),
 )
