@@ -24,7 +24,7 @@ from typing import Any
 
 from . import fsdp_model as fm
 from .compose.curves import Curve
-from .compose.fsdp import TrainSpec, predict_step
+from .compose.fsdp import TrainSpec, compute_times, predict_step
 from .compose.models import ModelShape
 from .probes import nccl as coll
 from .probes import compute as cm
@@ -59,17 +59,29 @@ def _settings(budget_s: float = 0.4, iters: int = 6) -> SweepSettings:
 
 # --------------------------------------------------------------------------- probes (inputs)
 
-def probe_compute(world: Any, shape: ModelShape, tokens: int, device: str, dtype: str) -> dict[str, Any]:
+def step_flops(shape: ModelShape, tokens: int) -> float:
+    """The composer's FLOPs for one rank's forward+backward (what its compute term divides by the rate)."""
+    c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=1.0))
+    return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+
+
+def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> cm.StepReplay:
+    """`microbench compute`'s kernels at this model's shapes, forward and backward, in step order."""
     config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                        kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype)
-    probe = cm.ComputeProbe(config)
-    # A second of matmuls per shape: on a shared 2-core box a shorter sample catches one burst
-    # of someone else's work and moves the rate by tens of percent.
-    rows = [measure_case(probe, case, _settings(budget_s=1.0, iters=12), world) for case in probe.cases()]
-    tflops = cm.achieved_tflops(rows)
-    return {"flops_per_rank": tflops * 1e12, "tflops": tflops, "probe": "compute (matmuls at the block's shapes)",
-            "rows": [{k: r[k] for k in ("op", "m", "n", "k", "tflops", "per_block")} for r in rows]}
+                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype,
+                       backward=True)
+    return cm.StepReplay(config, shape.heads, shape.kv_heads)
+
+
+def compute_input(shape: ModelShape, tokens: int, samples_s: list[float]) -> dict[str, Any]:
+    """The compute rate the composer gets: its own FLOPs for the step over the replay's median
+    time, so its compute term is the replay's time (the calibration scales it for the rest)."""
+    median = percentile(samples_s, 50)
+    rate = step_flops(shape, tokens) / median
+    return {"flops_per_rank": rate, "tflops": rate / 1e12, "replay_s": median, "samples_s": list(samples_s),
+            "spread_pct": spread_pct(samples_s),
+            "probe": "compute: matmuls and attention at the step's shapes, forward and backward, every rank at once"}
 
 
 def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
@@ -142,23 +154,60 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
 def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                   steps: int, warmup: int) -> list[float]:
     """The slowest rank's time for each timed step of the fully_shard model."""
+    return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None)[0]
+
+
+def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                        steps: int, warmup: int, probe: cm.StepReplay | None) -> tuple[list[float], list[float]]:
+    """Timed steps of the fully_shard model (the slowest rank's time each), with the compute
+    replay run right before each one when given: on a shared machine its speed drifts by tens of
+    percent within a minute, and alternating puts the same drift into the prediction's input
+    and into the steps it predicts."""
     import torch
 
     torch.manual_seed(0)
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times = []
+    times, replays = [], []
     for i in range(warmup + steps):
+        replay_s = probe.time_once(world) if probe is not None else None
         world.barrier()
         start = time.perf_counter()
         fm.step(model, optim, ids, targets)
         sync(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)
+            if replay_s is not None:
+                replays.append(replay_s)
     per_rank = world.all_gather_object(times)
     del model, optim
-    return [max(step) for step in zip(*per_rank)]
+    return [max(step) for step in zip(*per_rank)], replays
+
+
+def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          probe: cm.StepReplay, reps: int) -> tuple[list[float], list[float]]:
+    """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
+    import torch
+
+    torch.manual_seed(0)
+    model = fm.build(shape, device)
+    if precision.param_dtype != "float32":
+        model = model.to(getattr(torch, precision.param_dtype))
+    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
+    replays, real = [], []
+    for i in range(1 + reps):
+        replay_s = probe.time_once(world)
+        world.barrier()
+        start = time.perf_counter()
+        model(ids, targets).backward()
+        sync(device)
+        model_s = slowest(world, time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+        if i >= 1:
+            replays.append(replay_s)
+            real.append(model_s)
+    return replays, real
 
 
 def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
