@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import fsdp_model as fm
 from .compose.curves import Curve
@@ -158,36 +158,36 @@ def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, preci
 
 
 def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                        steps: int, warmup: int, probe: cm.StepReplay | None) -> tuple[list[float], list[float]]:
-    """Timed steps of the fully_shard model (the slowest rank's time each), with the compute
-    replay run right before each one when given: on a shared machine its speed drifts by tens of
+                        steps: int, warmup: int, before_each: Callable[[], Any] | None) -> tuple[list[float], list[Any]]:
+    """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
+    (a probe sample) run right before each one: on a shared machine its speed drifts by tens of
     percent within a minute, and alternating puts the same drift into the prediction's input
-    and into the steps it predicts."""
+    and into the steps it predicts. Returns (step times, the samples of the timed steps)."""
     import torch
 
     torch.manual_seed(0)
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times, replays = [], []
+    times, samples = [], []
     for i in range(warmup + steps):
-        replay_s = probe.time_once(world) if probe is not None else None
+        sample = before_each() if before_each is not None else None
         world.barrier()
         start = time.perf_counter()
         fm.step(model, optim, ids, targets)
         sync(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)
-            if replay_s is not None:
-                replays.append(replay_s)
+            samples.append(sample)
     per_rank = world.all_gather_object(times)
     del model, optim
-    return [max(step) for step in zip(*per_rank)], replays
+    return [max(step) for step in zip(*per_rank)], samples
 
 
-def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          probe: cm.StepReplay, reps: int) -> tuple[list[float], list[float]]:
-    """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
+def compute_alone_sampler(world: Any, shape: ModelShape, tokens: int, device: Any,
+                          precision: fm.Precision) -> Callable[[], float]:
+    """One forward+backward of the unsharded model per call, every rank at once, no
+    communication: the slowest rank's seconds."""
     import torch
 
     torch.manual_seed(0)
@@ -195,52 +195,48 @@ def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: An
     if precision.param_dtype != "float32":
         model = model.to(getattr(torch, precision.param_dtype))
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    replays, real = [], []
-    for i in range(1 + reps):
-        replay_s = probe.time_once(world)
+
+    def once() -> float:
         world.barrier()
         start = time.perf_counter()
         model(ids, targets).backward()
         sync(device)
-        model_s = slowest(world, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
         model.zero_grad(set_to_none=True)
+        return slowest(world, elapsed)
+
+    return once
+
+
+def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          reps: int = 5) -> float:
+    once = compute_alone_sampler(world, shape, tokens, device, precision)
+    once()
+    return percentile([once() for _ in range(reps)], 50)
+
+
+def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          probe: cm.StepReplay, reps: int) -> tuple[list[float], list[float]]:
+    """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
+    model = compute_alone_sampler(world, shape, tokens, device, precision)
+    replays, real = [], []
+    for i in range(1 + reps):
+        replay_s, model_s = probe.time_once(world), model()
         if i >= 1:
             replays.append(replay_s)
             real.append(model_s)
     return replays, real
 
 
-def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          reps: int = 5) -> float:
-    """Forward+backward of the unsharded model on every rank at once, no communication."""
-    import torch
-
-    torch.manual_seed(0)
-    model = fm.build(shape, device)
-    if precision.param_dtype != "float32":
-        model = model.to(getattr(torch, precision.param_dtype))
-    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times = []
-    for i in range(1 + reps):
-        world.barrier()
-        start = time.perf_counter()
-        model(ids, targets).backward()
-        sync(device)
-        if i >= 1:
-            times.append(time.perf_counter() - start)
-        model.zero_grad(set_to_none=True)
-    return slowest(world, percentile(times, 50))
-
-
-def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
-    """The step's collectives back to back, nothing else: root and every block gathered for
-    forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
+def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: Any) -> Callable[[], float]:
+    """The step's collectives back to back per call, nothing else: root and every block gathered
+    for forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
     import torch
     import torch.distributed as dist
 
     n = world.size
     if n == 1:
-        return 0.0
+        return lambda: 0.0
     sizes = unit_sizes(shape, precision)
     pd, rd = getattr(torch, precision.param_dtype), getattr(torch, precision.reduce_dtype)
 
@@ -255,8 +251,8 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
     plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
     all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    times = []
-    for i in range(1 + reps):
+
+    def once() -> float:
         world.barrier()
         start = time.perf_counter()
         for what, (full, shard) in plan:
@@ -265,9 +261,15 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
             else:
                 reduce_scatter(shard, full)
         sync(device)
-        if i >= 1:
-            times.append(time.perf_counter() - start)
-    return slowest(world, percentile(times, 50))
+        return slowest(world, time.perf_counter() - start)
+
+    return once
+
+
+def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
+    once = comm_alone_sampler(world, shape, precision, device)
+    once()
+    return percentile([once() for _ in range(reps)], 50)
 
 
 def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,

@@ -13,11 +13,14 @@ measured on a configuration of its own (never one the matrix checks).
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
                       the optimizer): the calibration model's units (six of them) at 16 tokens, so
                       compute is negligible and nothing overlaps, timed as a real fully_shard
-                      step, minus the same model's plain forward+backward, its collectives alone
-                      and the AdamW probe at its shard size, over 2 x units.
-  compute_efficiency  the matmul probe's prediction of the model's forward+backward over the
-                      model's real forward+backward (norms, activations, softmax, the loss: work
-                      the matmul probe does not see), on the calibration model unsharded.
+                      step, minus the same model's plain forward+backward and its collectives
+                      alone (both run right before each step, medians) and the AdamW probe at its
+                      shard size, over 2 x units.
+  compute_efficiency  the compute replay's time (the step's matmuls, forward and backward, and
+                      attention, at the model's shapes) over the model's real forward+backward
+                      (norms, activations, residuals, the embedding, the loss, autograd: work the
+                      replay does not do), on the calibration model unsharded, the two
+                      alternating, median over median.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
     optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
     probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
-    steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, probe)
+    steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2,
+                                            lambda: probe.time_once(world))
     compute = vf.compute_input(CAL_SHAPE, CAL_TOKENS, replays)
     measured = percentile(steps, 50)
     serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
@@ -123,15 +127,20 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
 
 def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
-    fsdp = vf.measure_steps(world, shape, tokens, device, precision, steps=reps, warmup=2)
-    compute_s = vf.measure_compute_alone(world, shape, tokens, device, precision, reps=reps)
-    comm_s = vf.measure_comm_alone(world, shape, precision, device, reps=3)
     optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
+    # The plain forward+backward and the collectives alone right before each fully_shard step,
+    # so the difference is not a drift of the machine between them.
+    compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
+                     vf.comm_alone_sampler(world, shape, precision, device))
+    fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
+                                         lambda: (compute(), comm()))
     fsdp_s = percentile(fsdp, 50)
+    compute_s, comm_s = percentile([c for c, _ in parts], 50), percentile([m for _, m in parts], 50)
     units = shape.layers + 1
     per_unit = max(0.0, (fsdp_s - compute_s - comm_s - optimizer_s) / (2 * units))
     return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
-            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens}
+            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens,
+            "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:

@@ -98,7 +98,8 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
     # sample per step, both sides summarized by their median, so the machine's drift on this
     # shared VM (tens of percent within a minute) is the same in the input and in the steps.
     probe = vf.replay(shape, tokens, dev, precision.param_dtype)
-    times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup, probe)
+    times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup,
+                                           lambda: probe.time_once(world))
     del probe
     compute = vf.compute_input(shape, tokens, replays)
     pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
