@@ -115,7 +115,8 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
             "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
             "spread_pct": vf.spread_pct(times), "error_pct": vf.error_pct(pred["step_s"], measured),
             "predicted": pred, "parts": parts,
-            "inputs": {"compute": {"source": f"{compute['probe']}, right before each measured step",
+            "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run right before each "
+                                             f"measured step",
                                    "tflops_per_rank": compute["tflops"], "replay_s": compute["replay_s"],
                                    "samples_s": compute["samples_s"], "spread_pct": compute["spread_pct"]},
                        "collectives": {"source": f"{collectives['probe']}, measured in this run",
