@@ -2,8 +2,9 @@
 the composer's inputs with the probes, predict with the composer, then time real FSDP2 steps.
 
 Inputs, all measured in this invocation and none from the steps being predicted:
-  compute      `microbench compute`'s matmuls at the block's (and head's) shapes and these
-               tokens, on every rank at once (ranks share the cores as in training);
+  compute      `microbench compute`'s kernels at the step's shapes (matmuls forward and backward,
+               attention), replayed in step order right before each measured step, every rank
+               at once from a barrier (ranks share the cores as in training); the median;
   collectives  the collective probe's AllGather and ReduceScatter at the block's and the root's
                unit sizes, in the dtypes FSDP moves;
   optimizer    AdamW over one flat tensor of this rank's shard size, as bytes moved per second
