@@ -81,6 +81,12 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             probe.prepare(load_case)
             probe_loads.append(probe.run_once(load_case).time_s)
             sub = f"verify-step-{i}"
+            # The previous checkpoint goes right before this save, as the probe removes its own
+            # right before its save: freeing 100 MB of files costs the file system work that
+            # spills into whatever comes next, so each side pays it at the same point.
+            world.barrier()
+            if world.rank == 0 and i > 0:
+                run_dir.remove_sub(f"verify-step-{i - 1}")
             world.barrier()
             start = time.perf_counter()
             dcp.save(state, storage_writer=run_dir.writer(sub, 1), process_group=world.control)
@@ -101,9 +107,6 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             sync(dev)
             loads.append(time.perf_counter() - start)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
-            world.barrier()
-            if world.rank == 0:
-                run_dir.remove_sub(sub)
             msd, osd = get_state_dict(model, optim)
             state = {"model": msd, "optim": osd}
     finally:
