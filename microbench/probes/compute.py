@@ -7,8 +7,10 @@ A mixture of experts runs gate+up and down per expert on the tokens routed to it
 experts on average, so small-matmul efficiency is measured too. FLOPs per matmul 2 m n k;
 achieved TFLOP/s = FLOPs / the slowest rank's median time (one process here). The summary's
 `achieved_tflops` weights each case by how often a step runs it (experts x the expert cases,
-1/layers for the head). Attention's own QK^T and AV (flash attention) are not timed here; the
-composer assumes the same rate for them.
+1/layers for the head). With `backward`, each projection's two backward matmuls (input and
+weight gradients) are cases too. Attention's own QK^T and AV (flash attention) are not timed by
+the cases; the composer assumes the same rate for them. `StepReplay` runs all of a dense step's
+kernels, attention included, forward and backward, in step order (what `verify` predicts from).
 
 On a GPU: torch.matmul in bfloat16 (cuBLAS, or hipBLAS on ROCm). Without one: float32 on the
 CPU, which says what this machine does, not what a GPU would.
