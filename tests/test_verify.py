@@ -68,6 +68,39 @@ def test_parts_state_the_overlap_the_step_implies():
     assert parts["compute"]["error_pct"] == 0.0 and parts["collectives"]["error_pct"] == 0.0
 
 
+def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency():
+    from microbench.compose.fsdp import compute_times
+
+    shape = fm.PRESETS["small"]
+    compute = vf.compute_input(shape, 512, [0.30, 0.20, 0.26, 0.22, 0.50])
+    assert compute["replay_s"] == 0.26 and compute["samples_s"][-1] == 0.50
+    assert compute["spread_pct"] == pytest.approx(100 * 0.30 / 0.26)
+    cal = vf.Calibration(overlap=0.0, unit_overhead_s=0.0, compute_efficiency=0.8, source="test")
+    train = vf.train_spec(shape, 512, 2, fm.precision_for("cpu"), compute, {"memory_gbps": 1.0}, cal)
+    c = compute_times(shape, train)
+    total = shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+    assert total == pytest.approx(0.26 / 0.8)
+
+
+def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
+    from types import SimpleNamespace
+
+    from microbench.commands import compose_inputs as ci
+
+    path = calibration_record(tmp_path / "cal.json", compute_efficiency=0.8, overlap=0.0)
+    cal = ci.calibration(SimpleNamespace(calibration=path))
+    assert (cal.compute_efficiency, cal.device) == (0.8, "cpu")
+    args = SimpleNamespace(overlap=None, unit_overhead=None, reduce_dtype=None, micro_batch="1", seq_len="256",
+                           grad_accum="1", param_dtype="float32", activation_checkpointing=False,
+                           no_reshard_after_forward=False, compute="c.json")
+    cpu_rate = ci.ComputeRate(1e11, "measured", None, on_cpu=True)
+    assert ci.train_spec(args, 2, cpu_rate, cal).flops_per_rank == pytest.approx(0.8e11)
+    # A GPU's rate (another device than the calibration's) or a rate given by hand is left alone.
+    assert ci.train_spec(args, 2, ci.ComputeRate(1e14, "measured", None, on_cpu=False), cal).flops_per_rank == 1e14
+    args.compute = None
+    assert ci.train_spec(args, 2, ci.ComputeRate(1e11, "--tflops 0.1", None), cal).flops_per_rank == 1e11
+
+
 # --------------------------------------------------------------------------- real ranks
 
 def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
@@ -103,9 +136,10 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
-def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path):
-    # Half a second of FSDP overhead per unit per pass: the prediction is off by seconds.
-    cal = calibration_record(tmp_path / "cal.json", unit_overhead_s=0.5)
+@pytest.mark.parametrize("wrong", [{"unit_overhead_s": 0.5},        # half a second per unit per pass
+                                   {"compute_efficiency": 0.001}])  # compute predicted 1000 x too slow
+def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
+    cal = calibration_record(tmp_path / "cal.json", **wrong)
     out = tmp_path / "v.json"
     done = run_cli(*SHORT, "--calibration", cal, "--json", str(out), timeout=120)
     assert done.returncode == 1

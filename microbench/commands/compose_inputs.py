@@ -187,6 +187,8 @@ class Calibration:
     unit_overhead_s: float | None
     backend: str | None
     source: str
+    compute_efficiency: float | None = None   # the measured compute rate's share of a real step's compute
+    device: str | None = None
 
 
 def calibration(args: argparse.Namespace) -> Calibration | None:
@@ -200,12 +202,16 @@ def calibration(args: argparse.Namespace) -> Calibration | None:
         raise UsageError(f"--calibration {args.calibration!r} is a {record.get('kind')!r} record without "
                          f"summary.calibration; expected one from `microbench verify --calibrate-only`")
     values = {}
-    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0)):
+    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
         value = cal.get(key)
         if value is not None:
             values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
+    if values.get("compute_efficiency") == 0:
+        raise UsageError(f"--calibration {args.calibration!r} has compute_efficiency 0; expected a positive share, "
+                         f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
     return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
-                       str(cal["backend"]) if cal.get("backend") else None, args.calibration)
+                       str(cal["backend"]) if cal.get("backend") else None, args.calibration,
+                       values.get("compute_efficiency"), str(cal["device"]) if cal.get("device") else None)
 
 
 def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
@@ -224,11 +230,16 @@ def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
     else:
         unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
     reduce_dtype = args.reduce_dtype or ("float32" if cpu else "bfloat16")
+    flops = rate.flops_per_rank
+    if cal is not None and cal.compute_efficiency and args.compute and cal.device == ("cpu" if cpu else "cuda"):
+        # A measured kernel rate on the calibration's kind of device: a real step also runs norms,
+        # activations and the loss, which the calibration measured as this share of its time.
+        flops *= cal.compute_efficiency
     return cp.TrainSpec(
         ranks=world,
         micro_batch=parse_positive_int(args.micro_batch, what="--micro-batch", example="1"),
         seq_len=parse_positive_int(args.seq_len, what="--seq-len", example="4096"),
-        flops_per_rank=rate.flops_per_rank,
+        flops_per_rank=flops,
         grad_accum=parse_positive_int(args.grad_accum, what="--grad-accum", example="4"),
         param_dtype=args.param_dtype, reduce_dtype=reduce_dtype,
         activation_checkpointing=args.activation_checkpointing,
