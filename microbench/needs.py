@@ -31,16 +31,9 @@ ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROB
 S3_MARGIN_BYTES = 64 << 20
 
 
-def check_available(probe: Probe) -> None:
-    """Every probe, before it runs: a probe that cannot run here is a skip with its reason."""
-    reason = probe.unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(reason)
-
-
 def run(probe: Probe, settings: SweepSettings, **kwargs: Any) -> RunOutcome:
-    """`runner.run_probe`, after the availability check."""
-    check_available(probe)
+    """`runner.run_probe`, the one place every probe's `unavailable_reason` is asked: a probe that
+    cannot run here leaves a skipped record with its reason and ends as a skip (exit 0)."""
     return run_probe(probe, settings, **kwargs)
 
 
