@@ -36,6 +36,9 @@ def pick_metric(record: dict[str, Any], metric: str | None) -> str:
             raise UsageError(f"invalid --metric {metric!r}: this record has {', '.join(choices) or 'no metric columns'}")
         return metric
     if not choices:
+        if record.get("status") == "skipped":
+            raise UsageError(f"the {record.get('kind', '?')!r} record has nothing to plot: the probe was skipped "
+                             f"({record.get('status_reason') or 'no reason recorded'})")
         raise UsageError(f"the {record.get('kind', '?')!r} record has no metric columns to plot")
     return choices[0]
 

@@ -23,3 +23,13 @@ def test_plot_overlays_records_and_never_overwrites(run_cli, tmp_path):
     bad = run_cli("plot", str(a), "--metric", "iops", "--out", str(tmp_path / "x.png"))
     assert bad.returncode == 2
     assert last_line(bad.stderr) == "microbench: invalid --metric 'iops': this record has busbw_gbps"
+
+
+def test_a_skipped_record_says_why_it_has_nothing_to_plot():
+    from microbench.errors import UsageError
+    from microbench.plot import pick_metric
+
+    record = {"kind": "storage_gds", "status": "skipped", "status_reason": "storage gds: kvikio is not installed",
+              "rows": []}
+    with pytest.raises(UsageError, match=r"was skipped \(storage gds: kvikio is not installed\)"):
+        pick_metric(record, None)
