@@ -107,13 +107,13 @@ def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck
         probe_dir = ct.RunDir(target, ct.unique_name(), access)
         probe_dir.create()  # the bucket exists and the credentials work
         return choice
-    from ..s3server import EmbeddedS3
+    from ..s3server import embedded
 
     import tempfile
 
     ct.check_free_space(tempfile.gettempdir(), ct.required_bytes(config.size_bytes),
                         f"a {format_bytes_human(config.size_bytes)} checkpoint on the embedded S3 server")
-    server = stack.enter_context(EmbeddedS3(bucket=target.bucket))
+    server = stack.enter_context(embedded(target.bucket))
     env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
            ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
     return dataclasses.replace(choice, env={**choice.env, **env})

@@ -15,7 +15,7 @@ from ..errors import ProbeUnavailable, UsageError
 from ..probes import storage_s3 as s3p
 from ..runner import run_probe
 from ..s3client import Target, check_endpoint, s3_client_unavailable_reason, preflight, unique_prefix
-from ..s3server import DEFAULT_BUCKET, EmbeddedS3
+from ..s3server import DEFAULT_BUCKET, embedded
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             _check_space(config)
-            target = Target.for_embedded(stack.enter_context(EmbeddedS3(bucket=config.bucket)))
+            target = Target.for_embedded(stack.enter_context(embedded(config.bucket)))
         else:
             target = Target(endpoint, region=args.region, addressing_style=args.addressing_style)
         source = preflight(target, config.bucket, timeout_s=config.timeout_s)
