@@ -3,7 +3,8 @@
     python benchmarks/suite_time.py --rounds 1
     python benchmarks/suite_time.py --step "checkpoint s3" --variant "--size 128M" --rounds 3
 
-Without --step: runs `microbench suite` (from this checkout) --rounds times and prints each
+Without --step: runs `microbench suite` (from this checkout, and alternating with the checkout
+--baseline names when given) --rounds times and prints each
 step's seconds (from the suite's JUnit report, millisecond resolution), the wall time, the CPU
 seconds of the whole process tree (user+sys, steadier than wall time on a shared box) and the
 load average before and after.
@@ -33,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def env(root: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def load() -> float:
@@ -46,11 +47,11 @@ def cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_suite(tmp: Path) -> tuple[dict[str, float], float, float, int]:
+def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, float, int]:
     report = tmp / f"junit-{time.monotonic_ns()}.xml"
     cpu0, t0 = cpu_children(), time.monotonic()
     done = subprocess.run([sys.executable, "-m", "microbench", "suite", "--results-dir", str(tmp / "results"),
-                           "--junit", str(report)], capture_output=True, text=True, env=env(), cwd=tmp)
+                           "--junit", str(report)], capture_output=True, text=True, env=env(root), cwd=tmp)
     wall, cpu = time.monotonic() - t0, cpu_children() - cpu0
     steps: dict[str, float] = {}
     if report.exists():
@@ -135,22 +136,26 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def timeline(args: argparse.Namespace) -> None:
+    checkouts = [ROOT] + ([Path(args.baseline).resolve()] if args.baseline else [])
     with tempfile.TemporaryDirectory(prefix="mb-suite-time-") as tmp_text:
         tmp = Path(tmp_text)
         for i in range(args.rounds):
-            before = load()
-            steps, wall, cpu, code = run_suite(tmp)
-            print(f"# round {i + 1}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {before:.1f} before, "
-                  f"{load():.1f} after, {os.cpu_count()} cores, exit {code}")
-            for name, seconds in steps.items():
-                print(f"  {name:<15} {seconds:6.1f} s")
-            print(f"  {'steps':<15} {sum(steps.values()):6.1f} s\n  {'wall':<15} {wall:6.1f} s (target < 60)\n"
-                  f"  {'user+sys':<15} {cpu:6.1f} s (CPU of the whole process tree)", flush=True)
+            for root in (checkouts if i % 2 else checkouts[::-1]):
+                before = load()
+                steps, wall, cpu, code = run_suite(tmp, root)
+                print(f"# round {i + 1}, {root}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
+                      f"{before:.1f} before, {load():.1f} after, {os.cpu_count()} cores, exit {code}")
+                for name, seconds in steps.items():
+                    print(f"  {name:<15} {seconds:6.1f} s")
+                print(f"  {'steps':<15} {sum(steps.values()):6.1f} s\n  {'wall':<15} {wall:6.1f} s (target < 60)\n"
+                      f"  {'user+sys':<15} {cpu:6.1f} s (CPU of the whole process tree)", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline", metavar="CHECKOUT",
+                        help="also time the suite of another checkout (e.g. main), alternating with this one")
     parser.add_argument("--step", help="compare one suite step with a variant of its arguments")
     parser.add_argument("--variant", help='options replacing the step\'s own, e.g. "--size 128M"')
     args = parser.parse_args()

