@@ -47,7 +47,7 @@ def cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, float, int]:
+def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, float, int, dict[str, str]]:
     report = tmp / f"junit-{time.monotonic_ns()}.xml"
     cpu0, t0 = cpu_children(), time.monotonic()
     done = subprocess.run([sys.executable, "-m", "microbench", "suite", "--results-dir", str(tmp / "results"),
@@ -61,7 +61,14 @@ def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, fl
                     steps[case.get("name", "?")] = float(case.get("time", "0"))
     if done.returncode != 0:
         print(done.stdout[-2000:] + done.stderr[-2000:], file=sys.stderr)
-    return steps, wall, cpu, done.returncode
+    # The suite's own table: "step  result  s  headline", so each time can be read beside its figures.
+    headlines = {}
+    for line in done.stdout.splitlines():
+        for name in steps:
+            rest = line[len(name):].split() if line.startswith(name + " ") else []
+            if len(rest) >= 2 and rest[0] in ("pass", "fail", "skip"):
+                headlines[name] = f"{rest[0]}: " + " ".join(rest[2:])
+    return steps, wall, cpu, done.returncode, headlines
 
 
 def step_argv(name: str) -> list[str]:
@@ -142,11 +149,11 @@ def timeline(args: argparse.Namespace) -> None:
         for i in range(args.rounds):
             for root in (checkouts if i % 2 else checkouts[::-1]):
                 before = load()
-                steps, wall, cpu, code = run_suite(tmp, root)
+                steps, wall, cpu, code, headlines = run_suite(tmp, root)
                 print(f"# round {i + 1}, {root}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
                       f"{before:.1f} before, {load():.1f} after, {os.cpu_count()} cores, exit {code}")
                 for name, seconds in steps.items():
-                    print(f"  {name:<15} {seconds:6.1f} s")
+                    print(f"  {name:<15} {seconds:6.1f} s  {headlines.get(name, '')}")
                 print(f"  {'steps':<15} {sum(steps.values()):6.1f} s\n  {'wall':<15} {wall:6.1f} s (target < 60)\n"
                       f"  {'user+sys':<15} {cpu:6.1f} s (CPU of the whole process tree)", flush=True)
 
