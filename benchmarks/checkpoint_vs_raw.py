@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     # Last: the installed microbench (with its compiled core) wins over the checkout.
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from microbench.sizes import parse_size
+    from microbench.units import parse_size
 
     nbytes = parse_size(args.size)
     save, load, wr, rd = [], [], [], []

@@ -40,7 +40,7 @@ def worker(args: argparse.Namespace) -> None:
     from microbench.probe import Case
     from microbench.probes import nccl as coll
     from microbench.runner import SweepSettings, measure_case
-    from microbench.sizes import parse_sizes
+    from microbench.units import parse_sizes
 
     spec = detect_world()
     assert spec is not None

@@ -20,7 +20,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from microbench import native  # noqa: E402
 from microbench.probes import storage_fio as sf  # noqa: E402
 from microbench.probes import storage_posix as sp  # noqa: E402
-from microbench.sizes import format_size, parse_size  # noqa: E402
+from microbench.units import format_size, parse_size  # noqa: E402
 
 TARGET = 0.95
 

@@ -36,7 +36,7 @@ sys.path.append(str(ROOT))
 
 from microbench.dist import package_env, self_command  # noqa: E402
 from microbench.s3server import EmbeddedS3  # noqa: E402
-from microbench.sizes import parse_size  # noqa: E402
+from microbench.units import parse_size  # noqa: E402
 
 
 def awscli_env(server: EmbeddedS3, config_file: Path) -> dict[str, str]:

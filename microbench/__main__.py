@@ -13,10 +13,19 @@ def entry() -> None:
     interrupts.report_ready()
     try:
         from .cli import main
+
+        interrupts.check()  # a signal counted while the import could not raise it
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
         sys.exit(1)
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        # A signal as main() returned, after its own handling: the work is done, but the run
+        # was interrupted all the same, and says so like any other (never a death by SIGINT).
+        print("microbench: interrupted", file=sys.stderr)
+        code = 1
+    interrupts.closing()
     # Two reasons to skip the interpreter's teardown once our work is done and every record is
     # closed: after importing torch it takes 1-4 s (modules, thread pools and caches finalized
     # one by one), paid by every rank and suite step; and a rank that failed would wait in it on

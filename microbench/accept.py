@@ -3,9 +3,9 @@
 A thresholds file (TOML, or JSON) lists checks:
 
     [[check]]
-    step = "collectives"      # a suite step name
+    step = "nccl"             # a suite step (or a former name of one: "collectives")
     op = "all_reduce"         # rows of this op ...
-    metric = "busbw_gbps"     # ... this column ...
+    metric = "busbw_gbps"     # ... this column (default: the probe's primary metric) ...
     min = 150.0               # ... must reach this (or `max =` must not exceed it)
     size = "256M"             # optional: the row at this size; default: the best row
 
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from .errors import UsageError
 from .sizes import parse_bandwidth_bytes_per_s, parse_number, parse_size
 
@@ -35,7 +36,7 @@ MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is w
 class Check:
     step: str
     op: str
-    metric: str
+    metric: str              # "": the primary metric the probe's spec declares for these rows
     min: float | None = None
     max: float | None = None
     size_bytes: int | None = None
@@ -51,6 +52,19 @@ class CheckResult:
     detail: str
 
 
+def _toml_loads(text: str) -> dict[str, Any]:
+    # tomllib is 3.11+; on 3.10 the same parser ships as tomli (a dependency there, pyproject).
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise UsageError("reading a TOML thresholds file on Python 3.10 needs the tomli package "
+                             "(pip install tomli), or give the thresholds as JSON, e.g. thresholds.json") from None
+    return tomllib.loads(text)
+
+
 def load_checks(path: str | Path) -> list[Check]:
     target = Path(path)
     try:
@@ -61,12 +75,10 @@ def load_checks(path: str | Path) -> list[Check]:
         if target.suffix == ".json":
             data = json.loads(text)
         else:
-            import tomllib
-
-            data = tomllib.loads(text)
-    except (ValueError, ImportError) as exc:
+            data = _toml_loads(text)
+    except ValueError as exc:
         raise UsageError(f"thresholds file {str(path)!r} is not valid {target.suffix.lstrip('.') or 'TOML'}: {exc}") from None
-    example = 'e.g. step = "collectives", op = "all_reduce", metric = "busbw_gbps", min = 150'
+    example = 'e.g. step = "nccl", op = "all_reduce", metric = "busbw_gbps", min = 150'
     entries = data.get("check", []) if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise UsageError(f"thresholds file {str(path)!r} is not a list of [[check]] tables; {example}")
@@ -75,12 +87,14 @@ def load_checks(path: str | Path) -> list[Check]:
         where = f"check #{i + 1} in {str(path)!r}"
         if not isinstance(item, dict):
             raise UsageError(f"{where} is not a table of step, op, metric and min or max; {example}")
-        missing = [k for k in ("step", "op", "metric") if not isinstance(item.get(k), str)]
+        missing = [k for k in ("step", "op") if not isinstance(item.get(k), str)]
+        if "metric" in item and not isinstance(item["metric"], str):
+            missing.append("metric")
         if missing or not any(k in item for k in ("min", "max", "min_fraction_of_expected")):
             raise UsageError(f"{where} needs step, op, metric and min or max (or min_fraction_of_expected); "
-                             f"step, op and metric as strings; {example}")
+                             f"step, op and metric as strings (without metric: the probe's primary one); {example}")
         bounds = {key: _bound(item[key], f"{where}: {key}") for key in ("min", "max") if key in item}
-        checks.append(Check(item["step"], item["op"], item["metric"], bounds.get("min"), bounds.get("max"),
+        checks.append(Check(item["step"], item["op"], item.get("metric", ""), bounds.get("min"), bounds.get("max"),
                             parse_size(str(item["size"]), what="check size") if "size" in item else None,
                             _fraction(item, where), _expected(item, where)))
     if not checks:
@@ -147,17 +161,22 @@ def _bound(value: Any, what: str) -> float:
 
 
 def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> list[CheckResult]:
+    """records: by step name or record file stem, of this suite or an older one (collectives)."""
+    by_key = {registry.step_key(name): record for name, record in records.items()}
     results = []
     for check in checks:
-        record = records.get(check.step)
+        record = records.get(check.step) or by_key.get(registry.step_key(check.step))
         if record is None:
             results.append(CheckResult(check, "missing", None, f"step {check.step!r} produced no record"))
             continue
+        if not check.metric:
+            check = replace(check, metric=next(filter(None, (registry.row_metric(r, record) for r in record.get("rows", [])
+                                                              if r.get("op") == check.op)), ""))
         rows = [r for r in record.get("rows", []) if r.get("op") == check.op and isinstance(r.get(check.metric), (int, float))]
         if check.size_bytes is not None:
             rows = [r for r in rows if r.get("size_bytes") == check.size_bytes]
         if not rows:
-            results.append(CheckResult(check, "missing", None, f"no {check.op} rows with {check.metric}"
+            results.append(CheckResult(check, "missing", None, f"no {check.op} rows with {check.metric or 'a metric'}"
                                        + (f" at {check.size_bytes} B" if check.size_bytes else "")))
             continue
         # "Best" means highest for a floor and lowest for a ceiling.

@@ -16,30 +16,24 @@ import traceback
 from typing import Sequence
 
 from . import __version__
+from . import registry
 from .errors import MicrobenchError, ProbeUnavailable, UsageError
 
-# Each module has add_parser(subparsers) and run(args) -> int.
-COMMAND_MODULES = [
-    "env",
-    "lab",
-    "link",
-    "memory",
-    "nccl",
-    "suite",
-    "compose",
-    "compute",
-    "verify",
-    "plot",
-    "compare",
-    "report",
-    "hunt",
-    "storage",
-    "checkpoint",
-]
+# The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
+# listed here: they come from the registry (one ProbeSpec per probe module).
+COMMAND_MODULES = ["env", "lab", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
+# Help for the first word of two-word probe commands (`storage posix`): the group, not its probes.
+GROUP_HELP = {
+    "storage": ("file, object-store and GPU-direct storage throughput",
+                "Storage throughput and latency: posix (native engine), fio, and more."),
+}
 
 
-# Commands whose figures depend on the native core (the others read records or set up the lab).
-MEASURING_COMMANDS = {"link", "memory", "nccl", "suite", "verify", "storage", "checkpoint"}
+def measuring_commands() -> set[str]:
+    """Commands whose figures depend on the native core (the others read records or set up the lab)."""
+    return {spec.command[0] for spec in registry.specs()} | {"suite", "verify"}
+
+
 _RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
@@ -47,7 +41,7 @@ def _warn_if_fallback(command: str) -> None:
     from . import native
     from .dist import SPAWNED_ENV
 
-    if command not in MEASURING_COMMANDS or os.environ.get(SPAWNED_ENV):
+    if command not in measuring_commands() or os.environ.get(SPAWNED_ENV):
         return  # a rank we launched: the launcher has said it already, on the same package
     if any(os.environ.get(var, "0") != "0" for var in _RANK_VARIABLES):
         return  # only rank 0 prints
@@ -75,10 +69,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(f"microbench.commands.{name}")
-        module.add_parser(sub)
+    for name in COMMAND_MODULES[:2]:  # env and lab, then the probes in their order, then the other tools
+        importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
+    _add_probe_commands(sub)
+    for name in COMMAND_MODULES[2:]:
+        importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
     return parser
+
+
+def _add_probe_commands(sub: argparse._SubParsersAction) -> None:
+    """One command per registered probe; two-word commands go under a group parser."""
+    from .commands import generic
+
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for spec in registry.specs():
+        *group, leaf = spec.command
+        parent = sub
+        if group:
+            name = " ".join(group)
+            if name not in groups:
+                help_text, description = GROUP_HELP.get(name, (f"{name} probes", None))
+                p = sub.add_parser(name, help=help_text, description=description)
+                groups[name] = p.add_subparsers(dest=f"{name}_command", metavar="KIND", parser_class=type(p))
+                groups[name].required = True
+            parent = groups[name]
+        generic.add_probe_parser(parent, leaf, spec)
 
 
 def _quiet_torch() -> None:

@@ -14,57 +14,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from .errors import UsageError
 from .results import load_record
 from .sizes import format_size, parse_number
 
-# Fields that make two rows the same case; anything else (iters, per-rank times) is a result.
-CASE_FIELDS = ("op", "size_bytes", "placement", "rw", "pattern", "bs_bytes", "threads", "qd", "streams",
-               "batch", "concurrency", "objects", "part_size_bytes", "dtype", "redop", "root", "algo", "tool",
-               "src", "dst")
-# What must match for two records to be comparable, and where each lives in a record.
-IDENTITY = (
-    ("probe", lambda r: r.get("kind")),
+# What every record must share with another to be compared; a probe's spec adds its own
+# `identity_keys` (implementation fields such as the backend or the storage layer).
+COMMON_IDENTITY = (
+    ("probe", lambda r: getattr(registry.for_record(r), "name", None) or r.get("kind")),   # former kinds too
     ("world size", lambda r: (r.get("config", {}).get("world") or {}).get("size")),
     ("dtype", lambda r: (r.get("config", {}).get("probe") or {}).get("dtype")),
-    ("backend", lambda r: r.get("implementation", {}).get("backend")),
     ("device", lambda r: r.get("implementation", {}).get("device")),
     ("engine", lambda r: r.get("implementation", {}).get("engine")),
-    ("storage", lambda r: r.get("implementation", {}).get("storage")),
-    ("transport", lambda r: r.get("implementation", {}).get("transport")),
 )
 RULE_EXAMPLE = "--fail-on busbw:-5% (fail when busbw drops more than 5%)"
+_LATENCY = re.compile(r"(_us|_ms)_p50$|^lat_p50_us$")
 
 
-def metrics_of(row: dict[str, Any]) -> dict[str, float]:
-    """Every number in a row that is a result worth a ratio: bandwidths, and p50 latencies."""
-    out: dict[str, float] = {}
-    for key, value in row.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if key.endswith("_gbps") and "ceiling" not in key:
-            out[key] = float(value)
-        elif key == "iops" or re.search(r"(_us|_ms)_p50$|^lat_p50_us$", key):
-            out[key] = float(value)
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def metrics_of(row: dict[str, Any], record: dict[str, Any] | None = None) -> dict[str, float]:
+    """Every number in a row that is a result worth a ratio: the metric columns its probe
+    declares, and p50 latencies."""
+    spec = registry.row_spec(row, record)
+    declared = spec.metrics if spec else registry.metric_columns()
+    out = {key: float(row[key]) for key in declared if _number(row.get(key))}
+    out.update({key: float(value) for key, value in row.items() if _LATENCY.search(key) and _number(value)})
     time_us = row.get("time_us")
-    if isinstance(time_us, dict) and isinstance(time_us.get("p50"), (int, float)):
+    if isinstance(time_us, dict) and _number(time_us.get("p50")):
         out["time_us"] = float(time_us["p50"])
     return out
 
 
 def higher_is_better(metric: str) -> bool:
-    return metric.endswith("_gbps") or metric == "iops"
+    """Declared metrics are rates (GB/s, IOPS, TFLOP/s); latencies and times are lower-is-better."""
+    return metric in registry.metric_columns() or metric.endswith("_gbps")
 
 
-def default_metrics(available: dict[str, float]) -> list[str]:
-    """What a table shows without rules: bandwidths (busbw rather than algbw: same ratio), or for
-    a latency-only row (rtt) its p50."""
-    bw = [k for k in available if k.endswith("_gbps")]
-    if "busbw_gbps" in bw and "algbw_gbps" in bw:
-        bw.remove("algbw_gbps")
-    if bw:
-        return bw
-    lat = [k for k in available if k.endswith("_p50") or k == "lat_p50_us"]
+def default_metrics(available: dict[str, float], row: dict[str, Any] | None = None,
+                    record: dict[str, Any] | None = None) -> list[str]:
+    """What a table shows without rules: the row's primary metric (its probe's: busbw rather than
+    algbw, which has the same ratio), or for a latency-only row (rtt) its p50."""
+    primary = registry.row_metric(row, record) if row is not None else \
+        next((m for m in registry.metric_columns() if m in available), None)
+    if primary is not None and primary in available:
+        return [primary]
+    lat = [k for k in available if _LATENCY.search(k)]
     return lat or (["time_us"] if "time_us" in available else [])
 
 
@@ -159,25 +157,42 @@ class Comparison:
 
 
 def identity_of(record: dict[str, Any]) -> dict[str, Any]:
-    return {name: get(record) for name, get in IDENTITY}
+    spec = registry.for_record(record)
+    keys = spec.identity_keys if spec else tuple(dict.fromkeys(k for s in registry.specs() for k in s.identity_keys))
+    impl = record.get("implementation") or {}
+    common = {name: get(record) for name, get in COMMON_IDENTITY}
+    # The probe's own fields after what it runs on (dtype) and before how (device, engine), the
+    # order a reader wants them in "not like with like (...)".
+    head = dict(list(common.items())[:3])
+    return {**head, **{k: impl.get(k) for k in keys}, **{k: v for k, v in common.items() if k not in head}}
 
 
-def _case_key(row: dict[str, Any]) -> tuple:
-    return tuple((k, row.get(k)) for k in CASE_FIELDS if k in row)
+def case_fields(record: dict[str, Any]) -> tuple[str, ...]:
+    """The row fields that make two rows of this record's probe the same case. A record no probe
+    claims (a tool's, such as hunt's src -> dst rows) is also told apart by its text fields."""
+    keys = ("op", "size_bytes", *registry.case_keys(record))
+    if registry.for_record(record) is None:
+        keys += tuple(dict.fromkeys(k for row in record.get("rows", []) for k, v in row.items()
+                                    if isinstance(v, str) and k not in keys))
+    return keys
 
 
-def _case_label(row: dict[str, Any], varying: dict[Any, set[str]]) -> str:
-    extras = [f"{k}={row[k]}" for k in CASE_FIELDS
+def _case_key(row: dict[str, Any], fields: tuple[str, ...]) -> tuple:
+    return tuple((k, row.get(k)) for k in fields if k in row)
+
+
+def case_label(row: dict[str, Any], varying: dict[Any, set[str]], fields: tuple[str, ...]) -> str:
+    extras = [f"{k}={row[k]}" for k in fields
               if k in varying.get(row.get("op"), ()) and k not in ("op", "size_bytes") and k in row]
     return " ".join([str(row.get("op", "?")), *extras])
 
 
-def _varying(rows: list[dict[str, Any]]) -> dict[Any, set[str]]:
+def varying(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[Any, set[str]]:
     """Per op, the case fields that take more than one value: only those need naming."""
     by_op: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         by_op.setdefault(row.get("op"), []).append(row)
-    return {op: {k for k in CASE_FIELDS if len({repr(r.get(k)) for r in group}) > 1}
+    return {op: {k for k in fields if len({repr(r.get(k)) for r in group}) > 1}
             for op, group in by_op.items()}
 
 
@@ -186,7 +201,7 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
     """One pair -> (result, None), or (None, why it was skipped)."""
     (base_path, a), (new_path, b) = base, new
     ia, ib = identity_of(a), identity_of(b)
-    differ = [f"{k} {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k]]
+    differ = [f"{k} {ia.get(k)} vs {ib.get(k)}" for k in dict.fromkeys([*ia, *ib]) if ia.get(k) != ib.get(k)]
     if differ:
         return None, f"{name}: not like with like ({'; '.join(differ)})"
     result = PairResult(name, base_path, new_path, ia)
@@ -194,16 +209,17 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
         if rec.get("status") != "complete":
             result.notes.append(f"{label} record is {rec.get('status')}"
                                 + (f" ({rec['status_reason']})" if rec.get("status_reason") else ""))
-    rows_a = {_case_key(r): r for r in a.get("rows", [])}
-    rows_b = {_case_key(r): r for r in b.get("rows", [])}
-    varying = _varying(list(rows_a.values()) + list(rows_b.values()))
+    fields = case_fields(a)
+    rows_a = {_case_key(r, fields): r for r in a.get("rows", [])}
+    rows_b = {_case_key(r, fields): r for r in b.get("rows", [])}
+    differs = varying(list(rows_a.values()) + list(rows_b.values()), fields)
     for key, row in rows_a.items():
         if key not in rows_b:
-            result.only_base.append(_case_label(row, varying) + _size_suffix(row))
+            result.only_base.append(case_label(row, differs, fields) + _size_suffix(row))
             continue
-        ma, mb = metrics_of(row), metrics_of(rows_b[key])
+        ma, mb = metrics_of(row, a), metrics_of(rows_b[key], b)
         result.metrics_seen.update(ma)
-        shown = default_metrics(ma)
+        shown = default_metrics(ma, row, a)
         for rule in rules:
             shown.extend(m for m in ma if rule.matches(m) and m not in shown)
         for metric in shown:
@@ -211,9 +227,9 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
                 continue
             ratio = mb[metric] / ma[metric] if ma[metric] else None
             failed = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
-            result.lines.append(Line(_case_label(row, varying), row.get("size_bytes"), metric,
+            result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
                                      ma[metric], mb[metric], ratio, failed))
-    result.only_new = [_case_label(r, varying) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
+    result.only_new = [case_label(r, differs, fields) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
     return result, None
 
 
@@ -235,9 +251,13 @@ def compare(base: str | Path, new: str | Path, rules: list[Rule] | None = None) 
         pairs = [(name_a if name_a == name_b else f"{name_a} vs {name_b}", rec_a, rec_b)]
         skipped: list[str] = []
     else:
-        pairs = [(n, side_a[n], side_b[n]) for n in side_a if n in side_b]
-        skipped = [f"{n}: only in BASE" for n in side_a if n not in side_b]
-        skipped += [f"{n}: only in NEW" for n in side_b if n not in side_a]
+        # Steps pair by the registry's key, so an older directory's collectives.json meets nccl.json.
+        keys_a = {registry.step_key(n): n for n in side_a}
+        keys_b = {registry.step_key(n): n for n in side_b}
+        pairs = [(n if n == keys_b[k] else f"{n} vs {keys_b[k]}", side_a[n], side_b[keys_b[k]])
+                 for k, n in keys_a.items() if k in keys_b]
+        skipped = [f"{n}: only in BASE" for k, n in keys_a.items() if k not in keys_b]
+        skipped += [f"{n}: only in NEW" for k, n in keys_b.items() if k not in keys_a]
     results = []
     for name, a, b in pairs:
         result, why = compare_records(name, a, b, rules)

@@ -7,6 +7,11 @@ through `World.join`, exactly as under torchrun, srun or mpirun.
 
 Failure handling is the point of this module: a peer that dies, an unreachable master or a taken
 port must end the run within --timeout with a message naming the cause, never hang.
+
+The split with session.py: this module is the mechanics of a world and stays free of policy (it
+is given a backend and a device, never chooses them, and knows no command); session.py decides,
+for a command, how many ranks, which device and backend, and runs the command's body in the
+world this module builds. supervise.py watches the local ranks this module launches.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -177,40 +181,34 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     procs: list[subprocess.Popen] = []
     logs: list[Any] = []
     signals: list[int] = []
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in interrupts.SIGNALS:
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, frame: signals.append(signum))
-    try:
-        for rank in range(nproc):
-            launch = per_rank(rank) if per_rank else RankLaunch()
-            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
-                       **{SPAWNED_ENV: "1"}, **launch.env)
-            log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [*launch.prefix, *self_command(), *argv], env=env,
-                stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
-                # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
-                # rank never gets a second SIGINT while it saves its partial record.
-                stdin=subprocess.DEVNULL, start_new_session=True))
-        return Supervisor(procs, logs, timeout_s, signals, note).run()
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for log in logs:
-            if log:
-                log.close()
+    with interrupts.handled(lambda signum, frame: signals.append(signum)):
         try:
-            os.unlink(note)
-        except OSError:
-            pass
+            for rank in range(nproc):
+                launch = per_rank(rank) if per_rank else RankLaunch()
+                env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                           LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
+                           **{SPAWNED_ENV: "1"}, **launch.env)
+                log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    [*launch.prefix, *self_command(), *argv], env=env,
+                    stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
+                    # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
+                    # rank never gets a second SIGINT while it saves its partial record.
+                    stdin=subprocess.DEVNULL, start_new_session=True))
+            return Supervisor(procs, logs, timeout_s, signals, note).run()
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            for log in logs:
+                if log:
+                    log.close()
+            try:
+                os.unlink(note)
+            except OSError:
+                pass
 
 
 # --------------------------------------------------------------------------- joining

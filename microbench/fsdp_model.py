@@ -16,11 +16,12 @@ attention sinks change the compute the composer predicts and are refused here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .compose.models import ModelShape
 from .errors import UsageError
+from .units import element_size
 
 # Small shapes the CPU can train in seconds; the names say their size. A GQA ratio of 2 and
 # the llama ratio ffn ~ 2.7 h keep them the shape of the presets, only narrower.
@@ -82,7 +83,7 @@ class Precision:
 
     @property
     def bytes(self) -> int:
-        return 2 if self.param_dtype in ("bfloat16", "float16") else 4
+        return element_size(self.param_dtype)
 
 
 def precision_for(device: str) -> Precision:
@@ -190,7 +191,3 @@ def optimizer(model: Any) -> Any:
     import torch
 
     return torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-
-def with_layers(shape: ModelShape, layers: int) -> ModelShape:
-    return replace(shape, layers=layers)

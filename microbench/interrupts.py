@@ -5,6 +5,11 @@ scheduler's Ctrl-C-then-SIGTERM never interrupts the saving of a partial record.
 The count stays set: a KeyboardInterrupt that a library swallowed (during start-up, inside a
 C call that retried) is raised again at the next `check()`, so an interrupted run never goes on
 to measure as if nothing happened. Stdlib only: installed before anything heavy is imported.
+
+This is the one module that installs and restores SIGINT/SIGTERM handlers: `install()` for the
+life of the CLI, `handled()` (or `take` and `restore`) around a stretch that needs them (the
+runner's sweep, a launcher that forwards signals to its ranks, a library caller without the
+CLI), `closing()` once the exit code is decided. Elsewhere signals are only sent (supervise.py, s3server.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 hits = 0
@@ -22,15 +28,62 @@ hits = 0
 def handler(signum: int, frame: Any) -> None:
     global hits
     hits += 1
-    if hits == 1 and sys.exc_info()[0] is None:
+    if hits == 1 and sys.exc_info()[0] is None and not _in_unraisable_callback(frame):
         raise KeyboardInterrupt
 
 
+def _in_unraisable_callback(frame: Any) -> bool:
+    # The import lock's weakref callback: an exception raised there cannot propagate, Python
+    # prints "Exception ignored in ..." on stderr instead. Counted only; `check()` raises it.
+    code = getattr(frame, "f_code", None)
+    return code is not None and code.co_name == "cb" and "importlib" in code.co_filename
+
+
+def _main_thread() -> bool:
+    # Signal handlers belong to the main thread (a library user's thread may call main()).
+    return threading.current_thread() is threading.main_thread()
+
+
 def install() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers belong to the main thread (a library user's thread calls main())
-    for sig in SIGNALS:
-        signal.signal(sig, handler)
+    """For the life of the process: the CLI keeps this handler until main() has returned."""
+    if _main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, handler)
+
+
+def take(on_signal: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
+    """SIGINT and SIGTERM go to `on_signal` (by default `handler`) until `restore` is given what
+    this returns: the handlers that were there before (the CLI's own, under the CLI)."""
+    previous: dict[int, Any] = {}
+    if _main_thread():
+        for sig in SIGNALS:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, on_signal or handler)
+    return previous
+
+
+def restore(previous: dict[int, Any]) -> None:
+    for sig, before in previous.items():
+        if before is not None:  # None: set outside Python, nothing we can put back
+            signal.signal(sig, before)
+
+
+@contextmanager
+def handled(on_signal: Callable[[int, Any], None] | None = None) -> Iterator[None]:
+    """`take` for the block, `restore` after it."""
+    previous = take(on_signal)
+    try:
+        yield
+    finally:
+        restore(previous)
+
+
+def closing() -> None:
+    """The exit code is decided: block SIGINT and SIGTERM so that a signal now (in the flush,
+    the interpreter's teardown) cannot turn a finished run into a death by signal (-2) or a
+    traceback. A blocked signal still pending at exit is dropped; SIGKILL still works."""
+    if _main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
 def pending() -> bool:

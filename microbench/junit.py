@@ -2,7 +2,7 @@
 
 One <testsuite> for the suite's steps (a failed step is a failure, a skipped probe is
 <skipped> with its reason) and one for the acceptance checks, one <testcase> per check, so a
-CI page lists "collectives / all_reduce busbw_gbps @ 256M: 142 (needs >= 150)" as a red test.
+CI page lists "nccl / all_reduce busbw_gbps @ 256M: 142 (needs >= 150)" as a red test.
 Pure: `build` returns the XML text; the command writes it.
 """
 
@@ -13,27 +13,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import UsageError
-from .workdir import why_unwritable
+from .outputs import check_new_file
 
 
 def check_writable(path: str | os.PathLike) -> Path:
     """Fail before a long run, not after it, when the report could not be written."""
-    target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise UsageError(f"invalid --junit {str(path)!r}: it is a directory; expected a file path, "
-                         f"e.g. --junit results/acceptance.xml")
-    if not parent.is_dir():
-        raise UsageError(f"invalid --junit {str(path)!r}: directory {str(parent)!r} does not exist; "
-                         f"e.g. --junit results/acceptance.xml")
-    why = why_unwritable(parent)
-    if why:
-        raise UsageError(f"invalid --junit {str(path)!r}: {why}; e.g. --junit results/acceptance.xml")
-    if target.exists() and not os.access(target, os.W_OK):
-        raise UsageError(f"invalid --junit {str(path)!r}: not writable by this user; "
-                         f"e.g. --junit results/acceptance.xml")
-    return target
+    # A CI job rewrites its JUnit file on every run: the one output that may be overwritten.
+    return check_new_file(path, "--junit", example="results/acceptance.xml", overwrite=True)
 
 
 def _case_name(check: Any) -> str:

@@ -7,35 +7,58 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from .errors import ProbeUnavailable, RunError, UsageError
+from .outputs import check_new_file
 from .sizes import format_size
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def metric_choices(record: dict[str, Any]) -> list[str]:
+    """The metric columns the record's rows carry, in its probe's order (the primary first). A
+    record no probe claims (a former kind) offers every declared column it carries, or failing
+    that its bandwidths."""
+    carried: list[str] = []
+    for row in record.get("rows", []):
+        carried += [k for k, v in row.items() if _number(v) and k not in carried]
+    spec = registry.for_record(record)
+    out = [m for m in (spec.metrics if spec else registry.metric_columns()) if m in carried]
+    return out or ([k for k in carried if k.endswith("_gbps")] if spec is None else [])
+
+
 def pick_metric(record: dict[str, Any], metric: str | None) -> str:
-    rows = record.get("rows", [])
-    keys = [k for row in rows for k, v in row.items() if k.endswith("_gbps") and isinstance(v, (int, float))]
+    choices = metric_choices(record)
     if metric:
-        if metric not in keys:
-            raise UsageError(f"invalid --metric {metric!r}: this record has {', '.join(sorted(set(keys))) or 'no *_gbps columns'}")
+        if metric not in choices:
+            raise UsageError(f"invalid --metric {metric!r}: this record has {', '.join(choices) or 'no metric columns'}")
         return metric
-    for preferred in ("busbw_gbps", "write_gbps", "read_gbps", "copy_gbps"):
-        if preferred in keys:
-            return preferred
-    if not keys:
-        raise UsageError("the record has no bandwidth (*_gbps) columns to plot")
-    return keys[0]
+    if not choices:
+        raise UsageError(f"the {record.get('kind', '?')!r} record has no metric columns to plot")
+    return choices[0]
 
 
 def series(record: dict[str, Any], metric: str) -> dict[str, list[tuple[int, float]]]:
-    """One (size, value) line per op and placement/variant, sizes ascending."""
+    """One (size, value) line per op and per value of the probe's case keys that split rows of
+    one op and size (placement in/out, tool posix/fio), sizes ascending."""
+    rows = [r for r in record.get("rows", []) if _number(r.get(metric)) and "size_bytes" in r]
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((str(row.get("op")), row["size_bytes"]), []).append(row)
+    split = [k for k in registry.case_keys(record)
+             if any(len({repr(r.get(k)) for r in group}) > 1 for group in groups.values())]
     out: dict[str, list[tuple[int, float]]] = {}
-    for row in record.get("rows", []):
-        if not isinstance(row.get(metric), (int, float)) or "size_bytes" not in row:
-            continue
-        variant = row.get("placement") or row.get("rw") or ""
-        name = f"{row.get('op', '?')}{(' ' + str(variant)) if variant and variant != row.get('op') else ''}"
+    for row in rows:
+        variant = " ".join(str(row[k]) for k in split if row.get(k) is not None and row.get(k) != row.get("op"))
+        name = f"{row.get('op', '?')}{(' ' + variant) if variant else ''}"
         out.setdefault(name, []).append((int(row["size_bytes"]), float(row[metric])))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def axis_label(metric: str) -> str:
+    return f"{metric.removesuffix('_gbps')} (GB/s, 1e9 B/s)" if metric.endswith("_gbps") else metric
 
 
 def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metric: str | None = None) -> Path:
@@ -46,13 +69,7 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
         import matplotlib.pyplot as plt
     except ImportError:
         raise ProbeUnavailable("plotting needs matplotlib: pip install 'microbench[plot]'") from None
-    target = Path(out_path)
-    if target.exists():
-        raise UsageError(f"plot file {out_path!r} exists; files are never overwritten: pick a new name, "
-                         f"e.g. --out {target.with_suffix('')}-2.png")
-    if not target.parent.is_dir():
-        raise UsageError(f"invalid --out {out_path!r}: directory {str(target.parent)!r} does not exist; "
-                         f"e.g. --out {target.name}")
+    target = check_new_file(out_path, "--out", noun="plot file", claimed=True)
     chosen = pick_metric(records[0][1], metric)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
     try:
@@ -86,7 +103,7 @@ def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, fi
     ax.set_xticks(ticks[:: max(1, len(ticks) // 10)])
     ax.set_xticklabels([format_size(t) for t in ticks[:: max(1, len(ticks) // 10)]])
     ax.set_xlabel("size (bytes, binary units)")
-    ax.set_ylabel(f"{chosen.removesuffix('_gbps')} (GB/s, 1e9 B/s)")
+    ax.set_ylabel(axis_label(chosen))
     kinds = sorted({r.get("kind", "?") for _, r in records})
     ax.set_title(title or f"microbench {', '.join(kinds)}: {chosen.removesuffix('_gbps')} vs size")
     ax.grid(True, which="both", alpha=0.3)

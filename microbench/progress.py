@@ -4,25 +4,31 @@ log shows progress as it happens rather than everything at the end. Only rank 0 
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any
 
+from . import registry
 
-def row_brief(row: dict[str, Any]) -> str:
-    """The number a reader of a log wants per finished case: its headline bandwidth, else latency."""
-    values = {k: v for k, v in row.items()
-              if k.endswith("_gbps") and "ceiling" not in k and isinstance(v, (int, float))}
-    for key in ("busbw_gbps", "copy_gbps", "read_gbps", "write_gbps", "throughput_gbps", "bw_gbps"):
-        if key in values:
-            return f"{key.removesuffix('_gbps')} {values[key]:.3g} GB/s"
-    if values:
-        key, value = next(iter(values.items()))
-        return f"{key.removesuffix('_gbps')} {value:.3g} GB/s"
-    if isinstance(row.get("rtt_us_p50"), (int, float)):
-        return f"rtt p50 {row['rtt_us_p50']:.1f} us"
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def row_brief(row: dict[str, Any], record: dict[str, Any] | None = None) -> str:
+    """The number a reader of a log wants per finished case: the primary metric its probe
+    declares (the registry's), else a p50 latency."""
+    key = registry.row_metric(row, record)
+    if key is not None:
+        value = row[key]
+        return f"{key.removesuffix('_gbps')} {value:.3g} GB/s" if key.endswith("_gbps") else f"{key} {value:.3g}"
+    for key, value in row.items():
+        latency = re.fullmatch(r"(\w+)_us_p50", key)
+        if latency and _number(value):
+            return f"{latency.group(1)} p50 {value:.1f} us"
     time_us = row.get("time_us")
-    if isinstance(time_us, dict) and isinstance(time_us.get("p50"), (int, float)):
+    if isinstance(time_us, dict) and _number(time_us.get("p50")):
         return f"time p50 {time_us['p50']:.1f} us"
     return "done"
 
@@ -30,6 +36,7 @@ def row_brief(row: dict[str, Any]) -> str:
 class Progress:
     def __init__(self, total: int, desc: str, enabled: bool | None = None):
         self._lines = False
+        self._record = {"kind": desc}   # desc is the probe's name: its spec says which number to show
         if enabled is None:
             enabled = sys.stderr.isatty()
             self._lines = not enabled and not sys.stdout.isatty()
@@ -53,7 +60,7 @@ class Progress:
         if self._bar is not None:
             self._bar.update(1)
         elif self._lines:
-            brief = row_brief(row) if row else "done"
+            brief = row_brief(row, self._record) if row else "done"
             print(f"# [{self._done}/{self._total}] {self._desc} {self._label}: {brief} "
                   f"({time.monotonic() - self._start:.1f} s)", flush=True)
 

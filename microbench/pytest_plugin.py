@@ -9,8 +9,9 @@ pytest-benchmark and skips with its reason when that or the probe is unavailable
         info = probe_benchmark(MemoryProbe(Config(sizes=[64 << 20])), Case("memcpy_1t", 64 << 20))
         assert info["copy_gbps"] > 0
 
-Only probes that run in one process fit here (memory, storage); world probes (nccl, link,
-checkpoint) need their ranks, so compare their saved records with `microbench plot` instead.
+Only probes that run in one process fit here; a probe whose spec needs a world (the registry's
+`Needs.world`) needs its ranks, so it is skipped with that reason: compare its saved records
+with `microbench compare` or `microbench plot` instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
+from . import registry
 from .probe import Timed
 
 
@@ -41,6 +43,9 @@ def probe_benchmark(request: Any) -> Callable[..., dict[str, Any]]:
         pytest.skip("probe_benchmark needs pytest-benchmark (pip install pytest-benchmark)")
 
     def run(probe: Any, case: Any, *, rounds: int = 5, warmup_rounds: int = 1) -> dict[str, Any]:
+        spec = registry.find(str(getattr(probe, "name", "")))
+        if spec is not None and spec.needs.world:
+            pytest.skip(f"{probe.name}: runs on every rank of a world; probe_benchmark times one process")
         reason = probe.unavailable_reason()
         if reason:
             pytest.skip(f"{probe.name}: {reason}")

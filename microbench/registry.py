@@ -52,13 +52,22 @@ class ProbeSpec:
     metrics: tuple[str, ...]           # metric columns a row may carry, the primary first
     config: type | None = None         # the probe's Config dataclass
     build: Callable[..., Any] | None = None  # build(config, context) -> Probe
-    cli: str | None = None             # module with add_parser(sub) and run(args); None: generic
+    cli: str | None = None             # module with add_options(parser), run(args) [, DESCRIPTION]; None: generic
     printer: Callable[..., None] | None = None  # print(outcome); None: the generic table
     needs: Needs = field(default_factory=Needs)
     suite: tuple[SuiteStep, ...] = ()
     aliases: tuple[str, ...] = ()      # former names (v1 record kinds, suite steps) read as this
     row_schema: type | None = None     # the row's fields and units (results/schema.py checks it)
     order: int = 100                   # place in --help and in the suite
+    # Row fields besides op and size_bytes that tell two cases apart: compare pairs rows on them,
+    # plot and report name a curve or a case by those that vary ("all_reduce in", "write fio").
+    case_keys: tuple[str, ...] = ()
+    # `implementation` fields two records must share to be compared like with like, besides
+    # what every record is held to (probe, world size, dtype, device, engine).
+    identity_keys: tuple[str, ...] = ()
+    # What its records can stand for in `microbench compose`: "network" (collective curves),
+    # "tier" (a storage tier's write/read bandwidth), "compute" (a matmul rate).
+    feeds: tuple[str, ...] = ()
 
     @property
     def primary_metric(self) -> str:
@@ -149,5 +158,63 @@ def metric_columns() -> tuple[str, ...]:
     return tuple(out)
 
 
+def case_keys(record: dict[str, Any]) -> tuple[str, ...]:
+    """The row fields that tell a record's cases apart: its probe's, or for a record no probe
+    claims (a former kind, a tool's), every probe's."""
+    spec = for_record(record)
+    if spec is not None:
+        return spec.case_keys
+    out: list[str] = []
+    for one in specs():
+        out += [k for k in one.case_keys if k not in out]
+    return tuple(out)
+
+
+def feeding(use: str) -> list[ProbeSpec]:
+    """The probes whose records can stand for `use` in `microbench compose` ("network", "tier",
+    "compute")."""
+    return [spec for spec in specs() if use in spec.feeds]
+
+
 def suite_steps() -> list[tuple[ProbeSpec, SuiteStep]]:
     return [(spec, step) for spec in specs() for step in spec.suite]
+
+
+def _step_word(name: str) -> str:
+    # A step's record file is its name with dashes for spaces (storage-posix.json).
+    return name.strip().replace("-", " ")
+
+
+def suite_step(name: str) -> tuple[ProbeSpec, SuiteStep] | None:
+    """The suite step that a step name, a former name or a record file's stem names: `nccl`,
+    `collectives` (its name in older suite directories) and `storage-posix` all resolve."""
+    wanted = _step_word(name)
+    for spec, step in suite_steps():
+        if wanted in (_step_word(n) for n in (step.name, *step.aliases)):
+            return spec, step
+    return None
+
+
+def step_key(name: str) -> str:
+    """One key per suite step, whichever of its names (or file stems) `name` is; a name no step
+    has is its own key, so records of tools (compose, hunt) still pair by file name."""
+    found = suite_step(name)
+    return found[1].name if found else name
+
+
+def row_spec(row: dict[str, Any], record: dict[str, Any] | None = None) -> ProbeSpec | None:
+    """The spec of the probe that wrote a row: its record's kind, else the row's own `probe`."""
+    return (for_record(record) if record is not None else None) or find(str(row.get("probe", "")))
+
+
+def row_metric(row: dict[str, Any], record: dict[str, Any] | None = None) -> str | None:
+    """The primary metric a row carries, by the spec of its record (or of the row's `probe`);
+    for a row no probe claims, the first metric column any probe declares that it carries."""
+    spec = row_spec(row, record)
+    if spec is not None:
+        return spec.row_metric(row)
+    for key in metric_columns():
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return key
+    return None

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import accept, compare
+from . import accept, compare, registry
 from .errors import MicrobenchError, UsageError
-from .workdir import why_unwritable
+from .outputs import check_new_file
 from .sizes import format_size
 
 CSS = """
@@ -69,18 +69,7 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
 def check_out(path: str | os.PathLike) -> Path:
     """Refuse before any work: an existing file (reports, like records, are never overwritten)
     or a place this user cannot write."""
-    target = Path(path)
-    example = "e.g. --out results/report.html"
-    if target.exists():
-        raise UsageError(f"invalid --out {str(path)!r}: it exists; reports are never overwritten: "
-                         f"pick a new name, {example}")
-    parent = target.parent
-    if not parent.is_dir():
-        raise UsageError(f"invalid --out {str(path)!r}: directory {str(parent)!r} does not exist; {example}")
-    why = why_unwritable(parent)
-    if why:
-        raise UsageError(f"invalid --out {str(path)!r}: {why}; {example}")
-    return target
+    return check_new_file(path, "--out", kept="reports", example="results/report.html")
 
 
 # --------------------------------------------------------------------------- html pieces
@@ -131,23 +120,28 @@ def _env_rows(runs: list[Run]) -> list[list[str]]:
     return [[name, *[("-" if get(e) is None else str(get(e))) for e in envs]] for name, get in fields]
 
 
-def _metric_columns(rows: list[dict[str, Any]]) -> list[str]:
+def _metric_columns(record: dict[str, Any]) -> list[str]:
     cols: list[str] = []
-    for row in rows:
-        cols.extend(k for k in compare.metrics_of(row) if k not in cols)
+    for row in record.get("rows", []):
+        cols.extend(k for k in compare.metrics_of(row, record) if k not in cols)
     return cols
+
+
+def _heading(metric: str) -> str:
+    # The naming rule puts the unit last: busbw_gbps is "busbw GB/s"; time_us holds the p50.
+    return "time p50 us" if metric == "time_us" else metric.replace("_gbps", " GB/s")
 
 
 def _probe_table(record: dict[str, Any]) -> str:
     rows = record.get("rows", [])
     if not rows:
         return '<p class="note">no rows (status: ' + _e(record.get("status")) + ")</p>"
-    varying = compare._varying(rows)
-    metrics = _metric_columns(rows)
-    body = [[compare._case_label(r, varying), format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
-             *[_num(compare.metrics_of(r).get(m)) for m in metrics]] for r in rows]
-    heads = ["case", "size", *[m.replace("_gbps", " GB/s").replace("time_us", "time p50 us") for m in metrics]]
-    return _table(heads, body)
+    fields = compare.case_fields(record)
+    differs = compare.varying(rows, fields)
+    metrics = _metric_columns(record)
+    body = [[compare.case_label(r, differs, fields), format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
+             *[_num(compare.metrics_of(r, record).get(m)) for m in metrics]] for r in rows]
+    return _table(["case", "size", *[_heading(m) for m in metrics]], body)
 
 
 def _plot(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
@@ -251,8 +245,8 @@ def _hunt(record: dict[str, Any]) -> str:
 
     names = list((record.get("config") or {}).get("hosts") or [])
     index = {name: i for i, name in enumerate(names)}
-    matrix = {(index[r["src"]], index[r["dst"]]): float(r["bw_gbps"]) for r in record.get("rows", [])
-              if r.get("src") in index and r.get("dst") in index and isinstance(r.get("bw_gbps"), (int, float))}
+    matrix = {(index[r["src"]], index[r["dst"]]): float(r[metric]) for r in record.get("rows", [])
+              if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))}
     slow = {(index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index}
     summary = record.get("summary") or {}
     lines = summary.get("verdict") or [f"record status {record.get('status')}: no verdict"]
@@ -267,6 +261,10 @@ def _hunt(record: dict[str, Any]) -> str:
     elif names:
         out += f'<p class="note">matrix incomplete ({len(matrix)} of {len(names) * (len(names) - 1)} directions)</p>'
     return out
+
+
+# Records of tools, not probes: each has its own section below, not a probe's table and plot.
+TOOL_KINDS = ("compose", "hunt")
 
 
 def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
@@ -287,12 +285,14 @@ def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
         for name, (_, rec) in run.records.items():
             if rec.get("kind") == "hunt":
                 out.append(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec))
-    names: list[str] = []
+    # One section per suite step (or record file), whichever of its names each run's file has
+    # (an older run's collectives.json beside a newer nccl.json), titled as the first run names it.
+    sections: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}
     for run in runs:
-        names.extend(n for n, (_, rec) in run.records.items()
-                     if n not in names and rec.get("kind") not in ("compose", "hunt"))
-    for name in names:
-        items = [(run.label, run.records[name][1]) for run in runs if name in run.records]
+        for n, (_, rec) in run.records.items():
+            if rec.get("kind") not in TOOL_KINDS:
+                sections.setdefault(registry.step_key(n), (n, []))[1].append((run.label, rec))
+    for name, items in sections.values():
         kinds = sorted({str(rec.get("kind")) for _, rec in items})
         out.append(f"<h2>{_e(name)} <span class=\"note\">({_e(', '.join(kinds))})</span></h2>")
         out.append(_plot(name, items))

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import env as envmod
 from . import interrupts
 from .dist import World
-from .errors import Interrupted, MicrobenchError, RunError
+from .errors import Interrupted, MicrobenchError, ProbeUnavailable, RunError
 from .probe import Case, Probe, Timed
 from .progress import Progress
 from .results import RecordWriter, new_record
@@ -90,13 +88,7 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         probe.release(case)
 
     per_rank = world.all_gather_object((times, nwrong)) if world is not None else [(times, nwrong)]
-    medians = [percentile(t, 50) for t, _ in per_rank]
-    slowest = max(range(len(per_rank)), key=lambda r: medians[r])
-    stats = summarize_us(per_rank[slowest][0])
-    # The slowest rank sets the step: each statistic is the maximum over ranks.
-    stats["p50"] = max(medians) * 1e6
-    stats["p95"] = max(percentile(t, 95) for t, _ in per_rank) * 1e6
-    stats["max"] = max(max(t) for t, _ in per_rank) * 1e6
+    stats, slowest, medians_us = aggregate_ranks([t for t, _ in per_rank])
     row: dict[str, Any] = {
         "probe": probe.name,
         "op": case.op,
@@ -107,13 +99,27 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         "warmup": len(warm),
         "time_us": stats,
         "slowest_rank": slowest,
-        "per_rank_time_us_p50": [m * 1e6 for m in medians],
+        "per_rank_time_us_p50": medians_us,
         "nwrong": sum(w for _, w in per_rank) if settings.check else None,
     }
-    row.update(probe.metrics(case, max(medians)))
+    row.update(probe.metrics(case, stats["p50"] / 1e6))
     if extras and extras[-1]:
         row.update(_merge_extras(extras))
     return row
+
+
+def aggregate_ranks(per_rank_times_s: list[list[float]]) -> tuple[dict[str, float], int, list[float]]:
+    """time_us for a case from every rank's iteration times (seconds): each statistic is the
+    maximum over ranks of that rank's own statistic. A step waits for its slowest rank, so a
+    rank's own figures only bound the step from below; nccl-tests reports the slowest rank's
+    time the same way (max over ranks of each rank's average). One rule for every statistic
+    keeps min <= p50 <= p95 <= p99 <= max true of the record as it is of each rank.
+    Returns (time_us, the rank with the largest median, every rank's median in us)."""
+    summaries = [summarize_us(times) for times in per_rank_times_s]
+    stats = {key: max(s[key] for s in summaries) for key in summaries[0]}
+    medians_us = [s["p50"] for s in summaries]
+    slowest = max(range(len(summaries)), key=lambda r: medians_us[r])
+    return stats, slowest, medians_us
 
 
 def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,10 +144,7 @@ class _InterruptGuard:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_InterruptGuard":
-        if threading.current_thread() is threading.main_thread():
-            for sig in interrupts.SIGNALS:
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, interrupts.handler)
+        self._previous = interrupts.take()
         return self
 
     def settle(self) -> bool:
@@ -150,9 +153,7 @@ class _InterruptGuard:
         return interrupts.pending()
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, previous in self._previous.items():
-            if previous is not None:
-                signal.signal(sig, previous)
+        interrupts.restore(self._previous)
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -170,12 +171,17 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
     "partial", and the error is re-raised with the file named in its message.
     """
     is_writer = world is None or world.rank == 0
-    cases = probe.cases()
-    implementation = {**envmod.native.implementation(), **probe.implementation(), **(extra_implementation or {})}
-    record = new_record(probe.name, {"probe": config_dict(config), "sweep": asdict(settings)},
-                        envmod.collect() if is_writer else {}, implementation)
-    if world is not None:
-        record["config"]["world"] = {"size": world.size, "backend": world.backend, "launcher": world.spec.launcher}
+    settings_config = {"probe": config_dict(config), "sweep": asdict(settings)}
+    try:
+        reason = probe.unavailable_reason()
+        if reason:
+            raise ProbeUnavailable(reason)
+        cases = probe.cases()
+        implementation = {**envmod.native.implementation(), **probe.implementation(), **(extra_implementation or {})}
+    except ProbeUnavailable as exc:
+        skip(probe.name, str(exc), config, settings, world=world, json_path=json_path, results_dir=results_dir,
+             implementation=extra_implementation)
+    record = _probe_record(probe.name, settings_config, world, implementation, is_writer)
     writer = RecordWriter(record, json_path, results_dir) if is_writer else None
     rows: list[dict[str, Any]] = []
     progress = Progress(len(cases), probe.name, settings.progress if is_writer else False)
@@ -189,7 +195,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                 row = measure_case(probe, case, settings, world)
                 rows.append(row)
                 if writer:
-                    writer.add_rows([row])
+                    writer.add_rows([row], complete=True)
                 if on_row and is_writer:
                     on_row(row)
                 progress.advance(row)
@@ -203,6 +209,11 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         except KeyboardInterrupt:
             progress.close()
             raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+        except ProbeUnavailable as exc:  # found out only on the way (a library that fails to load)
+            progress.close()
+            if writer:
+                writer.finish("partial" if rows else "skipped", str(exc))
+            raise
         except MicrobenchError as exc:
             progress.close()
             if isinstance(exc, RunError) and guard.settle():
@@ -223,6 +234,30 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             raise RunError(_partial_message(reason, None, writer, rows)) from None
         finally:
             progress.close()
+
+
+def _probe_record(kind: str, config: dict[str, Any], world: World | None, implementation: dict[str, Any],
+                  is_writer: bool) -> dict[str, Any]:
+    record = new_record(kind, config, envmod.collect() if is_writer else {}, implementation)
+    if world is not None:
+        record["config"]["world"] = {"size": world.size, "backend": world.backend, "launcher": world.spec.launcher}
+    return record
+
+
+def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world: World | None = None,
+         json_path: str | None = None, results_dir: str = "results",
+         implementation: dict[str, Any] | None = None) -> NoReturn:
+    """A probe that cannot run here: rank 0 writes its record (status "skipped", status_reason
+    the reason, no rows), then ProbeUnavailable(reason) ends the run (the CLI exits 0).
+    run_probe calls it for every probe whose unavailable_reason says no or that raises
+    ProbeUnavailable before its first case; a command that must know before it sets something
+    up (a run directory, a server) calls it itself, so every skip leaves the same record."""
+    if world is None or world.rank == 0:
+        settings_config = {"probe": config_dict(config), "sweep": asdict(settings)}
+        impl = {**envmod.native.implementation(), **(implementation or {})}
+        RecordWriter(_probe_record(kind, settings_config, world, impl, True), json_path, results_dir).finish(
+            "skipped", reason)
+    raise ProbeUnavailable(reason)
 
 
 def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:

@@ -1,4 +1,15 @@
-"""Running a probe across a world: join the launcher's world or launch local ranks."""
+"""Running a command's body across a world: the policy on top of dist.py's mechanics.
+
+What belongs here: what a measuring command decides about its world — how many local ranks by
+default (one per GPU, else 2), how much memory they may plan on, which device each rank sets,
+the backend's environment, when start-up checks run (`in_world`'s `before_launch`), and what
+the record says about the transport. It knows `BackendChoice` and torch devices.
+
+What belongs in dist.py: the world itself, with no opinion on devices or commands — reading a
+launcher's variables, launching and supervising local ranks, joining (`World`: process group,
+gloo control group, heartbeats), bounded waits. The runner's needs (a world among them) come
+here through `in_world`; nothing else calls dist.launch_local or builds a World.
+"""
 
 from __future__ import annotations
 

@@ -34,8 +34,3 @@ def summarize_us(times_s: Iterable[float]) -> dict[str, float]:
         "mean": sum(values) / len(values),
         "n": len(values),
     }
-
-
-def gbps(size_bytes: float, time_s: float) -> float:
-    """GB/s with GB = 1e9 bytes (the nccl-tests and fio convention)."""
-    return size_bytes / time_s / 1e9 if time_s > 0 else math.nan

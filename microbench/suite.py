@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import registry
 from .dist import package_env, self_command
 
 
@@ -20,6 +21,11 @@ from .dist import package_env, self_command
 class Step:
     name: str
     argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
+    aliases: tuple[str, ...] = ()   # former names: `--only` takes them, older suite dirs use them as file names
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
 
 @dataclass
@@ -43,32 +49,64 @@ class StepResult:
         return self.message
 
 
-DEFAULT_STEPS = (
-    Step("memory", ("memory", "--sizes", "256M")),
-    Step("collectives", ("nccl", "--sizes", "1M-16M", "--nproc", "2")),
-    Step("link", ("link", "--sizes", "1M-16M")),
-    Step("storage posix", ("storage", "posix", "--path", "{path}", "--size", "256M")),
-    Step("storage s3", ("storage", "s3", "--object-size", "64M", "--objects", "4")),
-    Step("checkpoint", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "{path}")),
-    Step("checkpoint s3", ("checkpoint", "--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt")),
-)
+def default_steps() -> tuple[Step, ...]:
+    """Every registered probe's suite steps (the registry's order): its command, then the step's arguments."""
+    return tuple(Step(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps())
+
+
+def __getattr__(name: str) -> Any:
+    # DEFAULT_STEPS is read when asked for, so it follows MICROBENCH_PROBES like the CLI does.
+    if name == "DEFAULT_STEPS":
+        return default_steps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def find_step(name: str, steps: tuple[Step, ...] | list[Step] | None = None) -> Step | None:
+    """The step called `name` or formerly so (`collectives` is the nccl step)."""
+    for step in default_steps() if steps is None else steps:
+        if name in step.names:
+            return step
+    return None
+
+
+def record_file_for(step_name: str) -> str:
+    """The record file a suite step writes in its suite directory: `storage posix` -> storage-posix.json."""
+    return f"{step_name.replace(' ', '-')}.json"
+
+
+def step_for_file(filename: str) -> str | None:
+    """The current name of the step whose record a suite directory keeps under `filename`,
+    older names included (`collectives.json` -> `nccl`); None for a file no step writes."""
+    filename = Path(filename).name
+    for step in default_steps():
+        if any(record_file_for(name) == filename for name in step.names):
+            return step.name
+    return None
 
 
 def headline(record: dict[str, Any]) -> str:
-    """Best bandwidth per op over every *_gbps column a probe reports: a one-glance summary
-    that needs no per-probe code."""
+    """Best primary metric per op (the first its probe's spec declares among those the row
+    carries): a one-glance summary that needs no per-probe code. A bandwidth is named only where
+    the row carries another of its probe's bandwidths (busbw beside algbw)."""
     best: dict[tuple[str, str], float] = {}
+    named: set[tuple[str, str]] = set()
     for row in record.get("rows", []):
-        for key, value in row.items():
-            if (key.endswith("_gbps") and isinstance(value, (int, float)) and key != "algbw_gbps"
-                    and "ceiling" not in key):
-                op = str(row.get("op", "?"))
-                best[(op, key)] = max(best.get((op, key), 0.0), float(value))
-    def label(op: str, key: str) -> str:
-        metric = key.removesuffix("_gbps")
-        return op if metric in (op, "throughput", "write", "read", "bw") else f"{op} {metric}"
+        key = registry.row_metric(row, record)
+        if key is None:
+            continue
+        op = str(row.get("op", "?"))
+        best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
+        spec = registry.row_spec(row, record)
+        if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
+                                         for m in (spec.metrics if spec else registry.metric_columns())):
+            named.add((op, key))
 
-    parts = [f"{label(op, key)} {value:.2f} GB/s" for (op, key), value in best.items()]
+    def label(op: str, key: str, value: float) -> str:
+        if not key.endswith("_gbps"):
+            return f"{op} {value:.3g} {key}"
+        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s"
+
+    parts = [label(op, key, value) for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
 
 
@@ -87,7 +125,7 @@ def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
              timeout_s: float = 900) -> StepResult:
-    record_path = out_dir / f"{step.name.replace(' ', '-')}.json"
+    record_path = out_dir / record_file_for(step.name)
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
     child_env = step_env(env)

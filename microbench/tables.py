@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .expected import describe as describe_expected
-from .sizes import format_bytes_human, format_size
+from .units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
 
 # The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
 # repeat for out-of-place and in-place.
@@ -83,7 +83,7 @@ def _expected_cell(pair: dict[str, dict[str, Any]], expected_gbps: float) -> str
 
 
 def _key_texts(row: dict[str, Any]) -> tuple[str, ...]:
-    return (str(row["size_bytes"]), str(row["count"]), _dtype(row["dtype"]), str(row["redop"]), str(row["root"]))
+    return (str(row["size_bytes"]), str(row["count"]), NCCL_TESTS_DTYPE.get(row["dtype"], row["dtype"]), str(row["redop"]), str(row["root"]))
 
 
 def _cell_texts(row: dict[str, Any]) -> tuple[str, ...]:
@@ -159,14 +159,6 @@ class CollectiveStream:
 
                 self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[op]), self._link_gbps,
                                                  self._per_op_expected.get(op)) + [""]))
-
-
-def _dtype(name: str) -> str:
-    return {"float32": "float", "float16": "half"}.get(name, name)
-
-
-def size_label(size_bytes: int) -> str:
-    return format_size(size_bytes)
 
 
 def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:

@@ -2,8 +2,9 @@
 the composer's inputs with the probes, predict with the composer, then time real FSDP2 steps.
 
 Inputs, all measured in this invocation and none from the steps being predicted:
-  compute      `microbench compute`'s matmuls at the block's (and head's) shapes and these
-               tokens, on every rank at once (ranks share the cores as in training);
+  compute      `microbench compute`'s kernels at the step's shapes (matmuls forward and backward,
+               attention), replayed in step order right before each measured step, every rank
+               at once from a barrier (ranks share the cores as in training); the median;
   collectives  the collective probe's AllGather and ReduceScatter at the block's and the root's
                unit sizes, in the dtypes FSDP moves;
   optimizer    AdamW over one flat tensor of this rank's shard size, as bytes moved per second
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import fsdp_model as fm
 from .compose.curves import Curve
-from .compose.fsdp import TrainSpec, predict_step
+from .compose.fsdp import TrainSpec, compute_times, predict_step
 from .compose.models import ModelShape
 from .probes import nccl as coll
 from .probes import compute as cm
@@ -59,17 +60,29 @@ def _settings(budget_s: float = 0.4, iters: int = 6) -> SweepSettings:
 
 # --------------------------------------------------------------------------- probes (inputs)
 
-def probe_compute(world: Any, shape: ModelShape, tokens: int, device: str, dtype: str) -> dict[str, Any]:
+def step_flops(shape: ModelShape, tokens: int) -> float:
+    """The composer's FLOPs for one rank's forward+backward (what its compute term divides by the rate)."""
+    c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=1.0))
+    return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+
+
+def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> cm.StepReplay:
+    """`microbench compute`'s kernels at this model's shapes, forward and backward, in step order."""
     config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                        kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype)
-    probe = cm.ComputeProbe(config)
-    # A second of matmuls per shape: on a shared 2-core box a shorter sample catches one burst
-    # of someone else's work and moves the rate by tens of percent.
-    rows = [measure_case(probe, case, _settings(budget_s=1.0, iters=12), world) for case in probe.cases()]
-    tflops = cm.achieved_tflops(rows)
-    return {"flops_per_rank": tflops * 1e12, "tflops": tflops, "probe": "compute (matmuls at the block's shapes)",
-            "rows": [{k: r[k] for k in ("op", "m", "n", "k", "tflops", "per_block")} for r in rows]}
+                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype,
+                       backward=True)
+    return cm.StepReplay(config, shape.heads, shape.kv_heads)
+
+
+def compute_input(shape: ModelShape, tokens: int, samples_s: list[float]) -> dict[str, Any]:
+    """The compute rate the composer gets: its own FLOPs for the step over the replay's median
+    time, so its compute term is the replay's time (the calibration scales it for the rest)."""
+    median = percentile(samples_s, 50)
+    rate = step_flops(shape, tokens) / median
+    return {"flops_per_rank": rate, "tflops": rate / 1e12, "replay_s": median, "samples_s": list(samples_s),
+            "spread_pct": spread_pct(samples_s),
+            "probe": "compute: matmuls and attention at the step's shapes, forward and backward, every rank at once"}
 
 
 def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
@@ -142,28 +155,40 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
 def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                   steps: int, warmup: int) -> list[float]:
     """The slowest rank's time for each timed step of the fully_shard model."""
+    return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None)[0]
+
+
+def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                        steps: int, warmup: int, before_each: Callable[[], Any] | None) -> tuple[list[float], list[Any]]:
+    """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
+    (a probe sample) run right before each one: on a shared machine its speed drifts by tens of
+    percent within a minute, and alternating puts the same drift into the prediction's input
+    and into the steps it predicts. Returns (step times, the samples of the timed steps)."""
     import torch
 
     torch.manual_seed(0)
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times = []
+    times, samples = [], []
     for i in range(warmup + steps):
+        sample = before_each() if before_each is not None else None
         world.barrier()
         start = time.perf_counter()
         fm.step(model, optim, ids, targets)
         sync(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)
+            samples.append(sample)
     per_rank = world.all_gather_object(times)
     del model, optim
-    return [max(step) for step in zip(*per_rank)]
+    return [max(step) for step in zip(*per_rank)], samples
 
 
-def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          reps: int = 5) -> float:
-    """Forward+backward of the unsharded model on every rank at once, no communication."""
+def compute_alone_sampler(world: Any, shape: ModelShape, tokens: int, device: Any,
+                          precision: fm.Precision) -> Callable[[], float]:
+    """One forward+backward of the unsharded model per call, every rank at once, no
+    communication: the slowest rank's seconds."""
     import torch
 
     torch.manual_seed(0)
@@ -171,27 +196,48 @@ def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: An
     if precision.param_dtype != "float32":
         model = model.to(getattr(torch, precision.param_dtype))
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times = []
-    for i in range(1 + reps):
+
+    def once() -> float:
         world.barrier()
         start = time.perf_counter()
         model(ids, targets).backward()
         sync(device)
-        if i >= 1:
-            times.append(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
         model.zero_grad(set_to_none=True)
-    return slowest(world, percentile(times, 50))
+        return slowest(world, elapsed)
+
+    return once
 
 
-def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
-    """The step's collectives back to back, nothing else: root and every block gathered for
-    forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
+def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          reps: int = 5) -> float:
+    once = compute_alone_sampler(world, shape, tokens, device, precision)
+    once()
+    return percentile([once() for _ in range(reps)], 50)
+
+
+def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+                          probe: cm.StepReplay, reps: int) -> tuple[list[float], list[float]]:
+    """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
+    model = compute_alone_sampler(world, shape, tokens, device, precision)
+    replays, real = [], []
+    for i in range(1 + reps):
+        replay_s, model_s = probe.time_once(world), model()
+        if i >= 1:
+            replays.append(replay_s)
+            real.append(model_s)
+    return replays, real
+
+
+def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: Any) -> Callable[[], float]:
+    """The step's collectives back to back per call, nothing else: root and every block gathered
+    for forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
     import torch
     import torch.distributed as dist
 
     n = world.size
     if n == 1:
-        return 0.0
+        return lambda: 0.0
     sizes = unit_sizes(shape, precision)
     pd, rd = getattr(torch, precision.param_dtype), getattr(torch, precision.reduce_dtype)
 
@@ -206,8 +252,8 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
     plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
     all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    times = []
-    for i in range(1 + reps):
+
+    def once() -> float:
         world.barrier()
         start = time.perf_counter()
         for what, (full, shard) in plan:
@@ -216,9 +262,15 @@ def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, d
             else:
                 reduce_scatter(shard, full)
         sync(device)
-        if i >= 1:
-            times.append(time.perf_counter() - start)
-    return slowest(world, percentile(times, 50))
+        return slowest(world, time.perf_counter() - start)
+
+    return once
+
+
+def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
+    once = comm_alone_sampler(world, shape, precision, device)
+    once()
+    return percentile([once() for _ in range(reps)], 50)
 
 
 def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,

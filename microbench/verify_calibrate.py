@@ -13,11 +13,14 @@ measured on a configuration of its own (never one the matrix checks).
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
                       the optimizer): the calibration model's units (six of them) at 16 tokens, so
                       compute is negligible and nothing overlaps, timed as a real fully_shard
-                      step, minus the same model's plain forward+backward, its collectives alone
-                      and the AdamW probe at its shard size, over 2 x units.
-  compute_efficiency  the matmul probe's prediction of the model's forward+backward over the
-                      model's real forward+backward (norms, activations, softmax, the loss: work
-                      the matmul probe does not see), on the calibration model unsharded.
+                      step, minus the same model's plain forward+backward and its collectives
+                      alone (both run right before each step, medians) and the AdamW probe at its
+                      shard size, over 2 x units.
+  compute_efficiency  the compute replay's time (the step's matmuls, forward and backward, and
+                      attention, at the model's shapes) over the model's real forward+backward
+                      (norms, activations, residuals, the embedding, the loss, autograd: work the
+                      replay does not do), on the calibration model unsharded, the two
+                      alternating, median over median.
 """
 
 from __future__ import annotations
@@ -28,8 +31,6 @@ from typing import Any
 
 from . import fsdp_model as fm
 from . import verify as vf
-from .compose.fsdp import TrainSpec, compute_times
-from .compose.models import ModelShape
 from .stats import percentile
 
 CAL_SHAPE = fm.PRESETS["calib"]
@@ -40,34 +41,27 @@ UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
 UNIT_TOKENS = 16
 
 
-def predicted_compute_s(shape: ModelShape, tokens: int, flops_per_rank: float) -> float:
-    c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=flops_per_rank))
-    return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, reps: int = 7) -> dict[str, Any]:
+    """The compute replay's median time over the calibration model's real forward+backward
+    median (unsharded), the two alternating: what share of the model's compute time the
+    replay's kernels are. Both are medians of samples taken side by side, so a burst of someone
+    else's work on a shared box moves both, not their ratio."""
+    probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+    replays, real = vf.measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
+    replay_s, measured = percentile(replays, 50), percentile(real, 50)
+    return {"compute_efficiency": replay_s / measured, "replay_s": replay_s, "measured_s": measured,
+            "replay_samples_s": replays, "measured_samples_s": real,
+            "ratios": [a / b for a, b in zip(replays, real)]}
 
 
-def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, rounds: int = 3) -> dict[str, Any]:
-    """Median over rounds of (matmul-probe prediction / the model alone), each round a probe and
-    the model back to back: one burst of someone else's work on a shared box moves one sample by
-    tens of percent, and this number scales every compute prediction."""
-    samples, probes = [], []
-    for _ in range(rounds):
-        probe = vf.probe_compute(world, CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
-        predicted = predicted_compute_s(CAL_SHAPE, CAL_TOKENS, probe["flops_per_rank"])
-        measured = vf.measure_compute_alone(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps=5)
-        samples.append((predicted / measured, predicted, measured))
-        probes.append(probe)
-    order = sorted(range(rounds), key=lambda i: samples[i][0])
-    mid = order[rounds // 2]
-    eff, predicted, measured = samples[mid]
-    return {"compute_efficiency": eff, "matmul_predicted_s": predicted, "measured_s": measured,
-            "matmul_tflops": probes[mid]["tflops"], "samples": [s[0] for s in samples], "probe": probes[mid]}
-
-
-def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, compute: dict[str, Any],
-                 efficiency: float, unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
+def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
+                 unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
     collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
     optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
-    steps = vf.measure_steps(world, CAL_SHAPE, CAL_TOKENS, device, precision, steps=reps, warmup=2)
+    probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+    steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2,
+                                            lambda: probe.time_once(world))
+    compute = vf.compute_input(CAL_SHAPE, CAL_TOKENS, replays)
     measured = percentile(steps, 50)
     serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
                                     vf.Calibration(o, unit_overhead_s, efficiency, ""))["step_s"] for o in (0.0, 1.0))
@@ -133,25 +127,28 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
 
 def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
-    fsdp = vf.measure_steps(world, shape, tokens, device, precision, steps=reps, warmup=2)
-    compute_s = vf.measure_compute_alone(world, shape, tokens, device, precision, reps=reps)
-    comm_s = vf.measure_comm_alone(world, shape, precision, device, reps=3)
     optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
+    # The plain forward+backward and the collectives alone right before each fully_shard step,
+    # so the difference is not a drift of the machine between them.
+    compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
+                     vf.comm_alone_sampler(world, shape, precision, device))
+    fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
+                                         lambda: (compute(), comm()))
     fsdp_s = percentile(fsdp, 50)
+    compute_s, comm_s = percentile([c for c, _ in parts], 50), percentile([m for _, m in parts], 50)
     units = shape.layers + 1
     per_unit = max(0.0, (fsdp_s - compute_s - comm_s - optimizer_s) / (2 * units))
     return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
-            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens}
+            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens,
+            "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
     eff = compute_efficiency(world, device, precision, dev)
     uo = unit_overhead(world, device, precision)
-    ov = fsdp_overlap(world, device, precision, dev, backend, eff["probe"], eff["compute_efficiency"],
-                      uo["unit_overhead_s"])
+    ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"])
     could = backend_overlap(world, device, precision)
-    eff.pop("probe")
     return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
             "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
             "ranks": world.size, "param_dtype": precision.param_dtype,

@@ -19,7 +19,6 @@ from . import checkpoint_target as ct
 from . import fsdp_model as fm
 from .compose.checkpoint import predict_tier
 from .probes import checkpoint as ck
-from .runner import SweepSettings, measure_case
 from .stats import percentile
 from .verify import error_pct, spread_pct, sync
 from .verify_phases import RecordFile, device_of, guarded, quiet
@@ -65,49 +64,67 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     state = {"model": msd, "optim": osd}
     nbytes, items = _state_size(state, world.size)
     # The input: the checkpoint probe on this target, a synthetic state dict of the same bytes
-    # in as many tensors (DCP pays per item in planning, metadata and reads).
+    # in as many tensors (DCP pays per item in planning, metadata and reads), saved the same way
+    # (one file per rank and the metadata, fsync'd). One probe save and load right before each
+    # real save and load: the page cache's flush and other work on the machine move a save by
+    # tens of percent from one minute to the next, and alternating puts that into both sides.
     probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32",
                                          device=dev, backend=backend, tensors=items), world, run_dir)
-    settings = SweepSettings(warmup=1, iters=reps, budget_s_per_case=None, min_iters=reps, check=False, progress=False)
-    probe_rows = {case.op: measure_case(probe, case, settings, world) for case in probe.cases()}
-    write_gbps, read_gbps = probe_rows["save"]["write_gbps"], probe_rows["load"]["read_gbps"]
-    pred = predict_tier(label, probe.size, write_gbps, read_gbps)
+    save_case, load_case = probe.cases()
+    probe_saves, probe_loads = [], []
     saves, loads, wrong = [], [], 0
     saved_sum = _checksum(model)
-    for i in range(reps + 1):
-        sub = f"verify-step-{i}"
-        world.barrier()
-        start = time.perf_counter()
-        dcp.save(state, storage_writer=run_dir.writer(sub, 1), process_group=world.control)
-        sync(dev)
-        saves.append(time.perf_counter() - start)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.to_local().zero_()
-        world.barrier()
-        if world.rank == 0:
-            run_dir.drop_page_cache(sub)
-        world.barrier()
-        start = time.perf_counter()
-        msd, osd = get_state_dict(model, optim)
-        loaded = {"model": msd, "optim": osd}
-        dcp.load(loaded, storage_reader=run_dir.reader(sub), process_group=world.control)
-        set_state_dict(model, optim, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
-        sync(dev)
-        loads.append(time.perf_counter() - start)
-        wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
-        world.barrier()
-        if world.rank == 0:
-            run_dir.remove_sub(sub)
-        msd, osd = get_state_dict(model, optim)
-        state = {"model": msd, "optim": osd}
+    try:
+        for i in range(reps + 1):
+            probe.prepare(save_case)
+            probe_saves.append(probe.run_once(save_case).time_s)
+            probe.prepare(load_case)
+            probe_loads.append(probe.run_once(load_case).time_s)
+            sub = f"verify-step-{i}"
+            # The previous checkpoint goes right before this save, as the probe removes its own
+            # right before its save: freeing 100 MB of files costs the file system work that
+            # spills into whatever comes next, so each side pays it at the same point.
+            world.barrier()
+            if world.rank == 0 and i > 0:
+                run_dir.remove_sub(f"verify-step-{i - 1}")
+            world.barrier()
+            start = time.perf_counter()
+            dcp.save(state, storage_writer=run_dir.writer(sub, 1), process_group=world.control)
+            sync(dev)
+            saves.append(time.perf_counter() - start)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.to_local().zero_()
+            world.barrier()
+            if world.rank == 0:
+                run_dir.drop_page_cache(sub)
+            world.barrier()
+            start = time.perf_counter()
+            msd, osd = get_state_dict(model, optim)
+            loaded = {"model": msd, "optim": osd}
+            dcp.load(loaded, storage_reader=run_dir.reader(sub), process_group=world.control)
+            set_state_dict(model, optim, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+            sync(dev)
+            loads.append(time.perf_counter() - start)
+            wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
+            msd, osd = get_state_dict(model, optim)
+            state = {"model": msd, "optim": osd}
+    finally:
+        probe.release(load_case)
+    # the first of each (probe and real) warms up; each value is the slowest rank's
+    per_rank_probe = world.all_gather_object((probe_saves[1:], probe_loads[1:]))
+    probe_save_t = [max(r[0][i] for r in per_rank_probe) for i in range(reps)]
+    probe_load_t = [max(r[1][i] for r in per_rank_probe) for i in range(reps)]
+    write_gbps = probe.size / percentile(probe_save_t, 50) / 1e9
+    read_gbps = probe.size / percentile(probe_load_t, 50) / 1e9
+    pred = predict_tier(label, probe.size, write_gbps, read_gbps)
     per_rank = world.all_gather_object((saves[1:], loads[1:]))   # the first of each warms up
     save_t = [max(r[0][i] for r in per_rank) for i in range(reps)]
     load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
     wrong = sum(world.all_gather_object(wrong))
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {len(probe.rows)} "
-              f"synthetic tensors, "
+              f"synthetic tensors, one probe save and load right before each real one, medians: "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
     return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
             "wrong_loads": wrong,
@@ -116,8 +133,9 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             "load": {"predicted_s": pred.load_s, "measured_s": load_s, "measured_s_each": load_t,
                      "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred.load_s or 0.0, load_s)},
             "inputs": {"storage": {"source": source, "write_gbps": write_gbps, "read_gbps": read_gbps,
-                                   "probe_rows": {op: {"time_us": r["time_us"], "size_bytes": r["size_bytes"]}
-                                                  for op, r in probe_rows.items()}}}}
+                                   "size_bytes": probe.size, "probe_save_s_each": probe_save_t,
+                                   "probe_load_s_each": probe_load_t, "save_spread_pct": spread_pct(probe_save_t),
+                                   "load_spread_pct": spread_pct(probe_load_t)}}}
 
 
 def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
@@ -138,7 +156,7 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
         target = ct.parse_target(target_text)
         access = None
         if target.kind == "s3":
-            from .commands.checkpoint import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+            from .needs import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
             import os
 
             access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),

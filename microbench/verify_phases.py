@@ -92,16 +92,16 @@ def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], A
 
 def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
              cal: vf.Calibration, steps: int, warmup: int, profile: str) -> dict[str, Any]:
-    # The matmul probe three times (before, between the other probes, after): on a shared VM
-    # one sample's rate can be a third off, and compute is most of a CPU step; the median rules.
-    samples = [vf.probe_compute(world, shape, tokens, dev, precision.param_dtype)]
     collectives = vf.probe_collectives(world, shape, precision, dev, backend)
-    samples.append(vf.probe_compute(world, shape, tokens, dev, precision.param_dtype))
     optimizer = vf.probe_optimizer(world, shape, device)
-    times = vf.measure_steps(world, shape, tokens, device, precision, steps, warmup)
-    samples.append(vf.probe_compute(world, shape, tokens, dev, precision.param_dtype))
-    compute = sorted(samples, key=lambda c: c["tflops"])[1]
-    compute["samples_tflops"] = [c["tflops"] for c in samples]
+    # The compute probe (the step's kernels at its shapes) runs right before each step: one
+    # sample per step, both sides summarized by their median, so the machine's drift on this
+    # shared VM (tens of percent within a minute) is the same in the input and in the steps.
+    probe = vf.replay(shape, tokens, dev, precision.param_dtype)
+    times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup,
+                                           lambda: probe.time_once(world))
+    del probe
+    compute = vf.compute_input(shape, tokens, replays)
     pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = vf.measure_comm_alone(world, shape, precision, device)
@@ -115,9 +115,10 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
             "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
             "spread_pct": vf.spread_pct(times), "error_pct": vf.error_pct(pred["step_s"], measured),
             "predicted": pred, "parts": parts,
-            "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run",
-                                   "tflops_per_rank": compute["tflops"], "samples_tflops": compute["samples_tflops"],
-                                   "rows": compute["rows"]},
+            "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run right before each "
+                                             f"measured step",
+                                   "tflops_per_rank": compute["tflops"], "replay_s": compute["replay_s"],
+                                   "samples_s": compute["samples_s"], "spread_pct": compute["spread_pct"]},
                        "collectives": {"source": f"{collectives['probe']}, measured in this run",
                                        "rows": collectives["rows"]},
                        "optimizer": {"source": f"{optimizer['probe']}, measured in this run",

@@ -3,11 +3,16 @@ microbench package as this test session (a checkout or the installed one)."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -39,6 +44,129 @@ def run_cli(tmp_path):
 def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def one_error_line(stderr: str) -> str:
+    """The whole of stderr is one `microbench: ...` line: no traceback, no c10d log, no bug."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{stderr}"
+    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr and "internal error" not in lines[0]
+    return lines[0]
+
+
+def records(tmp_path: Path, pattern: str = "*.json") -> list[dict[str, Any]]:
+    """The records a command run with cwd=tmp_path wrote to its default results/ directory."""
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "results").glob(pattern))]
+
+
+def rows_written(tmp_path: Path, count: int) -> Callable[[], bool]:
+    """A `wait_for` predicate: the (first) record under tmp_path/results has `count` rows."""
+
+    def check() -> bool:
+        files = sorted((tmp_path / "results").glob("*.json"))
+        try:
+            return bool(files) and len(json.loads(files[0].read_text())["rows"]) >= count
+        except (ValueError, OSError):
+            return False  # being rewritten (atomically, but the glob may see the old name go)
+
+    return check
+
+
+def wait_for(predicate: Callable[[], Any], proc: subprocess.Popen, what: str, limit_s: float = 120.0) -> None:
+    """Poll until `predicate()` holds; kill `proc` and fail the test if it ends or time runs out."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"never saw {what}: {proc.communicate()}")
+
+
+def start_nccl_sweep(tmp_path: Path, timeout: str = "5", lab: str | None = None) -> subprocess.Popen:
+    """A two-rank gloo sweep (local ranks, or a lab's hosts) long enough to interrupt, returned
+    once two sizes are recorded."""
+    world = ["--lab", lab] if lab else ["--nproc", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "256K-128M", "--ops", "all_reduce",
+                             *world, "--timeout", timeout, "--iters", "20", "--budget", "0"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(rows_written(tmp_path, 2), proc, "two finished sizes")
+    return proc
+
+
+def join_nccl(run_cli: Callable[..., subprocess.CompletedProcess], rank: int, port: int, *, world: int = 2,
+              timeout: str = "5") -> tuple[subprocess.CompletedProcess, float]:
+    """`nccl --sizes 1M` as `rank` of a launcher's world whose master is 127.0.0.1:port (a port
+    the test holds closed, mute or taken), and the seconds it took to give up."""
+    start = time.monotonic()
+    proc = run_cli("nccl", "--sizes", "1M", "--timeout", timeout, timeout=60,
+                   env={"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    return proc, time.monotonic() - start
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.split("/")[2]))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def ranks_of(pid: int, *, deep: bool = False) -> dict[int, int]:
+    """Rank number -> pid of the ranks microbench's launcher started under `pid`: its children,
+    or with deep=True any descendant (a rank under `ip netns exec`, a suite step)."""
+    out = {}
+    for child in descendants(pid) if deep else children(pid):
+        try:
+            with open(f"/proc/{child}/environ", "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+            if b"MICROBENCH_SPAWNED" in env:  # the first found is the rank, not a child it started
+                out.setdefault(int(env[b"RANK"]), child)
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- mounts (root)
+
+
+@contextmanager
+def tmpfs(path: Path, options: str) -> Iterator[Path]:
+    """A tmpfs at `path` (made here) for the block; the test is skipped where mounting is refused."""
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs here (needs root): {done.stderr.strip() or 'mount failed'}"
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An empty directory on a read-only filesystem: as root, permission bits stop nothing."""
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

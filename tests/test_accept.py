@@ -47,3 +47,33 @@ def test_shipped_examples_parse():
         pytest.skip("examples/ is not beside tests/ (installed-package run)")
     for path in examples.glob("acceptance-*.toml"):
         assert load_checks(path)
+
+
+def test_toml_falls_back_to_tomli_before_python_311(tmp_path, monkeypatch):
+    """requires-python says >=3.10, where tomllib does not exist: the same parser as `tomli`
+    must be used instead (pyproject installs it there)."""
+    import sys
+    import tomllib
+    import types
+
+    used = []
+    tomli = types.ModuleType("tomli")
+    tomli.loads = lambda text: used.append(text) or tomllib.loads(text)
+    monkeypatch.setitem(sys.modules, "tomllib", None)   # `import tomllib` fails as on 3.10
+    monkeypatch.setitem(sys.modules, "tomli", tomli)
+    good = tmp_path / "t.toml"
+    good.write_text('[[check]]\nstep = "nccl"\nop = "all_reduce"\nmetric = "busbw_gbps"\nmin = 2\n')
+    assert load_checks(good) == [Check("nccl", "all_reduce", "busbw_gbps", 2, None, None)]
+    assert used == [good.read_text()]
+    monkeypatch.setitem(sys.modules, "tomli", None)     # and neither: one clear line, not a traceback
+    with pytest.raises(UsageError, match="needs the tomli package"):
+        load_checks(good)
+
+
+def test_pyproject_installs_tomli_where_tomllib_is_missing():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.10"
+    assert any(dep.startswith("tomli") and "python_version < '3.11'" in dep for dep in project["dependencies"])

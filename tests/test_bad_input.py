@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line
+
 RECORD = {"schema_version": 1, "kind": "nccl", "status": "complete", "config": {}, "environment": {},
           "implementation": {}, "rows": [{"op": "all_reduce", "size_bytes": 1 << 20, "busbw_gbps": 1.0}]}
 
@@ -56,20 +58,13 @@ def _write(where: Path, files: dict) -> None:
         (where / name).write_text(content if isinstance(content, str) else json.dumps(content))
 
 
-def _one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}:\n{stderr}"
-    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr and "internal error" not in lines[0]
-    return lines[0]
-
-
 @pytest.mark.parametrize("argv,fragment,files", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_refused_with_exit_2_and_one_line(run_cli, tmp_path, argv, fragment, files):
+def test_refused_with_exit_2_andone_error_line(run_cli, tmp_path, argv, fragment, files):
     _write(tmp_path, files)
     before = sorted(p.name for p in tmp_path.iterdir())
     done = run_cli(*argv, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert fragment in _one_line(done.stderr)
+    assert fragment in one_error_line(done.stderr)
     # Refused before anything ran: no record, no plot, no scratch; the files given are untouched.
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     for name, content in files.items():
@@ -87,30 +82,14 @@ def test_lab_up_refuses_a_bad_delay_before_creating_anything(run_cli, delay):
     name = "b" + uuid.uuid4().hex[:6]
     done = run_cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"invalid --delay '{delay}'" in _one_line(done.stderr)
+    assert f"invalid --delay '{delay}'" in one_error_line(done.stderr)
     assert name not in _netns()
-
-
-@pytest.fixture
-def read_only_dir(tmp_path):
-    target = tmp_path / "ro"
-    target.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        reason = f"cannot mount a read-only tmpfs here: {mounted.stderr.strip() or 'mount failed'}"
-        print(f"skipping: {reason}")
-        pytest.skip(reason)
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", str(target)], capture_output=True)
 
 
 def test_plot_onto_a_read_only_filesystem(run_cli, tmp_path, read_only_dir):
     _write(tmp_path, {"r.json": RECORD})
     done = run_cli("plot", "r.json", "--out", str(read_only_dir / "p.png"), timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    line = _one_line(done.stderr)
+    line = one_error_line(done.stderr)
     assert "cannot write --out" in line and "Read-only file system" in line
     assert list(read_only_dir.iterdir()) == []

@@ -94,7 +94,7 @@ def test_the_suite_from_a_checkout_measures_with_the_installed_native_core(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr
     records = sorted((tmp_path / "r").glob("suite-*/*.json"))
-    assert [p.name for p in records] == ["collectives.json", "memory.json"]
+    assert [p.name for p in records] == ["memory.json", "nccl.json"]  # collectives is the nccl step's former name
     for path in records:
         assert json.loads(path.read_text())["implementation"]["name"] == "native", path
 

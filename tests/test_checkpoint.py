@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import uuid
 
 import pytest
@@ -15,7 +14,7 @@ from microbench import checkpoint_target as ct
 from microbench.errors import UsageError
 from microbench.probes import checkpoint as ck
 
-from conftest import last_line
+from conftest import last_line, tmpfs
 
 FAST = ("--warmup", "0", "--iters", "1", "--timeout", "120")
 
@@ -143,25 +142,14 @@ def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
     assert leftovers == []
 
 
-def _mount_tmpfs(path, options):
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("options, code, needle", [
     ("ro,size=16m", 1, "Read-only file system"),
     ("size=16m", 2, "not enough free space"),
 ])
 def test_read_only_and_full_targets(run_cli, tmp_path, options, code, needle):
-    mnt = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
-    _mount_tmpfs(mnt, options)
-    try:
+    with tmpfs(tmp_path / f"mnt-{uuid.uuid4().hex[:6]}", options) as mnt:
         proc = run_cli("checkpoint", "--size", "64M", "--nproc", "2", "--target", str(mnt / "ck"), *FAST, timeout=60)
         assert proc.returncode == code, proc.stderr
         assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
         assert os.listdir(mnt) == []
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)

@@ -8,6 +8,7 @@ import pytest
 from conftest import last_line
 from microbench import native
 from microbench.probes.nccl import OPS
+from microbench.results import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def test_default_ops_print_the_table_and_write_a_record(run_cli, tmp_path):
         assert f"{size:>12}" in out
 
     rec = only_record(tmp_path / "results")
-    assert rec["schema_version"] == 1 and rec["status"] == "complete" and rec["kind"] == "nccl"
+    assert rec["schema_version"] == SCHEMA_VERSION and rec["status"] == "complete" and rec["kind"] == "nccl"
     assert rec["argv"][-10:] == ["nccl", "--sizes", "1M-4M", "--nproc", "2", "--csv", "rows.csv", "--iters", "5",
                                   "--warmup", "2"][-10:]
     assert rec["config"]["probe"]["sizes"] == [1 << 20, 2 << 20, 4 << 20]

@@ -51,3 +51,42 @@ def test_compute_record_feeds_compose(run_cli, tmp_path):
     assert wrong.stderr.strip().splitlines() == [
         f"microbench: --compute {str(tmp_path / 'p.json')!r} is a 'compose' record; expected one from "
         f"`microbench compute` (kind 'compute')"]
+
+
+def test_backward_adds_each_projections_two_matmuls_with_their_own_shapes():
+    cfg = Config("d", hidden=256, q_dim=256, kv_dim=128, ffn=704, vocab=4096, layers=4, tokens=512, backward=True)
+    shapes = {op: (m, n, k, w) for op, m, n, k, w in matmul_shapes(cfg)}
+    assert shapes["mlp_down"] == (512, 256, 704, 1.0)
+    # dy (m x n) @ w^T (n x k) and x^T (k x m) @ dy (m x n): same FLOPs, the tokens inside for the weight's
+    assert shapes["mlp_down.dgrad"] == (512, 704, 256, 1.0)
+    assert shapes["mlp_down.wgrad"] == (704, 256, 512, 1.0)
+    assert shapes["head.wgrad"] == (256, 4096, 512, 0.25)
+    assert len(shapes) == 15
+    forward = Config(**{**cfg.__dict__, "backward": False})
+    assert [s[0] for s in matmul_shapes(forward)] == ["qkv", "attn_out", "mlp_gate_up", "mlp_down", "head"]
+
+
+def test_the_step_replay_runs_every_kernel_of_a_step():
+    import torch
+
+    from microbench.probes.compute import StepReplay
+
+    cfg = Config("t", hidden=64, q_dim=64, kv_dim=32, ffn=176, vocab=512, layers=2, tokens=32, backward=True)
+    replay = StepReplay(cfg, heads=4, kv_heads=2)
+    calls = []
+    real = torch.matmul
+
+    def counting(a, b):
+        calls.append((tuple(a.shape), tuple(b.shape)))
+        return real(a, b)
+
+    torch.matmul = counting
+    try:
+        elapsed = replay.time_once()
+    finally:
+        torch.matmul = real
+    assert elapsed > 0
+    # per layer 4 projections x (forward + 2 backward), and the head's 3
+    assert len(calls) == 2 * 4 * 3 + 3
+    assert ((32, 64), (64, 128)) in calls and ((176, 32), (32, 64)) in calls   # qkv fwd, down's weight grad
+    assert all(q.grad is None for q, *_ in replay.attn)   # attention's backward ran on fresh leaves

@@ -13,7 +13,7 @@ import pytest
 from microbench import accept
 from microbench.cli import build_parser
 from microbench.commands.common import settings_from_args
-from microbench.sizes import parse_sizes
+from microbench.units import parse_sizes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Values a launcher would give; only their shape matters to the parser.

@@ -204,35 +204,18 @@ def test_matrix_table_marks_unmeasured_cells():
     assert hunt.matrix_table(matrix, NAMES[:3], set())[2] == ["h2", ".", ".", "-"]
 
 
-@pytest.fixture
-def h11b_lab_name():
-    from conftest import namespaces_refused
-
-    reason = namespaces_refused()
-    if reason:
-        pytest.skip(reason)
-    import uuid
-
-    from microbench import lab as labmod
-
-    name = "h11b" + uuid.uuid4().hex[:4]
-    yield name
-    labmod.down(name)
-    assert labmod.find(name) is None
-
-
-def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, h11b_lab_name):
-    assert run_cli("lab", "up", "--hosts", "3", "--name", h11b_lab_name).returncode == 0
-    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect")
+def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, lab_name):
+    assert run_cli("lab", "up", "--hosts", "3", "--name", lab_name).returncode == 0
+    done = run_cli("hunt", "--lab", lab_name, "--bisect")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "hunt --bisect needs at least 4 hosts" in last_line(done.stderr)
 
 
-def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(run_cli, h11b_lab_name, tmp_path):
-    up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", h11b_lab_name)
+def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(run_cli, lab_name, tmp_path):
+    up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
     record = tmp_path / "bisect-host.json"
-    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect", "--json", str(record), timeout=240)
+    done = run_cli("hunt", "--lab", lab_name, "--bisect", "--json", str(record), timeout=240)
     data = json.loads(record.read_text())
     assert done.returncode == 1, done.stderr
     assert last_line(done.stderr) == "microbench: hunt found slow host h2 (verdict and matrix above)"
@@ -246,10 +229,10 @@ def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(ru
     assert "DECIDED BY BISECT: 1 halving(s) cornered h2" in done.stdout
 
     # A slow link between the halves leaves both halves alike: all pairs decide, and name it.
-    shaped = run_cli("lab", "shape", "--name", h11b_lab_name, "--link", "1gbit", "--pair-link", "h1-h2=100mbit")
+    shaped = run_cli("lab", "shape", "--name", lab_name, "--link", "1gbit", "--pair-link", "h1-h2=100mbit")
     assert shaped.returncode == 0, shaped.stderr
     record = tmp_path / "bisect-link.json"
-    done = run_cli("hunt", "--lab", h11b_lab_name, "--bisect", "--json", str(record), timeout=240)
+    done = run_cli("hunt", "--lab", lab_name, "--bisect", "--json", str(record), timeout=240)
     summary = json.loads(record.read_text())["summary"]
     assert done.returncode == 1, done.stderr
     assert summary["slow_hosts"] == [] and summary["slow_links"] == [["h1", "h2"]]

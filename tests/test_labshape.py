@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
 
-import pytest
-
-from conftest import namespaces_refused
 from microbench import labshape
 
 FILTERS = """filter parent 1: protocol ip pref 1 u32 chain 0
@@ -34,19 +30,6 @@ def test_current_keeps_only_the_exceptions_and_each_link_once():
     assert plan == labshape.Shaping(10**9, {2: 10**8}, {(0, 1): 2 * 10**8})
 
 
-@pytest.fixture
-def h11b_lab():
-    reason = namespaces_refused()
-    if reason:
-        pytest.skip(reason)
-    from microbench import lab as labmod
-
-    name = "h11b" + uuid.uuid4().hex[:4]
-    yield name
-    labmod.down(name)
-    assert labmod.find(name) is None
-
-
 def _tc(name: str, hosts: int) -> list[str]:
     out = []
     for i in range(hosts):
@@ -56,32 +39,32 @@ def _tc(name: str, hosts: int) -> list[str]:
     return out
 
 
-def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, h11b_lab):
+def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, lab_name):
     from microbench import lab as labmod
 
     up = run_cli("lab", "up", "--hosts", "3", "--link", "1gbit", "--host-link", "h2=100mbit",
-                 "--pair-link", "h0-h1=200mbit", "--name", h11b_lab)
+                 "--pair-link", "h0-h1=200mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
-    before = _tc(h11b_lab, 3)
+    before = _tc(lab_name, 3)
     assert "rate 100Mbit" in before[6] and "rate 200Mbit" in before[1] and "0ad50002" in before[2]
-    plan = labmod.current_shaping(labmod.get(h11b_lab))
+    plan = labmod.current_shaping(labmod.get(lab_name))
     assert plan == labshape.Shaping(10**9, {2: 10**8}, {(0, 1): 2 * 10**8})
 
-    done = run_cli("nccl", "--lab", h11b_lab, "--link-profiles", "1gbit,100mbit", "--sizes", "64K",
+    done = run_cli("nccl", "--lab", lab_name, "--link-profiles", "1gbit,100mbit", "--sizes", "64K",
                    "--ops", "all_reduce", "--warmup", "1", "--iters", "2", "--budget", "0.3", timeout=300)
     assert done.returncode == 0, done.stderr
     assert "ratio = 100mbit / 1gbit" in done.stdout
-    assert _tc(h11b_lab, 3) == before
+    assert _tc(lab_name, 3) == before
 
 
-def test_restore_after_a_plain_reshape_with_only_a_host_exception(h11b_lab):
+def test_restore_after_a_plain_reshape_with_only_a_host_exception(lab_name):
     from microbench import lab as labmod
 
-    labmod.up(h11b_lab, 4, 10**9, host_rates={2: 10**8})
-    before = _tc(h11b_lab, 4)
-    lab = labmod.get(h11b_lab)
+    labmod.up(lab_name, 4, 10**9, host_rates={2: 10**8})
+    before = _tc(lab_name, 4)
+    lab = labmod.get(lab_name)
     plan = labmod.current_shaping(lab)
-    labmod.shape(h11b_lab, 10**8)
-    assert _tc(h11b_lab, 4) != before
+    labmod.shape(lab_name, 10**8)
+    assert _tc(lab_name, 4) != before
     labmod.restore(lab, plan)
-    assert _tc(h11b_lab, 4) == before
+    assert _tc(lab_name, 4) == before

@@ -1,28 +1,17 @@
 """Every bad input and fault the nccl issue names: exit code, one stderr line that quotes the
 value, no traceback, no hang."""
 
-import glob
 import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import cli_env
+from conftest import children, join_nccl, one_error_line, ranks_of, start_nccl_sweep
 
 pytestmark = pytest.mark.slow
-
-
-def one_error_line(stderr):
-    """The whole of stderr is one `microbench: ...` line (no traceback, no c10d log)."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("microbench: ") and "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("args, code, fragments", [
@@ -64,10 +53,7 @@ def closed_port():
 
 def test_unreachable_master_fails_within_the_timeout(run_cli):
     port = closed_port()
-    start = time.monotonic()
-    res = run_cli("nccl", "--sizes", "1M", "--timeout", "5", timeout=60,
-                  env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    elapsed = time.monotonic() - start
+    res, elapsed = join_nccl(run_cli, 1, port)
     assert res.returncode == 1
     line = one_error_line(res.stderr)
     assert f"rank 1 could not reach the master at 127.0.0.1:{port} within 5 s (--timeout)" in line
@@ -81,51 +67,16 @@ def test_a_taken_master_port_is_named(run_cli):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        res = run_cli("nccl", "--sizes", "1M", "--timeout", "5", timeout=60,
-                      env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        res, _ = join_nccl(run_cli, 0, port)
     assert res.returncode == 1
     line = one_error_line(res.stderr)
     assert f"MASTER_PORT {port} on 127.0.0.1 is already in use" in line and "MASTER_PORT=" in line
 
 
-def _children(pid):
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.split("/")[2]))
-    return out
-
-
-def _rank_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return None
-    return int(env[b"RANK"]) if b"RANK" in env else None
-
-
 def _start_sweep(tmp_path):
-    """A sweep long enough to be interrupted: rows appear in the results file as sizes finish."""
-    proc = subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "256K-128M", "--ops", "all_reduce",
-                             "--nproc", "2", "--timeout", "5", "--iters", "20", "--budget", "0"],
-                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        files = list((tmp_path / "results").glob("*.json"))
-        try:
-            if files and len(json.loads(files[0].read_text())["rows"]) >= 2:
-                return proc, files[0]
-        except (ValueError, OSError):
-            pass
-        time.sleep(0.02)
-    proc.kill()
-    pytest.fail(f"the sweep never finished two sizes: {proc.communicate()}")
+    """A sweep long enough to be interrupted, and its record (rows appear as sizes finish)."""
+    proc = start_nccl_sweep(tmp_path)
+    return proc, next((tmp_path / "results").glob("*.json"))
 
 
 def _finished_rows(path):
@@ -139,9 +90,7 @@ def _finished_rows(path):
 
 def test_a_rank_killed_mid_sweep(tmp_path):
     proc, path = _start_sweep(tmp_path)
-    victims = [pid for pid in _children(proc.pid) if _rank_of(pid) == 1]
-    assert len(victims) == 1
-    os.kill(victims[0], signal.SIGKILL)
+    os.kill(ranks_of(proc.pid)[1], signal.SIGKILL)
     killed_at = time.monotonic()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
@@ -164,4 +113,4 @@ def test_ctrl_c_keeps_a_partial_record(tmp_path):
     assert line.startswith("microbench: interrupted during all_reduce") and "(partial)" in line
     record = _finished_rows(path)
     assert record["status_reason"].startswith("interrupted")
-    assert _children(proc.pid) == []
+    assert children(proc.pid) == []

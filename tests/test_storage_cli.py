@@ -60,7 +60,7 @@ def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     assert [(r["op"], r["tool"]) for r in rec["rows"]] == [("write", "posix"), ("read", "posix")]
     for row in rec["rows"]:
         assert row[f"{row['op']}_gbps"] > 0 and row["total_bytes"] == 8 << 20
-        assert row["lat_p50_us"] <= row["lat_p99_us"] <= row["lat_p999_us"]
+        assert row["lat_us_p50"] <= row["lat_us_p99"] <= row["lat_us_p999"]
     assert _leftovers(target) == []
     out = run_cli("storage", "fio", "--path", str(target), *SMALL, env={"PATH": str(bare)})
     assert out.returncode == 0

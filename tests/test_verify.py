@@ -1,7 +1,6 @@
 """verify fsdp: the mechanism on real gloo ranks (not this machine's speed), the verdict, the
 calibration record's contract with compose, and every bad input the issue names."""
 
-import glob
 import json
 import math
 import os
@@ -12,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import cli_env, last_line
+from conftest import cli_env, last_line, one_error_line, ranks_of
 from microbench import fsdp_model as fm
 from microbench import verify as vf
 from microbench.commands.verify_report import verdict
@@ -28,12 +27,6 @@ def calibration_record(path, **cal):
                                 "environment": {}, "implementation": {}, "rows": [],
                                 "summary": {"calibration": body}}))
     return str(path)
-
-
-def one_line(stderr):
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 # --------------------------------------------------------------------------- pure logic
@@ -75,6 +68,39 @@ def test_parts_state_the_overlap_the_step_implies():
     assert parts["compute"]["error_pct"] == 0.0 and parts["collectives"]["error_pct"] == 0.0
 
 
+def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency():
+    from microbench.compose.fsdp import compute_times
+
+    shape = fm.PRESETS["small"]
+    compute = vf.compute_input(shape, 512, [0.30, 0.20, 0.26, 0.22, 0.50])
+    assert compute["replay_s"] == 0.26 and compute["samples_s"][-1] == 0.50
+    assert compute["spread_pct"] == pytest.approx(100 * 0.30 / 0.26)
+    cal = vf.Calibration(overlap=0.0, unit_overhead_s=0.0, compute_efficiency=0.8, source="test")
+    train = vf.train_spec(shape, 512, 2, fm.precision_for("cpu"), compute, {"memory_gbps": 1.0}, cal)
+    c = compute_times(shape, train)
+    total = shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
+    assert total == pytest.approx(0.26 / 0.8)
+
+
+def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
+    from types import SimpleNamespace
+
+    from microbench.commands import compose_inputs as ci
+
+    path = calibration_record(tmp_path / "cal.json", compute_efficiency=0.8, overlap=0.0)
+    cal = ci.calibration(SimpleNamespace(calibration=path))
+    assert (cal.compute_efficiency, cal.device) == (0.8, "cpu")
+    args = SimpleNamespace(overlap=None, unit_overhead=None, reduce_dtype=None, micro_batch="1", seq_len="256",
+                           grad_accum="1", param_dtype="float32", activation_checkpointing=False,
+                           no_reshard_after_forward=False, compute="c.json")
+    cpu_rate = ci.ComputeRate(1e11, "measured", None, on_cpu=True)
+    assert ci.train_spec(args, 2, cpu_rate, cal).flops_per_rank == pytest.approx(0.8e11)
+    # A GPU's rate (another device than the calibration's) or a rate given by hand is left alone.
+    assert ci.train_spec(args, 2, ci.ComputeRate(1e14, "measured", None, on_cpu=False), cal).flops_per_rank == 1e14
+    args.compute = None
+    assert ci.train_spec(args, 2, ci.ComputeRate(1e11, "--tflops 0.1", None), cal).flops_per_rank == 1e11
+
+
 # --------------------------------------------------------------------------- real ranks
 
 def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
@@ -110,13 +136,14 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
-def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path):
-    # Half a second of FSDP overhead per unit per pass: the prediction is off by seconds.
-    cal = calibration_record(tmp_path / "cal.json", unit_overhead_s=0.5)
+@pytest.mark.parametrize("wrong", [{"unit_overhead_s": 0.5},        # half a second per unit per pass
+                                   {"compute_efficiency": 0.001}])  # compute predicted 1000 x too slow
+def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
+    cal = calibration_record(tmp_path / "cal.json", **wrong)
     out = tmp_path / "v.json"
     done = run_cli(*SHORT, "--calibration", cal, "--json", str(out), timeout=120)
     assert done.returncode == 1
-    line = one_line(done.stderr)
+    line = one_error_line(done.stderr)
     assert "outside the tolerance: loopback tiny 32 tokens +" in line and str(out) in line
     record = json.loads(out.read_text())
     assert record["status"] == "complete" and len(record["rows"]) == 1
@@ -141,37 +168,6 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
 
 
-def _children(pid):
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.split("/")[2]))
-    return out
-
-
-def _descendants(pid):
-    found, todo = [], [pid]
-    while todo:
-        kids = _children(todo.pop())
-        found += kids
-        todo += kids
-    return found
-
-
-def _rank_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return None
-    return int(env[b"RANK"]) if b"RANK" in env and b"MICROBENCH_SPAWNED" in env else None
-
-
 def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     cal = calibration_record(tmp_path / "cal.json", unit_overhead_s=0.0)
     out = tmp_path / "v.json"
@@ -187,12 +183,12 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
         except (ValueError, OSError):
             pass
         time.sleep(0.05)
-    victims = [pid for pid in _descendants(proc.pid) if _rank_of(pid) == 1]
-    assert len(victims) == 1, proc.communicate(timeout=5) if proc.poll() is not None else victims
-    os.kill(victims[0], signal.SIGKILL)
+    ranks = ranks_of(proc.pid, deep=True)
+    assert 1 in ranks, proc.communicate(timeout=5) if proc.poll() is not None else ranks
+    os.kill(ranks[1], signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    line = one_line(err)
+    line = one_error_line(err)
     assert "rank 1 died or stopped responding during loopback tiny" in line and "(partial)" in line
     record = json.loads(out.read_text())
     assert record["status"] == "partial" and "rank 1" in record["status_reason"]
@@ -216,7 +212,7 @@ def test_bad_input(run_cli, args, fragment):
     start = time.monotonic()
     done = run_cli("verify", "fsdp", *args, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert fragment in one_line(done.stderr)
+    assert fragment in one_error_line(done.stderr)
     assert time.monotonic() - start < 30   # refused before any rank starts
 
 
@@ -228,7 +224,7 @@ def test_a_calibration_of_another_backend_or_model_is_refused(run_cli, tmp_path,
     cal = calibration_record(tmp_path / "cal.json", **change)
     done = run_cli(*SHORT, "--calibration", cal, timeout=60)
     assert done.returncode == 2
-    assert fragment in one_line(done.stderr)
+    assert fragment in one_error_line(done.stderr)
     assert last_line(done.stderr).startswith("microbench: --calibration")
 
 

@@ -5,33 +5,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 from typing import Any
 
 from tabulate import tabulate
 
-from .. import backends
+from .. import backends, needs
 from .. import checkpoint_target as ct
 from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
-from ..runner import run_probe
 from ..session import free_memory_bytes, in_world, local_ranks
-from ..sizes import format_bytes_human, format_size, memory_shortfall, parse_positive_int, parse_size
+from ..sizes import format_size, memory_shortfall, parse_positive_int, parse_size
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
-# How the launching process hands an embedded server to the ranks it spawns. The key pair is
-# generated per run and only ever travels in the ranks' environment.
-ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROBENCH_S3_KEY_ID",
-                                               "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
+DESCRIPTION = ("Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks "
+               "(gloo on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest "
+               "rank and report GB/s. --size is the total across ranks, split evenly.")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("checkpoint", help="torch.distributed.checkpoint save/load (and async save) throughput",
-                       description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint "
-                                   "across N ranks (gloo on CPU, NCCL with CUDA tensors on GPUs) to a directory or "
-                                   "an s3:// prefix; time the slowest rank and report GB/s. --size is the total "
-                                   "across ranks, split evenly.")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default="1G", help="total checkpoint bytes across all ranks, binary units (default 1G)")
     p.add_argument("--target", required=True, help="directory or s3://bucket/prefix; the run writes only inside a "
                    "unique directory it creates there and removes afterwards")
@@ -49,7 +41,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="load what was saved and compare every element (default on)")
     p.add_argument("--timeout", default="300", help="seconds before a silent peer fails the run (default 300)")
     add_sweep_options(p, warmup=1, iters=3, budget_s=30.0)
-    p.set_defaults(handler=run)
 
 
 def resolve(args: argparse.Namespace) -> tuple[ck.Config, ct.Target, backends.BackendChoice, int]:
@@ -107,46 +98,23 @@ def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck
         probe_dir = ct.RunDir(target, ct.unique_name(), access)
         probe_dir.create()  # the bucket exists and the credentials work
         return choice
-    from ..s3server import embedded
-
-    import tempfile
-
-    ct.check_free_space(tempfile.gettempdir(), ct.required_bytes(config.size_bytes),
-                        f"a {format_bytes_human(config.size_bytes)} checkpoint on the embedded S3 server")
-    server = stack.enter_context(embedded(target.bucket))
-    env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
-           ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
-    return dataclasses.replace(choice, env={**choice.env, **env})
+    server = needs.embedded_s3(stack, target.bucket, ct.required_bytes(config.size_bytes), "a smaller --size")
+    return dataclasses.replace(choice, env={**choice.env, **needs.embedded_s3_env(server)})
 
 
 def _s3_access(args: argparse.Namespace) -> ct.S3Access:
     if args.endpoint:
         return ct.S3Access(args.endpoint)
-    endpoint = os.environ.get(ENV_ENDPOINT)
-    if not endpoint:
+    server = needs.embedded_s3_from_env()
+    if server is None:
         raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
                          "only started for ranks microbench spawns itself)")
-    return ct.S3Access(endpoint, os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET), embedded=True,
-                       root_dir=os.environ.get(ENV_ROOT))
+    return ct.S3Access(server["endpoint"], server["key"], server["secret"], embedded=True, root_dir=server["root"])
 
 
 def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Target, settings: Any) -> int:
     access = _s3_access(args) if target.kind == "s3" else None
-    name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
-    run_dir = ct.RunDir(target, name, access)
-    error = None
-    if world.rank == 0:
-        try:
-            if target.kind == "local":
-                ct.check_free_space(ct.existing_ancestor(target.path), ct.required_bytes(config.size_bytes), "the checkpoint")
-            run_dir.create()
-        except (UsageError, RunError) as exc:
-            error = (type(exc).__name__, str(exc))
-    error = world.broadcast_object(error)
-    if error:
-        if world.rank != 0:
-            raise RunError("rank 0 could not prepare the target")
-        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
+    run_dir = needs.shared_run_dir(world, target, access, ct.required_bytes(config.size_bytes), "the checkpoint")
     try:
         if config.device == "cuda":
             need = ck.host_bytes_per_rank(config.size_bytes, world.size, False)
@@ -156,7 +124,7 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
                 raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks {shortfall}; "
                                  f"use a smaller --size or more ranks")
         probe = ck.CheckpointProbe(config, world, run_dir)
-        outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+        outcome = needs.run(probe, settings, config=config, world=world, json_path=args.json,
                             results_dir=args.results_dir)
     finally:
         if world.rank == 0 and not config.keep:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..outputs import check_new_file
 from ..results import write_csv
 from ..runner import SweepSettings
 from ..sizes import parse_number, parse_positive, parse_positive_int
@@ -42,15 +42,8 @@ def parse_timeout(text: Any) -> float:
 def check_csv_target(path: str | None) -> None:
     """Refuse a --csv that could not be written, before anything is measured, as --json is:
     write_csv itself refuses to overwrite, but only once the sweep is over."""
-    if not path:
-        return
-    target = Path(path)
-    if target.exists():
-        raise UsageError(f"CSV file {path!r} already exists; results are never overwritten: "
-                         f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv")
-    if not target.parent.is_dir():
-        raise UsageError(f"invalid --csv {path!r}: directory {str(target.parent)!r} does not exist; "
-                         f"e.g. --csv {target.name}")
+    if path:
+        check_new_file(path, "--csv", noun="CSV file", kept="results")
 
 
 def _nonneg_int(text: Any, what: str) -> int:

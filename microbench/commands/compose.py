@@ -5,7 +5,6 @@ saved records or described hardware. A thin printer over microbench/compose/."""
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from .. import compose as cp
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
-from ..errors import UsageError
+from ..outputs import check_new_file
 from ..results import RecordWriter, new_record, write_csv
 from ..sizes import parse_duration_s, parse_positive
 from . import compose_inputs as inputs
@@ -96,10 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _refuse_existing(args: argparse.Namespace) -> None:
     for flag, path in (("--json", args.json), ("--csv", args.csv)):
-        if path and os.path.exists(path):
-            stem = Path(path).with_suffix("")
-            raise UsageError(f"{flag} {path!r} already exists; results are never overwritten: pick a new name, "
-                             f"e.g. {flag} {stem}-2{Path(path).suffix}")
+        if path:
+            check_new_file(path, flag, noun=flag, kept="results", parents_made=flag == "--json")
 
 
 def run(args: argparse.Namespace) -> int:

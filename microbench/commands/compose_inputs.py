@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import compose as cp
+from .. import registry
 from ..compose.curves import Network, network_from_record, record_rows, synthetic_network
 from ..compose.hardware import Gpu, gpu as gpu_by_name
 from ..compose.models import CrudeModel, ModelShape, from_hf_config, preset
@@ -57,14 +58,24 @@ def ranks(args: argparse.Namespace, networks: list[Network]) -> tuple[int, int |
     return world, nodes
 
 
+def _suite_record(directory: Path, use: str) -> Path | None:
+    """The record in a suite directory whose step's probe feeds `use`, under the step's current
+    or a former name (collectives.json in older suites)."""
+    for path in sorted(directory.glob("*.json")):
+        found = registry.suite_step(path.stem)
+        if found and use in found[0].feeds:
+            return path
+    return None
+
+
 def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
     out: list[Network] = []
     for text in args.nccl:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
-        if Path(path).is_dir() and (Path(path) / "collectives.json").is_file():
-            path = str(Path(path) / "collectives.json")   # a suite's results directory
+        if Path(path).is_dir():
+            path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
         record = load_record(path)
         out.append(network_from_record(record, name or Path(path).stem, path,
                                        allow_partial=args.allow_partial, for_gpus=for_gpus))
@@ -78,10 +89,10 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
         out.append(synthetic_network(name, busbw, lat, text))
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (e.g. results/suite-*/collectives.json)")
+                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
     names = [n.name for n in out]
     if len(set(names)) != len(names):
-        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=collectives.json")
+        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
     return out
 
 
@@ -99,9 +110,11 @@ def compute_rate(args: argparse.Namespace) -> ComputeRate:
     device = gpu_by_name(args.gpu) if args.gpu else None
     if args.compute:
         record = load_record(args.compute)
-        if record.get("kind") != "compute":
+        spec = registry.for_record(record)
+        if spec is None or "compute" not in spec.feeds:
+            feeders = registry.feeding("compute")
             raise UsageError(f"--compute {args.compute!r} is a {record.get('kind')!r} record; expected one from "
-                             f"`microbench compute` (kind 'compute')")
+                             + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders))
         if record.get("status") != "complete" and not args.allow_partial:
             raise UsageError(f"--compute {args.compute!r} is a {record.get('status')!r} record; re-run "
                              f"`microbench compute`, or pass --allow-partial")
@@ -174,6 +187,8 @@ class Calibration:
     unit_overhead_s: float | None
     backend: str | None
     source: str
+    compute_efficiency: float | None = None   # the measured compute rate's share of a real step's compute
+    device: str | None = None
 
 
 def calibration(args: argparse.Namespace) -> Calibration | None:
@@ -187,12 +202,16 @@ def calibration(args: argparse.Namespace) -> Calibration | None:
         raise UsageError(f"--calibration {args.calibration!r} is a {record.get('kind')!r} record without "
                          f"summary.calibration; expected one from `microbench verify --calibrate-only`")
     values = {}
-    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0)):
+    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
         value = cal.get(key)
         if value is not None:
             values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
+    if values.get("compute_efficiency") == 0:
+        raise UsageError(f"--calibration {args.calibration!r} has compute_efficiency 0; expected a positive share, "
+                         f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
     return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
-                       str(cal["backend"]) if cal.get("backend") else None, args.calibration)
+                       str(cal["backend"]) if cal.get("backend") else None, args.calibration,
+                       values.get("compute_efficiency"), str(cal["device"]) if cal.get("device") else None)
 
 
 def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
@@ -211,11 +230,16 @@ def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
     else:
         unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
     reduce_dtype = args.reduce_dtype or ("float32" if cpu else "bfloat16")
+    flops = rate.flops_per_rank
+    if cal is not None and cal.compute_efficiency and args.compute and cal.device == ("cpu" if cpu else "cuda"):
+        # A measured kernel rate on the calibration's kind of device: a real step also runs norms,
+        # activations and the loss, which the calibration measured as this share of its time.
+        flops *= cal.compute_efficiency
     return cp.TrainSpec(
         ranks=world,
         micro_batch=parse_positive_int(args.micro_batch, what="--micro-batch", example="1"),
         seq_len=parse_positive_int(args.seq_len, what="--seq-len", example="4096"),
-        flops_per_rank=rate.flops_per_rank,
+        flops_per_rank=flops,
         grad_accum=parse_positive_int(args.grad_accum, what="--grad-accum", example="4"),
         param_dtype=args.param_dtype, reduce_dtype=reduce_dtype,
         activation_checkpointing=args.activation_checkpointing,

@@ -10,7 +10,7 @@ from ..compose.models import CrudeModel, from_hf_config, preset
 from ..compose.report import format_time
 from ..errors import ProbeUnavailable, UsageError
 from ..probes import compute as cm
-from ..runner import run_probe
+from .. import needs
 from ..sizes import parse_positive_int
 from .common import add_sweep_options, settings_from_args, write_outputs
 
@@ -19,9 +19,7 @@ from .common import add_sweep_options, settings_from_args, write_outputs
 CPU_TOKENS = 256
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compute", help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 "
-                                       "without one), for `compose --compute`")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-3.1-8b", help="a composer preset whose shapes to time "
                    "(default llama-3.1-8b)")
     p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json instead of --model")
@@ -31,7 +29,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto: cuda when torch sees a GPU, else cpu")
     p.add_argument("--dtype", choices=sorted(cm.DTYPE_BYTES), help="default bfloat16 on a GPU, float32 on a CPU")
     add_sweep_options(p, warmup=2, iters=10)
-    p.set_defaults(handler=run)
 
 
 def _device(choice: str) -> tuple[str, str | None]:
@@ -60,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                        layers=shape.layers, experts=shape.experts, top_k=shape.top_k, tokens=tokens,
                        device=device, dtype=dtype)
     probe = cm.ComputeProbe(config)
-    outcome = run_probe(probe, settings_from_args(args), config=config, json_path=args.json,
+    outcome = needs.run(probe, settings_from_args(args), config=config, json_path=args.json,
                         results_dir=args.results_dir)
     table = [(r["op"], r["m"], r["n"], r["k"], format_time(r["time_us"]["p50"] * 1e-6), f"{r['tflops']:.2f}",
               f"{r['per_block']:g}") for r in outcome.rows]

@@ -25,6 +25,7 @@ from .. import native
 from ..backends import BackendChoice
 from ..dist import detect_world
 from ..errors import MicrobenchError, RunError, UsageError
+from ..outputs import check_new_file
 from ..probes.link import transfer
 from ..results import RecordWriter, new_record, write_csv
 from ..session import in_world
@@ -61,9 +62,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"invalid --warmup {args.warmup!r}: expected a whole number >= 0, e.g. --warmup 1")
     # Refused here, before the ranks start, rather than by rank 0 after everyone has joined.
     for flag, value in (("--heatmap", args.heatmap), ("--json", args.json), ("--csv", args.csv)):
-        if value and Path(value).exists():
-            raise UsageError(f"invalid {flag} {value!r}: it exists; files are never overwritten, "
-                             f"e.g. {flag} {Path(value).with_suffix('')}-2{Path(value).suffix}")
+        if value:
+            check_new_file(value, flag, parents_made=flag == "--json")
     return {"size_bytes": parse_size(args.size, what="--size"), "iters": parse_positive_int(args.iters, what="--iters", example="3"),
             "warmup": int(warmup), "slow_ratio": slow, "floor_gbps": floor, "timeout_s": parse_timeout(args.timeout)}
 

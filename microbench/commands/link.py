@@ -11,7 +11,7 @@ from tabulate import tabulate
 from .. import lab as labmod
 from ..backends import BackendChoice
 from ..probes import link as linkprobe
-from ..runner import run_probe
+from .. import needs
 from ..session import in_world
 from ..sizes import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
 from ..errors import UsageError
@@ -21,11 +21,12 @@ from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("link", help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
-                       description="TCP bandwidth one way (uni) and both ways (bidir) over --streams "
-                                   "connections, and round-trip latency p50/p99 (rtt), between rank 0 and "
-                                   "rank 1: two local processes, two launched ranks, or two lab hosts.")
+DESCRIPTION = ("TCP bandwidth one way (uni) and both ways (bidir) over --streams "
+               "connections, and round-trip latency p50/p99 (rtt), between rank 0 and "
+               "rank 1: two local processes, two launched ranks, or two lab hosts.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab", default=None, metavar="NAME", help="run between two hosts of this lab (see `microbench lab`)")
     p.add_argument("--pair", default=None, help="with --lab: the two host indices, e.g. 0,1 (default 0,1)")
     p.add_argument("--streams", default="1", help="parallel TCP connections for uni/bidir (default 1)")
@@ -36,7 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
     expectations.add_option(p, "one-way bandwidth")
     add_sweep_options(p, warmup=2, iters=10)
-    p.set_defaults(handler=run)
 
 
 def resolve(args: argparse.Namespace) -> linkprobe.Config:
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         probe.expected = expect["expected"]
         try:
             with naming_lab_hosts(args.lab, world):
-                outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
+                outcome = needs.run(probe, settings, config=config, world=world, json_path=args.json,
                                     results_dir=args.results_dir, extra_summary=expect)
         finally:
             probe.close()

@@ -7,17 +7,15 @@ import argparse
 from tabulate import tabulate
 
 from ..probes import memory as mem
-from ..runner import run_probe
+from .. import needs
 from ..sizes import format_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("memory", help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="64M,256M,1G", help="buffer sizes, well past the caches (default 64M,256M,1G)")
     p.add_argument("--threads", default="0", help="threads for the all-cores case (default: every usable core)")
     add_sweep_options(p, warmup=2, iters=10)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     threads = 0 if str(args.threads) == "0" else parse_positive_int(args.threads, what="--threads", example="2")
     config = mem.Config(sizes=parse_sizes(args.sizes), threads=threads)
     probe = mem.MemoryProbe(config)
-    outcome = run_probe(probe, settings_from_args(args, check=False), config=config, json_path=args.json,
+    outcome = needs.run(probe, settings_from_args(args, check=False), config=config, json_path=args.json,
                         results_dir=args.results_dir)
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
               f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]

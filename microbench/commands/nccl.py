@@ -13,7 +13,7 @@ from ..dist import detect_world
 from ..errors import RunError, UsageError
 from . import expectations, labrun
 from ..probes import nccl as coll
-from ..runner import run_probe
+from .. import needs
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
 from ..sizes import parse_list, parse_number, parse_positive_int, parse_sizes
 from ..tables import CollectiveStream, collective_table
@@ -23,10 +23,11 @@ from .common import add_sweep_options, parse_timeout, settings_from_args, write_
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("nccl", help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
-                       description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong "
-                                   "per size in the nccl-tests layout, fit a latency-bandwidth model per op.")
+DESCRIPTION = ("Sweep collectives over message sizes; print time, algbw, busbw and #wrong "
+               "per size in the nccl-tests layout, fit a latency-bandwidth model per op.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1M-256M", help="1M-4G (range), 64M, or 1M,8M,64M; binary units (default 1M-256M)")
     p.add_argument("--factor", default="2", help="step between sizes of a range (default 2)")
     p.add_argument("--ops", default=",".join(coll.DEFAULT_OPS), help=f"some of {','.join(coll.OPS)} "
@@ -54,7 +55,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     add_sweep_options(p, budget_s=1.0)
-    p.set_defaults(handler=run)
 
 
 def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoice, int]:
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                                           expected=expect["expected"])
             # The table's own lines are the progress here; the generic per-case lines would repeat them.
             run_settings = dataclasses.replace(settings, progress=False) if stream else settings
-            outcome = run_probe(probe, run_settings, config=config, world=world, json_path=args.json,
+            outcome = needs.run(probe, run_settings, config=config, world=world, json_path=args.json,
                                 on_row=stream.on_row if stream else None,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()},

@@ -9,15 +9,17 @@ from tabulate import tabulate
 from .. import checkpoint_target as ct
 from ..errors import ProbeUnavailable, RunError, UsageError
 from ..probes import storage_gds as gds
-from ..runner import run_probe
+from .. import needs
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
+from ..runner import skip
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gds", help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
-                       description="Write and read a file from GPU memory with kvikio's CuFile; the record says "
-                                   "whether real GDS or a compatibility mode served the bytes.")
+DESCRIPTION = ("Write and read a file from GPU memory with kvikio's CuFile; the record says "
+               "whether real GDS or a compatibility mode served the bytes.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", required=True, help="directory to test; the run writes only inside a unique "
                    "directory it creates there and removes afterwards")
     p.add_argument("--size", default="1G", help="bytes per transfer, e.g. 1G or 256M,1G (default 1G)")
@@ -28,7 +30,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="compare the bytes written and read with the pattern (default on)")
     add_sweep_options(p, warmup=1, iters=5, budget_s=10.0)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
     threads = parse_positive_int(args.threads, what="--threads", example="4")
     settings = settings_from_args(args, check=args.check)
     reason = gds.unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(f"storage gds: {reason}")
+    if reason:  # before the run directory exists
+        skip(gds.GdsProbe.name, f"storage gds: {reason}",
+             gds.Config(path=args.path, sizes=sizes, ops=ops, task_bytes=task, threads=threads), settings,
+             json_path=args.json, results_dir=args.results_dir)
     target = ct.parse_target(args.path)
     if target.kind != "local":
         raise UsageError(f"invalid --path {args.path!r}: GDS needs a local or mounted file system path, e.g. /mnt/nvme")
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ct.check_free_space(run_dir.root, max(sizes) + ct.SPACE_MARGIN_BYTES, f"a {format_bytes_human(max(sizes))} file")
         config = gds.Config(path=run_dir.root, sizes=sizes, ops=ops, task_bytes=task, threads=threads)
-        outcome = run_probe(gds.GdsProbe(config), settings, config=config, json_path=args.json,
+        outcome = needs.run(gds.GdsProbe(config), settings, config=config, json_path=args.json,
                             results_dir=args.results_dir)
     finally:
         if not args.keep:

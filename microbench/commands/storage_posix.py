@@ -4,14 +4,15 @@ optionally beside fio on the same files (--compare-fio)."""
 from __future__ import annotations
 
 import argparse
-import signal
 from typing import Any
 
 from tabulate import tabulate
 
+from .. import interrupts
 from ..errors import UsageError
 from ..probes import storage_posix as sp
-from ..runner import RunOutcome, run_probe
+from .. import needs
+from ..runner import RunOutcome
 from ..sizes import format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
@@ -57,14 +58,14 @@ def config_from_args(args: argparse.Namespace) -> sp.Config:
     return config
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("posix", help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
-                       description="Read and write one test file with the native engine; fsync is inside the timed "
-                                   "write, cached pages are dropped before reads.")
+DESCRIPTION = ("Read and write one test file with the native engine; fsync is inside the timed "
+               "write, cached pages are dropped before reads.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     add_target_options(p)
     p.add_argument("--compare-fio", action="store_true", help="also run fio on the same file and print the ratio")
     add_sweep_options(p, warmup=1, iters=5, budget_s=2.0)
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,22 +85,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwinds like Ctrl-C, so the test directory is still removed
-
-
 def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse.Namespace,
                 tools: tuple[str, ...] | None = None) -> RunOutcome:
     given = expectations.override(getattr(args, "expected", None))
-    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # SIGTERM unwinds like Ctrl-C (for a library caller too), so the test directory is removed.
+    previous = interrupts.take()
     try:
         with sp.Target(config) as target:
             probe = probe_cls(config, target, tools)
             expect = expectations.for_storage(target.workdir.facts(), given)
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+            outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                                 extra_summary=expect)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        interrupts.restore(previous)
     write_outputs(args, outcome)
     return outcome
 
@@ -132,7 +130,7 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
             mine, fio = pair.get("posix"), pair.get("fio")
             ratio = (f"{mine[op + '_gbps'] / fio[op + '_gbps']:.2f}x" if mine and fio and fio[op + "_gbps"] else "-")
             table.append((op, format_size(bs), _gbps(mine) if mine else "-", _gbps(fio) if fio else "-", ratio,
-                          _us(mine and mine.get("lat_p99_us")), _us(fio and fio.get("lat_p99_us")))
+                          _us(mine and mine.get("lat_us_p99")), _us(fio and fio.get("lat_us_p99")))
                          + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
         print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"] + pct, tablefmt="simple"))
@@ -141,7 +139,7 @@ def print_report(outcome: RunOutcome, config: sp.Config, tools: tuple[str, ...])
               "limit (VMs, fast NVMe) that alone moves the ratio (docs/BENCHMARKS.md)")
     else:
         table = [(r["op"], format_size(r["bs_bytes"]), r["tool"], _gbps(r), f"{r.get('iops', 0):.0f}",
-                  _us(r.get("lat_p50_us")), _us(r.get("lat_p99_us")), _us(r.get("lat_p999_us")), r["iters"])
+                  _us(r.get("lat_us_p50")), _us(r.get("lat_us_p99")), _us(r.get("lat_us_p999")), r["iters"])
                  + ((expectations.pct_cell(r[r["op"] + "_gbps"], expected),) if known else ())
                  for r in rows]
         print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]

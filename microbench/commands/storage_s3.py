@@ -5,28 +5,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import sys
-import tempfile
 
 from tabulate import tabulate
 
-from ..errors import ProbeUnavailable, UsageError
+from ..errors import UsageError
 from ..probes import storage_s3 as s3p
-from ..runner import run_probe
-from ..s3client import Target, check_endpoint, s3_client_unavailable_reason, preflight, unique_prefix
-from ..s3server import DEFAULT_BUCKET, embedded
+from .. import needs
+from ..s3client import Target, check_endpoint, preflight, unique_prefix
+from ..s3server import DEFAULT_BUCKET
 from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("s3", help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
-                       description="PUT objects as concurrent multipart uploads and GET them back as "
-                                   "concurrent ranged reads. Without --endpoint an embedded S3 server "
-                                   "(rclone serve s3) runs over a temporary directory for the run. "
-                                   "Credentials come from the standard AWS environment or profile.")
+DESCRIPTION = ("PUT objects as concurrent multipart uploads and GET them back as concurrent ranged reads. "
+               "Without --endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for "
+               "the run. Credentials come from the standard AWS environment or profile.")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", metavar="URL", help="S3 endpoint, e.g. http://10.0.0.5:9000 (default: embedded server)")
     p.add_argument("--bucket", help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
                    "required with --endpoint)")
@@ -42,7 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bucket in the path (default, what most non-AWS servers need) or in the host name")
     expectations.add_option(p, "throughput")
     add_sweep_options(p, warmup=1, iters=5, budget_s=4.0)
-    p.set_defaults(handler=run)
 
 
 def resolve(args: argparse.Namespace) -> tuple[s3p.Config, str | None]:
@@ -65,36 +62,24 @@ def resolve(args: argparse.Namespace) -> tuple[s3p.Config, str | None]:
     return config, endpoint
 
 
-def _check_space(config: s3p.Config) -> None:
-    # The embedded server keeps objects in the temp dir; a multipart upload briefly needs a
-    # temporary copy as well.
-    need = config.objects * config.object_size + config.object_size + (64 << 20)
-    tmp = tempfile.gettempdir()
-    free = shutil.disk_usage(tmp).free
-    if free < need:
-        raise UsageError(f"not enough free space in {tmp!r} for the embedded S3 server: need "
-                         f"{format_bytes_human(need)}, have {format_bytes_human(free)}; use smaller "
-                         f"--object-size/--objects or set TMPDIR to a larger filesystem")
-
-
 def run(args: argparse.Namespace) -> int:
     config, endpoint = resolve(args)
     given = expectations.override(args.expected)
     settings = settings_from_args(args)
-    reason = s3_client_unavailable_reason()
-    if reason:
-        raise ProbeUnavailable(reason)
+    needs.check_s3_client()
     with contextlib.ExitStack() as stack:
         if endpoint is None:
-            _check_space(config)
-            target = Target.for_embedded(stack.enter_context(embedded(config.bucket)))
+            # A multipart upload briefly keeps a temporary copy of the object beside the others.
+            server = needs.embedded_s3(stack, config.bucket, (config.objects + 1) * config.object_size,
+                                       "smaller --object-size/--objects")
+            target = Target.for_embedded(server)
         else:
             target = Target(endpoint, region=args.region, addressing_style=args.addressing_style)
         source = preflight(target, config.bucket, timeout_s=config.timeout_s)
         probe = s3p.StorageS3Probe(config, target, cred_source=source)
         expect = expectations.for_s3(target.endpoint_url, endpoint is None, given)
         try:
-            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+            outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                                 extra_summary=expect)
         except BaseException:
             with contextlib.suppress(Exception):

@@ -15,13 +15,13 @@ from tabulate import tabulate
 from .. import accept, junit
 from ..errors import RunError, UsageError
 from ..results.store import atomic_write_text
-from ..suite import DEFAULT_STEPS, run_step, shared_setup
+from ..suite import Step, default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("suite", help="run every probe once on local ranks, local disk and an embedded S3 server")
     p.add_argument("--path", default=None, help="directory for storage and checkpoint probes (default: a temp dir)")
-    p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in DEFAULT_STEPS)}")
+    p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in default_steps())}")
     p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
     p.add_argument("--accept", default=None, metavar="THRESHOLDS",
                    help="acceptance thresholds (TOML or JSON, see examples/acceptance-*.toml): pass/fail per check")
@@ -30,22 +30,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def select_steps(only: str | None) -> list[Step]:
+    """The steps `--only` names (current names or former ones, e.g. collectives), in suite order."""
+    steps = list(default_steps())
+    if only is None:
+        return steps
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    names = sorted(s.name for s in steps)
+    example = f"e.g. --only {','.join(s.name for s in steps[:2])}"
+    if not wanted:
+        # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
+        raise UsageError(f"invalid --only {only!r}: empty; expected some of {', '.join(names)} ({example})")
+    chosen = set()
+    for name in wanted:
+        step = find_step(name, steps)
+        if step is None:
+            raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(names)} ({example})")
+        chosen.add(step.name)
+    return [s for s in steps if s.name in chosen]
+
+
 def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
-    steps = list(DEFAULT_STEPS)
-    if args.only is not None:
-        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-        names = {s.name for s in steps}
-        if not wanted:
-            # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
-            raise UsageError(f"invalid --only {args.only!r}: empty; expected some of {', '.join(sorted(names))} "
-                             f"(e.g. --only collectives,link)")
-        for name in wanted:
-            if name not in names:
-                raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(sorted(names))} "
-                                 f"(e.g. --only collectives,link)")
-        steps = [s for s in steps if s.name in wanted]
+    steps = select_steps(args.only)
     out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
     suffix = 0
     while out_dir.exists():
@@ -65,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None
     if checks is not None:
-        records = {r.step.name: (json.loads(Path(r.record).read_text()) if r.record else None) for r in results}
+        # Under every name of the step: thresholds written for a former name (collectives) still apply.
+        records = {name: (json.loads(Path(r.record).read_text()) if r.record else None)
+                   for r in results for name in r.step.names}
         verdicts = accept.evaluate(checks, records)
     if junit_path is not None:
         try:

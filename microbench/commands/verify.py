@@ -64,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="verify DCP save/load to a directory and the embedded S3 (default: on with --matrix)")
     f.add_argument("--ckpt-dir", default=None, help="directory target for the checkpoint (default: a temporary "
                    "directory, removed afterwards)")
-    f.add_argument("--ckpt-reps", default="3", help="timed saves and loads per target (default 3)")
+    f.add_argument("--ckpt-reps", default="5", help="timed saves and loads per target, each beside a probe save "
+                   "and load (default 5)")
     f.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2; the lab's hosts)")
     f.add_argument("--backend", default="auto", help="auto, nccl or gloo")
     f.add_argument("--timeout", default="120", help="seconds before a silent peer fails the run")
@@ -259,7 +260,7 @@ def _checkpoint_phase(args: argparse.Namespace, base: dict[str, Any], shape_kwar
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
     from .. import checkpoint_target as ct
     from ..s3server import EmbeddedS3
-    from .checkpoint import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+    from ..needs import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
     largest = max(shape_kwargs, key=lambda n: fm.shape_from_args(**shape_kwargs[n]).total_params)
     with contextlib.ExitStack() as stack:

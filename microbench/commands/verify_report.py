@@ -67,7 +67,7 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
         print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
               f"{cal['overlap']:.2f}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
-              f"{cal['compute_efficiency']:.2f} (matmul probe / real forward+backward)")
+              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)")
     if calibrate_only:
         return
     verdict_ = summary.get("verdict") or {}
@@ -75,11 +75,13 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     ckpts = [r for r in record["rows"] if r.get("kind") == "checkpoint"]
     if steps:
         print(step_table(steps, verdict_.get("tolerance_pct", 10)))
-        print("# inputs: compute = matmul probe at the block's shapes x calibrated efficiency; collectives = probe at "
-              "the unit sizes; optimizer = AdamW probe at the shard size; all measured in this run")
+        print("# inputs: compute = the step's kernels (matmuls forward and backward, attention) replayed right before "
+              "each step, median / calibrated efficiency; collectives = probe at the unit sizes; optimizer = AdamW "
+              "probe at the shard size; all measured in this run")
     if ckpts:
         print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
-        print("# checkpoint inputs: the checkpoint probe on each target in this run (same bytes, synthetic tensors)")
+        print("# checkpoint inputs: the checkpoint probe on each target in this run (same bytes and tensor count, "
+              "synthetic), a probe save and load right before each real one, medians")
     if verdict_:
         print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
               f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "

@@ -8,6 +8,3 @@ from .curves import Curve, Network, network_from_record, synthetic_network  # no
 from .fsdp import MemoryCheck, StepPrediction, TrainSpec, memory_check, predict_step  # noqa: F401
 from .hardware import GPUS, Gpu  # noqa: F401
 from .models import PRESETS, CrudeModel, ModelShape, from_hf_config  # noqa: F401
-
-# The crude two-number model under its old name (verify builds its MLP stack with it).
-ModelSpec = CrudeModel

@@ -1,4 +1,5 @@
-"""Measured collective curves, read from saved `nccl` records, as time-for-size functions.
+"""Measured collective curves, read from saved records of a probe whose spec feeds "network"
+(the nccl probe), as time-for-size functions.
 
 Inside the measured range: log-log interpolation between neighbouring sizes. Outside it: the
 latency-bandwidth model t = latency + S * factor / peak_busbw fitted to the same rows, and the
@@ -12,16 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import registry
 from ..errors import UsageError
 from ..fit import fit_latency_bandwidth
-
-
-def bus_factor(op: str, ranks: int) -> float:
-    if op == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (ranks - 1) / ranks
-    return 1.0
+from ..units import bus_factor
 
 
 def _measured(row: dict[str, Any]) -> bool:
@@ -101,7 +96,7 @@ def record_rows(record: Any, source: str = "") -> list[dict[str, Any]]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         bad = rows if not isinstance(rows, list) else next(r for r in rows if not isinstance(r, dict))
         raise UsageError(f"record {source!r} has rows that are not objects (found {str(bad)[:40]!r}); "
-                         f"expected a microbench record, e.g. results/suite-*/collectives.json")
+                         f"expected a microbench record, e.g. one of results/suite-*/*.json")
     return rows
 
 
@@ -137,9 +132,12 @@ def synthetic_network(name: str, busbw_gbps: float, latency_s: float, text: str)
 
 def network_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
                         for_gpus: bool = True) -> Network:
-    if record.get("kind") != "nccl":
+    spec = registry.for_record(record)
+    if spec is None or "network" not in spec.feeds:
+        feeders = registry.feeding("network")
         raise UsageError(f"--nccl {source!r} is a {record.get('kind')!r} record; expected a collective record "
-                         f"(kind 'nccl'), e.g. results/suite-*/collectives.json from `microbench nccl`")
+                         f"(kind {' or '.join(repr(f.name) for f in feeders)}), e.g. a suite's results directory or "
+                         f"the record of `microbench {' '.join(feeders[0].command) if feeders else 'nccl'}`")
     if record.get("status") != "complete" and not allow_partial:
         raise UsageError(f"--nccl {source!r} is a {record.get('status')!r} record (the sweep did not finish: "
                          f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")

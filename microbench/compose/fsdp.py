@@ -33,8 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from ..errors import UsageError
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+from ..units import DTYPE_BYTES, bus_factor
 ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
 
@@ -192,7 +191,7 @@ def breakeven_busbw_gbps(model: Any, train: TrainSpec, cf: float, cb: float, lat
     n = train.ranks
     if n == 1:
         return 0.0
-    factor = (n - 1) / n
+    factor = bus_factor("all_gather", n)   # the same (n-1)/n as reduce_scatter
     ag_bytes = model.block_params * DTYPE_BYTES[train.param_dtype] * factor
     rs_bytes = model.block_params * DTYPE_BYTES[train.reduce_dtype] * factor
     needs = []

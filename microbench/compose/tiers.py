@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import registry
 from ..errors import UsageError
 
 WRITE_OPS = ("write", "put", "save", "async_save")
 READ_OPS = ("read", "get", "load")
 
 
-def _bandwidth(row: dict[str, Any]) -> float | None:
-    op = str(row.get("op"))
-    for key in (f"{op}_gbps", "throughput_gbps", "write_gbps", "read_gbps", "gbps"):
-        value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return None
+def _bandwidth(row: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """The row's primary metric, as its probe's spec declares it (write_gbps for a write,
+    throughput_gbps for a put)."""
+    key = registry.row_metric(row, record)
+    return float(row[key]) if key is not None else None
 
 
 def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, float | None]:
@@ -26,7 +25,7 @@ def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, fl
     for row in record.get("rows", []):
         if row.get("served_from_memory") or row.get("above_memory_ceiling"):
             continue  # a page-cache number would make the tier look like RAM
-        value = _bandwidth(row)
+        value = _bandwidth(row, record)
         if value is None:
             continue
         if row.get("op") in WRITE_OPS:

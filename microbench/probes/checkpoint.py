@@ -23,14 +23,14 @@ from typing import Any
 
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
-from ..sizes import format_bytes_human
+from ..units import DTYPE_BYTES, DTYPES, format_bytes_human
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
 ROW_ELEMS = 1024           # columns per tensor
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
-DTYPES = ("float32", "bfloat16", "float16")
-ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
+ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
 
 
 @dataclass
@@ -44,6 +44,20 @@ class Config:
     device: str = "cpu"
     backend: str = "gloo"
     tensors: int = 0                # 0: as many as TENSOR_BYTES needs; else this many (a model's item count)
+
+
+class _CheckpointRequired(ProbeRow):
+    ranks: int
+    bytes_per_rank: int
+    tensors: int
+    dtype: str
+
+
+class CheckpointRow(_CheckpointRequired, total=False):
+    write_gbps: float               # save, async_save
+    read_gbps: float                # load
+    blocked_time_us: float          # async_save: the training loop's wait
+    durable_time_us: float          # async_save: until the checkpoint is on storage
 
 
 def layout(size_bytes: int, nranks: int, elem: int, tensors: int = 0) -> list[int]:
@@ -310,7 +324,9 @@ SPEC = ProbeSpec(
     name="checkpoint", command=("checkpoint",), order=60,
     help="torch.distributed.checkpoint save/load (and async save) throughput",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: CheckpointProbe(config),
+    row_schema=CheckpointRow,
     cli="microbench.commands.checkpoint", needs=Needs(world=True, target=True, s3=True), aliases=(),
+    case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
     suite=(SuiteStep("checkpoint", ("--size", "256M", "--nproc", "2", "--target", "{path}")),
            SuiteStep("checkpoint s3", ("--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt"))),
 )

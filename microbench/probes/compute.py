@@ -7,8 +7,10 @@ A mixture of experts runs gate+up and down per expert on the tokens routed to it
 experts on average, so small-matmul efficiency is measured too. FLOPs per matmul 2 m n k;
 achieved TFLOP/s = FLOPs / the slowest rank's median time (one process here). The summary's
 `achieved_tflops` weights each case by how often a step runs it (experts x the expert cases,
-1/layers for the head). Attention's own QK^T and AV (flash attention) are not timed here; the
-composer assumes the same rate for them.
+1/layers for the head). With `backward`, each projection's two backward matmuls (input and
+weight gradients) are cases too. Attention's own QK^T and AV (flash attention) are not timed by
+the cases; the composer assumes the same rate for them. `StepReplay` runs all of a dense step's
+kernels, attention included, forward and backward, in step order (what `verify` predicts from).
 
 On a GPU: torch.matmul in bfloat16 (cuBLAS, or hipBLAS on ROCm). Without one: float32 on the
 CPU, which says what this machine does, not what a GPU would.
@@ -16,13 +18,14 @@ CPU, which says what this machine does, not what a GPU would.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..probe import Capabilities, Case, Probe
 from ..registry import Needs, ProbeSpec, SuiteStep
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from ..units import DTYPE_BYTES
+from ..results.schema import ProbeRow
 
 
 @dataclass
@@ -39,19 +42,46 @@ class Config:
     tokens: int = 4096
     device: str = "cpu"              # cpu | cuda
     dtype: str = "float32"
+    backward: bool = False           # also time backward's two matmuls per projection
+
+
+def backward_shapes(op: str, m: int, n: int, k: int) -> list[tuple[str, int, int, int]]:
+    """Backward of y (m x n) = x (m x k) @ w (k x n): the input's gradient dy @ w^T (m x n @ n x
+    k) and the weight's x^T @ dy (k x m @ m x n), both as many FLOPs as forward but other shapes
+    (the weight's has the tokens as its inner dimension), which a CPU BLAS runs at other rates."""
+    return [(f"{op}.dgrad", m, k, n), (f"{op}.wgrad", k, n, m)]
+
+
+class ComputeRow(ProbeRow):
+    m: int
+    n: int
+    k: int
+    dtype: str
+    flops: int                      # per matmul
+    per_block: float                # times per transformer block
+    tflops: float
+    operand_gbps: float
 
 
 def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
-    """(op, m, n, k, times per block) for one block plus the head."""
+    """(op, m, n, k, times per block) for one block plus the head; with `backward`, each
+    projection's two backward matmuls after it."""
     t, h = cfg.tokens, cfg.hidden
     expert_tokens = max(1, round(t * cfg.top_k / cfg.experts)) if cfg.experts > 1 else t
-    return [
+    forward = [
         ("qkv", t, cfg.q_dim + 2 * cfg.kv_dim, h, 1.0),
         ("attn_out", t, h, cfg.q_dim, 1.0),
         ("mlp_gate_up", expert_tokens, 2 * cfg.ffn, h, float(cfg.experts)),
         ("mlp_down", expert_tokens, h, cfg.ffn, float(cfg.experts)),
         ("head", t, cfg.vocab, h, 1.0 / cfg.layers),
     ]
+    if not cfg.backward:
+        return forward
+    out = []
+    for op, m, n, k, w in forward:
+        out.append((op, m, n, k, w))
+        out += [(name, bm, bn, bk, w) for name, bm, bn, bk in backward_shapes(op, m, n, k)]
+    return out
 
 
 def achieved_tflops(rows: list[dict[str, Any]]) -> float | None:
@@ -147,10 +177,92 @@ class ComputeProbe(Probe):
         return {"achieved_tflops": achieved_tflops(rows), "model": self.config.model, "tokens": self.config.tokens}
 
 
+class StepReplay:
+    """The compute of one training step of a dense decoder, kernel by kernel at its own shapes,
+    without the model: per block QKV, causal attention (scaled_dot_product_attention with the
+    block's heads and kv heads), the output projection, gate+up and down, in forward; then the
+    head and the blocks in reverse with each projection's two backward matmuls and attention's
+    backward. Every block has its own operands, as a model's layers do.
+
+    What it leaves out (norms, activations, residual adds, the embedding, the loss, autograd's
+    bookkeeping) is what `verify`'s calibrated compute efficiency measures, on a model of its
+    own. Timed like a training step: from a barrier to the slowest rank's end, every rank at
+    once (ranks share a CPU's cores and memory in training, so a lone rank's rate is not theirs).
+    """
+
+    def __init__(self, cfg: Config, heads: int, kv_heads: int):
+        import torch
+
+        if cfg.experts > 1:
+            raise ValueError("the step replay covers dense models")
+        self.cfg, self.heads, self.kv_heads = cfg, heads, kv_heads
+        dtype = getattr(torch, cfg.dtype)
+        gen = torch.Generator().manual_seed(0)
+
+        def rand(*size: int) -> Any:
+            return (torch.randn(*size, generator=gen) / size[-1] ** 0.5).to(cfg.device, dtype)
+
+        shapes = [s for s in matmul_shapes(Config(**{**cfg.__dict__, "backward": False})) if s[0] != "head"]
+        self.layers = []
+        for _ in range(cfg.layers):
+            ops = []
+            for op, m, n, k, _w in shapes:
+                ops.append((op, rand(m, k), rand(k, n), rand(m, n)))   # x, w, dy
+            self.layers.append(ops)
+        t, h = cfg.tokens, cfg.hidden
+        self.head = (rand(t, h), rand(h, cfg.vocab), rand(t, cfg.vocab))
+        hd = cfg.q_dim // heads
+        self.attn = [(rand(1, heads, t, hd), rand(1, kv_heads, t, hd), rand(1, kv_heads, t, hd), rand(1, heads, t, hd))
+                     for _ in range(cfg.layers)]
+
+    def run(self) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        gqa = self.kv_heads != self.heads
+        outs = []
+        for ops, (q, k, v, _do) in zip(self.layers, self.attn):
+            for op, x, w, _dy in ops:
+                with torch.no_grad():
+                    torch.matmul(x, w)
+                if op == "qkv":
+                    q, k, v = (a.detach().requires_grad_() for a in (q, k, v))
+                    outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa))
+        with torch.no_grad():
+            x, w, dy = self.head
+            for a, b in ((x, w), (dy, w.t()), (x.t(), dy)):
+                torch.matmul(a, b)
+        for layer in range(len(self.layers) - 1, -1, -1):
+            for op, x, w, dy in reversed(self.layers[layer]):
+                with torch.no_grad():
+                    torch.matmul(dy, w.t())
+                    torch.matmul(x.t(), dy)
+                if op == "attn_out":
+                    outs[layer].backward(self.attn[layer][3])
+        self.sync()
+
+    def sync(self) -> None:
+        if self.cfg.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def time_once(self, world: Any = None) -> float:
+        """One replay from a barrier; the slowest rank's seconds (this rank's without a world)."""
+        if world is not None:
+            world.barrier()
+        start = time.perf_counter()
+        self.run()
+        elapsed = time.perf_counter() - start
+        return max(world.all_gather_object(elapsed)) if world is not None else elapsed
+
+
 SPEC = ProbeSpec(
     name="compute", command=("compute",), order=70,
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
+    row_schema=ComputeRow,
     cli="microbench.commands.compute", needs=Needs(), aliases=(),
+    case_keys=("dtype",), feeds=("compute",),
     suite=(),
 )

@@ -30,6 +30,7 @@ from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..stats import percentile
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -50,6 +51,21 @@ def rtt_batch(size_bytes: int) -> int:
     """Round trips per timed iteration: many for small messages (percentiles need samples),
     few for large ones (a batch should stay well under a second on a slow link)."""
     return max(1, min(200, (4 << 20) // max(size_bytes, 1)))
+
+
+class _LinkRequired(ProbeRow):
+    streams: int
+    batch: int                      # round trips timed as one iteration (rtt), else 1
+
+
+class LinkRow(_LinkRequired, total=False):
+    bw_gbps: float                  # uni, bidir: one direction
+    bw_gbit_s: float
+    total_gbps: float               # bidir: both directions
+    bw_pct_of_expected: float
+    rtt_us_p50: float               # rtt
+    rtt_us_p99: float
+    rtt_samples: int
 
 
 class LinkProbe(Probe):
@@ -292,6 +308,8 @@ SPEC = ProbeSpec(
     name="link", command=("link",), order=30,
     help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
     metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
+    row_schema=LinkRow,
     cli="microbench.commands.link", needs=Needs(world=True), aliases=(),
+    case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
 )

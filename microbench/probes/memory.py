@@ -15,6 +15,7 @@ from typing import Any
 from .. import native
 from ..probe import Capabilities, Case, Probe, Timed
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
 GPU_OPS = ("h2d", "d2h", "d2d")
@@ -29,6 +30,12 @@ class Config:
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class MemoryRow(ProbeRow):
+    threads: int | None             # None for the GPU copies
+    copy_kernel: str | None         # the native kernel that won (host copies)
+    copy_gbps: float
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -126,6 +133,8 @@ SPEC = ProbeSpec(
     name="memory", command=("memory",), order=10,
     help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
     metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
+    row_schema=MemoryRow,
     cli="microbench.commands.memory", needs=Needs(), aliases=(),
+    case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M")),),
 )

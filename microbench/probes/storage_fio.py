@@ -16,8 +16,8 @@ import subprocess
 from typing import Any
 
 from ..errors import ProbeUnavailable, RunError
-from ..sizes import format_size
-from .storage_posix import Config, PosixProbe, Target
+from ..units import format_size
+from .storage_posix import Config, PosixProbe, StorageRow, Target
 from ..registry import Needs, ProbeSpec, SuiteStep
 
 __all__ = ["Config", "FioProbe", "Target", "fio_unavailable_reason", "fio_version", "parse_fio_json", "run_fio"]
@@ -138,6 +138,8 @@ SPEC = ProbeSpec(
     name="storage_fio", command=("storage", "fio"), order=45,
     help="the same file workload through fio (subprocess, JSON output)",
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: FioProbe(config),
+    row_schema=StorageRow,
     cli="microbench.commands.storage_fio", needs=Needs(target=True), aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(),
 )

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import ProbeUnavailable, RunError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 OPS = ("write", "read")
 
@@ -44,6 +45,11 @@ def libcuda_present() -> bool:
         return True
     except OSError:
         return False
+
+
+class GdsRow(ProbeRow, total=False):
+    write_gbps: float               # by op
+    read_gbps: float
 
 
 def unavailable_reason(import_kvikio: Any = None, cuda_driver: Any = None, device_count: Any = None) -> str | None:
@@ -230,6 +236,8 @@ SPEC = ProbeSpec(
     name="storage_gds", command=("storage", "gds"), order=55,
     help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
+    row_schema=GdsRow,
     cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    feeds=("tier",),
     suite=(),
 )

@@ -21,10 +21,11 @@ from typing import Any
 from .. import native
 from ..errors import UsageError
 from ..probe import Capabilities, Case, Probe, Timed
-from ..sizes import format_size
+from ..units import format_size
 from ..workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from .memory import usable_cores
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 RW = ("read", "write")
 PATTERNS = ("seq", "rand")
@@ -74,6 +75,40 @@ def expected_engine(config: Config) -> str:
     if config.engine == "threads" or config.qd == 1:
         return "pthreads"
     return "io_uring" if native.io_uring_available() else "pthreads"
+
+
+# The engines (native, fio, python) name latencies lat_p50_us; a row's names follow the metric
+# naming rule of results/schema.py, the unit before the statistic.
+ENGINE_TO_ROW = {"lat_p50_us": "lat_us_p50", "lat_p99_us": "lat_us_p99", "lat_p999_us": "lat_us_p999",
+                 "lat_max_us": "lat_us_max"}
+
+
+class _StorageRequired(ProbeRow):
+    tool: str                       # "posix" (microbench's engine) or "fio"
+    bs_bytes: int
+    file_size_bytes: int
+    threads: int
+    qd: int
+    pattern: str
+    direct: bool
+    memory_ceiling_gbps: float
+    above_memory_ceiling: bool
+    served_from_memory: bool
+    note: str | None
+
+
+class StorageRow(_StorageRequired, total=False):
+    write_gbps: float               # by op
+    read_gbps: float
+    # The engine's own figures, medians over iterations.
+    iops: float
+    lat_us_p50: float
+    lat_us_p99: float
+    lat_us_p999: float
+    lat_us_max: float
+    engine: str
+    workers: float
+    total_bytes: float
 
 
 class Target:
@@ -199,8 +234,8 @@ class PosixProbe(Probe):
             except OSError as exc:
                 raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(exc) from None
         self._bytes[case] = int(result["bytes"])
-        extra = {k: result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_max_us", "engine",
-                                         "workers") if k in result}
+        extra = {ENGINE_TO_ROW.get(k, k): result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us",
+                                                             "lat_max_us", "engine", "workers") if k in result}
         extra["total_bytes"] = int(result["bytes"])
         return Timed(float(result["seconds"]), extra)
 
@@ -234,6 +269,8 @@ SPEC = ProbeSpec(
     name="storage_posix", command=("storage", "posix"), order=40,
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
+    row_schema=StorageRow,
     cli="microbench.commands.storage_posix", needs=Needs(target=True), aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
 )

@@ -33,6 +33,7 @@ from ..probe import Capabilities, Case, Probe, Timed
 from ..s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
 from ..stats import percentile
 from ..registry import Needs, ProbeSpec, SuiteStep
+from ..results.schema import ProbeRow
 
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
@@ -54,7 +55,7 @@ class Config:
 
 
 def validate(config: Config) -> None:
-    from ..sizes import format_size
+    from ..units import format_size
 
     if config.part_size > MAX_PART_BYTES:
         raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
@@ -74,6 +75,23 @@ def part_plan(object_size: int, part_size: int) -> list[tuple[int, int]]:
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class _S3Required(ProbeRow):
+    part_size_bytes: int
+    concurrency: int
+    objects: int
+    bytes_per_iter: int
+    upload: str | None              # put: "single" or "multipart"
+    throughput_gbps: float
+    requests: float                 # medians over iterations
+    request_ms_p50: float
+    request_ms_p99: float
+
+
+class S3Row(_S3Required, total=False):
+    ttfb_ms_p50: float              # get
+    ttfb_ms_p99: float
 
 
 class StorageS3Probe(Probe):
@@ -320,6 +338,8 @@ SPEC = ProbeSpec(
     name="storage_s3", command=("storage", "s3"), order=50,
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
     metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
+    row_schema=S3Row,
     cli="microbench.commands.storage_s3", needs=Needs(target=True, s3=True), aliases=(),
+    case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )

@@ -14,10 +14,10 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import RunError, UsageError
-from .schema import check_record, utc_now
+from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
 DEFAULT_DIR = "results"
 # Set by a launcher for the ranks it spawns: rank 0 writes the path of the record it claimed
@@ -35,6 +35,8 @@ class RecordWriter:
     def __init__(self, record: dict[str, Any], path: str | os.PathLike | None = None,
                  directory: str | os.PathLike = DEFAULT_DIR):
         self.record = record
+        self.path: Path | None = None
+        self._check(lambda: check_record(record))  # before claiming a file that would stay empty
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
         note = os.environ.get(RECORD_NOTE_ENV)
@@ -73,11 +75,25 @@ class RecordWriter:
                              f"overwritten: pick a new name, e.g. --json {path.with_suffix('')}-2.json")
         raise RunError(f"could not find a free results file name in {str(directory)!r}")
 
-    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+    def _check(self, check: Callable[[], None]) -> None:
+        """Readers refuse a record that breaks its schema, so writing one is our bug: say so
+        before it reaches the disk (the file keeps what was valid so far)."""
+        try:
+            check()
+        except ValueError as exc:
+            where = f" {str(self.path)!r}" if self.path else ""
+            raise RunError(f"bug: the {self.record.get('kind')!r} record{where} would not be readable: {exc}") from None
+
+    def add_rows(self, rows: list[dict[str, Any]], *, complete: bool = False) -> None:
+        """Append rows and rewrite the file. `complete`: the rows carry every field their kind's
+        schema requires (the runner's rows do; a hand-made record may carry fewer)."""
+        self._check(lambda: check_rows(self.record, rows, len(self.record["rows"]), complete=complete))
         self.record["rows"].extend(rows)
         self.flush()
 
     def finish(self, status: str, reason: str | None = None) -> Path:
+        if status not in STATUSES:
+            raise RunError(f"bug: status {status!r} is not one of {STATUSES}")
         self.record["status"] = status
         self.record["status_reason"] = reason
         self.record["ended_at"] = utc_now()
@@ -124,6 +140,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def load_record(path: str | os.PathLike) -> dict[str, Any]:
+    """The record in `path` as the current schema version (older versions upgraded), its rows
+    checked against its kind's row schema; UsageError naming the file otherwise."""
     try:
         with open(path) as handle:
             record = json.load(handle)
@@ -131,6 +149,7 @@ def load_record(path: str | os.PathLike) -> dict[str, Any]:
         raise UsageError(f"results file {str(path)!r} does not exist") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"results file {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    record = upgrade(record)
     try:
         check_record(record)
     except ValueError as exc:

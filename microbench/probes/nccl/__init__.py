@@ -4,10 +4,8 @@ Each collective is a small `CollOp` entry (nccl-tests keeps one file per collect
 struct; ours are short enough to share one table). Sizes, bus bandwidth and in-place semantics
 follow nccl-tests exactly, so numbers compare one to one:
 
-  algbw = S / t.  busbw = algbw * factor(n):
-    AllReduce 2(n-1)/n -- a ring sends and receives 2(n-1)/n of the buffer per rank;
-    ReduceScatter, AllGather, AllToAll (n-1)/n -- each rank moves all chunks but its own once;
-    Broadcast 1 -- every byte crosses one link per pipelined hop.
+  algbw = S / t.  busbw = algbw * factor(n), nccl-tests' factors (units.bus_factor, shared with
+  the composer): AllReduce 2(n-1)/n; ReduceScatter, AllGather, AllToAll (n-1)/n; Broadcast 1.
   S is the largest buffer of the op: the full gathered buffer for AllGather, the full input for
   ReduceScatter, the per-rank buffer for AllReduce, AllToAll and Broadcast.
 
@@ -23,11 +21,10 @@ from typing import Any, Callable
 
 from ...errors import UsageError
 from ...probe import Capabilities, Case, Probe
-from ...sizes import MEMORY_SHARE, format_bytes_human, memory_shortfall
 from ...registry import Needs, ProbeSpec, SuiteStep
+from ...units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
+from ...results.schema import ProbeRow
 
-DTYPES = ("float32", "bfloat16", "float16")
-DTYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests spelling
 
 
 @dataclass(frozen=True)
@@ -36,27 +33,22 @@ class CollOp:
     redop: str                       # "sum", or "none" for data movement
     root: int                        # -1 where the op has no root
     placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
-    factor: Callable[[int], float]   # busbw / algbw for n ranks
     chunked: bool                    # S must split into n equal chunks
     # (per-rank bytes held for the op) as a multiple of S, for the memory check
     footprint: Callable[[int], float]
 
-
-def _ar_factor(n: int) -> float:
-    return 2.0 * (n - 1) / n
-
-
-def _mv_factor(n: int) -> float:
-    return (n - 1) / n
+    def factor(self, n: int) -> float:
+        """busbw / algbw for n ranks."""
+        return bus_factor(self.name, n)
 
 
 OPS: dict[str, CollOp] = {
-    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), _mv_factor, True, lambda n: 1 + 1 / n),
-    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), _mv_factor, True, lambda n: 1 + 1 / n),
+    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
+    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
     # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), _ar_factor, False, lambda n: 1.0),
-    "broadcast": CollOp("broadcast", "none", 0, ("in",), lambda n: 1.0, False, lambda n: 1.0),
-    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), _mv_factor, True, lambda n: 2.0),
+    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False, lambda n: 1.0),
+    "broadcast": CollOp("broadcast", "none", 0, ("in",), False, lambda n: 1.0),
+    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True, lambda n: 2.0),
 }
 DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
@@ -73,12 +65,23 @@ class Config:
     algo: str = "torch"
 
 
+class _NcclRequired(ProbeRow):
+    placement: str                  # "out" (out-of-place) or "in" (in-place), as nccl-tests
+    count: int                      # elements per rank buffer (size_bytes / element size)
+    dtype: str
+    redop: str                      # "sum", or "none" for data movement
+    root: int                       # -1 where the op has no root
+    ranks: int
+    algbw_gbps: float               # size_bytes / time_us.p50
+    busbw_gbps: float               # algbw_gbps x the op's bus factor (module docstring)
+
+
+class NcclRow(_NcclRequired, total=False):
+    busbw_pct_of_expected: float    # when this hardware's expectation is known
+
+
 ALGOS = ("torch", "ring")
 RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
-
-
-def element_size(dtype: str) -> int:
-    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
 
 
 def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
@@ -102,7 +105,7 @@ def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: 
 
 
 def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
-    from ...sizes import format_size
+    from ...units import format_size
 
     size = 1 << 20
     while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
@@ -375,6 +378,8 @@ SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
+    row_schema=NcclRow,
     cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
+    case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
     suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2"), aliases=("collectives",)),),
 )

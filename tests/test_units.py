@@ -1,7 +1,7 @@
 import pytest
 
 from microbench.errors import UsageError
-from microbench.sizes import format_size, parse_size, parse_sizes
+from microbench.units import format_size, parse_size, parse_sizes
 
 
 def test_binary_units():
@@ -46,7 +46,7 @@ import math as _math
 import pytest as _pytest
 
 from microbench.errors import UsageError as _UsageError
-from microbench.sizes import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
+from microbench.units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
 
 
 @_pytest.mark.parametrize("bad", ["nan", "NaN", "inf", "-inf", "1e999", "", "fast", "1,5"])
@@ -87,3 +87,43 @@ def test_parse_duration():
     for bad in ("30", "nanus", "-1ms", "3 parsecs"):
         with _pytest.raises(_UsageError):
             parse_duration_s(bad, what="--lat")
+
+
+# --------------------------------------------------------------------------- one home per unit
+
+def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
+    """The composer predicts from what the probes measured: both must read the same figures,
+    not copies that can drift."""
+    from microbench import units
+    from microbench.compose import curves, fsdp
+    from microbench.probes import checkpoint, compute
+    from microbench.probes import nccl as coll
+
+    assert fsdp.DTYPE_BYTES is units.DTYPE_BYTES
+    assert compute.DTYPE_BYTES is units.DTYPE_BYTES
+    assert checkpoint.ELEM is units.DTYPE_BYTES
+    assert checkpoint.DTYPES == coll.DTYPES == units.DTYPES == ("float32", "bfloat16", "float16")
+    assert curves.bus_factor is units.bus_factor
+    from microbench import fsdp_model as fm
+
+    for dtype in units.DTYPES:
+        assert fm.Precision(dtype, dtype, "policy").bytes == units.element_size(dtype)
+    for op in coll.OPS:
+        for n in (1, 2, 3, 8):
+            assert coll.OPS[op].factor(n) == units.bus_factor(op, n)
+
+
+def test_dtype_sizes():
+    from microbench.units import element_size
+
+    assert [element_size(d) for d in ("float32", "bfloat16", "float16")] == [4, 2, 2]
+
+
+def test_sizes_module_still_imports_as_units():
+    """`microbench.sizes` stays importable for one release (out-of-tree probes use it)."""
+    from microbench import sizes, units
+
+    for name in ("parse_size", "parse_sizes", "format_size", "format_bytes_human", "parse_number",
+                 "parse_positive", "parse_positive_int", "parse_list", "parse_bandwidth_bytes_per_s",
+                 "parse_duration_s", "memory_shortfall", "MEMORY_SHARE"):
+        assert getattr(sizes, name) is getattr(units, name)

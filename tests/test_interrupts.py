@@ -1,0 +1,119 @@
+"""One SIGINT/SIGTERM path: interrupts.py installs and restores every handler, and a signal at
+any moment of the CLI, its very end included, is one line and exit 1, never a death by signal."""
+
+from __future__ import annotations
+
+import ast
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env
+from microbench import interrupts
+
+PACKAGE = Path(interrupts.__file__).resolve().parent
+
+
+@pytest.fixture
+def own_handlers():
+    """Whatever a test installs is put back: pytest's process keeps its own handlers."""
+    saved = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
+    hits = interrupts.hits
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    interrupts.hits = hits
+
+
+def test_only_interrupts_installs_signal_handlers():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "interrupts.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("signal", "pthread_sigmask", "siginterrupt")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "signal"):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_handled_installs_for_the_block_and_puts_back_what_was_there(own_handlers):
+    got = []
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with interrupts.handled(lambda signum, frame: got.append(signum)):
+        assert all(signal.getsignal(sig) is not interrupts.handler for sig in interrupts.SIGNALS)
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+    assert got == [signal.SIGTERM, signal.SIGINT]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with interrupts.handled():
+        assert signal.getsignal(signal.SIGTERM) is interrupts.handler
+
+
+def test_the_cli_keeps_its_handler_until_main_returns(own_handlers, tmp_path, capsys):
+    """main() installs the counting handler and leaves it in place when it returns: a signal in
+    the caller's last moments must meet it, not the default action (a death by SIGINT, -2)."""
+    from microbench.cli import main
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    assert all(signal.getsignal(sig) is interrupts.handler for sig in interrupts.SIGNALS)
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _entry(body: str) -> subprocess.CompletedProcess:
+    """Run microbench's console entry with cli.main replaced by `body` (a function `main`)."""
+    code = (f"import os, signal, sys, time\nimport microbench.cli\n{body}\n"
+            "microbench.cli.main = main\nfrom microbench.__main__ import entry\nentry()\n")
+    return subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
+    # The signal's handler runs at the first bytecode boundary after the kill: in main's return
+    # or in entry just after it, after the command's own handling; both must end the same way.
+    done = _entry(f"def main():\n    os.kill(os.getpid(), signal.{signame})\n    return 0\n")
+    assert done.returncode == 1, done
+    assert done.stderr.strip().splitlines() == ["microbench: interrupted"]
+
+
+def test_a_signal_after_the_exit_code_is_decided_changes_nothing():
+    # After closing(): the flush and the interpreter's exit keep main's code.
+    done = _entry("def main():\n    return 3\n"
+                  "import microbench.interrupts as i\n_closing = i.closing\n"
+                  "def closing():\n    _closing()\n    os.kill(os.getpid(), signal.SIGINT)\n"
+                  "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.05)\n"
+                  "i.closing = closing\n")
+    assert done.returncode == 3, done
+    assert done.stderr == ""
+
+
+def test_a_signal_inside_the_import_locks_callback_is_kept_for_check(own_handlers):
+    """Raised there, Python would print 'Exception ignored in ...' and lose it: counted instead,
+    and `check()` (right after the CLI's import) raises it."""
+    from types import SimpleNamespace
+
+    interrupts.hits = 0
+    frame = SimpleNamespace(f_code=SimpleNamespace(co_name="cb", co_filename="<frozen importlib._bootstrap>"))
+    interrupts.handler(signal.SIGINT, frame)
+    assert interrupts.pending()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.check()
+    interrupts.hits = 0
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.handler(signal.SIGTERM, sys._getframe())
+
+
+def test_take_and_restore_pair_like_handled(own_handlers):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    previous = interrupts.take()
+    assert signal.getsignal(signal.SIGTERM) is interrupts.handler
+    interrupts.restore(previous)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
