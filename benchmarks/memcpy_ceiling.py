@@ -7,11 +7,16 @@ Alternates, round by round, three separate processes on the same 64 MiB single-t
   2. the pytest-benchmark comparison `benchmarks/test_hot_paths.py -k memcpy` (native and numpy
      fallback through the probe_benchmark fixture), read back from --benchmark-json;
   3. a plain numpy copy (`np.copyto` on pre-touched 64 MiB arrays), median of 20.
-Prints, per side, the median and the fastest copy over all rounds. The targets compare the
-fastest copies: pytest-benchmark's native within 10% of `microbench memory`, and the native copy
->= 1.0x the plain numpy copy. On a shared 2-core box other work only ever adds time to a copy,
-so medians of processes run seconds apart differ by 2x with the load while the fastest copy
-each side saw is what the memory does (the ceiling's own definition: the fastest copy).
+Both native paths time the same copies: MemoryProbe.run_once (batches of 8 native copies, buffers
+allocated, touched and huge-page advised once per batch, outside the timed copies), with the
+memory command's warm-up and iteration counts (test_hot_paths reads them from its parser).
+
+Prints, per side, the median of the per-round medians, the fastest copy and the copy kernel each
+run used. Targets, on medians: pytest-benchmark's native median within 10% of `microbench
+memory`'s, judged as the median over rounds of the per-round ratio (the two processes of a round
+run back to back, so a burst of other work on a shared box hits both sides of one ratio rather
+than one side of the comparison), and the native copy >= 1.0x the plain numpy copy (median and
+fastest). The fastest copies are printed beside them as the ceiling's own definition.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64 << 20
+KERNELS: dict[str, set] = {}  # side -> copy kernels its runs used
 NUMPY_COPY = f"""
 import time, numpy as np
 src = np.full({SIZE}, 0x5A, dtype=np.uint8); dst = np.empty({SIZE}, dtype=np.uint8); dst.fill(0)
@@ -49,6 +55,7 @@ def memory_ms(tmp: Path) -> tuple[float, float]:
     subprocess.run([sys.executable, "-m", "microbench", "memory", "--sizes", "64M", "--json", str(out)],
                    check=True, capture_output=True, env=env(), cwd=tmp)
     row = next(r for r in json.loads(out.read_text())["rows"] if r["op"] == "memcpy_1t")
+    KERNELS.setdefault("microbench memory (native)", set()).add(row.get("copy_kernel"))
     return row["time_us"]["p50"] / 1e3, row["time_us"]["min"] / 1e3
 
 
@@ -60,6 +67,8 @@ def pytest_ms(tmp: Path) -> dict[str, tuple[float, float]]:
     found = {}
     for bench in json.loads(out.read_text())["benchmarks"]:
         found[bench["param"]] = (bench["stats"]["median"] * 1e3, bench["stats"]["min"] * 1e3)
+        side = "pytest-benchmark native" if bench["param"] == "native" else "pytest-benchmark numpy fallback"
+        KERNELS.setdefault(side, set()).add(bench["extra_info"].get("copy_kernel"))
     return found
 
 
@@ -90,16 +99,27 @@ def main() -> int:
                 else:
                     sides[name].append(value)
     best = {name: min(f for _, f in v) for name, v in sides.items()}
+    med = {name: statistics.median(m for m, _ in v) for name, v in sides.items()}
     for name, values in sides.items():
-        med = statistics.median(m for m, _ in values)
-        print(f"{name:<34} median {med:6.2f} ms ({SIZE / med / 1e6:5.2f} GB/s), fastest {best[name]:5.2f} ms "
-              f"({SIZE / best[name] / 1e6:5.2f} GB/s); per-round medians: " + " ".join(f"{m:.2f}" for m, _ in values))
-    agree = best["pytest-benchmark native"] / best["microbench memory (native)"]
-    vs_numpy = best["plain numpy copy"] / best["microbench memory (native)"]
-    print(f"fastest copy, pytest-benchmark / microbench memory (native time): {agree:.3f} (target 0.90-1.10) "
-          f"{'ok' if 0.9 <= agree <= 1.1 else 'MISSED'}")
-    print(f"fastest copy, native speed / plain numpy speed: {vs_numpy:.3f}x (target >= 1.0) "
-          f"{'ok' if vs_numpy >= 1.0 else 'MISSED'}")
+        kernels = ",".join(sorted(str(k) for k in KERNELS.get(name, {"numpy"})))
+        print(f"{name:<34} median {med[name]:6.2f} ms ({SIZE / med[name] / 1e6:5.2f} GB/s), fastest "
+              f"{best[name]:5.2f} ms ({SIZE / best[name] / 1e6:5.2f} GB/s), kernel {kernels}; per-round medians: "
+              + " ".join(f"{m:.2f}" for m, _ in values))
+    native, bench = "microbench memory (native)", "pytest-benchmark native"
+    ratios = [b / m for (b, _), (m, _) in zip(sides[bench], sides[native])]
+    paired = statistics.median(ratios)
+    print("per-round ratio of medians, pytest-benchmark / microbench memory: " + " ".join(f"{r:.3f}" for r in ratios))
+    verdicts = [
+        ("median of per-round ratios, pytest-benchmark / microbench memory (native time)", paired, 0.9, 1.1),
+        ("median of medians, pytest-benchmark / microbench memory (native time)", med[bench] / med[native], 0.9, 1.1),
+        ("fastest copy, pytest-benchmark / microbench memory (native time)", best[bench] / best[native], 0.9, 1.1),
+        ("median, native speed / plain numpy speed", med["plain numpy copy"] / med[native], 1.0, None),
+        ("fastest copy, native speed / plain numpy speed", best["plain numpy copy"] / best[native], 1.0, None),
+    ]
+    for label, value, low, high in verdicts:
+        ok = value >= low and (high is None or value <= high)
+        target = f"{low:.2f}-{high:.2f}" if high is not None else f">= {low:.1f}x"
+        print(f"{label}: {value:.3f} (target {target}) {'ok' if ok else 'MISSED'}")
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

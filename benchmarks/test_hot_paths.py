@@ -17,6 +17,16 @@ from microbench.probes.memory import Config, MemoryProbe
 SIZE = 64 << 20
 
 
+def memory_command_counts() -> tuple[int, int]:
+    """(warm-up, timed iterations) `microbench memory` runs per case by default, read from its
+    own parser so the two paths cannot drift apart."""
+    from microbench.cli import build_parser
+    from microbench.commands.common import settings_from_args
+
+    settings = settings_from_args(build_parser().parse_args(["memory"]), check=False)
+    return settings.warmup, settings.iters
+
+
 @pytest.mark.parametrize("impl", ["native", "python"])
 @pytest.mark.benchmark(group="memcpy 64M, 1 thread")
 def test_memcpy_one_thread(probe_benchmark, monkeypatch, impl):
@@ -24,10 +34,16 @@ def test_memcpy_one_thread(probe_benchmark, monkeypatch, impl):
         pytest.skip("native module not built")
     if impl == "python":
         monkeypatch.setattr(native, "_module", None)
-    # 15 rounds: two of the probe's batches of 8 copies, each batch allocating and touching its
-    # buffers once, outside the timed copies, exactly as `microbench memory` runs them.
-    info = probe_benchmark(MemoryProbe(Config(sizes=[SIZE], gpu=False)), Case("memcpy_1t", SIZE), rounds=15)
+    # The same copies `microbench memory --sizes 64M` times: MemoryProbe.run_once (batches of 8
+    # native copies, buffers allocated and touched once per batch, outside the timed copies),
+    # with the command's warm-up and iteration counts, so the same copies of the same batches
+    # are timed and the medians compare like for like.
+    warmup, iters = memory_command_counts()
+    probe = MemoryProbe(Config(sizes=[SIZE], gpu=False))
+    info = probe_benchmark(probe, Case("memcpy_1t", SIZE), rounds=iters, warmup_rounds=warmup)
+    info["copy_kernel"] = probe.kernels.get(("memcpy_1t", SIZE))  # saved with --benchmark-json
     assert info["copy_gbps"] > 0 and info["implementation"]["engine"].startswith("memcpy" if impl == "native" else "numpy")
+    assert info["copy_kernel"] in (("libc", "stream") if impl == "native" else ("numpy",))
 
 
 @pytest.mark.parametrize("impl", ["native", "python"])

@@ -71,11 +71,12 @@ def check_embedded_space(need_bytes: int, smaller: str = "a smaller size") -> No
 
 def embedded_s3(stack: contextlib.ExitStack, bucket: str, need_bytes: int, smaller: str = "a smaller size") -> Any:
     """Start the embedded S3 server (rclone serve s3) for this run, once its objects fit under
-    the temp dir; stopped when `stack` closes."""
-    from .s3server import EmbeddedS3
+    the temp dir; stopped when `stack` closes. Under `microbench suite` the suite's shared server
+    is used instead (s3server.embedded), and left running for the next step."""
+    from .s3server import embedded
 
     check_embedded_space(need_bytes, smaller)
-    return stack.enter_context(EmbeddedS3(bucket=bucket))
+    return stack.enter_context(embedded(bucket))
 
 
 def embedded_s3_env(server: Any) -> dict[str, str]:

@@ -10,11 +10,16 @@ fixture:
 
 The secret is handed to rclone through its environment (RCLONE_AUTH_KEY), not its command
 line, so it never shows in `ps`; the object's repr never shows it either.
+
+`microbench suite` starts one server for all its S3 steps and hands it to them in the
+environment (`share_env`); `embedded()` then attaches to it instead of starting another
+(rclone's start, ~0.5 s, once per suite instead of once per step).
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import secrets
 import shutil
@@ -32,6 +37,10 @@ from typing import Any
 from .errors import ProbeUnavailable, RunError
 
 READY_TIMEOUT_S = 20.0
+# A running server handed from `microbench suite` to its steps: JSON with endpoint, port,
+# credentials, served root and version. Travels only in the steps' environment, like the key
+# pair the checkpoint command hands its ranks.
+SHARED_ENV = "MICROBENCH_SHARED_S3"
 DEFAULT_BUCKET = "microbench"
 REGION = "us-east-1"
 
@@ -99,6 +108,7 @@ class EmbeddedS3:
         self.version: str | None = None
         self._proc: subprocess.Popen | None = None
         self._log: Path | None = None
+        self.shared = False  # attached to a server another process owns: start/stop leave it be
 
     @property
     def endpoint_url(self) -> str:
@@ -106,8 +116,11 @@ class EmbeddedS3:
 
     def describe(self) -> dict[str, Any]:
         """What a record says about the target (no secrets)."""
-        return {"target": "embedded", "server": "rclone serve s3", "server_version": self.version,
-                "endpoint": self.endpoint_url, "backing_dir": str(self.root)}
+        out = {"target": "embedded", "server": "rclone serve s3", "server_version": self.version,
+               "endpoint": self.endpoint_url, "backing_dir": str(self.root)}
+        if self.shared:
+            out["server_started_by"] = "microbench suite, once for all its S3 steps"
+        return out
 
     def env(self) -> dict[str, str]:
         """Environment for a client subprocess (awscli, s3fs) to reach this server."""
@@ -131,7 +144,35 @@ class EmbeddedS3:
             aws_access_key_id=self.credentials.access_key_id,
             aws_secret_access_key=self.credentials.secret_access_key, config=Config(**config_kwargs))
 
+    def share_env(self) -> dict[str, str]:
+        """Environment that lets a child's `embedded()` use this running server."""
+        return {SHARED_ENV: json.dumps({"port": self.port, "key": self.credentials.access_key_id,
+                                        "secret": self.credentials.secret_access_key, "root": str(self.root),
+                                        "version": self.version, "binary": self.binary})}
+
+    @classmethod
+    def attach(cls, bucket: str, text: str) -> "EmbeddedS3":
+        """A handle on a server another process started (see share_env); the bucket is made
+        as a directory of the served root, as start() does."""
+        try:
+            facts = json.loads(text)
+            server = cls(bucket=bucket, root=facts["root"])
+            server.root = Path(facts["root"])
+            server.credentials = Credentials(str(facts["key"]), str(facts["secret"]))
+            server.port, server.version, server.binary = int(facts["port"]), facts.get("version"), facts.get("binary")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RunError(f"damaged {SHARED_ENV} hand-off from the suite ({type(exc).__name__}: {exc}); "
+                           f"expected the JSON EmbeddedS3.share_env writes, or unset it to start a server") from None
+        server.shared = True
+        (server.root / bucket).mkdir(parents=True, exist_ok=True)
+        if not server._answers():
+            raise RunError(f"the suite's embedded S3 server at {server.endpoint_url} does not answer; "
+                           f"unset {SHARED_ENV} to start one for this run")
+        return server
+
     def start(self) -> "EmbeddedS3":
+        if self.shared:
+            return self
         self.binary = rclone_binary()
         if self.binary is None:
             raise ProbeUnavailable("no endpoint given and rclone is not installed for the embedded S3 server "
@@ -198,6 +239,8 @@ class EmbeddedS3:
         return lines[-1][:300] if lines else "no output"
 
     def stop(self) -> None:
+        if self.shared:
+            return  # the suite that started it stops it
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -221,3 +264,10 @@ class EmbeddedS3:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def embedded(bucket: str = DEFAULT_BUCKET) -> EmbeddedS3:
+    """The embedded server for a run that was given no endpoint, as a context manager: the
+    suite's shared one when the environment hands one over, else a new one of its own."""
+    text = os.environ.get(SHARED_ENV)
+    return EmbeddedS3.attach(bucket, text) if text else EmbeddedS3(bucket=bucket)

@@ -4,12 +4,14 @@ down. Pure helpers here; commands/suite.py is the printer."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import registry
 from .dist import package_env, self_command
@@ -147,3 +149,32 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
     status = "pass" if code == 0 else "fail"
     return StepResult(step, status, seconds, str(record_path) if record else None,
                       headline(record) if record else "", "" if code == 0 else message)
+
+
+def uses_embedded_s3(step: Step) -> bool:
+    """A step that would start its own embedded S3 server: an S3 command or an s3:// target,
+    and no --endpoint of its own."""
+    argv = step.argv
+    return ("s3" in argv or any(a.startswith("s3://") for a in argv)) and "--endpoint" not in argv
+
+
+@contextlib.contextmanager
+def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
+    """Environment for every step, prepared once and concurrently before any step measures:
+    the torch facts (a child importing torch, ~2.5 s of CPU) and, when two or more steps would
+    each start an embedded S3 server, one server for all of them (stopped on exit). A server
+    that cannot start is not shared: each step then starts its own and reports why it cannot."""
+    from .env import torch_info_for_children
+    from .errors import MicrobenchError
+    from .s3server import EmbeddedS3
+
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+        torch_env = pool.submit(torch_info_for_children)
+        env: dict[str, str] = {}
+        if sum(1 for step in steps if uses_embedded_s3(step)) >= 2:
+            try:
+                env.update(stack.enter_context(EmbeddedS3()).share_env())
+            except MicrobenchError:
+                pass
+        env.update(torch_env.result())
+        yield env

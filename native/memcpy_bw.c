@@ -63,12 +63,14 @@ static void copy_stream(char *dst, const char *src, size_t len) {
 
 static copy_fn kernel_fn(int kernel) { return kernel == MB_COPY_STREAM ? copy_stream : copy_libc; }
 
-/* The faster kernel on these buffers: the best of three copies with each, alternating, so a
- * burst of other work on the machine does not decide it. */
+/* The faster kernel on these buffers: the best of five copies with each, alternating, so a
+ * burst of other work on the machine does not decide it. Best of three picked libc (1.6x slower
+ * here) in at least one of 5 runs at load 13 on 2 cores, so the two ways of timing the ceiling disagreed
+ * on the kernel, not the copy; five more copies cost ~40 ms once per case. */
 static int pick_kernel(char *dst, const char *src, size_t len) {
   if (!HAVE_STREAM) return MB_COPY_LIBC;
   double best[2] = {1e30, 1e30};
-  for (int round = 0; round < 3; round++) {
+  for (int round = 0; round < 5; round++) {
     for (int k = 0; k < 2; k++) {
       double t0 = mb_now();
       kernel_fn(k == 0 ? MB_COPY_LIBC : MB_COPY_STREAM)(dst, src, len);

@@ -13,10 +13,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import accept, junit
-from ..env import torch_info_for_children
 from ..errors import RunError, UsageError
 from ..results.store import atomic_write_text
-from ..suite import Step, default_steps, find_step, run_step
+from ..suite import Step, default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
         suffix += 1
         out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
     out_dir.mkdir(parents=True)
-    child_env = {**os.environ, **torch_info_for_children()}
-    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=args.path) as scratch:
+    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=args.path) as scratch, \
+            shared_setup(steps) as shared_env:
+        child_env = {**os.environ, **shared_env}
         results = []
         for step in steps:
             print(f"# {step.name} ...", flush=True)

@@ -39,6 +39,12 @@ class MemoryRow(ProbeRow):
 
 
 def gpu_unavailable_reason() -> str | None:
+    from ..backends import GPU_DEVICE_NODES, gpu_possible
+
+    # Importing torch costs ~2.5 s of CPU (8 s of wall time on a loaded 2-core box); without
+    # a GPU device node torch could not see a GPU anyway, so the answer needs no import.
+    if not gpu_possible():
+        return f"no CUDA device (none of {', '.join(GPU_DEVICE_NODES)} exists)"
     try:
         import torch
     except ImportError:
