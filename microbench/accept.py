@@ -27,7 +27,7 @@ from typing import Any
 
 from . import registry
 from .errors import UsageError
-from .sizes import parse_bandwidth_bytes_per_s, parse_number, parse_size
+from .units import parse_bandwidth_bytes_per_s, parse_number, parse_size
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
 

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import RunError, UsageError
-from .sizes import format_bytes_human
+from .units import format_bytes_human
 
 # Headroom over the checkpoint's bytes: DCP metadata, file system overhead, one in-flight write.
 SPACE_MARGIN_BYTES = 64 << 20

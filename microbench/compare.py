@@ -17,7 +17,7 @@ from typing import Any
 from . import registry
 from .errors import UsageError
 from .results import load_record
-from .sizes import format_size, parse_number
+from .units import format_size, parse_number
 
 # What every record must share with another to be compared; a probe's spec adds its own
 # `identity_keys` (implementation fields such as the backend or the storage layer).

@@ -24,7 +24,7 @@ from typing import Any
 from .dist import RankLaunch
 from . import labshape
 from .errors import RunError, UsageError
-from .sizes import parse_number
+from .units import parse_number
 
 PREFIX = "mb-"
 IFNAME = "lab0"

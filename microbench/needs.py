@@ -21,7 +21,7 @@ from .errors import ProbeUnavailable, RunError, UsageError
 from .probe import Probe
 from .registry import ProbeSpec
 from .runner import RunOutcome, SweepSettings, run_probe
-from .sizes import format_bytes_human
+from .units import format_bytes_human
 
 # How a launching process hands its embedded server to the ranks it spawns. The key pair is
 # generated per run and only ever travels in the ranks' environment.

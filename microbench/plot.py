@@ -10,7 +10,7 @@ from typing import Any
 from . import registry
 from .errors import ProbeUnavailable, RunError, UsageError
 from .outputs import check_new_file
-from .sizes import format_size
+from .units import format_size
 
 
 def _number(value: Any) -> bool:

@@ -35,7 +35,7 @@ class Case:
     @property
     def label(self) -> str:
         extra = " ".join(f"{k}={v}" for k, v in self.params)
-        from .sizes import format_size
+        from .units import format_size
 
         return f"{self.op} {format_size(self.size_bytes)}{(' ' + extra) if extra else ''}"
 

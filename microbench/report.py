@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from . import accept, compare, registry
 from .errors import MicrobenchError, UsageError
 from .outputs import check_new_file
-from .sizes import format_size
+from .units import format_size
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;color:#1d232a;padding:0 1em}

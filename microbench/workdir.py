@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RunError, UsageError
-from .sizes import format_bytes_human
+from .units import format_bytes_human
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -15,7 +15,7 @@ from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..session import free_memory_bytes, in_world, local_ranks
-from ..sizes import format_size, memory_shortfall, parse_positive_int, parse_size
+from ..units import format_size, memory_shortfall, parse_positive_int, parse_size
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 DESCRIPTION = ("Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks "

@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..outputs import check_new_file
 from ..results import write_csv
 from ..runner import SweepSettings
-from ..sizes import parse_number, parse_positive, parse_positive_int
+from ..units import parse_number, parse_positive, parse_positive_int
 
 
 def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int = 20, budget_s: float = 2.0) -> None:

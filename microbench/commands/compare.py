@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from ..compare import RULE_EXAMPLE, compare, parse_rule, short_name
 from ..errors import RunError
-from ..sizes import format_size
+from ..units import format_size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..outputs import check_new_file
 from ..results import RecordWriter, new_record, write_csv
-from ..sizes import parse_duration_s, parse_positive
+from ..units import parse_duration_s, parse_positive
 from . import compose_inputs as inputs
 
 DEFAULT_MFU = 0.4

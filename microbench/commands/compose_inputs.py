@@ -17,7 +17,7 @@ from ..compose.models import CrudeModel, ModelShape, from_hf_config, preset
 from ..compose.tiers import tier_bandwidths
 from ..errors import UsageError
 from ..results import load_record
-from ..sizes import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int
+from ..units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int
 
 MAX_PARAMS = 1e15     # a thousand times today's largest models; beyond it a typo, not a plan
 MAX_TFLOPS = 1e5      # 100 PFLOP/s per rank

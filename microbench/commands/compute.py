@@ -11,7 +11,7 @@ from ..compose.report import format_time
 from ..errors import ProbeUnavailable, UsageError
 from ..probes import compute as cm
 from .. import needs
-from ..sizes import parse_positive_int
+from ..units import parse_positive_int
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s

@@ -11,7 +11,7 @@ from typing import Any
 from .. import expected as ex
 from .. import hwfacts
 from ..errors import UsageError
-from ..sizes import parse_bandwidth_bytes_per_s
+from ..units import parse_bandwidth_bytes_per_s
 
 
 def add_option(p: argparse.ArgumentParser, what: str) -> None:

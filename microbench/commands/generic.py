@@ -18,7 +18,7 @@ from tabulate import tabulate
 from .. import needs
 from ..errors import UsageError
 from ..registry import ProbeSpec
-from ..sizes import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
+from ..units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 

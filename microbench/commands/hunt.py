@@ -29,7 +29,7 @@ from ..outputs import check_new_file
 from ..probes.link import transfer
 from ..results import RecordWriter, new_record, write_csv
 from ..session import in_world
-from ..sizes import format_size, parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
+from ..units import format_size, parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
 from .common import parse_timeout
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from .. import lab as labmod
 from ..dist import package_env, self_command
 from ..errors import MicrobenchError, RunError, UsageError
-from ..sizes import parse_positive_int
+from ..units import parse_positive_int
 from ..tables import profiles_table
 
 

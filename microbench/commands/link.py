@@ -13,7 +13,7 @@ from ..backends import BackendChoice
 from ..probes import link as linkprobe
 from .. import needs
 from ..session import in_world
-from ..sizes import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
+from ..units import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
 from ..errors import UsageError
 from ..expected import describe as describe_expected
 from .labrun import naming_lab_hosts

@@ -15,7 +15,7 @@ from . import expectations, labrun
 from ..probes import nccl as coll
 from .. import needs
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
-from ..sizes import parse_list, parse_number, parse_positive_int, parse_sizes
+from ..units import parse_list, parse_number, parse_positive_int, parse_sizes
 from ..tables import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 

@@ -10,7 +10,7 @@ from .. import checkpoint_target as ct
 from ..errors import ProbeUnavailable, RunError, UsageError
 from ..probes import storage_gds as gds
 from .. import needs
-from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
+from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
 from ..runner import skip
 

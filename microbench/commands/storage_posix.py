@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..probes import storage_posix as sp
 from .. import needs
 from ..runner import RunOutcome
-from ..sizes import format_size, parse_list, parse_positive_int, parse_size
+from ..units import format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
 

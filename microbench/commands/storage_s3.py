@@ -14,7 +14,7 @@ from ..probes import storage_s3 as s3p
 from .. import needs
 from ..s3client import Target, check_endpoint, preflight, unique_prefix
 from ..s3server import DEFAULT_BUCKET
-from ..sizes import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
+from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 

@@ -17,7 +17,7 @@ from ..dist import check_local_world, detect_world
 from ..errors import RunError, UsageError
 from ..results import RecordWriter, load_record, new_record
 from ..session import free_memory_bytes, in_world, local_ranks
-from ..sizes import parse_list, parse_number, parse_positive_int
+from ..units import parse_list, parse_number, parse_positive_int
 from . import labrun
 from .common import parse_timeout
 from .verify_report import print_report, verdict
