@@ -11,14 +11,15 @@ for the JSON document wherever it starts.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 import subprocess
 from typing import Any
 
 from ..errors import ProbeUnavailable, RunError
 from ..units import format_size
-from .storage_posix import Config, PosixProbe, StorageRow, Target
-from ..registry import Needs, ProbeSpec, SuiteStep
+from .storage_posix import SPEC as POSIX_SPEC
+from .storage_posix import Config, PosixProbe, Target
 
 __all__ = ["Config", "FioProbe", "Target", "fio_unavailable_reason", "fio_version", "parse_fio_json", "run_fio"]
 
@@ -134,12 +135,9 @@ class FioProbe(PosixProbe):
         return fio_unavailable_reason()
 
 
-SPEC = ProbeSpec(
-    name="storage_fio", command=("storage", "fio"), order=45,
+# The same workload, rows and metrics as storage posix, through another engine.
+SPEC = replace(
+    POSIX_SPEC, name="storage_fio", command=("storage", "fio"), order=45,
     help="the same file workload through fio (subprocess, JSON output)",
-    metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: FioProbe(config),
-    row_schema=StorageRow,
-    cli="microbench.commands.storage_fio", needs=Needs(target=True), aliases=(),
-    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
-    suite=(),
+    build=lambda config, context=None: FioProbe(config), cli="microbench.commands.storage_fio", suite=(),
 )
