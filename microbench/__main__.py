@@ -17,6 +17,10 @@ def entry() -> None:
         interrupts.check()  # a signal counted while the import could not raise it
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
+        # As below: once decided, a second signal (a launcher forwards one, the user presses
+        # again) must not land in the teardown, where Python has put back the default handlers
+        # and it would end the process by SIGINT after its one line (seen on a starting rank).
+        interrupts.closing()
         sys.exit(1)
     try:
         code = main()

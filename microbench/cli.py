@@ -34,16 +34,15 @@ def measuring_commands() -> set[str]:
     return {spec.command[0] for spec in registry.specs()} | {"suite", "verify"}
 
 
-_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
 def _warn_if_fallback(command: str) -> None:
     from . import native
-    from .dist import SPAWNED_ENV
+    from .dist import RANK_VARIABLES, SPAWNED_ENV
 
     if command not in measuring_commands() or os.environ.get(SPAWNED_ENV):
         return  # a rank we launched: the launcher has said it already, on the same package
-    if any(os.environ.get(var, "0") != "0" for var in _RANK_VARIABLES):
+    if any(os.environ.get(var, "0") != "0" for var in RANK_VARIABLES):
         return  # only rank 0 prints
     warning = native.fallback_warning()
     if warning:

@@ -34,6 +34,8 @@ from .supervise import Supervisor, check_local_world
 # Short enough that a few beats (the settle in missing_ranks) add about a second to --timeout.
 HEARTBEAT_S = 0.25
 SPAWNED_ENV = "MICROBENCH_SPAWNED"
+# A launcher's rank variables: only the process where all of them are unset or 0 prints and writes.
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
 @dataclass(frozen=True)

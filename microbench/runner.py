@@ -257,7 +257,9 @@ def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world:
         impl = {**envmod.native.implementation(), **(implementation or {})}
         RecordWriter(_probe_record(kind, settings_config, world, impl, True), json_path, results_dir).finish(
             "skipped", reason)
-    raise ProbeUnavailable(reason)
+    exc = ProbeUnavailable(reason)
+    exc.recorded = True  # type: ignore[attr-defined]  # the command wrapper must not write another
+    raise exc
 
 
 def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:

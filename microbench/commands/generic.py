@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import importlib
 import types
 import typing
@@ -16,7 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .. import needs
-from ..errors import UsageError
+from ..errors import ProbeUnavailable, UsageError
 from ..registry import ProbeSpec
 from ..units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
@@ -27,7 +28,7 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
         module = importlib.import_module(spec.cli)
         p = sub.add_parser(name, help=spec.help, description=getattr(module, "DESCRIPTION", None) or spec.help)
         module.add_options(p)
-        p.set_defaults(handler=module.run)
+        p.set_defaults(handler=functools.partial(_skips_recorded, spec, module.run))
         return p
     p = sub.add_parser(name, help=spec.help, description=spec.help)
     try:
@@ -44,8 +45,34 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
         raise UsageError(f"probe {spec.name!r}: a Config field clashes with a shared option ({exc}); expected "
                          f"other field names than the sweep, output and needs options (e.g. not iters or path)") \
             from None
-    p.set_defaults(handler=functools.partial(run, spec))
+    p.set_defaults(handler=functools.partial(_skips_recorded, spec, functools.partial(run, spec)))
     return p
+
+
+def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> int:
+    """A probe that finds out it cannot run before its sweep starts (no torch, no S3 client, no
+    GPU, fio missing) still leaves its skipped record, as one that the runner skips does. Only the
+    process that owns the record writes it: the launcher or a launcher's rank 0, never a rank we
+    spawned (its launcher answers for it)."""
+    try:
+        return handler(args)
+    except ProbeUnavailable as exc:
+        if not getattr(exc, "recorded", False) and _owns_the_record():
+            from ..runner import SweepSettings, skip
+
+            try:
+                settings = settings_from_args(args)
+            except Exception:
+                settings = SweepSettings()
+            skip(spec.name, str(exc), {}, settings, json_path=getattr(args, "json", None),
+                 results_dir=getattr(args, "results_dir", "results"))
+        raise
+
+
+def _owns_the_record() -> bool:
+    from ..dist import RANK_VARIABLES, SPAWNED_ENV
+
+    return not os.environ.get(SPAWNED_ENV) and all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES)
 
 
 # --------------------------------------------------------------------------- options from a Config
