@@ -21,7 +21,7 @@ def entry() -> None:
         # again) must not land in the teardown, where Python has put back the default handlers
         # and it would end the process by SIGINT after its one line (seen on a starting rank).
         interrupts.closing()
-        sys.exit(1)
+        _leave(1)
     try:
         code = main()
     except KeyboardInterrupt:
@@ -30,15 +30,21 @@ def entry() -> None:
         print("microbench: interrupted", file=sys.stderr)
         code = 1
     interrupts.closing()
-    # Two reasons to skip the interpreter's teardown once our work is done and every record is
-    # closed: after importing torch it takes 1-4 s (modules, thread pools and caches finalized
-    # one by one), paid by every rank and suite step; and a rank that failed would wait in it on
-    # process groups and store connections to peers gone or frozen.
-    if "torch" in sys.modules or (code != 0 and os.environ.get("WORLD_SIZE")):
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    """Exit without the interpreter's teardown, always. After importing torch it takes 1-4 s
+    (modules, thread pools and caches finalized one by one), paid by every rank and suite step;
+    a rank that failed would wait in it on process groups and store connections to peers gone or
+    frozen; and a signal handled in it (a forwarded SIGINT that a launcher's rank or the user
+    sends twice) ended runs whose line was already printed with 130 or -2 instead of their code.
+    Every record is closed by now and nothing registers atexit work."""
+    try:
         sys.stdout.flush()
         sys.stderr.flush()
+    finally:
         os._exit(code)
-    sys.exit(code)
 
 
 if __name__ == "__main__":

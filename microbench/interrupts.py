@@ -23,12 +23,13 @@ from typing import Any, Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 hits = 0
+closed = False  # the exit code is decided: signals are counted, never raised
 
 
 def handler(signum: int, frame: Any) -> None:
     global hits
     hits += 1
-    if hits == 1 and sys.exc_info()[0] is None and not _in_unraisable_callback(frame):
+    if hits == 1 and not closed and sys.exc_info()[0] is None and not _in_unraisable_callback(frame):
         raise KeyboardInterrupt
 
 
@@ -81,7 +82,11 @@ def handled(on_signal: Callable[[int, Any], None] | None = None) -> Iterator[Non
 def closing() -> None:
     """The exit code is decided: block SIGINT and SIGTERM so that a signal now (in the flush,
     the interpreter's teardown) cannot turn a finished run into a death by signal (-2) or a
-    traceback. A blocked signal still pending at exit is dropped; SIGKILL still works."""
+    traceback. A blocked signal still pending at exit is dropped; SIGKILL still works. One that
+    arrived just before the block runs its Python handler just after it: `closed` makes that a
+    count, not a KeyboardInterrupt that nothing catches (Python then exits 130, SIGINT blocked)."""
+    global closed
+    closed = True
     if _main_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 

@@ -283,7 +283,7 @@ def test_a_signal_during_start_up(tmp_path, moment, signame):
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 10  # not the 30 s --timeout: nothing to save yet
-    assert proc.returncode == 1
+    assert proc.returncode == 1, err
     line = one_error_line(err)
     assert line.startswith("microbench: interrupted")
     for record in records(tmp_path):

@@ -33,7 +33,14 @@ def test_bad_input(run_cli, tmp_path, args, code, fragments):
     line = one_error_line(res.stderr)
     for fragment in fragments:
         assert fragment in line
-    assert res.stdout == "" and not (tmp_path / "results").exists()
+    assert res.stdout == ""
+    if code == 2:
+        assert not (tmp_path / "results").exists()
+    else:  # a skip leaves its record, with the reason and no rows
+        (written,) = (tmp_path / "results").iterdir()
+        record = json.loads(written.read_text())
+        assert record["status"] == "skipped" and "needs a CUDA GPU" in record["status_reason"]
+        assert record["kind"] == "nccl" and record["rows"] == []
 
 
 def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
