@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import ProbeUnavailable, RunError, UsageError
-from .probe import Probe
 from .registry import ProbeSpec
-from .runner import RunOutcome, SweepSettings, run_probe
 from .units import format_bytes_human
 
 # How a launching process hands its embedded server to the ranks it spawns. The key pair is
@@ -29,12 +27,6 @@ ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROB
                                                "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
 # Headroom for the embedded server: a multipart upload briefly keeps a temporary copy of an object.
 S3_MARGIN_BYTES = 64 << 20
-
-
-def run(probe: Probe, settings: SweepSettings, **kwargs: Any) -> RunOutcome:
-    """`runner.run_probe`, the one place every probe's `unavailable_reason` is asked: a probe that
-    cannot run here leaves a skipped record with its reason and ends as a skip (exit 0)."""
-    return run_probe(probe, settings, **kwargs)
 
 
 def check_gpu(what: str) -> None:

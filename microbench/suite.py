@@ -77,11 +77,8 @@ def record_file_for(step_name: str) -> str:
 def step_for_file(filename: str) -> str | None:
     """The current name of the step whose record a suite directory keeps under `filename`,
     older names included (`collectives.json` -> `nccl`); None for a file no step writes."""
-    filename = Path(filename).name
-    for step in default_steps():
-        if any(record_file_for(name) == filename for name in step.names):
-            return step.name
-    return None
+    found = registry.suite_step(Path(filename).stem)
+    return found[1].name if found else None
 
 
 def headline(record: dict[str, Any]) -> str:

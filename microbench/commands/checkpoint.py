@@ -16,6 +16,7 @@ from ..errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..session import free_memory_bytes, in_world, local_ranks
 from ..units import format_size, memory_shortfall, parse_positive_int, parse_size
+from ..runner import run_probe
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 DESCRIPTION = ("Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks "
@@ -124,7 +125,7 @@ def _body(world: Any, args: argparse.Namespace, config: ck.Config, target: ct.Ta
                 raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks {shortfall}; "
                                  f"use a smaller --size or more ranks")
         probe = ck.CheckpointProbe(config, world, run_dir)
-        outcome = needs.run(probe, settings, config=config, world=world, json_path=args.json,
+        outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                             results_dir=args.results_dir)
     finally:
         if world.rank == 0 and not config.keep:

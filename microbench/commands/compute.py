@@ -10,8 +10,8 @@ from ..compose.models import CrudeModel, from_hf_config, preset
 from ..compose.report import format_time
 from ..errors import ProbeUnavailable, UsageError
 from ..probes import compute as cm
-from .. import needs
 from ..units import parse_positive_int
+from ..runner import run_probe
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                        layers=shape.layers, experts=shape.experts, top_k=shape.top_k, tokens=tokens,
                        device=device, dtype=dtype)
     probe = cm.ComputeProbe(config)
-    outcome = needs.run(probe, settings_from_args(args), config=config, json_path=args.json,
+    outcome = run_probe(probe, settings_from_args(args), config=config, json_path=args.json,
                         results_dir=args.results_dir)
     table = [(r["op"], r["m"], r["n"], r["k"], format_time(r["time_us"]["p50"] * 1e-6), f"{r['tflops']:.2f}",
               f"{r['per_block']:g}") for r in outcome.rows]

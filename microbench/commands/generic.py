@@ -20,6 +20,7 @@ from .. import needs
 from ..errors import ProbeUnavailable, UsageError
 from ..registry import ProbeSpec
 from ..units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
+from ..runner import run_probe
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -215,7 +216,7 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
         return _run_in_world(spec, args, config, settings)
     with needs.prepare(spec, args) as context:
         probe = spec.build(config, context)
-        outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+        outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                             extra_implementation=context.facts)
     _report(spec, args, outcome)
     return 0
@@ -235,7 +236,7 @@ def _run_in_world(spec: ProbeSpec, args: argparse.Namespace, config: Any, settin
         with needs.prepare(spec, args) as context:
             context.world = world
             probe = spec.build(config, context)
-            outcome = needs.run(probe, settings, config=config, world=world, json_path=args.json,
+            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                                 results_dir=args.results_dir, extra_implementation=context.facts)
         if world.rank == 0:
             _report(spec, args, outcome)

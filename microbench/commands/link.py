@@ -11,9 +11,9 @@ from tabulate import tabulate
 from .. import lab as labmod
 from ..backends import BackendChoice
 from ..probes import link as linkprobe
-from .. import needs
 from ..session import in_world
 from ..units import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
+from ..runner import run_probe
 from ..errors import UsageError
 from ..expected import describe as describe_expected
 from .labrun import naming_lab_hosts
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         probe.expected = expect["expected"]
         try:
             with naming_lab_hosts(args.lab, world):
-                outcome = needs.run(probe, settings, config=config, world=world, json_path=args.json,
+                outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
                                     results_dir=args.results_dir, extra_summary=expect)
         finally:
             probe.close()

@@ -7,8 +7,8 @@ import argparse
 from tabulate import tabulate
 
 from ..probes import memory as mem
-from .. import needs
 from ..units import format_size, parse_sizes
+from ..runner import run_probe
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     threads = 0 if str(args.threads) == "0" else parse_positive_int(args.threads, what="--threads", example="2")
     config = mem.Config(sizes=parse_sizes(args.sizes), threads=threads)
     probe = mem.MemoryProbe(config)
-    outcome = needs.run(probe, settings_from_args(args, check=False), config=config, json_path=args.json,
+    outcome = run_probe(probe, settings_from_args(args, check=False), config=config, json_path=args.json,
                         results_dir=args.results_dir)
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
               f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]

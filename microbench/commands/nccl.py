@@ -13,9 +13,9 @@ from ..dist import detect_world
 from ..errors import RunError, UsageError
 from . import expectations, labrun
 from ..probes import nccl as coll
-from .. import needs
 from ..session import free_memory_bytes, in_world, local_ranks, transport_note
 from ..units import parse_list, parse_number, parse_positive_int, parse_sizes
+from ..runner import run_probe
 from ..tables import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                                           expected=expect["expected"])
             # The table's own lines are the progress here; the generic per-case lines would repeat them.
             run_settings = dataclasses.replace(settings, progress=False) if stream else settings
-            outcome = needs.run(probe, run_settings, config=config, world=world, json_path=args.json,
+            outcome = run_probe(probe, run_settings, config=config, world=world, json_path=args.json,
                                 on_row=stream.on_row if stream else None,
                                 results_dir=args.results_dir, extra_implementation={"backend_reason": choice.reason,
                                                       **labrun.lab_facts()},

@@ -9,10 +9,9 @@ from tabulate import tabulate
 from .. import checkpoint_target as ct
 from ..errors import ProbeUnavailable, RunError, UsageError
 from ..probes import storage_gds as gds
-from .. import needs
 from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
-from ..runner import skip
+from ..runner import run_probe, skip
 
 
 DESCRIPTION = ("Write and read a file from GPU memory with kvikio's CuFile; the record says "
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ct.check_free_space(run_dir.root, max(sizes) + ct.SPACE_MARGIN_BYTES, f"a {format_bytes_human(max(sizes))} file")
         config = gds.Config(path=run_dir.root, sizes=sizes, ops=ops, task_bytes=task, threads=threads)
-        outcome = needs.run(gds.GdsProbe(config), settings, config=config, json_path=args.json,
+        outcome = run_probe(gds.GdsProbe(config), settings, config=config, json_path=args.json,
                             results_dir=args.results_dir)
     finally:
         if not args.keep:

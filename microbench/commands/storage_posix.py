@@ -11,8 +11,7 @@ from tabulate import tabulate
 from .. import interrupts
 from ..errors import UsageError
 from ..probes import storage_posix as sp
-from .. import needs
-from ..runner import RunOutcome
+from ..runner import RunOutcome, run_probe
 from ..units import format_size, parse_list, parse_positive_int, parse_size
 from . import expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
@@ -94,7 +93,7 @@ def run_storage(probe_cls: Any, config: sp.Config, settings: Any, args: argparse
         with sp.Target(config) as target:
             probe = probe_cls(config, target, tools)
             expect = expectations.for_storage(target.workdir.facts(), given)
-            outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                                 extra_summary=expect)
     finally:
         interrupts.restore(previous)

@@ -15,6 +15,7 @@ from .. import needs
 from ..s3client import Target, check_endpoint, preflight, unique_prefix
 from ..s3server import DEFAULT_BUCKET
 from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
+from ..runner import run_probe
 from . import expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         probe = s3p.StorageS3Probe(config, target, cred_source=source)
         expect = expectations.for_s3(target.endpoint_url, endpoint is None, given)
         try:
-            outcome = needs.run(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
+            outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
                                 extra_summary=expect)
         except BaseException:
             with contextlib.suppress(Exception):
