@@ -169,7 +169,7 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     record; later ones are only counted (a scheduler's Ctrl-C then SIGTERM must not kill the
     ranks mid-save). If rank 0 is killed or freezes, the record it claimed is marked partial here.
     """
-    from . import interrupts
+    from . import interrupts, prefork
     from .results.store import RECORD_NOTE_ENV
 
     check_local_world(nproc)
@@ -180,7 +180,7 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     note_fd, note = tempfile.mkstemp(prefix="microbench-record-", suffix=".txt")
     os.close(note_fd)
     base_env[RECORD_NOTE_ENV] = note
-    procs: list[subprocess.Popen] = []
+    procs: list[Any] = []  # Popen, or prefork.Forked
     logs: list[Any] = []
     signals: list[int] = []
     with interrupts.handled(lambda signum, frame: signals.append(signum)):
@@ -192,11 +192,14 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
                            **{SPAWNED_ENV: "1"}, **launch.env)
                 log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
                 logs.append(log)
+                stdout, stderr = (None, None) if rank == 0 else (subprocess.DEVNULL, log)
+                # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
+                # rank never gets a second SIGINT while it saves its partial record.
+                if prefork.ready() and not launch.prefix:  # a warm suite step: fork, no imports
+                    procs.append(prefork.start(argv, env, stdout=stdout, stderr=stderr, new_session=True))
+                    continue
                 procs.append(subprocess.Popen(
-                    [*launch.prefix, *self_command(), *argv], env=env,
-                    stdout=None if rank == 0 else subprocess.DEVNULL, stderr=None if rank == 0 else log,
-                    # Own session: a terminal's Ctrl-C reaches only us, and we forward it once, so a
-                    # rank never gets a second SIGINT while it saves its partial record.
+                    [*launch.prefix, *self_command(), *argv], env=env, stdout=stdout, stderr=stderr,
                     stdin=subprocess.DEVNULL, start_new_session=True))
             return Supervisor(procs, logs, timeout_s, signals, note).run()
         finally:

@@ -169,6 +169,8 @@ def collect(*, with_nics: bool = True) -> dict[str, Any]:
         "python": platform.python_version(),
         "microbench": __version__,
         "implementation": native.implementation(),
+        # A fork of a warm suite process (prefork.py) runs the same code without importing anew.
+        "process_start": "fork" if os.environ.get("MICROBENCH_FORKED") else "exec",
         **torch_info(),
     }
     if with_nics:

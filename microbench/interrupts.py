@@ -9,7 +9,8 @@ to measure as if nothing happened. Stdlib only: installed before anything heavy 
 This is the one module that installs and restores SIGINT/SIGTERM handlers: `install()` for the
 life of the CLI, `handled()` (or `take` and `restore`) around a stretch that needs them (the
 runner's sweep, a launcher that forwards signals to its ranks, a library caller without the
-CLI), `closing()` once the exit code is decided. Elsewhere signals are only sent (supervise.py, s3server.py).
+CLI), `closing()` once the exit code is decided, `fresh_process()` in a fork (prefork.py).
+Elsewhere signals are only sent (supervise.py, s3server.py).
 """
 
 from __future__ import annotations
@@ -89,6 +90,16 @@ def closing() -> None:
     closed = True
     if _main_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def fresh_process() -> None:
+    """In a fork (prefork.py): start as a new interpreter would, with no signal counted, none
+    blocked and the default handlers; what the parent counted or blocked is its own."""
+    global hits, closed
+    hits, closed = 0, False
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pending() -> bool:

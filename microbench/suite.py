@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import registry
+from . import prefork, registry
 from .dist import package_env, self_command
 
 
@@ -126,12 +127,7 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
     child_env = step_env(env)
-    try:
-        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
-                              timeout=timeout_s, env=child_env, stdin=subprocess.DEVNULL)
-        code, err = done.returncode, done.stderr
-    except subprocess.TimeoutExpired:
-        code, err = 1, f"microbench: step did not finish within {timeout_s:g} s"
+    code, err = (_forked if prefork.ready() else _spawned)(argv, child_env, timeout_s)
     seconds = time.monotonic() - start
     last = [line for line in err.strip().splitlines() if line.strip()]
     message = last[-1].removeprefix("microbench: ") if last else f"exit code {code}, nothing on stderr"
@@ -148,6 +144,29 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
                       headline(record) if record else "", "" if code == 0 else message)
 
 
+def _spawned(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    try:
+        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
+                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+        return done.returncode, done.stderr
+    except subprocess.TimeoutExpired:
+        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+
+
+def _forked(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    # stdout is dropped as subprocess.run's capture dropped it: the step's record is its result.
+    with tempfile.TemporaryFile(mode="w+") as err:
+        child = prefork.start(argv, env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            code = child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return 1, f"microbench: step did not finish within {timeout_s:g} s"
+        err.seek(0)
+        return code, err.read()
+
+
 def uses_embedded_s3(step: Step) -> bool:
     """A step that would start its own embedded S3 server: an S3 command or an s3:// target,
     and no --endpoint of its own."""
@@ -161,17 +180,27 @@ def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
     the torch facts (a child importing torch, ~2.5 s of CPU) and, when two or more steps would
     each start an embedded S3 server, one server for all of them (stopped on exit). A server
     that cannot start is not shared: each step then starts its own and reports why it cannot."""
-    from .env import torch_info_for_children
     from .errors import MicrobenchError
     from .s3server import EmbeddedS3
 
-    with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as pool:
-        torch_env = pool.submit(torch_info_for_children)
+    with contextlib.ExitStack() as stack:
         env: dict[str, str] = {}
-        if sum(1 for step in steps if uses_embedded_s3(step)) >= 2:
-            try:
-                env.update(stack.enter_context(EmbeddedS3()).share_env())
-            except MicrobenchError:
-                pass
-        env.update(torch_env.result())
+        with ThreadPoolExecutor(1) as pool:  # shut down before any step forks this process
+            torch_env = pool.submit(_warm_or_ask_torch)
+            if sum(1 for step in steps if uses_embedded_s3(step)) >= 2:
+                try:
+                    env.update(stack.enter_context(EmbeddedS3()).share_env())
+                except MicrobenchError:
+                    pass
+            env.update(torch_env.result())
         yield env
+
+
+def _warm_or_ask_torch() -> dict[str, str]:
+    """The torch facts every step's record carries: asked here once the suite has imported torch
+    to fork its steps from (prefork.py), or of a child where it cannot fork."""
+    from .env import TORCH_INFO_ENV, _torch_info_here, torch_info_for_children
+
+    if prefork.warm():
+        return {TORCH_INFO_ENV: json.dumps(_torch_info_here())}
+    return torch_info_for_children()
