@@ -78,6 +78,12 @@ class Probe:
         """Number of wrong elements after a fresh run of the case; 0 when correct."""
         return 0
 
+    def checked_by(self, case: Case) -> str | None:
+        """The op of a later case whose check reads exactly what this case last wrote (a load
+        after a save): this case's own check is skipped and its row's nwrong is that case's.
+        Until that case's row exists (or if the run stops before it) nwrong stays None."""
+        return None
+
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
         """Bandwidths and rates for a case that took time_s (the slowest rank's median)."""
         return {}

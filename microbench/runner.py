@@ -83,7 +83,8 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
             elapsed, extra = _time_once(probe, case)
             times.append(elapsed)
             extras.append(extra)
-        nwrong = probe.check(case) if settings.check else 0
+        later = probe.checked_by(case) if settings.check else None
+        nwrong = probe.check(case) if settings.check and later is None else 0
     finally:
         probe.release(case)
 
@@ -100,7 +101,8 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         "time_us": stats,
         "slowest_rank": slowest,
         "per_rank_time_us_p50": medians_us,
-        "nwrong": sum(w for _, w in per_rank) if settings.check else None,
+        "nwrong": sum(w for _, w in per_rank) if settings.check and later is None else None,
+        **({"checked_by": later} if later else {}),
     }
     row.update(probe.metrics(case, stats["p50"] / 1e6))
     if extras and extras[-1]:
@@ -193,6 +195,9 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                 interrupts.check()  # a signal whose first raise a library swallowed
                 progress.step(case.label)
                 row = measure_case(probe, case, settings, world)
+                for earlier in rows:  # a case whose output this case's check has just read
+                    if earlier.get("checked_by") == row["op"] and earlier["nwrong"] is None:
+                        earlier["nwrong"] = row["nwrong"]
                 rows.append(row)
                 if writer:
                     writer.add_rows([row], complete=True)

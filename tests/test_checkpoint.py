@@ -72,6 +72,16 @@ def test_local_save_load_async(run_cli, tmp_path):
     assert not (tmp_path / "ck").exists()  # the run removed its directory and the parents it made
 
 
+def test_the_load_right_after_a_save_checks_the_saves_checkpoint(run_cli, tmp_path):
+    proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", str(tmp_path / "ck"), *FAST)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["op"]: r for r in _record(tmp_path)["rows"]}
+    assert rows["save"]["checked_by"] == "load" and "checked_by" not in rows["load"]
+    assert rows["save"]["nwrong"] == rows["load"]["nwrong"] == 0
+    save_line = next(line for line in proc.stdout.splitlines() if line.startswith("save "))
+    assert save_line.endswith("0 (by load)") and "#wrong (by load)" in proc.stdout
+
+
 def test_run_dir_removes_only_what_it_created(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "other.txt").write_text("not ours")

@@ -150,3 +150,46 @@ def test_no_check_records_nwrong_as_unknown_and_the_table_says_na(tmp_path):
     assert [r["nwrong"] for r in outcome.rows] == [None]
     line = collective_table("all_reduce", outcome.rows, None).splitlines()[-1]
     assert line.split()[-1] == "N/A" and line.split()[:5] == ["1024", "256", "float", "sum", "-1"]
+
+
+class WriteThenRead(Probe):
+    """A save whose output the load right after reads: the load's check counts for both."""
+
+    name = "write_then_read"
+
+    def __init__(self, wrong_in_load: int, fail_load: BaseException | None = None):
+        self.wrong_in_load, self.fail_load, self.checked = wrong_in_load, fail_load, []
+
+    def cases(self):
+        return [Case("save", 8), Case("load", 8)]
+
+    def run_once(self, case):
+        if case.op == "load" and self.fail_load is not None:
+            raise self.fail_load
+        return None
+
+    def checked_by(self, case):
+        return "load" if case.op == "save" else None
+
+    def check(self, case):
+        self.checked.append(case.op)
+        return self.wrong_in_load
+
+
+def test_a_case_checked_by_the_next_takes_its_count_and_skips_its_own_check(tmp_path):
+    settings = SweepSettings(warmup=0, iters=1, budget_s_per_case=None, progress=False)
+    probe = WriteThenRead(wrong_in_load=3)
+    outcome = run_probe(probe, settings, config={}, json_path=str(tmp_path / "r.json"))
+    assert probe.checked == ["load"]
+    on_disk = json.loads((tmp_path / "r.json").read_text())["rows"]
+    for rows in (outcome.rows, on_disk):
+        assert [(r["op"], r["nwrong"], r.get("checked_by")) for r in rows] == [("save", 3, "load"), ("load", 3, None)]
+
+
+def test_a_case_whose_checker_never_ran_stays_unchecked(tmp_path):
+    settings = SweepSettings(warmup=0, iters=1, budget_s_per_case=None, progress=False)
+    with pytest.raises(Interrupted):
+        run_probe(WriteThenRead(0, KeyboardInterrupt()), settings, config={}, json_path=str(tmp_path / "r.json"))
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] == "partial"
+    assert [(r["op"], r["nwrong"], r["checked_by"]) for r in record["rows"]] == [("save", None, "load")]

@@ -154,7 +154,8 @@ class ProbeRow(TypedDict):
     time_us: TimeUs
     slowest_rank: int                   # the rank with the largest median
     per_rank_time_us_p50: list[float]
-    nwrong: int | None                  # None: --no-check
+    nwrong: int | None                  # None: --no-check, or not yet checked (checked_by)
+
 
 
 # What every reader may index in any probe's row, in every record of versions 1 and 2.
