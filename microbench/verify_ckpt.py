@@ -58,7 +58,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
         for i in range(reps + 1):
             # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
             # storage part only. The state-dict conversion around it, timed here on this model
-            # with its own state (no load), is the other input: 15-40 ms, an eighth of a
+            # with its own state (no load), is the other input: 10-40 ms here, up to a fifth of a
             # directory load of this state.
             world.barrier()
             start = time.perf_counter()
