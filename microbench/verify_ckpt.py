@@ -3,8 +3,9 @@ AdamW state (the training checkpoint) to a directory and to S3, predicted from t
 probe run on the same target in the same invocation.
 
 Prediction: the composer's tier model (`compose.checkpoint.predict_tier`): bytes over the
-aggregate write (read) bandwidth the checkpoint probe measured for a synthetic sharded state
-dict of the same total bytes on the same target. Measured: `dcp.save` of
+aggregate write (read) bandwidth the checkpoint probe measured for a synthetic state dict in the
+real state's layout on the same target; the load adds the state-dict conversion around dcp.load
+(get_state_dict + set_state_dict, timed on the model without a load). Measured: `dcp.save` of
 `get_state_dict(model, optimizer)` into a fresh step directory, and `dcp.load` plus
 `set_state_dict` after evicting the files' cached pages, each from a barrier to the slowest
 rank's return. The load is checked: the model's parameters after it equal those saved.
@@ -19,35 +20,10 @@ from . import checkpoint_target as ct
 from . import fsdp_model as fm
 from .compose.checkpoint import predict_tier
 from .probes import checkpoint as ck
+from .probes import checkpoint_layout as ckl
 from .stats import percentile
 from .verify import error_pct, spread_pct, sync
 from .verify_phases import RecordFile, device_of, guarded, quiet
-
-
-def _state_size(state: Any, ranks: int) -> tuple[int, int]:
-    """(global bytes, tensors) of the state dict (each rank holds an even shard)."""
-    import torch
-    from torch.distributed.tensor import DTensor
-
-    total = count = 0
-
-    def walk(obj: Any) -> None:
-        nonlocal total, count
-        if isinstance(obj, DTensor):
-            total += obj.numel() * obj.element_size()
-            count += 1
-        elif isinstance(obj, torch.Tensor):
-            total += obj.numel() * obj.element_size() * (1 if obj.dim() == 0 else ranks)
-            count += 1
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                walk(value)
-
-    walk(state)
-    return total, count
 
 
 def _checksum(model: Any) -> float:
@@ -62,20 +38,36 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
 
     msd, osd = get_state_dict(model, optim)
     state = {"model": msd, "optim": osd}
-    nbytes, items = _state_size(state, world.size)
-    # The input: the checkpoint probe on this target, a synthetic state dict of the same bytes
-    # in as many tensors (DCP pays per item in planning, metadata and reads), saved the same way
-    # (one file per rank and the metadata, fsync'd). One probe save and load right before each
+    layout = ckl.state_layout(state)
+    nbytes, items = ckl.layout_bytes(layout, world.size), ckl.tensor_count(layout)
+    # The input: the checkpoint probe on this target, a synthetic state dict in this state's
+    # layout: the same top-level keys, tensor shapes, sharding and order (DCP pays per item in
+    # planning and metadata, and an S3 load's read-ahead windows follow the items' sizes and
+    # order: with equal tensors under sorted flat keys the probe fetched 212 MB per rank where
+    # this state fetches 121-159 MB), saved the same way (one file per rank and the metadata,
+    # fsync'd). One probe save and load right before each
     # real save and load: the page cache's flush and other work on the machine move a save by
     # tens of percent from one minute to the next, and alternating puts that into both sides.
     probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32",
-                                         device=dev, backend=backend, tensors=items), world, run_dir)
+                                         device=dev, backend=backend, items=tuple(layout)), world, run_dir)
     save_case, load_case = probe.cases()
-    probe_saves, probe_loads = [], []
+    probe_saves, probe_loads, converts = [], [], []
     saves, loads, wrong = [], [], 0
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
+            # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
+            # storage part only. The state-dict conversion around it, timed here on this model
+            # with its own state (no load), is the other input: 10-40 ms here, up to a fifth of a
+            # directory load of this state.
+            world.barrier()
+            start = time.perf_counter()
+            msd, osd = get_state_dict(model, optim)
+            set_state_dict(model, optim, model_state_dict=msd, optim_state_dict=osd)
+            sync(dev)
+            converts.append(time.perf_counter() - start)
+            msd, osd = get_state_dict(model, optim)
+            state = {"model": msd, "optim": osd}
             probe.prepare(save_case)
             probe_saves.append(probe.run_once(save_case).time_s)
             probe.prepare(load_case)
@@ -112,30 +104,38 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     finally:
         probe.release(load_case)
     # the first of each (probe and real) warms up; each value is the slowest rank's
-    per_rank_probe = world.all_gather_object((probe_saves[1:], probe_loads[1:]))
+    per_rank_probe = world.all_gather_object((probe_saves[1:], probe_loads[1:], converts[1:]))
     probe_save_t = [max(r[0][i] for r in per_rank_probe) for i in range(reps)]
     probe_load_t = [max(r[1][i] for r in per_rank_probe) for i in range(reps)]
+    convert_t = [max(r[2][i] for r in per_rank_probe) for i in range(reps)]
+    convert_s = percentile(convert_t, 50)
     write_gbps = probe.size / percentile(probe_save_t, 50) / 1e9
     read_gbps = probe.size / percentile(probe_load_t, 50) / 1e9
     pred = predict_tier(label, probe.size, write_gbps, read_gbps)
+    pred_load_s = (pred.load_s or 0.0) + convert_s
     per_rank = world.all_gather_object((saves[1:], loads[1:]))   # the first of each warms up
     save_t = [max(r[0][i] for r in per_rank) for i in range(reps)]
     load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
     wrong = sum(world.all_gather_object(wrong))
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
-    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {len(probe.rows)} "
-              f"synthetic tensors, one probe save and load right before each real one, medians: "
+    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {probe.tensors} "
+              f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
     return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
             "wrong_loads": wrong,
             "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
                      "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s)},
-            "load": {"predicted_s": pred.load_s, "measured_s": load_s, "measured_s_each": load_t,
-                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred.load_s or 0.0, load_s)},
+            "load": {"predicted_s": pred_load_s, "measured_s": load_s, "measured_s_each": load_t,
+                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load_s, load_s),
+                     "predicted_storage_s": pred.load_s, "predicted_state_dict_s": convert_s},
             "inputs": {"storage": {"source": source, "write_gbps": write_gbps, "read_gbps": read_gbps,
                                    "size_bytes": probe.size, "probe_save_s_each": probe_save_t,
                                    "probe_load_s_each": probe_load_t, "save_spread_pct": spread_pct(probe_save_t),
-                                   "load_spread_pct": spread_pct(probe_load_t)}}}
+                                   "load_spread_pct": spread_pct(probe_load_t)},
+                       "state_dict": {"source": "get_state_dict + set_state_dict of this model and optimizer with their "
+                                                "own state (no load), timed right before each probe save, median",
+                                      "time_s": convert_s, "time_s_each": convert_t,
+                                      "spread_pct": spread_pct(convert_t)}}}
 
 
 def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:

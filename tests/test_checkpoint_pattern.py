@@ -9,21 +9,22 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from microbench.probes.checkpoint import PATTERN_PERIOD, ROW_ELEMS, CheckpointProbe  # noqa: E402
+from microbench.probes.checkpoint_layout import Item  # noqa: E402
 
 
-def _fake(rank: int, dtype, rows: list[int]) -> SimpleNamespace:
-    fake = SimpleNamespace(torch=torch, rank=rank, dtype=dtype, device=torch.device("cpu"), rows=rows)
-    fake._pattern = lambda i, r: CheckpointProbe._pattern(fake, i, r)
+def _fake(rank: int, entries: list) -> SimpleNamespace:
+    fake = SimpleNamespace(torch=torch, rank=rank, device=torch.device("cpu"), entries=entries)
+    fake._pattern = lambda *a: CheckpointProbe._pattern(fake, *a)
     return fake
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rank,index,rows", [(0, 0, 3), (1, 2, 5), (3, 7, 1)])
 def test_pattern_is_the_formula(dtype, rank, index, rows):
-    got = CheckpointProbe._pattern(_fake(rank, dtype, [rows]), index, rows)
-    first = rank * rows * ROW_ELEMS
-    want = ((torch.arange(first, first + rows * ROW_ELEMS) + 7 * index) % PATTERN_PERIOD).to(dtype)
-    assert torch.equal(got.flatten(), want) and got.shape == (rows, ROW_ELEMS)
+    first, count = rank * rows * ROW_ELEMS, rows * ROW_ELEMS
+    got = CheckpointProbe._pattern(_fake(rank, []), index, first, count, dtype)
+    want = ((torch.arange(first, first + count) + 7 * index) % PATTERN_PERIOD).to(dtype)
+    assert torch.equal(got, want)
     assert got.untyped_storage().nbytes() == got.numel() * got.element_size()
 
 
@@ -35,12 +36,19 @@ class _Local:
         return self.t
 
 
-def test_count_wrong_counts_each_bad_element_and_the_step():
-    fake = _fake(1, torch.float32, [2, 3])
-    fake.state = {"step": 1000, **{f"layers.{i}.weight": _Local(fake._pattern(i, r)) for i, r in enumerate(fake.rows)}}
-    loaded = {"step": 1000, **{k: _Local(v.t.clone()) for k, v in fake.state.items() if k != "step"}}
+def test_count_wrong_counts_each_bad_element_object_and_scalar():
+    entries = [(None, "step", Item("", "object")),
+               (None, "layers.0.weight", Item("", "shard", (4, ROW_ELEMS))),
+               ("optim", "00002", Item("optim", "replicate", ())),
+               ("optim", "00003", Item("optim", "shard", (6, ROW_ELEMS)))]
+    fake = _fake(1, entries)
+    fake.state = {"step": 1000, "layers.0.weight": _Local(fake._pattern(1, 0, 2 * ROW_ELEMS, torch.float32).view(2, -1)),
+                  "optim": {"00002": torch.tensor(3.0), "00003": _Local(torch.zeros(3, ROW_ELEMS))}}
+    loaded = {"step": 1000, "layers.0.weight": _Local(fake.state["layers.0.weight"].t.clone()),
+              "optim": {"00002": torch.tensor(3.0), "00003": _Local(torch.zeros(3, ROW_ELEMS))}}
     assert CheckpointProbe._count_wrong(fake, loaded) == 0
-    loaded["layers.1.weight"].t[0, 5] += 1
     loaded["layers.0.weight"].t[1, :3] = -1
+    loaded["optim"]["00003"].t[0, 5] += 1
+    loaded["optim"]["00002"] += 1
     loaded["step"] = 0
-    assert CheckpointProbe._count_wrong(fake, loaded) == 1 + 1 + 3
+    assert CheckpointProbe._count_wrong(fake, loaded) == 1 + 3 + 1 + 1

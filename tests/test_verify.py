@@ -258,6 +258,10 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
             part = row[op]
             assert part["error_pct"] == pytest.approx(100 * (part["predicted_s"] - part["measured_s"]) / part["measured_s"])
         assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
+        # the load's prediction is the probe's storage time plus the state-dict conversion timed on the model
+        convert = row["inputs"]["state_dict"]["time_s"]
+        assert convert > 0 and row["load"]["predicted_state_dict_s"] == convert
+        assert row["load"]["predicted_s"] == pytest.approx(row["load"]["predicted_storage_s"] + convert)
     assert not (tmp_path / "ck").exists()   # the run removed what it wrote, the directory it made too
 
 

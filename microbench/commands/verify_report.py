@@ -80,8 +80,10 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
               "probe at the shard size; all measured in this run")
     if ckpts:
         print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
-        print("# checkpoint inputs: the checkpoint probe on each target in this run (same bytes and tensor count, "
-              "synthetic), a probe save and load right before each real one, medians")
+        print("# checkpoint inputs: the checkpoint probe on each target in this run (synthetic values in the "
+              "real state's layout: top-level keys, tensor shapes, sharding, order), a probe save and load "
+              "right before each real one, medians; the load adds get_state_dict + set_state_dict timed on "
+              "the model")
     if verdict_:
         print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
               f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "

@@ -4,6 +4,9 @@ The state dict looks like an FSDP2 model's: `ceil(size / 64 MiB)` 2-D tensors, e
 sharded by rows (Shard(0)) over every rank, plus a small non-tensor entry. `--size` is the total
 across ranks, split evenly, so each rank writes and reads size / N bytes (rounded down to whole
 rows). Element values follow a known pattern, so a load can be checked element by element.
+With `items` (checkpoint_layout.Item, e.g. verify's FSDP model and optimizer state) the state
+instead mirrors that layout item by item: the same top-level keys, tensor shapes, sharding and
+order, with synthetic values, because what an S3 load costs depends on them (see that module).
 
 Cases, each timed from a barrier to this rank's return; the runner reports the slowest rank:
   save        dcp.save into a fresh directory (the previous one is removed first, untimed).
@@ -24,6 +27,7 @@ from typing import Any
 from ..errors import RunError, UsageError
 from ..probe import Capabilities, Case, Probe, Timed
 from ..units import DTYPE_BYTES, DTYPES, format_bytes_human
+from .checkpoint_layout import Item, layout_bytes, shard_rows, tensor_count
 from ..registry import Needs, ProbeSpec, SuiteStep
 from ..results.schema import ProbeRow
 
@@ -44,6 +48,7 @@ class Config:
     device: str = "cpu"
     backend: str = "gloo"
     tensors: int = 0                # 0: as many as TENSOR_BYTES needs; else this many (a model's item count)
+    items: tuple[Item, ...] = ()    # a real state's layout to mirror; then size_bytes and tensors are ignored
 
 
 class _CheckpointRequired(ProbeRow):
@@ -106,8 +111,10 @@ class CheckpointProbe(Probe):
         self.dtype = getattr(torch, config.dtype)
         self.elem = ELEM[config.dtype]
         self.n, self.rank = world.size, world.rank
-        self.rows = layout(config.size_bytes, self.n, self.elem, config.tensors)
-        self.size = sum(self.rows) * ROW_ELEMS * self.elem * self.n
+        self.entries = self._entries()
+        self.size = (layout_bytes(list(config.items), self.n) if config.items
+                     else sum(item.shape[0] for _g, _k, item in self.entries if item.kind == "shard")
+                     * ROW_ELEMS * self.elem)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
         self.mesh = init_device_mesh(self.device.type, (self.n,))
         # DCP's planning exchanges small objects; the gloo control group keeps them off NCCL.
@@ -119,44 +126,90 @@ class CheckpointProbe(Probe):
         self.cache_note = "not applicable"
 
     # ------------------------------------------------------------------ state dicts
-    def _pattern(self, index: int, local_rows: int) -> Any:
-        """Element e of the global tensor holds (e + 7 * index) mod PATTERN_PERIOD: one period
-        tiled in the target dtype (an int64 arange and modulo over 128 MiB took seconds)."""
+    def _entries(self) -> list[tuple[str | None, str, Item]]:
+        """(top-level key or None, key, item) for each entry of the state dict, in its order."""
+        if self.config.items:
+            return [(item.group, f"{i:05d}", item) for i, item in enumerate(self.config.items)]
+        rows = layout(self.config.size_bytes, self.n, self.elem, self.config.tensors)
+        # Zero-padded: dcp.load reads top-level keys sorted, dcp.save writes them in insertion
+        # order; "layers.10" sorting before "layers.2" made S3 loads read out of file order.
+        width = len(str(len(rows) - 1))
+        return [(None, "step", Item("", "object"))] + [
+            (None, f"layers.{i:0{width}d}.weight", Item("", "shard", (r * self.n, ROW_ELEMS), self.config.dtype))
+            for i, r in enumerate(rows)]
+
+    def _pattern(self, index: int, first: int, count: int, dtype: Any) -> Any:
+        """Element e of entry `index` (global flat position first + e) holds
+        (first + e + 7 * index) mod PATTERN_PERIOD: one period tiled in the target dtype (an int64
+        arange and modulo over 128 MiB took seconds)."""
         torch = self.torch
-        count = local_rows * ROW_ELEMS
-        offset = (self.rank * count + 7 * index) % PATTERN_PERIOD
-        period = torch.arange(PATTERN_PERIOD, dtype=torch.float32).to(self.dtype)
+        offset = (first + 7 * index) % PATTERN_PERIOD
+        period = torch.arange(PATTERN_PERIOD, dtype=torch.float32).to(dtype)
         tiled = period.repeat(-(-(count + offset) // PATTERN_PERIOD))[offset:offset + count]
         # clone: its own storage, exactly the shard (a view would carry the whole tiled buffer).
-        return tiled.clone().to(self.device).view(local_rows, ROW_ELEMS)
+        return tiled.clone().to(self.device)
 
-    def _make_state(self, fill: bool) -> dict[str, Any]:
+    def _leaf(self, index: int, item: Item, fill: bool) -> Any:
         from torch.distributed.tensor import DTensor, Shard
 
         torch = self.torch
-        state: dict[str, Any] = {"step": 1000}
-        for i, rows in enumerate(self.rows):
-            local = self._pattern(i, rows) if fill else torch.zeros(rows, ROW_ELEMS, dtype=self.dtype, device=self.device)
-            state[f"layers.{i}.weight"] = DTensor.from_local(
-                local, self.mesh, [Shard(0)], run_check=False,
-                shape=torch.Size((rows * self.n, ROW_ELEMS)), stride=(ROW_ELEMS, 1))
+        if item.kind == "object":
+            return 1000 + index if fill else 0
+        dtype = getattr(torch, item.dtype)
+        if item.kind == "replicate":
+            count, first, shape = math.prod(item.shape), 0, item.shape
+        else:
+            start, rows = shard_rows(item.shape[0], self.n, self.rank)
+            inner = math.prod(item.shape[1:])
+            count, first, shape = rows * inner, start * inner, (rows, *item.shape[1:])
+        local = (self._pattern(index, first, count, dtype) if fill
+                 else torch.zeros(count, dtype=dtype, device=self.device)).view(shape)
+        if item.kind == "replicate":
+            return local
+        stride = tuple(math.prod(item.shape[d + 1:]) for d in range(len(item.shape)))
+        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False,
+                                  shape=torch.Size(item.shape), stride=stride)
+
+    def _make_state(self, fill: bool) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for index, (group, key, item) in enumerate(self.entries):
+            holder = state if group is None else state.setdefault(group, {})
+            holder[key] = self._leaf(index, item, fill)
         return state
+
+    def _zero(self, state: dict[str, Any]) -> None:
+        for group, key, item in self.entries:
+            holder = state if group is None else state[group]
+            if item.kind == "object":
+                holder[key] = 0
+            else:
+                value = holder[key]
+                (value.to_local() if hasattr(value, "to_local") else value).zero_()
 
     def _count_wrong(self, state: dict[str, Any]) -> int:
         # self.state holds the pattern (remade after async_save's scribble test), so it is the
         # reference: regenerating the pattern cost ~1 s per check for 128 MiB per rank.
-        wrong = 0 if state.get("step") == 1000 else 1
-        for i in range(len(self.rows)):
-            key = f"layers.{i}.weight"
-            got, want = state[key].to_local(), self.state[key].to_local()
+        wrong = 0
+        for group, key, item in self.entries:
+            got = (state if group is None else state[group])[key]
+            want = (self.state if group is None else self.state[group])[key]
+            if item.kind == "object":
+                wrong += int(got != want)
+                continue
+            got, want = (t.to_local() if hasattr(t, "to_local") else t for t in (got, want))
             if not self.torch.equal(got, want):
                 wrong += int((got != want).sum().item())
         return wrong
 
+    @property
+    def tensors(self) -> int:
+        return tensor_count([item for _g, _k, item in self.entries])
+
     # ------------------------------------------------------------------ the contract
     def implementation(self) -> dict[str, Any]:
         return {"engine": "torch.distributed.checkpoint", "backend": self.config.backend, "device": self.device.type,
-                "state_dict": f"{len(self.rows)} DTensors sharded Shard(0) over {self.n} ranks",
+                "state_dict": (f"{self.tensors} tensors mirroring a given state's layout (shapes, sharding, order)"
+                               if self.config.items else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
                 "size_meaning": "total bytes across all ranks, split evenly",
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
@@ -167,7 +220,7 @@ class CheckpointProbe(Probe):
         return [Case(op, self.size) for op in ops]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        return {"ranks": self.n, "bytes_per_rank": self.size // self.n, "tensors": len(self.rows),
+        return {"ranks": self.n, "bytes_per_rank": self.size // self.n, "tensors": self.tensors,
                 "dtype": self.config.dtype}
 
     def prepare(self, case: Case) -> None:
@@ -201,10 +254,7 @@ class CheckpointProbe(Probe):
 
     def _timed_load(self) -> Timed:
         assert self.dest is not None and self.last_step is not None
-        for key, value in self.dest.items():
-            if key != "step":
-                value.to_local().zero_()
-        self.dest["step"] = 0
+        self._zero(self.dest)
         self.sync()
         if self.rank == 0:
             self.cache_note = self.run_dir.drop_page_cache(self.last_step)
@@ -238,13 +288,13 @@ class CheckpointProbe(Probe):
             self._fresh_step()
             future = self._guard("async_save", lambda: self.dcp.async_save(
                 self.state, storage_writer=self._writer(), process_group=self.group))
-            for key, value in self.state.items():
-                if key != "step":
-                    value.to_local().fill_(-1)
+            for group, key, item in self.entries:
+                value = (self.state if group is None else self.state[group])[key]
+                if item.kind != "object":
+                    (value.to_local() if hasattr(value, "to_local") else value).fill_(-1)
             self._guard("async_save", lambda: _result(future))
             self.state = self._make_state(fill=True)
         dest = self._make_state(fill=False)
-        dest["step"] = 0
         self._guard("load", lambda: self.dcp.load(dest, storage_reader=self.run_dir.reader(self.last_step),
                                                   process_group=self.group))
         return self._count_wrong(dest)
