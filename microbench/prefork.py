@@ -50,6 +50,11 @@ def warm() -> bool:
         registry.specs()
     except Exception:  # a broken torch: fresh interpreters will say why, one line each
         return False
+    for optional in ("s3fs", "boto3"):  # the S3 steps' clients (0.3 and 0.2 s), where installed
+        try:
+            __import__(optional)
+        except Exception:
+            pass
     _warm = True
     return True
 
