@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, native
+from .prefork import FORKED_ENV
 
 
 def _read(path: str) -> str | None:
@@ -170,7 +171,7 @@ def collect(*, with_nics: bool = True) -> dict[str, Any]:
         "microbench": __version__,
         "implementation": native.implementation(),
         # A fork of a warm suite process (prefork.py) runs the same code without importing anew.
-        "process_start": "fork" if os.environ.get("MICROBENCH_FORKED") else "exec",
+        "process_start": "fork" if os.environ.get(FORKED_ENV) else "exec",
         **torch_info(),
     }
     if with_nics:

@@ -96,9 +96,6 @@ class Forked:
             except ProcessLookupError:
                 pass
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
@@ -124,14 +121,13 @@ def start(argv: Sequence[str], env: dict[str, str], *, stdin: Target = subproces
     except SystemExit as exc:  # argparse's usage errors, as a fresh interpreter would exit
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 - never return into the parent's code
-        print(f"microbench: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"microbench: could not start a forked process: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code)
-    raise AssertionError("unreachable")
 
 
 def _fd(target: Target, devnull: int) -> int | None:
@@ -143,23 +139,19 @@ def _fd(target: Target, devnull: int) -> int | None:
 
 
 def _become(argv: Sequence[str], env: dict[str, str], fds: dict[int, int | None], new_session: bool) -> None:
-    try:
-        if new_session:
-            os.setsid()
-        for std, fd in fds.items():
-            if fd is not None:
-                os.dup2(fd, std)
-        os.environ.clear()
-        os.environ.update(env)
-        os.environ[FORKED_ENV] = "1"
-        sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py"), *argv]
-        from . import interrupts
-
-        interrupts.fresh_process()
-    except OSError as exc:
-        print(f"microbench: could not start a forked process: {exc}", file=sys.stderr, flush=True)
-        os._exit(1)
+    from . import interrupts
     from .__main__ import entry
+
+    if new_session:
+        os.setsid()
+    for std, fd in fds.items():
+        if fd is not None:
+            os.dup2(fd, std)
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ[FORKED_ENV] = "1"
+    sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py"), *argv]
+    interrupts.fresh_process()
 
     entry()
 

@@ -177,7 +177,7 @@ def uses_embedded_s3(step: Step) -> bool:
 @contextlib.contextmanager
 def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
     """Environment for every step, prepared once and concurrently before any step measures:
-    the torch facts (a child importing torch, ~2.5 s of CPU) and, when two or more steps would
+    the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
     each start an embedded S3 server, one server for all of them (stopped on exit). A server
     that cannot start is not shared: each step then starts its own and reports why it cannot."""
     from .errors import MicrobenchError

@@ -99,8 +99,6 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             sync(dev)
             loads.append(time.perf_counter() - start)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
-            msd, osd = get_state_dict(model, optim)
-            state = {"model": msd, "optim": osd}
     finally:
         probe.release(load_case)
     # the first of each (probe and real) warms up; each value is the slowest rank's

@@ -112,9 +112,7 @@ class CheckpointProbe(Probe):
         self.elem = ELEM[config.dtype]
         self.n, self.rank = world.size, world.rank
         self.entries = self._entries()
-        self.size = (layout_bytes(list(config.items), self.n) if config.items
-                     else sum(item.shape[0] for _g, _k, item in self.entries if item.kind == "shard")
-                     * ROW_ELEMS * self.elem)
+        self.size = layout_bytes([item for _group, _key, item in self.entries], self.n)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
         self.mesh = init_device_mesh(self.device.type, (self.n,))
         # DCP's planning exchanges small objects; the gloo control group keeps them off NCCL.
@@ -183,8 +181,7 @@ class CheckpointProbe(Probe):
             if item.kind == "object":
                 holder[key] = 0
             else:
-                value = holder[key]
-                (value.to_local() if hasattr(value, "to_local") else value).zero_()
+                _local(holder[key]).zero_()
 
     def _count_wrong(self, state: dict[str, Any]) -> int:
         # self.state holds the pattern (remade after async_save's scribble test), so it is the
@@ -196,7 +193,7 @@ class CheckpointProbe(Probe):
             if item.kind == "object":
                 wrong += int(got != want)
                 continue
-            got, want = (t.to_local() if hasattr(t, "to_local") else t for t in (got, want))
+            got, want = _local(got), _local(want)
             if not self.torch.equal(got, want):
                 wrong += int((got != want).sum().item())
         return wrong
@@ -291,7 +288,7 @@ class CheckpointProbe(Probe):
             for group, key, item in self.entries:
                 value = (self.state if group is None else self.state[group])[key]
                 if item.kind != "object":
-                    (value.to_local() if hasattr(value, "to_local") else value).fill_(-1)
+                    _local(value).fill_(-1)
             self._guard("async_save", lambda: _result(future))
             self.state = self._make_state(fill=True)
         dest = self._make_state(fill=False)
@@ -349,6 +346,11 @@ class CheckpointProbe(Probe):
             if _was_interrupted(exc):
                 raise KeyboardInterrupt from None
             raise RunError(f"checkpoint {what} to {self.run_dir.display} failed: {_dcp_cause(exc)}") from None
+
+
+def _local(tensor: Any) -> Any:
+    """This rank's part: a DTensor's local shard, a replicated tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def _result(future: Any) -> Any:

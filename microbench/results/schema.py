@@ -157,7 +157,6 @@ class ProbeRow(TypedDict):
     nwrong: int | None                  # None: --no-check, or not yet checked (checked_by)
 
 
-
 # What every reader may index in any probe's row, in every record of versions 1 and 2.
 IDENTITY_FIELDS = ("op", "size_bytes")
 
