@@ -68,6 +68,53 @@ def test_embedded_server_starts_serves_and_cleans_up():
     assert not root.exists()
 
 
+
+def _resident_pages(path: Path) -> int:
+    """Pages of `path` in the page cache (mincore over a read-only mapping)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        vec = ctypes.create_string_buffer(-(-size // page))
+        try:
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vec.raw)
+
+
+def test_embedded_server_head_and_list_leave_dropped_pages_dropped(embedded_s3):
+    """rclone hashed each object for its ETag on every HEAD and LIST, reading it back into the
+    page cache; a checkpoint load that had just dropped its objects' pages then read memory."""
+    client = embedded_s3.client()
+    key = "etag-test/obj"
+    client.put_object(Bucket=embedded_s3.bucket, Key=key, Body=os.urandom(8 << 20))
+    path = embedded_s3.root / embedded_s3.bucket / key
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    before = _resident_pages(path)
+    assert client.head_object(Bucket=embedded_s3.bucket, Key=key)["ContentLength"] == 8 << 20
+    listed = client.list_objects_v2(Bucket=embedded_s3.bucket, Prefix="etag-test/")["Contents"]
+    assert [o["Key"] for o in listed] == [key]
+    assert _resident_pages(path) == before < 64  # 2048 pages when rclone hashed it
+    client.delete_object(Bucket=embedded_s3.bucket, Key=key)
+
 def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
     proc = run_cli("storage", "s3", *SMALL, "--json", "s3.json")
     assert proc.returncode == 0, proc.stderr
