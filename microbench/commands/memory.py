@@ -22,9 +22,13 @@ def run(args: argparse.Namespace) -> int:
     from ..units import parse_positive_int
 
     threads = 0 if str(args.threads) == "0" else parse_positive_int(args.threads, what="--threads", example="2")
-    config = mem.Config(sizes=parse_sizes(args.sizes), threads=threads)
+    settings = settings_from_args(args, check=False)
+    # One native call per case where the sweep is short; a long one still comes in batches, so
+    # copies the budget leaves unused stay few.
+    config = mem.Config(sizes=parse_sizes(args.sizes), threads=threads,
+                        copies_per_call=max(1, min(settings.warmup + settings.iters, 32)))
     probe = mem.MemoryProbe(config)
-    outcome = run_probe(probe, settings_from_args(args, check=False), config=config, json_path=args.json,
+    outcome = run_probe(probe, settings, config=config, json_path=args.json,
                         results_dir=args.results_dir)
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
               f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]
