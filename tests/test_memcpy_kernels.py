@@ -66,3 +66,22 @@ def test_memory_ceilings_take_the_fastest_and_the_plain_copy(monkeypatch):
     fastest, plain = sp.memory_ceilings(1_000_000_000, 2)
     assert fastest == pytest.approx(2.0) and plain == pytest.approx(1.25)
     assert sorted(calls) == [(1, "auto"), (1, "libc"), (2, "auto"), (2, "libc")]
+
+
+def test_memory_command_times_a_case_in_one_native_call(monkeypatch, tmp_path):
+    """Each native call allocates, touches and checks its own buffers and picks a kernel, all
+    untimed (~0.4 s at 256M): `microbench memory` asks for warm-up + iterations at once."""
+    from microbench import cli
+    from microbench.probes import memory as mem
+
+    calls = []
+
+    def fake_run(size, threads, iters, kernel="auto"):
+        calls.append((size, threads, iters, kernel))
+        return [0.001 * (i + 1) for i in range(iters)], "libc"
+
+    monkeypatch.setattr(mem.native, "memcpy_run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["memory", "--sizes", "4M", "--warmup", "2", "--iters", "10", "--threads", "2"]) == 0
+    assert [(c[1], c[2]) for c in calls] == [(1, 12), (2, 12)]
+    assert [c[3] for c in calls] == ["auto", "auto"]
