@@ -245,3 +245,30 @@ def test_get_check_counts_a_corrupted_chunk(embedded_s3):
         assert probe.check(get) == 1
     finally:
         probe.close()
+
+
+def test_the_probe_builds_one_client_for_all_its_threads(embedded_s3):
+    """Built lazily by the first requests, each of the pool's threads found no client yet and
+    built its own (eight clients for the first PUT instead of one)."""
+    from microbench.probe import Case
+    from microbench.probes.storage_s3 import StorageS3Probe
+    from microbench.s3client import Target
+
+    built = []
+
+    class CountingTarget(Target):
+        def client(self, **kwargs):
+            built.append(kwargs)
+            return super().client(**kwargs)
+
+    config = Config(object_size=12 << 20, part_size=5 << 20, concurrency=8, objects=4,
+                    bucket=embedded_s3.bucket, prefix="one-client-test/")
+    probe = StorageS3Probe(config, CountingTarget.for_embedded(embedded_s3))
+    put = Case("put", config.object_size)
+    try:
+        probe.prepare(put)
+        probe.run_once(put)
+        assert probe.check(put) == 0
+    finally:
+        probe.close()
+    assert len(built) == 1
