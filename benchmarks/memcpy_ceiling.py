@@ -7,7 +7,8 @@ Alternates, round by round, three separate processes on the same 64 MiB single-t
   2. the pytest-benchmark comparison `benchmarks/test_hot_paths.py -k memcpy` (native and numpy
      fallback through the probe_benchmark fixture), read back from --benchmark-json;
   3. a plain numpy copy (`np.copyto` on pre-touched 64 MiB arrays), median of 20.
-Both native paths time the same copies: MemoryProbe.run_once (batches of 8 native copies, buffers
+Both native paths time the same copies: MemoryProbe.run_once (native copies in batches of
+probes.memory.copies_per_call(warm-up, iterations), one batch per case at these counts, buffers
 allocated, touched and huge-page advised once per batch, outside the timed copies), with the
 memory command's warm-up and iteration counts (test_hot_paths reads them from its parser).
 

@@ -12,7 +12,7 @@ import pytest
 
 from microbench import native
 from microbench.probe import Case
-from microbench.probes.memory import Config, MemoryProbe
+from microbench.probes.memory import Config, MemoryProbe, copies_per_call
 
 SIZE = 64 << 20
 
@@ -34,12 +34,12 @@ def test_memcpy_one_thread(probe_benchmark, monkeypatch, impl):
         pytest.skip("native module not built")
     if impl == "python":
         monkeypatch.setattr(native, "_module", None)
-    # The same copies `microbench memory --sizes 64M` times: MemoryProbe.run_once (batches of 8
-    # native copies, buffers allocated and touched once per batch, outside the timed copies),
-    # with the command's warm-up and iteration counts, so the same copies of the same batches
-    # are timed and the medians compare like for like.
+    # The same copies `microbench memory --sizes 64M` times: MemoryProbe.run_once (native copies
+    # in batches of copies_per_call, buffers allocated and touched once per batch, outside the
+    # timed copies), with the command's warm-up and iteration counts, so the same copies of the
+    # same batches are timed and the medians compare like for like.
     warmup, iters = memory_command_counts()
-    probe = MemoryProbe(Config(sizes=[SIZE], gpu=False))
+    probe = MemoryProbe(Config(sizes=[SIZE], gpu=False, copies_per_call=copies_per_call(warmup, iters)))
     info = probe_benchmark(probe, Case("memcpy_1t", SIZE), rounds=iters, warmup_rounds=warmup)
     info["copy_kernel"] = probe.kernels.get(("memcpy_1t", SIZE))  # saved with --benchmark-json
     assert info["copy_gbps"] > 0 and info["implementation"]["engine"].startswith("memcpy" if impl == "native" else "numpy")

@@ -23,10 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     threads = 0 if str(args.threads) == "0" else parse_positive_int(args.threads, what="--threads", example="2")
     settings = settings_from_args(args, check=False)
-    # One native call per case where the sweep is short; a long one still comes in batches, so
-    # copies the budget leaves unused stay few.
     config = mem.Config(sizes=parse_sizes(args.sizes), threads=threads,
-                        copies_per_call=max(1, min(settings.warmup + settings.iters, 32)))
+                        copies_per_call=mem.copies_per_call(settings.warmup, settings.iters))
     probe = mem.MemoryProbe(config)
     outcome = run_probe(probe, settings, config=config, json_path=args.json,
                         results_dir=args.results_dir)

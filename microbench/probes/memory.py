@@ -27,9 +27,16 @@ class Config:
     threads: int = 0  # 0: every usable core
     gpu: bool = True
     # Host copies timed per native call, each call with its own buffers (allocated, touched and
-    # checked untimed: ~0.4 s at 256M) and kernel choice. The command asks for warm-up +
-    # iterations (up to 32) so a case is one call; the suite's memory step spent 0.8 s on a second.
+    # checked untimed: ~0.4 s at 256M) and kernel choice. The command asks copies_per_call()
+    # so a case is one call; the suite's memory step spent 0.8 s on a second.
     copies_per_call: int = 8
+
+
+def copies_per_call(warmup: int, iters: int) -> int:
+    """Native copies per call for a sweep of `warmup` + `iters`: all of them where the sweep is
+    short, so a case is one call; a long one still comes in batches, so copies the budget
+    leaves unused stay few."""
+    return max(1, min(warmup + iters, 32))
 
 
 def usable_cores() -> int:
