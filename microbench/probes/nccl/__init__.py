@@ -381,5 +381,8 @@ SPEC = ProbeSpec(
     row_schema=NcclRow,
     cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
     case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
-    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2"), aliases=("collectives",)),),
+    # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
+    # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
+    # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
+    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2", "--warmup", "1"), aliases=("collectives",)),),
 )
