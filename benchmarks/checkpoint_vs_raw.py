@@ -65,7 +65,7 @@ def raw(size: int, nproc: int, target: str) -> tuple[float, float]:
 def dcp(size: str, nproc: int, target: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
-        from microbench.dist import package_env, self_command
+        from microbench.world.dist import package_env, self_command
 
         subprocess.run([*self_command(), "checkpoint", "--size", size, "--nproc", str(nproc),
                         "--target", target, "--warmup", "1", "--iters", "3", "--json", path, "--no-check"],
@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     # Last: the installed microbench (with its compiled core) wins over the checkout.
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from microbench.units import parse_size
+    from microbench.core.units import parse_size
 
     nbytes = parse_size(args.size)
     save, load, wr, rd = [], [], [], []

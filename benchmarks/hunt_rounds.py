@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from microbench import lab as labmod  # noqa: E402
+from microbench.lab.namespaces import namespaces as labmod  # noqa: E402
 
 
 def hunt_once(hosts: int, link: str, size: str, workdir: str) -> dict:

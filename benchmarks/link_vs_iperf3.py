@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # fallback for a machine where it is not installed.
 sys.path.append(str(ROOT))
 
-from microbench import lab as labmod  # noqa: E402
-from microbench.dist import package_env, self_command  # noqa: E402
+from microbench.lab.namespaces import namespaces as labmod  # noqa: E402
+from microbench.world.dist import package_env, self_command  # noqa: E402
 
 LINE_GBIT = 1.0
 

@@ -36,11 +36,11 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from microbench.dist import World, detect_world
-    from microbench.probe import Case
+    from microbench.world.dist import World, detect_world
+    from microbench.core.probe import Case
     from microbench.probes import nccl as coll
-    from microbench.runner import SweepSettings, measure_case
-    from microbench.units import parse_sizes
+    from microbench.run.runner import SweepSettings, measure_case
+    from microbench.core.units import parse_sizes
 
     spec = detect_world()
     assert spec is not None
@@ -102,7 +102,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def launch(args: argparse.Namespace) -> None:
-    from microbench.dist import free_port
+    from microbench.world.dist import free_port
 
     port = free_port()
     procs = []
@@ -118,7 +118,7 @@ def launch(args: argparse.Namespace) -> None:
 
 def time_default_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
-        from microbench.dist import package_env, self_command
+        from microbench.world.dist import package_env, self_command
 
         env = package_env()
         start = time.monotonic()

@@ -17,10 +17,10 @@ from pathlib import Path
 # fallback for a machine where it is not installed.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from microbench import native  # noqa: E402
-from microbench.probes import storage_fio as sf  # noqa: E402
-from microbench.probes import storage_posix as sp  # noqa: E402
-from microbench.units import format_size, parse_size  # noqa: E402
+from microbench.targets import native  # noqa: E402
+from microbench.probes.storage import fio as sf  # noqa: E402
+from microbench.probes.storage import posix as sp  # noqa: E402
+from microbench.core.units import format_size, parse_size  # noqa: E402
 
 TARGET = 0.95
 

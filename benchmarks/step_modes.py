@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def figures(path: Path) -> str:
-    from microbench.registry import for_record
+    from microbench.core.registry import for_record
 
     record = json.loads(path.read_text())
     spec = for_record(record)
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     command = [a for a in args.command if a != "--"] or ["memory", "--sizes", "64M"]
 
-    from microbench import prefork
+    from microbench.world import fork as prefork
 
     if not prefork.warm():
         raise SystemExit("this machine cannot fork steps (a GPU is possible, or torch is missing)")

@@ -56,7 +56,7 @@ def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, fl
     steps: dict[str, float] = {}
     if report.exists():
         for suite in ET.parse(report).getroot().iter("testsuite"):
-            if suite.get("name") == "microbench.suite":  # one testcase per step, its seconds as time
+            if suite.get("name") == "microbench.accept.suite":  # one testcase per step, its seconds as time
                 for case in suite.iter("testcase"):
                     steps[case.get("name", "?")] = float(case.get("time", "0"))
     if done.returncode != 0:
@@ -72,7 +72,7 @@ def run_suite(tmp: Path, root: Path = ROOT) -> tuple[dict[str, float], float, fl
 
 
 def step_argv(name: str) -> list[str]:
-    from microbench.registry import suite_steps
+    from microbench.core.registry import suite_steps
 
     for spec, step in suite_steps():
         if step.name == name or name in step.aliases:
@@ -94,7 +94,7 @@ def with_variant(argv: list[str], variant: list[str]) -> list[str]:
 
 
 def run_step(argv: list[str], tmp: Path) -> tuple[float, dict[str, float]]:
-    from microbench.registry import for_record
+    from microbench.core.registry import for_record
 
     record = tmp / f"step-{time.monotonic_ns()}.json"
     filled = [a.format(path=str(tmp)) for a in argv]

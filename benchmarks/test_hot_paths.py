@@ -10,8 +10,8 @@ from 1.5x (benchmarks/memcpy_ceiling.py compares this with `microbench memory`).
 
 import pytest
 
-from microbench import native
-from microbench.probe import Case
+from microbench.targets import native
+from microbench.core.probe import Case
 from microbench.probes.memory import Config, MemoryProbe, copies_per_call
 
 SIZE = 64 << 20

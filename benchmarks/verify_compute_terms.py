@@ -28,7 +28,7 @@ CONFIGS = [("calib", 384), ("small", 256), ("small", 512), ("medium", 256), ("me
 
 def old_rate(world, shape, tokens):
     from microbench.probes import compute as cm
-    from microbench.runner import SweepSettings, measure_case
+    from microbench.run.runner import SweepSettings, measure_case
 
     config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                        kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
@@ -42,10 +42,10 @@ def old_rate(world, shape, tokens):
 def rank_main(rounds: int, out: str) -> int:
     import torch
 
-    from microbench import fsdp_model as fm
-    from microbench import verify as vf
-    from microbench.dist import World, detect_world
-    from microbench.stats import percentile
+    from microbench.verify.steps import model as fm
+    from microbench.verify.steps import steps as vf
+    from microbench.world.dist import World, detect_world
+    from microbench.core.stats import percentile
 
     torch.set_num_threads(1)
     world = World(detect_world(), "gloo", 300)
@@ -76,7 +76,7 @@ def rank_main(rounds: int, out: str) -> int:
 
 
 def report(samples: dict) -> str:
-    from microbench.stats import percentile
+    from microbench.core.stats import percentile
 
     lines = ["| configuration | old: error per round | old spread | new: error per round | new spread |",
              "|---|---|---|---|---|"]
@@ -99,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
     if os.environ.get("RANK") is not None:
         return rank_main(args.rounds, args.json)
-    from microbench.dist import free_port
+    from microbench.world.dist import free_port
 
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "--rounds", str(args.rounds), "--json", args.json],

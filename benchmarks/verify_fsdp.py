@@ -80,8 +80,8 @@ def main() -> int:
     parser.add_argument("--ckpt-tolerance", default="15")
     parser.add_argument("extra", nargs="*", help="more `verify fsdp` arguments (after --)")
     args = parser.parse_args()
-    from microbench import lab as labmod
-    from microbench.dist import package_env
+    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.world.dist import package_env
 
     created = False
     if labmod.find(args.lab) is None:

@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 
-from .errors import MicrobenchError, ProbeUnavailable, RunError, UsageError  # noqa: E402,F401
+from .core.errors import MicrobenchError, ProbeUnavailable, RunError, UsageError  # noqa: E402,F401

@@ -7,7 +7,7 @@ import sys
 def entry() -> None:
     # Before anything heavy is imported: a Ctrl-C or SIGTERM in the first second of start-up
     # still ends with one line and exit 1, never a traceback or a silent death.
-    from . import interrupts
+    from .world import interrupts
 
     interrupts.install()
     interrupts.report_ready()

@@ -16,8 +16,8 @@ import traceback
 from typing import Sequence
 
 from . import __version__
-from . import registry
-from .errors import MicrobenchError, ProbeUnavailable, UsageError
+from .core import registry
+from .core.errors import MicrobenchError, ProbeUnavailable, UsageError
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
 # listed here: they come from the registry (one ProbeSpec per probe module).
@@ -37,8 +37,8 @@ def measuring_commands() -> set[str]:
 
 
 def _warn_if_fallback(command: str) -> None:
-    from . import native
-    from .dist import RANK_VARIABLES, SPAWNED_ENV
+    from .targets import native
+    from .world.dist import RANK_VARIABLES, SPAWNED_ENV
 
     if command not in measuring_commands() or os.environ.get(SPAWNED_ENV):
         return  # a rank we launched: the launcher has said it already, on the same package
@@ -105,7 +105,7 @@ def _quiet_torch() -> None:
 def _signals_as_interrupt() -> None:
     """SIGINT and SIGTERM (torchrun, Slurm, kill) end a run alike and once: the partial record
     is kept (see interrupts.py)."""
-    from . import interrupts
+    from .world import interrupts
 
     interrupts.install()
 

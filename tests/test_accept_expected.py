@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.accept import Check, evaluate, load_checks
-from microbench.errors import UsageError
+from microbench.accept.rules.rules import Check, evaluate, load_checks
+from microbench.core.errors import UsageError
 
 from conftest import last_line
 

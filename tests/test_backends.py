@@ -2,8 +2,8 @@
 
 import pytest
 
-from microbench.backends import nccl_transport_from_log, select_backend
-from microbench.errors import ProbeUnavailable, UsageError
+from microbench.world.backends import nccl_transport_from_log, select_backend
+from microbench.core.errors import ProbeUnavailable, UsageError
 
 
 def choose(requested, transport, cuda=False, nccl=False, ib=()):

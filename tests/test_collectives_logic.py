@@ -4,7 +4,7 @@ collective is simulated with plain tensor ops on every rank's pattern."""
 import pytest
 import torch
 
-from microbench.errors import UsageError
+from microbench.core.errors import UsageError
 from microbench.probes import nccl as coll
 from microbench.probes.nccl import OPS, count_wrong, effective_size, expected_result, expected_segments, pattern
 
@@ -102,7 +102,7 @@ def test_memory_check_refuses_with_the_amount_needed():
 
 
 def test_memory_refusal_states_the_90_percent_rule_when_the_need_is_below_free():
-    from microbench.units import memory_shortfall
+    from microbench.core.units import memory_shortfall
 
     # 20 GiB against 22 GiB free: refused because 90% of 22 is 19.8; the message must say so.
     text = memory_shortfall(20 << 30, 22 << 30, "host memory")

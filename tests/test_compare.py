@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import last_line
-from microbench.compare import compare, parse_rule
-from microbench.errors import UsageError
+from microbench.accept.rules.compare import compare, parse_rule
+from microbench.core.errors import UsageError
 from microbench.results import RecordWriter, new_record
 
 

@@ -4,11 +4,10 @@ import math
 
 import pytest
 
-from microbench.compose import (CheckpointSpec, CrudeModel, Curve, TrainSpec, checkpoint_bytes, checkpoint_parts,
-                                memory_check, predict_step, predict_tier, required_write_gbps, synthetic_network)
+from microbench.compose import (CheckpointSpec, CrudeModel, Curve, TrainSpec, checkpoint_bytes, checkpoint_parts, memory_check, predict_step, predict_tier, required_write_gbps, synthetic_network)
 from microbench.compose.models import PRESETS
 from microbench.compose.report import format_time
-from microbench.errors import UsageError
+from microbench.core.errors import UsageError
 
 LAT_S, BUSBW = 100e-6, 1.0  # 100 us, 1 GB/s
 

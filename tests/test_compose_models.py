@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from microbench.compose.models import PRESETS, from_hf_config, preset
-from microbench.errors import UsageError
+from microbench.core.errors import UsageError
 
 DATA = Path(__file__).parent / "data" / "hf"
 

@@ -8,7 +8,7 @@ import sys
 
 from conftest import cli_env
 from microbench.cli import build_parser
-from microbench.progress import Progress, row_brief
+from microbench.core.progress import Progress, row_brief
 
 def _leaf_parsers(parser, prefix=()):
     import argparse

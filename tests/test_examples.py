@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench import accept
+from microbench.accept.rules import rules as accept
 from microbench.cli import build_parser
 from microbench.commands.common import settings_from_args
-from microbench.units import parse_sizes
+from microbench.core.units import parse_sizes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Values a launcher would give; only their shape matters to the parser.

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import cli_env, join_nccl, one_error_line, ranks_of, records, rows_written, start_nccl_sweep, tmpfs, wait_for
 
-from microbench.errors import RunError
+from microbench.core.errors import RunError
 from microbench.probes import checkpoint as ck
 
 
@@ -100,7 +100,7 @@ def test_ctrl_c_during_a_save_or_load(tmp_path, phase, second):
 
 # ---------------------------------------------------------------- 10: a world of one
 def test_fit_of_a_world_of_one_has_no_bus_model():
-    from microbench.fit import fit_latency_bandwidth
+    from microbench.core.fit import fit_latency_bandwidth
 
     rows = [{"size_bytes": s, "time_us": {"p50": 10 + s / 1e4}, "algbw_gbps": s / (10 + s / 1e4) / 1e3,
              "busbw_gbps": 0.0, "placement": "out"} for s in (1 << 20, 1 << 22)]
@@ -137,7 +137,7 @@ def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
 
 # ---------------------------------------------------------------- 11: how many local ranks
 def test_local_world_limit_rule(monkeypatch):
-    from microbench import supervise as dist
+    from microbench.world import supervisor as dist
 
     monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 64 << 30)
@@ -150,7 +150,7 @@ def test_local_world_limit_rule(monkeypatch):
 @pytest.mark.parametrize("command", [["nccl", "--sizes", "1M"], ["checkpoint", "--size", "1G", "--target", "ck"],
                                      ["verify", "fsdp"]])
 def test_too_many_local_ranks_are_refused_before_any_starts(run_cli, tmp_path, command):
-    from microbench.supervise import local_world_limit
+    from microbench.world.supervisor import local_world_limit
 
     limit, rule = local_world_limit()
     proc = run_cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
@@ -293,7 +293,7 @@ def test_a_signal_during_start_up(tmp_path, moment, signame):
 # ---------------------------------------------------------------- 12: whom a lab failure blames
 @pytest.fixture
 def h7b_lab(lab_name):
-    from microbench import lab as labmod
+    from microbench.lab.namespaces import namespaces as labmod
 
     labmod.up(lab_name, 2, None)
     return lab_name  # lab_name takes it down again

@@ -2,7 +2,7 @@
 
 import pytest
 
-from microbench.fit import fit_latency_bandwidth
+from microbench.core.fit import fit_latency_bandwidth
 
 
 def rows_for(latency_us, peak_gbps, factor, sizes, placement="out"):

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from conftest import last_line
-from microbench import hunt, labshape
-from microbench.errors import UsageError
+from microbench.lab.namespaces import hunt, shaping as labshape
+from microbench.core.errors import UsageError
 
 NAMES = ["h0", "h1", "h2", "h3"]
 

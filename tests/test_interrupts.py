@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_env
-from microbench import interrupts
+from microbench.world import interrupts
 
 PACKAGE = Path(interrupts.__file__).resolve().parent
 
@@ -87,7 +87,7 @@ def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
 def test_a_signal_after_the_exit_code_is_decided_changes_nothing():
     # After closing(): the flush and the interpreter's exit keep main's code.
     done = _entry("def main():\n    return 3\n"
-                  "import microbench.interrupts as i\n_closing = i.closing\n"
+                  "import microbench.world.interrupts as i\n_closing = i.closing\n"
                   "def closing():\n    _closing()\n    os.kill(os.getpid(), signal.SIGINT)\n"
                   "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.05)\n"
                   "i.closing = closing\n")
@@ -122,7 +122,7 @@ def test_take_and_restore_pair_like_handled(own_handlers):
 def test_a_handler_that_runs_after_closing_counts_and_never_raises(monkeypatch):
     # A signal that arrived just before closing() blocked it runs its Python handler just after:
     # a KeyboardInterrupt there would escape entry() and Python would exit 130.
-    from microbench import interrupts
+    from microbench.world import interrupts
 
     monkeypatch.setattr(interrupts, "hits", 0)
     monkeypatch.setattr(interrupts, "closed", True)

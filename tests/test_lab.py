@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from microbench import lab as labmod
-from microbench.commands.labrun import _without
-from microbench.errors import UsageError
-from microbench.tables import profiles_table
+from microbench.lab.namespaces import namespaces as labmod
+from microbench.lab.namespaces.placement import _without
+from microbench.core.errors import UsageError
+from microbench.accept.rules.tables import profiles_table
 
 from conftest import last_line
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from microbench import native
+from microbench.targets import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native module not built")
 
@@ -24,7 +24,7 @@ def test_unknown_kernel_is_refused():
 
 
 def test_memory_probe_records_the_kernel():
-    from microbench.probe import Case
+    from microbench.core.probe import Case
     from microbench.probes.memory import Config, MemoryProbe
 
     probe = MemoryProbe(Config(sizes=[4 << 20], gpu=False))
@@ -35,8 +35,8 @@ def test_memory_probe_records_the_kernel():
 
 
 def test_buffered_reads_are_judged_against_the_plain_copy():
-    from microbench.probe import Case
-    from microbench.probes import storage_posix as sp
+    from microbench.core.probe import Case
+    from microbench.probes.storage import posix as sp
 
     class Target:
         direct, memory_backed = False, False
@@ -51,7 +51,7 @@ def test_buffered_reads_are_judged_against_the_plain_copy():
 
 
 def test_memory_ceilings_take_the_fastest_and_the_plain_copy(monkeypatch):
-    from microbench.probes import storage_posix as sp
+    from microbench.probes.storage import posix as sp
 
     calls = []
 

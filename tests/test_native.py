@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from microbench import native
+from microbench.targets import native
 
 
 def test_native_module_is_built_where_ci_expects_it():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.errors import UsageError
-from microbench.outputs import check_new_file
+from microbench.core.errors import UsageError
+from microbench.results.outputs import check_new_file
 
 
 def _refused(*args, **kwargs) -> str:
@@ -48,7 +48,7 @@ def test_a_directory_is_not_a_file(tmp_path):
 def test_an_unwritable_directory_is_named(tmp_path, monkeypatch):
     # As root permission bits stop nothing, so the reason comes from why_unwritable (read-only
     # mounts are tested for real in test_unwritable_out.py).
-    from microbench import outputs
+    from microbench.results import outputs
 
     monkeypatch.setattr(outputs, "why_unwritable", lambda d: f"directory {str(d)!r} is on a read-only filesystem")
     path = str(tmp_path / "p.png")
@@ -57,7 +57,7 @@ def test_an_unwritable_directory_is_named(tmp_path, monkeypatch):
 
 
 def test_a_caller_that_claims_the_file_itself_gets_only_the_name_checks(tmp_path, monkeypatch):
-    from microbench import outputs
+    from microbench.results import outputs
 
     monkeypatch.setattr(outputs, "why_unwritable", lambda d: "directory is on a read-only filesystem")
     assert check_new_file(tmp_path / "p.png", "--out", claimed=True) == tmp_path / "p.png"

@@ -11,7 +11,7 @@ import time
 
 from conftest import cli_env, descendants, one_error_line, rows_written, wait_for
 
-from microbench import prefork
+from microbench.world import fork as prefork
 
 # A launcher that warms itself as the suite does, then runs the CLI: its ranks are forks.
 WARM_CLI = "from microbench import prefork; assert prefork.warm(); from microbench.__main__ import entry; entry()"
@@ -46,7 +46,7 @@ def test_a_warm_launcher_forks_its_ranks_and_the_record_says_so(tmp_path):
 def test_a_forked_process_exits_as_a_fresh_one_would(tmp_path):
     code = f"""
 import json, subprocess, sys, tempfile
-from microbench import prefork
+from microbench.world import fork as prefork
 assert prefork.warm()
 out = {{}}
 for name, argv in [("ok", ["memory", "--sizes", "1M", "--iters", "2", "--warmup", "0", "--json", "m.json"]),

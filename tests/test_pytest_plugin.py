@@ -7,8 +7,8 @@ import sys
 from conftest import cli_env
 
 TEST = '''
-from microbench.pytest_plugin import probe_benchmark  # noqa: F401
-from microbench.probe import Case
+from microbench.accept.rules.pytest_plugin import probe_benchmark  # noqa: F401
+from microbench.core.probe import Case
 from microbench.probes.memory import Config, MemoryProbe
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PKG_PARENT, cli_env, last_line
-from microbench import registry
-from microbench.errors import UsageError
+from microbench.core import registry
+from microbench.core.errors import UsageError
 
 NAME = "bytefill"
 MODULE = "mb_test_bytefill_probe"
@@ -26,8 +26,8 @@ PROBE_SOURCE = textwrap.dedent(f'''
     """A test-only probe: how fast a bytearray fills with one byte value."""
     from dataclasses import dataclass, field
 
-    from microbench.probe import Case, Probe
-    from microbench.registry import ProbeSpec, SuiteStep
+    from microbench.core.probe import Case, Probe
+    from microbench.core.registry import ProbeSpec, SuiteStep
 
 
     @dataclass
@@ -155,8 +155,8 @@ NEEDS_SOURCE = textwrap.dedent('''
     """Test-only probes that need a target directory, a world, a GPU."""
     from dataclasses import dataclass
 
-    from microbench.probe import Case, Probe
-    from microbench.registry import Needs, ProbeSpec
+    from microbench.core.probe import Case, Probe
+    from microbench.core.registry import Needs, ProbeSpec
 
 
     @dataclass
@@ -267,14 +267,14 @@ def probes_env(tmp_path, monkeypatch):
 
 
 def test_two_probes_with_one_name_are_refused(probes_env):
-    spec = 'from microbench.registry import ProbeSpec\nSPEC = ProbeSpec(name="{n}", command=("{c}",), help="h", metrics=("x_gbps",))\n'
+    spec = 'from microbench.core.registry import ProbeSpec\nSPEC = ProbeSpec(name="{n}", command=("{c}",), help="h", metrics=("x_gbps",))\n'
     probes_env(mb_dup_a=spec.format(n="twin", c="twin-a"), mb_dup_b=spec.format(n="twin", c="twin-b"))
     with pytest.raises(UsageError, match="two probes are named 'twin'"):
         registry.specs()
 
 
 def test_a_probe_may_not_take_a_built_in_probes_former_name(probes_env):
-    probes_env(mb_dup_c='from microbench.registry import ProbeSpec\n'
+    probes_env(mb_dup_c='from microbench.core.registry import ProbeSpec\n'
                         'SPEC = ProbeSpec(name="collectives", command=("c",), help="h", metrics=("x_gbps",))\n')
     with pytest.raises(UsageError, match="two probes are named 'collectives'"):
         registry.specs()
@@ -282,7 +282,7 @@ def test_a_probe_may_not_take_a_built_in_probes_former_name(probes_env):
 
 def test_a_spec_that_is_not_a_probe_spec_is_refused(probes_env):
     probes_env(mb_not_spec="SPEC = {'name': 'x'}\n")
-    with pytest.raises(UsageError, match="SPEC is a dict, expected a microbench.registry.ProbeSpec"):
+    with pytest.raises(UsageError, match="SPEC is a dict, expected a microbench.core.registry.ProbeSpec"):
         registry.specs()
 
 
@@ -298,7 +298,7 @@ def test_lookups_by_name_alias_and_record():
 
 def test_suite_steps_and_their_files_follow_the_registry_with_former_names():
     from microbench.commands.suite import select_steps
-    from microbench.suite import default_steps, record_file_for, step_for_file
+    from microbench.accept.rules.suite import default_steps, record_file_for, step_for_file
 
     steps = default_steps()
     assert [s.name for s in steps] == [step.name for _, step in registry.suite_steps()]

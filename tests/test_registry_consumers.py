@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from microbench import accept, compare, plot, progress, registry, report, suite
+from microbench.accept.rules import rules as accept, compare, plots as plot, report, suite
+from microbench.core import progress, registry
 from microbench.compose.tiers import tier_bandwidths
 from microbench.results import RecordWriter, new_record
 
 PLUGIN = "mb_test_widgets_probe"
 SPEC_SOURCE = '''
-from microbench.registry import ProbeSpec, SuiteStep
+from microbench.core.registry import ProbeSpec, SuiteStep
 
 SPEC = ProbeSpec(
     name="widgets", command=("widgets",), help="widget throughput (registered by a test only)",

@@ -6,11 +6,11 @@ import stat
 
 import pytest
 
-from microbench.errors import Interrupted, RunError, UsageError
-from microbench.probe import Case, Probe
+from microbench.core.errors import Interrupted, RunError, UsageError
+from microbench.core.probe import Case, Probe
 from microbench.results import RecordWriter, load_record, new_record, write_csv
 from microbench.results.schema import SCHEMA_VERSION, redact, redact_argv
-from microbench.runner import SweepSettings, run_probe
+from microbench.run.runner import SweepSettings, run_probe
 
 
 def record(kind="demo", config=None):
@@ -125,7 +125,7 @@ def test_redaction_keeps_ordinary_values():
 
 
 def test_no_check_records_nwrong_as_unknown_and_the_table_says_na(tmp_path):
-    from microbench.tables import collective_table
+    from microbench.accept.rules.tables import collective_table
 
     class Unchecked(Probe):
         name = "unchecked"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import last_line
-from microbench.errors import ProbeUnavailable, RunError, UsageError
-from microbench.probe import Case, Probe
+from microbench.core.errors import ProbeUnavailable, RunError, UsageError
+from microbench.core.probe import Case, Probe
 from microbench.results import RecordWriter, load_record, new_record
 from microbench.results.schema import SCHEMA_VERSION, STATUSES, upgrade
-from microbench.runner import SweepSettings, aggregate_ranks, run_probe
-from microbench.stats import summarize_us
+from microbench.run.runner import SweepSettings, aggregate_ranks, run_probe
+from microbench.core.stats import summarize_us
 
 V1 = Path(__file__).parent / "data" / "v1"
 
@@ -267,7 +267,7 @@ def test_the_runner_writes_a_skipped_record(tmp_path, where, reason):
 
 
 def test_storage_gds_without_a_gpu_exits_0_with_a_skipped_record(run_cli, tmp_path):
-    from microbench.probes import storage_gds
+    from microbench.probes.storage import gds as storage_gds
 
     why = storage_gds.unavailable_reason()
     if why is None:

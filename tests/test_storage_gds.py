@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from microbench.probes import storage_gds as gds
+from microbench.probes.storage import gds
 
 from conftest import last_line
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import last_line
-from microbench import io_fallback, native
-from microbench.errors import RunError, UsageError
-from microbench.probes import storage_fio as sf
-from microbench.probes import storage_posix as sp
-from microbench.workdir import IOFailure, WorkDir, mount_of
+from microbench.targets import fallback as io_fallback, native
+from microbench.core.errors import RunError, UsageError
+from microbench.probes.storage import fio as sf
+from microbench.probes.storage import posix as sp
+from microbench.targets.workdir import IOFailure, WorkDir, mount_of
 
 MiB = 1 << 20
 HAS_FIO = shutil.which("fio") is not None
@@ -141,7 +141,7 @@ class _FakeTarget:
 
 
 def test_results_served_from_memory_are_flagged_not_reported_as_disk():
-    from microbench.probe import Case
+    from microbench.core.probe import Case
 
     target = _FakeTarget()
     probe = sp.PosixProbe(sp.Config(), target)  # type: ignore[arg-type]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import last_line
-from microbench.errors import UsageError
-from microbench.probes.storage_s3 import Config, part_plan, validate
-from microbench.s3client import public_url
-from microbench.s3server import EmbeddedS3, free_port
+from microbench.core.errors import UsageError
+from microbench.probes.storage.s3 import Config, part_plan, validate
+from microbench.targets.s3client import public_url
+from microbench.targets.s3server import EmbeddedS3, free_port
 
 SMALL = ["--object-size", "3M", "--part-size", "1M", "--concurrency", "2", "--warmup", "0", "--iters", "2"]
 NO_PROFILE = {"AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
@@ -135,7 +135,7 @@ def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
 
 def test_credentials_never_reach_output_or_record(tmp_path, capsys, monkeypatch):
     from microbench import cli
-    from microbench.s3server import Credentials
+    from microbench.targets.s3server import Credentials
 
     known = Credentials("MBKNOWNKEY123456", "Sup3rSecretValueNobodyMayPrint")
     monkeypatch.setattr(Credentials, "generate", classmethod(lambda cls: known))
@@ -225,9 +225,9 @@ def test_bad_input(run_cli, tmp_path, args, words):
 def test_get_check_counts_a_corrupted_chunk(embedded_s3):
     """The GET check compares every byte read with what was PUT: one flipped byte in one
     object's second part is one wrong chunk, and nothing else is."""
-    from microbench.probe import Case
-    from microbench.probes.storage_s3 import StorageS3Probe
-    from microbench.s3client import Target
+    from microbench.core.probe import Case
+    from microbench.probes.storage.s3 import StorageS3Probe
+    from microbench.targets.s3client import Target
 
     config = Config(object_size=3 << 20, part_size=1 << 20, concurrency=2, objects=2,
                     bucket=embedded_s3.bucket, prefix="corrupt-test/")
@@ -250,9 +250,9 @@ def test_get_check_counts_a_corrupted_chunk(embedded_s3):
 def test_the_probe_builds_one_client_for_all_its_threads(embedded_s3):
     """Built lazily by the first requests, each of the pool's threads found no client yet and
     built its own (eight clients for the first PUT instead of one)."""
-    from microbench.probe import Case
-    from microbench.probes.storage_s3 import StorageS3Probe
-    from microbench.s3client import Target
+    from microbench.core.probe import Case
+    from microbench.probes.storage.s3 import StorageS3Probe
+    from microbench.targets.s3client import Target
 
     built = []
 

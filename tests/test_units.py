@@ -1,7 +1,7 @@
 import pytest
 
-from microbench.errors import UsageError
-from microbench.units import format_size, parse_size, parse_sizes
+from microbench.core.errors import UsageError
+from microbench.core.units import format_size, parse_size, parse_sizes
 
 
 def test_binary_units():
@@ -45,8 +45,8 @@ import math as _math
 
 import pytest as _pytest
 
-from microbench.errors import UsageError as _UsageError
-from microbench.units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
+from microbench.core.errors import UsageError as _UsageError
+from microbench.core.units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
 
 
 @_pytest.mark.parametrize("bad", ["nan", "NaN", "inf", "-inf", "1e999", "", "fast", "1,5"])
@@ -94,7 +94,7 @@ def test_parse_duration():
 def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
     """The composer predicts from what the probes measured: both must read the same figures,
     not copies that can drift."""
-    from microbench import units
+    from microbench.core import units
     from microbench.compose import curves, fsdp
     from microbench.probes import checkpoint, compute
     from microbench.probes import nccl as coll
@@ -104,7 +104,7 @@ def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
     assert checkpoint.ELEM is units.DTYPE_BYTES
     assert checkpoint.DTYPES == coll.DTYPES == units.DTYPES == ("float32", "bfloat16", "float16")
     assert curves.bus_factor is units.bus_factor
-    from microbench import fsdp_model as fm
+    from microbench.verify.steps import model as fm
 
     for dtype in units.DTYPES:
         assert fm.Precision(dtype, dtype, "policy").bytes == units.element_size(dtype)
@@ -114,16 +114,6 @@ def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
 
 
 def test_dtype_sizes():
-    from microbench.units import element_size
+    from microbench.core.units import element_size
 
     assert [element_size(d) for d in ("float32", "bfloat16", "float16")] == [4, 2, 2]
-
-
-def test_sizes_module_still_imports_as_units():
-    """`microbench.sizes` stays importable for one release (out-of-tree probes use it)."""
-    from microbench import sizes, units
-
-    for name in ("parse_size", "parse_sizes", "format_size", "format_bytes_human", "parse_number",
-                 "parse_positive", "parse_positive_int", "parse_list", "parse_bandwidth_bytes_per_s",
-                 "parse_duration_s", "memory_shortfall", "MEMORY_SHARE"):
-        assert getattr(sizes, name) is getattr(units, name)

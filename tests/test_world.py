@@ -4,9 +4,9 @@ import socket
 
 import pytest
 
-from microbench.dist import WorldSpec, detect_world, first_slurm_host, wait_for_master
-from microbench.errors import RunError, UsageError
-from microbench.runner import SweepSettings, _iterations
+from microbench.world.dist import WorldSpec, detect_world, first_slurm_host, wait_for_master
+from microbench.core.errors import RunError, UsageError
+from microbench.run.runner import SweepSettings, _iterations
 
 MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29512"}
 

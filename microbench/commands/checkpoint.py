@@ -9,14 +9,15 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import backends, needs
-from .. import checkpoint_target as ct
-from ..dist import check_local_world, detect_world
-from ..errors import RunError, UsageError
+from ..world import backends
+from ..run import provision as needs
+from ..targets import checkpoint_target as ct
+from ..world.dist import check_local_world, detect_world
+from ..core.errors import RunError, UsageError
 from ..probes import checkpoint as ck
-from ..session import free_memory_bytes, in_world, local_ranks
-from ..units import format_size, memory_shortfall, parse_positive_int, parse_size
-from ..runner import run_probe
+from ..world.policy import free_memory_bytes, in_world, local_ranks
+from ..core.units import format_size, memory_shortfall, parse_positive_int, parse_size
+from ..run.runner import run_probe
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 DESCRIPTION = ("Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks "

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import UsageError
-from ..outputs import check_new_file
+from ..core.errors import UsageError
+from ..results.outputs import check_new_file
 from ..results import write_csv
-from ..runner import SweepSettings
-from ..units import parse_number, parse_positive, parse_positive_int
+from ..run.runner import SweepSettings
+from ..core.units import parse_number, parse_positive, parse_positive_int
 
 
 def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int = 20, budget_s: float = 2.0) -> None:

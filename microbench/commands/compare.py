@@ -6,9 +6,9 @@ import argparse
 
 from tabulate import tabulate
 
-from ..compare import RULE_EXAMPLE, compare, parse_rule, short_name
-from ..errors import RunError
-from ..units import format_size
+from ..accept.compare import RULE_EXAMPLE, compare, parse_rule, short_name
+from ..core.errors import RunError
+from ..core.units import format_size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -17,10 +17,10 @@ from .. import compose as cp
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
-from ..outputs import check_new_file
+from ..results.outputs import check_new_file
 from ..results import RecordWriter, new_record, write_csv
-from ..units import parse_duration_s, parse_positive
-from . import compose_inputs as inputs
+from ..core.units import parse_duration_s, parse_positive
+from ..compose import inputs
 
 DEFAULT_MFU = 0.4
 

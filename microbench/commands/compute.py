@@ -8,10 +8,10 @@ from tabulate import tabulate
 
 from ..compose.models import CrudeModel, from_hf_config, preset
 from ..compose.report import format_time
-from ..errors import ProbeUnavailable, UsageError
+from ..core.errors import ProbeUnavailable, UsageError
 from ..probes import compute as cm
-from ..units import parse_positive_int
-from ..runner import run_probe
+from ..core.units import parse_positive_int
+from ..run.runner import run_probe
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s

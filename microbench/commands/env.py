@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import env as envmod
+from ..world import environment as envmod
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

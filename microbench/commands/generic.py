@@ -16,11 +16,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import needs
-from ..errors import ProbeUnavailable, UsageError
-from ..registry import ProbeSpec
-from ..units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
-from ..runner import run_probe
+from ..run import provision as needs
+from ..core.errors import ProbeUnavailable, UsageError
+from ..core.registry import ProbeSpec
+from ..core.units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
+from ..run.runner import run_probe
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -59,7 +59,7 @@ def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> 
         return handler(args)
     except ProbeUnavailable as exc:
         if not getattr(exc, "recorded", False) and _owns_the_record():
-            from ..runner import SweepSettings, skip
+            from ..run.runner import SweepSettings, skip
 
             try:
                 settings = settings_from_args(args)
@@ -71,7 +71,7 @@ def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> 
 
 
 def _owns_the_record() -> bool:
-    from ..dist import RANK_VARIABLES, SPAWNED_ENV
+    from ..world.dist import RANK_VARIABLES, SPAWNED_ENV
 
     return not os.environ.get(SPAWNED_ENV) and all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES)
 
@@ -223,8 +223,8 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
 
 
 def _run_in_world(spec: ProbeSpec, args: argparse.Namespace, config: Any, settings: Any) -> int:
-    from .. import backends
-    from ..session import in_world, local_ranks
+    from ..world import backends
+    from ..world.policy import in_world, local_ranks
 
     if spec.needs.s3:
         raise UsageError(f"probe {spec.name!r} needs a world and S3: the generic command does not hand an "

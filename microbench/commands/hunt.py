@@ -18,18 +18,18 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import env as envmod
-from .. import hunt
-from .. import lab as labmod
-from .. import native
-from ..backends import BackendChoice
-from ..dist import detect_world
-from ..errors import MicrobenchError, RunError, UsageError
-from ..outputs import check_new_file
+from ..world import environment as envmod
+from ..lab import hunt
+from ..lab import namespaces as labmod
+from ..targets import native
+from ..world.backends import BackendChoice
+from ..world.dist import detect_world
+from ..core.errors import MicrobenchError, RunError, UsageError
+from ..results.outputs import check_new_file
 from ..probes.link import transfer
 from ..results import RecordWriter, new_record, write_csv
-from ..session import in_world
-from ..units import format_size, parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
+from ..world.policy import in_world
+from ..core.units import format_size, parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
 from .common import parse_timeout
 
 
@@ -222,7 +222,7 @@ class _Run:
                       f"{', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} ({self.round_s[-1]:.1f} s)", flush=True)
 
     def bisect(self, participants: list[int]) -> None:
-        from .hunt_bisect import bisect
+        from ..lab.bisect import bisect
 
         suspects, cleared, self.steps = bisect(self.world, participants, self.names, self.me, self.opts, self._emit)
         if len(suspects) == len(self.names):

@@ -7,8 +7,8 @@ import json
 
 from tabulate import tabulate
 
-from .. import lab as labmod
-from .. import labshape
+from ..lab import namespaces as labmod
+from ..lab import shaping as labshape
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

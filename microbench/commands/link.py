@@ -8,16 +8,16 @@ import socket
 
 from tabulate import tabulate
 
-from .. import lab as labmod
-from ..backends import BackendChoice
+from ..lab import namespaces as labmod
+from ..world.backends import BackendChoice
 from ..probes import link as linkprobe
-from ..session import in_world
-from ..units import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
-from ..runner import run_probe
-from ..errors import UsageError
-from ..expected import describe as describe_expected
-from .labrun import naming_lab_hosts
-from . import expectations
+from ..world.policy import in_world
+from ..core.units import format_size, parse_list, parse_number, parse_positive_int, parse_sizes
+from ..run.runner import run_probe
+from ..core.errors import UsageError
+from ..expect.formulas import describe as describe_expected
+from ..lab.placement import naming_lab_hosts
+from ..expect import overrides as expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 

@@ -7,8 +7,8 @@ import argparse
 from tabulate import tabulate
 
 from ..probes import memory as mem
-from ..units import format_size, parse_sizes
-from ..runner import run_probe
+from ..core.units import format_size, parse_sizes
+from ..run.runner import run_probe
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 
@@ -19,7 +19,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..units import parse_positive_int
+    from ..core.units import parse_positive_int
 
     threads = 0 if str(args.threads) == "0" else parse_positive_int(args.threads, what="--threads", example="2")
     settings = settings_from_args(args, check=False)

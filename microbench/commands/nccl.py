@@ -8,15 +8,17 @@ import os
 import sys
 import tempfile
 
-from .. import backends, native
-from ..dist import detect_world
-from ..errors import RunError, UsageError
-from . import expectations, labrun
+from ..world import backends
+from ..targets import native
+from ..world.dist import detect_world
+from ..core.errors import RunError, UsageError
+from ..expect import overrides as expectations
+from ..lab import placement as labrun
 from ..probes import nccl as coll
-from ..session import free_memory_bytes, in_world, local_ranks, transport_note
-from ..units import parse_list, parse_number, parse_positive_int, parse_sizes
-from ..runner import run_probe
-from ..tables import CollectiveStream, collective_table
+from ..world.policy import free_memory_bytes, in_world, local_ranks, transport_note
+from ..core.units import parse_list, parse_number, parse_positive_int, parse_sizes
+from ..run.runner import run_probe
+from ..accept.tables import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 
@@ -141,7 +143,7 @@ def measure_link_gbps(world, timeout_s: float) -> float:
     """The same-run link ceiling: one-way TCP between rank 0 and rank 1 at 64 MiB with the link
     probe, before the sweep, so busbw can be stated as a share of the measured link."""
     from ..probes import link
-    from ..runner import SweepSettings, measure_case
+    from ..run.runner import SweepSettings, measure_case
 
     if world.size != 2:
         raise UsageError(f"--measure-link needs exactly 2 ranks (this world has {world.size}); measure the "

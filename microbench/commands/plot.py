@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..plot import plot_records
+from ..accept.plots import plot_records
 from ..results import load_record
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .. import accept, report
-from ..compare import RULE_EXAMPLE, parse_rule
-from ..errors import RunError
+from ..accept import rules as accept, report
+from ..accept.compare import RULE_EXAMPLE, parse_rule
+from ..core.errors import RunError
 from ..results.store import atomic_write_text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..probes import storage_fio as sf
+from ..probes.storage import fio as sf
 from .common import add_sweep_options, settings_from_args
 from .storage_posix import add_target_options, config_from_args, print_report, run_storage
 

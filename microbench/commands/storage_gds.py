@@ -6,12 +6,12 @@ import argparse
 
 from tabulate import tabulate
 
-from .. import checkpoint_target as ct
-from ..errors import ProbeUnavailable, RunError, UsageError
-from ..probes import storage_gds as gds
-from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
+from ..targets import checkpoint_target as ct
+from ..core.errors import ProbeUnavailable, RunError, UsageError
+from ..probes.storage import gds
+from ..core.units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size, parse_sizes
 from .common import add_sweep_options, settings_from_args, write_outputs
-from ..runner import run_probe, skip
+from ..run.runner import run_probe, skip
 
 
 DESCRIPTION = ("Write and read a file from GPU memory with kvikio's CuFile; the record says "

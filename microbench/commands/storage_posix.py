@@ -8,12 +8,12 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import interrupts
-from ..errors import UsageError
-from ..probes import storage_posix as sp
-from ..runner import RunOutcome, run_probe
-from ..units import format_size, parse_list, parse_positive_int, parse_size
-from . import expectations
+from ..world import interrupts
+from ..core.errors import UsageError
+from ..probes.storage import posix as sp
+from ..run.runner import RunOutcome, run_probe
+from ..core.units import format_size, parse_list, parse_positive_int, parse_size
+from ..expect import overrides as expectations
 from .common import add_sweep_options, settings_from_args, write_outputs
 
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     tools: tuple[str, ...] = ("posix",)
     skipped = None
     if args.compare_fio:
-        from ..probes.storage_fio import fio_unavailable_reason
+        from ..probes.storage.fio import fio_unavailable_reason
 
         skipped = fio_unavailable_reason()
         tools = ("posix",) if skipped else ("posix", "fio")

@@ -9,14 +9,14 @@ import sys
 
 from tabulate import tabulate
 
-from ..errors import UsageError
-from ..probes import storage_s3 as s3p
-from .. import needs
-from ..s3client import Target, check_endpoint, preflight, unique_prefix
-from ..s3server import DEFAULT_BUCKET
-from ..units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
-from ..runner import run_probe
-from . import expectations
+from ..core.errors import UsageError
+from ..probes.storage import s3 as s3p
+from ..run import provision as needs
+from ..targets.s3client import Target, check_endpoint, preflight, unique_prefix
+from ..targets.s3server import DEFAULT_BUCKET
+from ..core.units import format_bytes_human, format_size, parse_list, parse_positive_int, parse_size
+from ..run.runner import run_probe
+from ..expect import overrides as expectations
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 

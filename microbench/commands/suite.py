@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from .. import accept, junit
-from ..errors import RunError, UsageError
+from ..accept import rules as accept, junit
+from ..core.errors import RunError, UsageError
 from ..results.store import atomic_write_text
-from ..suite import Step, default_steps, find_step, run_step, shared_setup
+from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

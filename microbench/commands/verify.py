@@ -12,15 +12,18 @@ import sys
 import tempfile
 from typing import Any
 
-from .. import backends, env as envmod, fsdp_model as fm, lab as labmod, native
-from ..dist import check_local_world, detect_world
-from ..errors import RunError, UsageError
+from ..world import backends, environment as envmod
+from ..verify import model as fm
+from ..lab import namespaces as labmod
+from ..targets import native
+from ..world.dist import check_local_world, detect_world
+from ..core.errors import RunError, UsageError
 from ..results import RecordWriter, load_record, new_record
-from ..session import free_memory_bytes, in_world, local_ranks
-from ..units import parse_list, parse_number, parse_positive_int
-from . import labrun
+from ..world.policy import free_memory_bytes, in_world, local_ranks
+from ..core.units import parse_list, parse_number, parse_positive_int
+from ..lab import placement as labrun
 from .common import parse_timeout
-from .verify_report import print_report, verdict
+from ..verify.report import print_report, verdict
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
@@ -258,9 +261,9 @@ def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab
 def _checkpoint_phase(args: argparse.Namespace, base: dict[str, Any], shape_kwargs: dict[str, Any], nproc: int,
                       timeout_s: float, choice: Any, reps: int) -> int:
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
-    from .. import checkpoint_target as ct
-    from ..s3server import EmbeddedS3
-    from ..needs import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
+    from ..targets import checkpoint_target as ct
+    from ..targets.s3server import EmbeddedS3
+    from ..run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
     largest = max(shape_kwargs, key=lambda n: fm.shape_from_args(**shape_kwargs[n]).total_params)
     with contextlib.ExitStack() as stack:
@@ -279,11 +282,11 @@ def _run_phase(path: str) -> int:
         spec = json.load(handle)
     choice = backends.choose(spec["backend"])
     if spec["phase"] == "checkpoint":
-        from ..verify_ckpt import run_checkpoints
+        from ..verify.checkpoint import run_checkpoints
 
         body = lambda world: run_checkpoints(world, spec)  # noqa: E731
     else:
-        from ..verify_phases import run_steps
+        from ..verify.phases import run_steps
 
         body = lambda world: run_steps(world, spec)  # noqa: E731
     code = in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice, body=body)
@@ -296,7 +299,7 @@ def _run_phase(path: str) -> int:
 
 
 def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
-    from ..verify_phases import RecordFile
+    from ..verify.phases import RecordFile
 
     record_file = RecordFile(path)
 

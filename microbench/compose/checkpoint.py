@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8, "sgd": 4, "none": 0}
 

@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
-from ..errors import UsageError
-from ..fit import fit_latency_bandwidth
-from ..units import bus_factor
+from ..core import registry
+from ..core.errors import UsageError
+from ..core.fit import fit_latency_bandwidth
+from ..core.units import bus_factor
 
 
 def _measured(row: dict[str, Any]) -> bool:

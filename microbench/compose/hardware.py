@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 # A share of device memory the training state cannot use: CUDA context, NCCL buffers,
 # allocator fragmentation. 10% is the usual margin seen in practice on 80 GB parts.

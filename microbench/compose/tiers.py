@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import registry
-from ..errors import UsageError
+from ..core import registry
+from ..core.errors import UsageError
 
 WRITE_OPS = ("write", "put", "save", "async_save")
 READ_OPS = ("read", "get", "load")

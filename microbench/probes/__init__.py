@@ -1,1 +1,1 @@
-"""One module per probe, each behind the contract in microbench.probe."""
+"""One module per probe, each behind the contract in microbench.core.probe."""

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..probe import Capabilities, Case, Probe
-from ..registry import Needs, ProbeSpec, SuiteStep
-from ..units import DTYPE_BYTES
+from ..core.probe import Capabilities, Case, Probe
+from ..core.registry import Needs, ProbeSpec, SuiteStep
+from ..core.units import DTYPE_BYTES
 from ..results.schema import ProbeRow
 
 

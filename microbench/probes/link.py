@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import native
-from ..errors import RunError, UsageError
-from ..probe import Capabilities, Case, Probe, Timed
-from ..stats import percentile
-from ..registry import Needs, ProbeSpec, SuiteStep
+from ..targets import native
+from ..core.errors import RunError, UsageError
+from ..core.probe import Capabilities, Case, Probe, Timed
+from ..core.stats import percentile
+from ..core.registry import Needs, ProbeSpec, SuiteStep
 from ..results.schema import ProbeRow
 
 OPS = ("uni", "bidir", "rtt")
@@ -164,7 +164,7 @@ class LinkProbe(Probe):
     def _whose_fault(self) -> str:
         lab_name = os.environ.get("MICROBENCH_LAB")
         if lab_name:
-            from .. import lab
+            from ..lab import namespaces as lab
 
             found = lab.diagnose(lab_name)
             if found:

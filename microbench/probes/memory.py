@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import native
-from ..probe import Capabilities, Case, Probe, Timed
-from ..registry import Needs, ProbeSpec, SuiteStep
+from ..targets import native
+from ..core.probe import Capabilities, Case, Probe, Timed
+from ..core.registry import Needs, ProbeSpec, SuiteStep
 from ..results.schema import ProbeRow
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
@@ -50,7 +50,7 @@ class MemoryRow(ProbeRow):
 
 
 def gpu_unavailable_reason() -> str | None:
-    from ..backends import GPU_DEVICE_NODES, gpu_possible
+    from ..world.backends import GPU_DEVICE_NODES, gpu_possible
 
     # Importing torch costs ~2.5 s of CPU (8 s of wall time on a loaded 2-core box); without
     # a GPU device node torch could not see a GPU anyway, so the answer needs no import.

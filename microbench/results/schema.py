@@ -4,7 +4,7 @@ Layout (schema_version 2):
   schema_version, tool {name, version}, kind (the probe or tool that produced it),
   status: "running" | "complete" | "partial" | "skipped", status_reason,
   started_at, ended_at (ISO 8601 UTC), argv, config (resolved, after defaults),
-  environment (see microbench.env), implementation {native, engine, transport, ...},
+  environment (see microbench.world.environment), implementation {native, engine, transport, ...},
   rows: [ {probe, op, size_bytes, ..., time_us: {p50, p95, p99, max, min, mean, n}, <metric>, ...} ],
   summary: probe-specific aggregates (fits, ratios), may be empty.
 
@@ -219,7 +219,7 @@ def check_rows(record: dict[str, Any], rows: list[Any], first_index: int = 0, *,
 def row_schema_for(kind: str) -> type | None:
     """The TypedDict a row of `kind` must match: its probe's row_schema (ProbeRow when the probe
     declares none); None for tool records (compose, verify, hunt), checked at the envelope only."""
-    from .. import registry
+    from ..core import registry
 
     spec = registry.find(kind)
     if spec is None:

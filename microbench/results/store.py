@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import RunError, UsageError
+from ..core.errors import RunError, UsageError
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
 DEFAULT_DIR = "results"

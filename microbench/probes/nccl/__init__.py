@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...errors import UsageError
-from ...probe import Capabilities, Case, Probe
-from ...registry import Needs, ProbeSpec, SuiteStep
-from ...units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
+from ...core.errors import UsageError
+from ...core.probe import Capabilities, Case, Probe
+from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
 
 
@@ -105,7 +105,7 @@ def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: 
 
 
 def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
-    from ...units import format_size
+    from ...core.units import format_size
 
     size = 1 << 20
     while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
@@ -354,7 +354,7 @@ class CollectiveProbe(Probe):
         return getattr(self, "expected", {}).get(op)
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from ...fit import fit_latency_bandwidth
+        from ...core.fit import fit_latency_bandwidth
 
         out = {}
         for name in self.config.ops:

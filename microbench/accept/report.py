@@ -1,0 +1,313 @@
+"""`microbench report`: one self-contained HTML file for people who will not read JSON.
+
+Everything is inside the file: CSS inline, plots as base64 PNG data URIs, no scripts, no
+fetches, so it can be mailed, attached to a ticket or opened offline. Sections: the runs, their
+environment, acceptance verdicts (with --accept), one section per probe (bandwidth-vs-size
+plot overlaid across runs, then each run's table), compare ratios of every run against the
+first, and the composer's what-if tables when a compose record is given.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import rules as accept, compare
+from ..core import registry
+from ..core.errors import MicrobenchError, UsageError
+from ..results.outputs import check_new_file
+from ..core.units import format_size
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;color:#1d232a;padding:0 1em}
+h1{font-size:1.7em;border-bottom:3px solid #2f6f9f;padding-bottom:.2em}
+h2{font-size:1.3em;margin-top:2em;border-bottom:1px solid #ccd;padding-bottom:.15em}
+h3{font-size:1.05em;margin:1.2em 0 .4em}
+table{border-collapse:collapse;margin:.4em 0 1em;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #d5dae0;padding:.25em .6em;text-align:right;vertical-align:top}
+th{background:#eef2f6}td:first-child,th:first-child{text-align:left}
+td.l{text-align:left}.pass{color:#176b2c;font-weight:600}.fail{color:#b01d1d;font-weight:600}
+.worse{background:#fde4e4}.better{background:#e3f5e8}.note{color:#5a6470}
+img.plot{width:560px;max-width:100%;border:1px solid #e3e6ea}.plots{display:flex;flex-wrap:wrap;gap:8px}
+table.env td{text-align:left}
+"""
+# The browser itself enforces "no network fetches": only inline styles and data: images load.
+CSP = ('<meta http-equiv="Content-Security-Policy" '
+       'content="default-src \'none\'; img-src data:; style-src \'unsafe-inline\'">')
+
+
+@dataclass
+class Run:
+    label: str
+    path: Path
+    kind: str                                      # "dir" | "file"
+    records: dict[str, tuple[Path, dict[str, Any]]]
+
+
+def load_runs(paths: Sequence[str]) -> list[Run]:
+    if not paths:
+        raise UsageError("no records given: expected suite directories or record files, "
+                         "e.g. microbench report results/suite-* --out report.html")
+    runs: list[Run] = []
+    seen: set[str] = set()
+    for raw in paths:
+        kind, side = compare.load_side(raw)
+        label = Path(raw).name if kind == "dir" else Path(raw).stem
+        base, n = label, 1
+        while label in seen:
+            n += 1
+            label = f"{base} ({n})"
+        seen.add(label)
+        runs.append(Run(label, Path(raw), kind, side))
+    return runs
+
+
+def check_out(path: str | os.PathLike) -> Path:
+    """Refuse before any work: an existing file (reports, like records, are never overwritten)
+    or a place this user cannot write."""
+    return check_new_file(path, "--out", kept="reports", example="results/report.html")
+
+
+# --------------------------------------------------------------------------- html pieces
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[Sequence[str]] | None = None,
+           cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, cell in enumerate(row):
+            mark = classes[i][j] if classes and classes[i][j] else ""
+            cells.append(f"<td{f' class={chr(34)}{mark}{chr(34)}' if mark else ''}>{_e(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _env_rows(runs: list[Run]) -> list[list[str]]:
+    def env(run: Run) -> dict[str, Any]:
+        for _, record in run.records.values():
+            if record.get("environment"):
+                return record["environment"]
+        return {}
+
+    envs = [env(r) for r in runs]
+    fields = [
+        ("host", lambda e: e.get("hostname")), ("cpu", lambda e: e.get("cpu_model")),
+        ("cpus", lambda e: e.get("cpu_count")),
+        ("memory", lambda e: f"{(e.get('memory') or {}).get('total_bytes', 0) / 2**30:.1f} GiB" if e.get("memory") else None),
+        ("os", lambda e: e.get("os")), ("kernel", lambda e: e.get("kernel")), ("python", lambda e: e.get("python")),
+        ("microbench", lambda e: e.get("microbench")), ("torch", lambda e: e.get("torch")),
+        ("nccl", lambda e: e.get("nccl")), ("cuda", lambda e: e.get("cuda")),
+        ("gpus", lambda e: ", ".join(str(g.get("name", g)) for g in e.get("gpus") or []) or "none"),
+        ("nics", lambda e: ", ".join(f"{n.get('name')} ({n.get('link')}, {n.get('speed_mbps') or '?'} Mb/s)"
+                                     for n in e.get("nics") or [] if n.get("link") != "loopback") or None),
+        ("implementation", lambda e: (e.get("implementation") or {}).get("name")),
+    ]
+    return [[name, *[("-" if get(e) is None else str(get(e))) for e in envs]] for name, get in fields]
+
+
+def _metric_columns(record: dict[str, Any]) -> list[str]:
+    cols: list[str] = []
+    for row in record.get("rows", []):
+        cols.extend(k for k in compare.metrics_of(row, record) if k not in cols)
+    return cols
+
+
+def _heading(metric: str) -> str:
+    # The naming rule puts the unit last: busbw_gbps is "busbw GB/s"; time_us holds the p50.
+    return "time p50 us" if metric == "time_us" else metric.replace("_gbps", " GB/s")
+
+
+def _probe_table(record: dict[str, Any]) -> str:
+    rows = record.get("rows", [])
+    if not rows:
+        return '<p class="note">no rows (status: ' + _e(record.get("status")) + ")</p>"
+    fields = compare.case_fields(record)
+    differs = compare.varying(rows, fields)
+    metrics = _metric_columns(record)
+    body = [[compare.case_label(r, differs, fields), format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
+             *[_num(compare.metrics_of(r, record).get(m)) for m in metrics]] for r in rows]
+    return _table(["case", "size", *[_heading(m) for m in metrics]], body)
+
+
+def _plot(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
+    """One plot per op, every run's curves overlaid: a run's regression shows as a gap between
+    lines of one colour family, which a single plot of all ops buries in its legend."""
+    from .plots import pick_metric, render_png, series
+
+    usable = [(label, rec) for label, rec in items if any(isinstance(r.get("size_bytes"), int) for r in rec.get("rows", []))]
+    if not usable:
+        return ""
+    try:
+        metric = pick_metric(usable[0][1], None)
+    except UsageError:
+        return ""
+    ops: list[str] = []
+    for _, rec in usable:
+        ops.extend(str(r.get("op")) for r in rec.get("rows", []) if str(r.get("op")) not in ops)
+    images = []
+    for op in ops:
+        per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]}) for label, rec in usable]
+        per_op = [(label, rec) for label, rec in per_op if series(rec, metric)]
+        # A curve needs two sizes; one point per run is read better from the table.
+        if not per_op or max(len(pts) for _, rec in per_op for pts in series(rec, metric).values()) < 2:
+            continue
+        try:
+            png = render_png(per_op, metric, figsize=(5.6, 3.6), title=f"{name}: {op} {metric.removesuffix('_gbps')} vs size")
+        except ImportError:
+            return '<p class="note">plots skipped: matplotlib is not installed (pip install \'microbench[plot]\')</p>'
+        data = base64.b64encode(png).decode("ascii")
+        alt = f"{name}: {op} {metric.removesuffix('_gbps')} vs size"
+        images.append(f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{data}">')
+    return f'<div class="plots">{"".join(images)}</div>' if images else ""
+
+
+def _acceptance(runs: list[Run], checks: list[accept.Check]) -> str:
+    parts = []
+    for run in runs:
+        verdicts = accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
+        passed = sum(v.status == "pass" for v in verdicts)
+        cls = "pass" if passed == len(verdicts) else "fail"
+        parts.append(f'<h3>{_e(run.label)}: <span class="{cls}">{passed} of {len(verdicts)} checks pass</span></h3>')
+        rows = [[v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail] for v in verdicts]
+        classes = [["", "", "", "pass" if v.status == "pass" else "fail", "l"] for v in verdicts]
+        parts.append(_table(["step", "op", "metric", "verdict", "value"], rows, classes))
+    return "".join(parts)
+
+
+def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
+    parts = []
+    base = runs[0]
+    for run in runs[1:]:
+        parts.append(f"<h3>{_e(run.label)} vs {_e(base.label)}</h3>")
+        try:
+            result = compare.compare(base.path, run.path, rules)
+        except MicrobenchError as exc:
+            parts.append(f'<p class="note">not compared: {_e(exc)}</p>')
+            continue
+        for pair in result.pairs:
+            rows, classes = [], []
+            for line in pair.lines:
+                ratio = line.ratio
+                worse = ratio is not None and (ratio < 0.95 if compare.higher_is_better(line.metric) else ratio > 1.05)
+                better = ratio is not None and (ratio > 1.05 if compare.higher_is_better(line.metric) else ratio < 0.95)
+                rows.append([f"{pair.name}: {line.case}", format_size(line.size_bytes) if line.size_bytes is not None else "-",
+                             compare.short_name(line.metric), _num(line.base), _num(line.new),
+                             f"{ratio:.3f}" if ratio is not None else "n/a", ("FAIL " + ", ".join(line.failed)) if line.failed else ""])
+                mark = "worse" if worse else "better" if better else ""
+                classes.append(["", "", "", "", "", mark, "fail" if line.failed else ""])
+            parts.append(_table(["case", "size", "metric", "base", "new", "new/base", "rule"], rows, classes))
+        for why in result.skipped:
+            parts.append(f'<p class="note">skipped {_e(why)}</p>')
+    return "".join(parts)
+
+
+def _compose(record: dict[str, Any]) -> str:
+    """A compose record: the model and training setup, then one column per network (the what-if)."""
+    cfg = record.get("config", {})
+    model, train = cfg.get("model") or {}, cfg.get("train") or {}
+    total = model.get("total_params", model.get("params", 0))
+    head = (f"<p>{_e(model.get('name'))}: {float(total or 0) / 1e9:.2f} B params, {_e(model.get('layers'))} blocks, "
+            f"{_e(train.get('ranks'))} ranks, {_e(train.get('tokens_per_rank'))} tokens/rank/micro-batch x "
+            f"{_e(train.get('grad_accum'))}</p>")
+    steps = [r for r in record.get("rows", []) if r.get("op") == "step"]
+    parts = [("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
+             ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
+             ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"),
+             ("step (overlapped)", "step_s"), ("tokens/s", "tokens_per_s")]
+    table = [[label, *(_num(r.get(key)) for r in steps)] for label, key in parts]
+    out = head + _table(["part (s)", *(str(r.get("network")) for r in steps)], table) if steps else head
+    tiers = [[r.get("tier"), _num(r.get("write_gbps")), _num(r.get("save_s")), _num(r.get("load_s")),
+              f"{r['young_daly_interval_s'] / 60:.0f}" if r.get("young_daly_interval_s") else "-"]
+             for r in record.get("rows", []) if r.get("op") == "checkpoint"]
+    if tiers:
+        out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
+    return out
+
+
+def _hunt(record: dict[str, Any]) -> str:
+    """A hunt record: its verdict lines, the sender x receiver matrix and the heatmap."""
+    from ..lab import hunt
+
+    names = list((record.get("config") or {}).get("hosts") or [])
+    index = {name: i for i, name in enumerate(names)}
+    matrix = {(index[r["src"]], index[r["dst"]]): float(r[metric]) for r in record.get("rows", [])
+              if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))}
+    slow = {(index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index}
+    summary = record.get("summary") or {}
+    lines = summary.get("verdict") or [f"record status {record.get('status')}: no verdict"]
+    out = "".join(f'<p class="{"pass" if line.startswith("OK") else "fail"}">{_e(line)}</p>' for line in lines)
+    if len(matrix) == len(names) * (len(names) - 1) and names:
+        out += _table(["from \\ to", *names], hunt.matrix_table(matrix, names, slow))
+        try:
+            png = hunt.heatmap_png(matrix, names, slow, f"hunt: {len(names)} hosts, GB/s sender -> receiver")
+            out += f'<img class="plot" alt="hunt heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        except ImportError:
+            out += '<p class="note">heatmap skipped: matplotlib is not installed</p>'
+    elif names:
+        out += f'<p class="note">matrix incomplete ({len(matrix)} of {len(names) * (len(names) - 1)} directions)</p>'
+    return out
+
+
+# Records of tools, not probes: each has its own section below, not a probe's table and plot.
+TOOL_KINDS = ("compose", "hunt")
+
+
+def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
+          rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
+    generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    out = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
+           f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>"]
+    out.append("<h2>Runs</h2>" + _table(
+        ["run", "path", "records", "status"],
+        [[r.label, str(r.path), len(r.records),
+          ", ".join(sorted({str(rec.get("status")) for _, rec in r.records.values()}))] for r in runs]))
+    out.append("<h2>Environment</h2>" + _table(["", *[r.label for r in runs]], _env_rows(runs), cls="env"))
+    if checks:
+        out.append("<h2>Acceptance</h2>" + _acceptance(runs, checks))
+    compose_records = [(run.label, name, rec) for run in runs for name, (_, rec) in run.records.items()
+                       if rec.get("kind") == "compose"]
+    for run in runs:
+        for name, (_, rec) in run.records.items():
+            if rec.get("kind") == "hunt":
+                out.append(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec))
+    # One section per suite step (or record file), whichever of its names each run's file has
+    # (an older run's collectives.json beside a newer nccl.json), titled as the first run names it.
+    sections: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}
+    for run in runs:
+        for n, (_, rec) in run.records.items():
+            if rec.get("kind") not in TOOL_KINDS:
+                sections.setdefault(registry.step_key(n), (n, []))[1].append((run.label, rec))
+    for name, items in sections.values():
+        kinds = sorted({str(rec.get("kind")) for _, rec in items})
+        out.append(f"<h2>{_e(name)} <span class=\"note\">({_e(', '.join(kinds))})</span></h2>")
+        out.append(_plot(name, items))
+        for label, record in items:
+            impl = record.get("implementation", {})
+            engine = impl.get("engine") or impl.get("name") or "-"
+            out.append(f"<h3>{_e(label)} <span class=\"note\">engine {_e(engine)}, status {_e(record.get('status'))}"
+                       f"</span></h3>" + _probe_table(record))
+    comparable = [r for r in runs if any(rec.get("kind") != "compose" for _, rec in r.records.values())]
+    if len(comparable) > 1:
+        out.append("<h2>Compare</h2>" + f"<p class=\"note\">every run against {_e(comparable[0].label)}; new/base "
+                   f"below 0.95 for a bandwidth (above 1.05 for a time) is marked worse</p>"
+                   + _compare(comparable, rules or []))
+    for label, name, record in compose_records:
+        out.append(f"<h2>Composer what-if: {_e(label)}</h2>" + _compose(record))
+    out.append("</body></html>\n")
+    return "".join(out)

@@ -1,0 +1,207 @@
+"""The quickstart job: every probe once, on the embedded defaults (local ranks, local disk,
+embedded S3), each as its own `microbench` process so one probe's crash cannot take the others
+down. Pure helpers here; commands/suite.py is the printer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..world import fork as prefork
+from ..core import registry
+from ..world.dist import package_env, self_command
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
+    aliases: tuple[str, ...] = ()   # former names: `--only` takes them, older suite dirs use them as file names
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@dataclass
+class StepResult:
+    step: Step
+    status: str              # pass | fail | skip
+    seconds: float
+    record: str | None
+    headline: str
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """The table's last column: the headline of a step that passed; for one that failed or
+        was skipped, why. A failed step may still have a partial record whose headline would read
+        like a result, so its reason comes first and the partial figures are labelled as such."""
+        if self.status == "pass":
+            return self.headline
+        if self.status == "fail" and self.headline:
+            return f"{self.message} (partial record: {self.headline})"
+        return self.message
+
+
+def default_steps() -> tuple[Step, ...]:
+    """Every registered probe's suite steps (the registry's order): its command, then the step's arguments."""
+    return tuple(Step(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps())
+
+
+def __getattr__(name: str) -> Any:
+    # DEFAULT_STEPS is read when asked for, so it follows MICROBENCH_PROBES like the CLI does.
+    if name == "DEFAULT_STEPS":
+        return default_steps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def find_step(name: str, steps: tuple[Step, ...] | list[Step] | None = None) -> Step | None:
+    """The step called `name` or formerly so (`collectives` is the nccl step)."""
+    for step in default_steps() if steps is None else steps:
+        if name in step.names:
+            return step
+    return None
+
+
+def record_file_for(step_name: str) -> str:
+    """The record file a suite step writes in its suite directory: `storage posix` -> storage-posix.json."""
+    return f"{step_name.replace(' ', '-')}.json"
+
+
+def step_for_file(filename: str) -> str | None:
+    """The current name of the step whose record a suite directory keeps under `filename`,
+    older names included (`collectives.json` -> `nccl`); None for a file no step writes."""
+    found = registry.suite_step(Path(filename).stem)
+    return found[1].name if found else None
+
+
+def headline(record: dict[str, Any]) -> str:
+    """Best primary metric per op (the first its probe's spec declares among those the row
+    carries): a one-glance summary that needs no per-probe code. A bandwidth is named only where
+    the row carries another of its probe's bandwidths (busbw beside algbw)."""
+    best: dict[tuple[str, str], float] = {}
+    named: set[tuple[str, str]] = set()
+    for row in record.get("rows", []):
+        key = registry.row_metric(row, record)
+        if key is None:
+            continue
+        op = str(row.get("op", "?"))
+        best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
+        spec = registry.row_spec(row, record)
+        if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
+                                         for m in (spec.metrics if spec else registry.metric_columns())):
+            named.add((op, key))
+
+    def label(op: str, key: str, value: float) -> str:
+        if not key.endswith("_gbps"):
+            return f"{op} {value:.3g} {key}"
+        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s"
+
+    parts = [label(op, key, value) for (op, key), value in best.items()]
+    return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
+
+
+# A launcher's world variables. The suite is one machine's job, so its steps spawn their own
+# local ranks even when the suite itself runs as one task per node under srun or mpirun; a step
+# that inherited SLURM_NTASKS=8 would wait for 7 peers that never come.
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                  "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE",
+                  "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID")
+
+
+def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {k: v for k, v in package_env(env).items()
+            if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")}
+
+
+def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
+             timeout_s: float = 900) -> StepResult:
+    record_path = out_dir / record_file_for(step.name)
+    argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
+    start = time.monotonic()
+    child_env = step_env(env)
+    code, err = (_forked if prefork.ready() else _spawned)(argv, child_env, timeout_s)
+    seconds = time.monotonic() - start
+    last = [line for line in err.strip().splitlines() if line.strip()]
+    message = last[-1].removeprefix("microbench: ") if last else f"exit code {code}, nothing on stderr"
+    record = None
+    if record_path.exists():
+        try:
+            record = json.loads(record_path.read_text())
+        except json.JSONDecodeError:
+            record = None
+    if code == 0 and message.startswith("skipped:"):
+        return StepResult(step, "skip", seconds, None, "", message.removeprefix("skipped: "))
+    status = "pass" if code == 0 else "fail"
+    return StepResult(step, status, seconds, str(record_path) if record else None,
+                      headline(record) if record else "", "" if code == 0 else message)
+
+
+def _spawned(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    try:
+        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
+                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+        return done.returncode, done.stderr
+    except subprocess.TimeoutExpired:
+        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+
+
+def _forked(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    # stdout is dropped as subprocess.run's capture dropped it: the step's record is its result.
+    with tempfile.TemporaryFile(mode="w+") as err:
+        child = prefork.start(argv, env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            code = child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return 1, f"microbench: step did not finish within {timeout_s:g} s"
+        err.seek(0)
+        return code, err.read()
+
+
+def uses_embedded_s3(step: Step) -> bool:
+    """A step that would start its own embedded S3 server: an S3 command or an s3:// target,
+    and no --endpoint of its own."""
+    argv = step.argv
+    return ("s3" in argv or any(a.startswith("s3://") for a in argv)) and "--endpoint" not in argv
+
+
+@contextlib.contextmanager
+def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
+    """Environment for every step, prepared once and concurrently before any step measures:
+    the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
+    each start an embedded S3 server, one server for all of them (stopped on exit). A server
+    that cannot start is not shared: each step then starts its own and reports why it cannot."""
+    from ..core.errors import MicrobenchError
+    from ..targets.s3server import EmbeddedS3
+
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        with ThreadPoolExecutor(1) as pool:  # shut down before any step forks this process
+            torch_env = pool.submit(_warm_or_ask_torch)
+            if sum(1 for step in steps if uses_embedded_s3(step)) >= 2:
+                try:
+                    env.update(stack.enter_context(EmbeddedS3()).share_env())
+                except MicrobenchError:
+                    pass
+            env.update(torch_env.result())
+        yield env
+
+
+def _warm_or_ask_torch() -> dict[str, str]:
+    """The torch facts every step's record carries: asked here once the suite has imported torch
+    to fork its steps from (prefork.py), or of a child where it cannot fork."""
+    from ..world.environment import TORCH_INFO_ENV, _torch_info_here, torch_info_for_children
+
+    if prefork.warm():
+        return {TORCH_INFO_ENV: json.dumps(_torch_info_here())}
+    return torch_info_for_children()

@@ -1,0 +1,185 @@
+"""Text output. Collective results use the nccl-tests layout so they read side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..expect.formulas import describe as describe_expected
+from ..core.units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
+
+# The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
+# repeat for out-of-place and in-place.
+_KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 14), ("type", "", 10), ("redop", "", 8), ("root", "", 8))
+_CELL_COLUMNS = (("time", "(us)", 9), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8), ("#wrong", "", 7))
+
+
+def _pad(text: str, width: int) -> str:
+    # Always one space before a value, however wide: columns may shift but never run together.
+    return " " + text.rjust(width - 1)
+
+
+class CollectiveLayout:
+    """Column widths of one nccl-tests table, from what is known: the sizes before the sweep
+    (so lines can be printed as they finish), and the rows themselves once they exist."""
+
+    def __init__(self, max_size_bytes: int = 0, max_count: int = 0, expected: dict[str, Any] | None = None):
+        # `% of expected` rides at the end of the nccl-tests layout, so that layout's own columns
+        # stay where nccl-tests users look for them.
+        self.expected_gbps = expected.get("gbps") if expected else None
+        self.key = [width for _, _, width in _KEY_COLUMNS]
+        self.cell = [width for _, _, width in _CELL_COLUMNS]
+        self.key[0] = max(self.key[0], len(str(max_size_bytes)) + 1)
+        self.key[1] = max(self.key[1], len(str(max_count)) + 1)
+        # Planned before any time is known: at 0.01 GB/s (a slow gloo link) a time in us has one
+        # digit more than the size in bytes, plus ".d". A slower one still gets its space.
+        self.cell[0] = max(self.cell[0], len(str(max_size_bytes)) + 2)
+
+    @classmethod
+    def for_rows(cls, rows: list[dict[str, Any]], expected: dict[str, Any] | None = None) -> "CollectiveLayout":
+        layout = cls(max((r["size_bytes"] for r in rows), default=0), max((r["count"] for r in rows), default=0),
+                     expected)
+        for row in rows:
+            for index, text in enumerate(_cell_texts(row)):
+                layout.cell[index] = max(layout.cell[index], len(text) + 1)
+            for index, text in enumerate(_key_texts(row)):
+                layout.key[index] = max(layout.key[index], len(text) + 1)
+        return layout
+
+    def header(self) -> str:
+        width_key, width_cell = sum(self.key), sum(self.cell)
+        top = " " * width_key + "out-of-place".center(width_cell) + "in-place".center(width_cell)
+        names = "".join(_pad(name, w) for (name, _, _), w in zip(_KEY_COLUMNS, self.key))
+        units = "".join(_pad(unit, w) for (_, unit, _), w in zip(_KEY_COLUMNS, self.key))
+        for _ in range(2):
+            names += "".join(_pad(name, w) for (name, _, _), w in zip(_CELL_COLUMNS, self.cell))
+            units += "".join(_pad(unit, w) for (_, unit, _), w in zip(_CELL_COLUMNS, self.cell))
+        if self.expected_gbps:
+            names += _pad("% of expected", _EXP_WIDTH)
+            units += _pad("(busbw)", _EXP_WIDTH)
+        return "\n".join("#" + line[1:] for line in (top.rstrip(), names, units))
+
+    def line(self, pair: dict[str, dict[str, Any]]) -> str:
+        """One size: its out-of-place and in-place rows (either may be missing)."""
+        first = pair.get("out") or pair.get("in")
+        assert first is not None
+        text = "".join(_pad(t, w) for t, w in zip(_key_texts(first), self.key))
+        for placement in ("out", "in"):
+            row = pair.get(placement)
+            cells = _cell_texts(row) if row is not None else ("-",) * len(self.cell)
+            text += "".join(_pad(t, w) for t, w in zip(cells, self.cell))
+        if self.expected_gbps:
+            text += _pad(_expected_cell(pair, self.expected_gbps), _EXP_WIDTH)
+        return text
+
+
+_EXP_WIDTH = 15
+
+
+def _expected_cell(pair: dict[str, dict[str, Any]], expected_gbps: float) -> str:
+    # The out-of-place busbw's share (in-place where the op has only that): the column
+    # nccl-tests summaries quote.
+    row = pair.get("out") or pair.get("in")
+    return f"{100 * row['busbw_gbps'] / expected_gbps:.0f}%" if row else "-"
+
+
+def _key_texts(row: dict[str, Any]) -> tuple[str, ...]:
+    return (str(row["size_bytes"]), str(row["count"]), NCCL_TESTS_DTYPE.get(row["dtype"], row["dtype"]), str(row["redop"]), str(row["root"]))
+
+
+def _cell_texts(row: dict[str, Any]) -> tuple[str, ...]:
+    wrong = "N/A" if row.get("nwrong") is None else str(row["nwrong"])
+    return (f"{row['time_us']['p50']:.1f}", f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", wrong)
+
+
+def _by_size(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_size.setdefault(row["size_bytes"], {})[row.get("placement", "out")] = row
+    return dict(sorted(by_size.items()))
+
+
+def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
+              expected: dict[str, Any] | None = None) -> list[str]:
+    tail = [f"# {describe_expected(expected)}"] if expected else []
+    if not fit or not fit.get("points"):
+        return tail
+    if expected and expected.get("gbps"):
+        tail.insert(0, f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
+                       f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
+    avg = fit["avg_busbw_bw_bound_gbps"]
+    share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
+    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, "
+            f"peak busbw {'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, "
+            f"half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}",
+            f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
+            f"{avg:.2f} GB/s{share}", *tail]
+
+
+def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
+                     link_gbps: float | None = None, expected: dict[str, Any] | None = None) -> str:
+    layout = CollectiveLayout.for_rows(rows, expected)
+    lines = [f"# {op}", layout.header()]
+    lines += [layout.line(pair) for pair in _by_size(rows).values()]
+    return "\n".join(lines + fit_lines(fit, link_gbps, expected))
+
+
+class CollectiveStream:
+    """The same tables, printed a line at a time as each size finishes, as nccl-tests does: under
+    srun or a pipe, a long sweep shows its progress in its output rather than at the end.
+    `cases` is the sweep's (op, size_bytes, placement) in the order they run."""
+
+    def __init__(self, cases: list[tuple[str, int, str]], elem_bytes: int, emit: Any = print,
+                 link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None):
+        self._per_op_expected = expected or {}
+        self._expected: dict[tuple[str, int], set[str]] = {}
+        self._last_size: dict[str, int] = {}
+        for op, size, placement in cases:
+            self._expected.setdefault((op, size), set()).add(placement)
+            self._last_size[op] = size
+        top = max((size for _, size, _ in cases), default=0)
+        self._layout_args = (top, top // max(elem_bytes, 1))
+        self._layouts: dict[str, CollectiveLayout] = {}
+        self._emit, self._link_gbps = emit, link_gbps
+        self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._pending: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+
+    def on_row(self, row: dict[str, Any]) -> None:
+        op, size = row["op"], row["size_bytes"]
+        if op not in self._rows:
+            self._layouts[op] = CollectiveLayout(*self._layout_args, self._per_op_expected.get(op))
+            self._emit(f"# {op}\n{self._layouts[op].header()}")
+            self._rows[op] = []
+        self._rows[op].append(row)
+        pair = self._pending.setdefault((op, size), {})
+        pair[row.get("placement", "out")] = row
+        if set(pair) >= self._expected.get((op, size), set()):
+            self._emit(self._layouts[op].line(self._pending.pop((op, size))))
+            if size == self._last_size.get(op):
+                from ..core.fit import fit_latency_bandwidth
+
+                self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[op]), self._link_gbps,
+                                                 self._per_op_expected.get(op)) + [""]))
+
+
+def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:
+    """The same sweep under several link profiles: busbw side by side and last/first ratio."""
+    labels = [label for label, _ in records]
+    first, last = labels[0], labels[-1]
+    lines = [f"# busbw (GB/s) by link profile; ratio = {last} / {first}"]
+    head = f"#{'op':>15}{'size':>10}" + "".join(f"{label:>12}" for label in labels) + f"{'ratio':>9}"
+    lines.append(head)
+    ops = list(dict.fromkeys(r["op"] for _, rec in records for r in rec["rows"]))
+    for op in ops:
+        sizes = sorted({r["size_bytes"] for _, rec in records for r in rec["rows"] if r["op"] == op})
+        for size in sizes:
+            values = []
+            for _, rec in records:
+                rows = [r for r in rec["rows"] if r["op"] == op and r["size_bytes"] == size]
+                # Out-of-place where the op has it, as the nccl-tests summary does.
+                row = next((r for r in rows if r.get("placement") == "out"), rows[0] if rows else None)
+                values.append(row["busbw_gbps"] if row else None)
+            cells = "".join(f"{v:>12.3f}" if v is not None else f"{'-':>12}" for v in values)
+            ratio = (f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None
+                     else f"{'-':>9}")
+            lines.append(f" {op:>15}{format_size(size):>10}{cells}{ratio}")
+    return "\n".join(lines)

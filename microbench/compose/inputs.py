@@ -1,0 +1,247 @@
+"""Flags of `microbench compose` turned into the composer's inputs, each with where it came from.
+Every number goes through sizes.py (no NaN, no inf); every file is checked for its kind."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
+
+from .. import compose as cp
+from ..core import registry
+from .curves import Network, network_from_record, record_rows, synthetic_network
+from .hardware import Gpu, gpu as gpu_by_name
+from .models import CrudeModel, ModelShape, from_hf_config, preset
+from .tiers import tier_bandwidths
+from ..core.errors import UsageError
+from ..results import load_record
+from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
+
+MAX_PARAMS = 1e15     # a thousand times today's largest models; beyond it a typo, not a plan
+MAX_TFLOPS = 1e5      # 100 PFLOP/s per rank
+
+
+def model(args: argparse.Namespace) -> ModelShape | CrudeModel:
+    if args.params or args.layers:
+        if not (args.params and args.layers):
+            raise UsageError("--params and --layers go together, e.g. --params 7e9 --layers 32")
+        if args.model_config:
+            raise UsageError("--model-config and --params/--layers describe the model twice; give one")
+        return CrudeModel("custom", parse_positive(args.params, what="--params", example="7e9", maximum=MAX_PARAMS),
+                          parse_positive_int(args.layers, what="--layers", example="32"))
+    if args.model_config:
+        return from_hf_config(args.model_config)
+    return preset(args.model)
+
+
+def ranks(args: argparse.Namespace, networks: list[Network]) -> tuple[int, int | None]:
+    """(world size, nodes or None)."""
+    nodes = parse_positive_int(args.nodes, what="--nodes", example="2") if args.nodes else None
+    per_node = parse_positive_int(args.gpus_per_node, what="--gpus-per-node", example="8") if args.gpus_per_node else None
+    world = parse_positive_int(args.ranks, what="--ranks", example="16") if args.ranks else None
+    if world is not None and per_node is not None and world != (nodes or 1) * per_node:
+        raise UsageError(f"--ranks {world} disagrees with --nodes {nodes or 1} x --gpus-per-node {per_node}; "
+                         f"give one of them, e.g. --nodes 2 --gpus-per-node 8")
+    if world is None and (nodes or per_node):
+        world = (nodes or 1) * (per_node or 8)
+    if world is not None and nodes and world % nodes:
+        raise UsageError(f"--ranks {world} does not divide into --nodes {nodes}; expected a multiple, "
+                         f"e.g. --ranks {nodes * max(1, world // nodes)} --nodes {nodes}")
+    if world is None:
+        measured = [n.all_gather.ranks for n in networks if n.all_gather.ranks]
+        if not measured:
+            raise UsageError("no world size: give --nodes and --gpus-per-node (e.g. --nodes 2 --gpus-per-node 8) "
+                             "or --ranks 16")
+        world = measured[0]
+    return world, nodes
+
+
+def _suite_record(directory: Path, use: str) -> Path | None:
+    """The record in a suite directory whose step's probe feeds `use`, under the step's current
+    or a former name (collectives.json in older suites)."""
+    for path in sorted(directory.glob("*.json")):
+        found = registry.suite_step(path.stem)
+        if found and use in found[0].feeds:
+            return path
+    return None
+
+
+def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
+    out: list[Network] = []
+    for text in args.nccl:
+        name, sep, path = text.partition("=")
+        if not sep or "/" in name or name.endswith(".json"):
+            name, path = "", text
+        if Path(path).is_dir():
+            path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
+        record = load_record(path)
+        out.append(network_from_record(record, name or Path(path).stem, path,
+                                       allow_partial=args.allow_partial, for_gpus=for_gpus))
+    for text in args.net:
+        name, sep, spec = text.partition("=")
+        if not sep or not name or not spec:
+            raise UsageError(f"invalid --net {text!r}: expected NAME=BUSBW[@LATENCY], e.g. --net ib=40GB/s@30us")
+        rate, _, latency = spec.partition("@")
+        busbw = parse_bandwidth_bytes_per_s(rate, what=f"--net {name} bus bandwidth") / 1e9
+        lat = parse_duration_s(latency, what=f"--net {name} latency", example="30us") if latency else 0.0
+        out.append(synthetic_network(name, busbw, lat, text))
+    if not out:
+        raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
+                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
+    names = [n.name for n in out]
+    if len(set(names)) != len(names):
+        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
+    return out
+
+
+@dataclass(frozen=True)
+class ComputeRate:
+    flops_per_rank: float
+    source: str
+    gpu: Gpu | None
+    warning: str | None = None
+    measured_model: str | None = None
+    on_cpu: bool = False             # a compute record timed on a CPU, and no --gpu: predicting that CPU
+
+
+def compute_rate(args: argparse.Namespace) -> ComputeRate:
+    device = gpu_by_name(args.gpu) if args.gpu else None
+    if args.compute:
+        record = load_record(args.compute)
+        spec = registry.for_record(record)
+        if spec is None or "compute" not in spec.feeds:
+            feeders = registry.feeding("compute")
+            raise UsageError(f"--compute {args.compute!r} is a {record.get('kind')!r} record; expected one from "
+                             + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders))
+        if record.get("status") != "complete" and not args.allow_partial:
+            raise UsageError(f"--compute {args.compute!r} is a {record.get('status')!r} record; re-run "
+                             f"`microbench compute`, or pass --allow-partial")
+        record_rows(record, args.compute)
+        tflops = (record.get("summary") or {}).get("achieved_tflops")
+        if not isinstance(tflops, (int, float)) or not tflops > 0:
+            raise UsageError(f"--compute {args.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
+        impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+        dev = str(impl.get("gpu") or impl.get("device", "?"))
+        warning = None
+        if device is not None and impl.get("device") != "cuda":
+            warning = (f"--compute {args.compute} was measured on {dev}, not on a {device.name}: its rate is what "
+                       f"the prediction uses (--gpu only sizes memory and the optimizer step)")
+        return ComputeRate(tflops * 1e12, f"measured: {args.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
+                           warning, str((record.get("summary") or {}).get("model") or ""),
+                           on_cpu=device is None and impl.get("device") == "cpu")
+    if args.tflops:
+        tflops = parse_positive(args.tflops, what="--tflops", example="400", maximum=MAX_TFLOPS)
+        return ComputeRate(tflops * 1e12, f"--tflops {tflops:g}", device)
+    if device is None:
+        raise UsageError("no compute rate: give --gpu NAME (e.g. --gpu h100), --tflops 400, or --compute RECORD")
+    mfu = parse_number(args.mfu, what="--mfu", example="0.4", minimum=0, allow_minimum=False, maximum=1)
+    return ComputeRate(device.peak_bf16_tflops * mfu * 1e12,
+                       f"{device.name} peak {device.peak_bf16_tflops:g} TFLOP/s x MFU {mfu:g}", device)
+
+
+def _tier_rate(text: str, rate: str, which: str) -> float:
+    try:
+        if re.search(r"[a-zA-Z/]", rate) and not re.fullmatch(r"\s*[0-9.eE+-]+\s*", rate):
+            return parse_bandwidth_bytes_per_s(rate, what="--tier") / 1e9
+        return parse_positive(rate, what="--tier", example="nvme=6:12")
+    except UsageError:
+        raise UsageError(f"invalid --tier {text!r}: the {which} bandwidth {rate!r} must be a positive finite "
+                         f"number of GB/s, e.g. --tier nvme=6:12") from None
+
+
+def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = []
+    for text in args.tier:
+        name, _, rates = text.partition("=")
+        write, _, read = rates.partition(":")
+        if not name or not write:
+            raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS], e.g. nvme=6:12")
+        out.append({"tier": name, "write_gbps": _tier_rate(text, write, "write"),
+                    "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}"})
+    for text in args.storage:
+        name, sep, path = text.partition("=")
+        if not sep or "/" in name or name.endswith(".json"):
+            name, path = "", text
+        record = load_record(path)
+        record_rows(record, path)
+        if record.get("status") != "complete" and not args.allow_partial:
+            raise UsageError(f"--storage {path!r} is a {record.get('status')!r} record; re-run it, or pass --allow-partial")
+        write, read = tier_bandwidths(record, path)
+        out.append({"tier": name or str(record.get("kind")), "write_gbps": write, "read_gbps": read,
+                    "source": f"measured: {path}"})
+    return out
+
+
+def overhead_fraction(text: str) -> float:
+    raw = str(text).strip()
+    value = parse_number(raw.rstrip("%"), what="--ckpt-overhead", example="5%", minimum=0, allow_minimum=False,
+                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False)
+    return value / 100 if raw.endswith("%") else value
+
+
+@dataclass(frozen=True)
+class Calibration:
+    overlap: float | None
+    unit_overhead_s: float | None
+    backend: str | None
+    source: str
+    compute_efficiency: float | None = None   # the measured compute rate's share of a real step's compute
+    device: str | None = None
+
+
+def calibration(args: argparse.Namespace) -> Calibration | None:
+    """`summary.calibration` of a `verify --calibrate-only` record: {overlap (0..1), unit_overhead_s,
+    backend}; a flag given on the command line wins over it."""
+    if not args.calibration:
+        return None
+    record = load_record(args.calibration)
+    cal = (record.get("summary") or {}).get("calibration") if isinstance(record.get("summary"), dict) else None
+    if record.get("kind") not in ("verify", "calibration") or not isinstance(cal, dict):
+        raise UsageError(f"--calibration {args.calibration!r} is a {record.get('kind')!r} record without "
+                         f"summary.calibration; expected one from `microbench verify --calibrate-only`")
+    values = {}
+    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
+        value = cal.get(key)
+        if value is not None:
+            values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
+    if values.get("compute_efficiency") == 0:
+        raise UsageError(f"--calibration {args.calibration!r} has compute_efficiency 0; expected a positive share, "
+                         f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
+    return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
+                       str(cal["backend"]) if cal.get("backend") else None, args.calibration,
+                       values.get("compute_efficiency"), str(cal["device"]) if cal.get("device") else None)
+
+
+def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
+               cal: Calibration | None = None) -> cp.TrainSpec:
+    # Predicting a CPU run (a CPU compute record, no --gpu): gloo shares the cores compute uses
+    # and FSDP on a CPU reduces in float32. Anything else is a GPU with NCCL beside compute.
+    cpu = rate.on_cpu
+    if args.overlap is not None:
+        overlap = parse_number(args.overlap, what="--overlap", example="1", minimum=0, maximum=1)
+    elif cal is not None and cal.overlap is not None:
+        overlap = cal.overlap
+    else:
+        overlap = 0.0 if cpu else 1.0
+    if args.unit_overhead is not None:
+        unit_overhead = parse_duration_s(args.unit_overhead, what="--unit-overhead", example="200us")
+    else:
+        unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
+    reduce_dtype = args.reduce_dtype or ("float32" if cpu else "bfloat16")
+    flops = rate.flops_per_rank
+    if cal is not None and cal.compute_efficiency and args.compute and cal.device == ("cpu" if cpu else "cuda"):
+        # A measured kernel rate on the calibration's kind of device: a real step also runs norms,
+        # activations and the loss, which the calibration measured as this share of its time.
+        flops *= cal.compute_efficiency
+    return cp.TrainSpec(
+        ranks=world,
+        micro_batch=parse_positive_int(args.micro_batch, what="--micro-batch", example="1"),
+        seq_len=parse_positive_int(args.seq_len, what="--seq-len", example="4096"),
+        flops_per_rank=flops,
+        grad_accum=parse_positive_int(args.grad_accum, what="--grad-accum", example="4"),
+        param_dtype=args.param_dtype, reduce_dtype=reduce_dtype,
+        activation_checkpointing=args.activation_checkpointing,
+        reshard_after_forward=not args.no_reshard_after_forward,
+        overlap=overlap, unit_overhead_s=unit_overhead, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)

@@ -1,0 +1,1 @@
+"""A shaped multi-host network on one Linux box, rank placement on it, and hunting slow hosts."""

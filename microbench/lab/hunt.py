@@ -1,0 +1,191 @@
+"""Which host or link is bad: pure scheduling and judgement for `microbench hunt`.
+
+Every host sends to every other host, one pair at a time per host: N-1 rounds of disjoint
+pairs (the circle method, as a round-robin tournament is drawn) cover all N(N-1)/2 pairs, and
+the pairs of a round run at once, so the time grows with N, not N^2. Each pair is measured
+both ways, because a host's egress and ingress fail separately.
+
+Judgement, over the directed bandwidths i -> j:
+  slow(i -> j)   bandwidth below --slow x the median of all directed bandwidths, or below
+                 --floor when one is given;
+  slow pair      either direction slow;
+  bad host       a host whose pair is slow with every peer (the common end of all its
+                 slow pairs; needs 3 hosts, or a slow pair could be blamed on either end);
+  bad link       a slow pair whose two ends are both healthy with everyone else.
+
+--bisect first halves the hosts (N >= 4): an all_reduce over each half at once, and the
+search goes on in the half that is slow against the other, so one bad host is cornered in
+about log2(N) collective rounds. The last 2-3 suspects and healthy hosts from the halves
+already cleared, 4 hosts in all, then run the pairwise rounds; a single slow host among the
+suspects there decides. Anything else (halves alike, as with a slow link between halves or a
+clean cluster; a link rather than a host; more than one host) falls back to all pairs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ..core.errors import UsageError
+
+MIN_HOSTS = 3
+
+
+def rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair once: n-1 rounds for even n, n for odd."""
+    if n < 2:
+        return []
+    players: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    m = len(players)
+    out = []
+    for _ in range(m - 1):
+        pairs = []
+        for k in range(m // 2):
+            a, b = players[k], players[m - 1 - k]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        out.append(sorted(pairs))
+        players = [players[0], players[-1], *players[1:-1]]
+    return out
+
+
+BISECT_MIN_HOSTS = 4
+CONFIRM_HOSTS = 4
+
+
+def halves(hosts: list[int]) -> tuple[list[int], list[int]]:
+    mid = len(hosts) // 2
+    return hosts[:mid], hosts[mid:]
+
+
+def slower_half(busbw_a: float, busbw_b: float, slow_ratio: float, floor_gbps: float | None = None) -> int | None:
+    """0 or 1 when exactly that half is slow (against the other half, or the floor); None
+    when they are alike or both slow: halving cannot tell which way to go."""
+    slow_a = busbw_a < slow_ratio * busbw_b or (floor_gbps is not None and busbw_a < floor_gbps)
+    slow_b = busbw_b < slow_ratio * busbw_a or (floor_gbps is not None and busbw_b < floor_gbps)
+    if slow_a != slow_b:
+        return 0 if slow_a else 1
+    return None
+
+
+def confirm_set(suspects: list[int], cleared: list[int]) -> list[int]:
+    """The suspects plus cleared hosts up to CONFIRM_HOSTS: 4 hosts take 3 pair rounds, as 3 do."""
+    extra = max(0, CONFIRM_HOSTS - len(suspects))
+    return sorted(suspects + cleared[:extra])
+
+
+def check_hosts(n: int, where: str) -> None:
+    if n < MIN_HOSTS:
+        raise UsageError(f"hunt needs at least {MIN_HOSTS} hosts, {where} has {n}: with 2, a slow link "
+                         f"cannot be blamed on either end; e.g. microbench lab up --hosts 4 --name h")
+
+
+@dataclass
+class Verdict:
+    median_gbps: float
+    threshold_gbps: float
+    slow: set[tuple[int, int]]
+    hosts: list[int]
+    links: list[tuple[int, int]]
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.hosts and not self.links
+
+
+def _median_of(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: float,
+            floor_gbps: float | None = None) -> Verdict:
+    """matrix: (src, dst) -> GB/s for every ordered pair of hosts 0..len(names)-1."""
+    n = len(names)
+    check_hosts(n, "this world")
+    missing = [(i, j) for i in range(n) for j in range(n) if i != j and (i, j) not in matrix]
+    if missing:
+        raise ValueError(f"matrix lacks {len(missing)} directed pair(s), e.g. {missing[0]}")
+    median = statistics.median(matrix.values())
+    threshold = max(slow_ratio * median, floor_gbps or 0.0)
+    slow = {pair for pair, gbps in matrix.items() if gbps < threshold}
+
+    def pair_slow(a: int, b: int) -> bool:
+        return (a, b) in slow or (b, a) in slow
+
+    hosts = [h for h in range(n) if all(pair_slow(h, p) for p in range(n) if p != h)]
+    links = [(a, b) for a in range(n) for b in range(a + 1, n)
+             if pair_slow(a, b) and a not in hosts and b not in hosts]
+    verdict = Verdict(median, threshold, slow, hosts, links)
+    basis = (f"{slow_ratio:g} x median {median:.4g} GB/s" if threshold == slow_ratio * median
+             else f"--floor {floor_gbps:.4g} GB/s")
+    if len(hosts) == n:
+        verdict.lines.append(f"ALL SLOW: every pair is below {threshold:.4g} GB/s ({basis}); no single host "
+                             f"or link stands out")
+        return verdict
+    for h in hosts:
+        sends = _median_of([matrix[(h, p)] for p in range(n) if p != h])
+        receives = _median_of([matrix[(p, h)] for p in range(n) if p != h])
+        way = ("sending and receiving" if sends < threshold and receives < threshold
+               else "sending (egress)" if sends < threshold else "receiving (ingress)")
+        verdict.lines.append(f"SLOW HOST {names[h]}: slow with every peer, {way}: sends at {sends:.4g} GB/s, "
+                             f"receives at {receives:.4g} GB/s (median of its pairs; threshold {threshold:.4g} "
+                             f"GB/s = {basis})")
+    for a, b in links:
+        verdict.lines.append(f"SLOW LINK {names[a]} <-> {names[b]}: {names[a]}->{names[b]} {matrix[(a, b)]:.4g} GB/s, "
+                             f"{names[b]}->{names[a]} {matrix[(b, a)]:.4g} GB/s, while both hosts are healthy with "
+                             f"every other peer (threshold {threshold:.4g} GB/s = {basis})")
+    if verdict.clean:
+        verdict.lines.append(f"OK: every link reaches {threshold:.4g} GB/s ({basis}); no slow host or link")
+    return verdict
+
+
+def matrix_table(matrix: dict[tuple[int, int], float], names: list[str], slow: set[tuple[int, int]]) -> list[list[str]]:
+    """Rows for a sender x receiver table; slow cells carry a '*'."""
+    rows = []
+    for i, name in enumerate(names):
+        cells = [name]
+        for j in range(len(names)):
+            if i == j:
+                cells.append("-")
+            elif (i, j) not in matrix:
+                cells.append(".")  # not measured (--bisect decided on the hosts it narrowed to)
+            else:
+                cells.append(f"{matrix[(i, j)]:.4g}{' *' if (i, j) in slow else ''}")
+        rows.append(cells)
+    return rows
+
+
+def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: set[tuple[int, int]],
+                title: str) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = len(names)
+    grid = np.full((n, n), np.nan)
+    for (i, j), value in matrix.items():
+        grid[i, j] = value
+    size = max(4.0, 0.7 * n + 2)
+    fig, ax = plt.subplots(figsize=(size + 1, size), dpi=110)
+    image = ax.imshow(grid, cmap="viridis", vmin=0)
+    fig.colorbar(image, ax=ax, label="GB/s (1e9 B/s), sender -> receiver")
+    ax.set_xticks(range(n), names, rotation=45 if n > 6 else 0)
+    ax.set_yticks(range(n), names)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    top = np.nanmax(grid) if n > 1 else 1.0
+    for (i, j), value in matrix.items():
+        mark = "*" if (i, j) in slow else ""
+        ax.text(j, i, f"{value:.3g}{mark}", ha="center", va="center", fontsize=8,
+                color="white" if value < 0.6 * top else "black")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

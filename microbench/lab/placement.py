@@ -1,0 +1,121 @@
+"""Lab plumbing for `microbench nccl`: rank placement, link ceilings, and --link-profiles."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import namespaces as labmod
+from ..world.dist import package_env, self_command
+from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.units import parse_positive_int
+from ..accept.tables import profiles_table
+
+
+def lab_placement(name: str, nproc_text: str | None) -> tuple[int, str, Any]:
+    lab = labmod.get(name)
+    nproc = len(lab.hosts)
+    if nproc_text is not None:
+        nproc = parse_positive_int(nproc_text, what="--nproc", example="2")
+        if not 2 <= nproc <= len(lab.hosts):
+            raise UsageError(f"invalid --nproc {nproc_text!r} with --lab {name}: the lab has {len(lab.hosts)} "
+                             f"hosts and places one rank per host; use 2 to {len(lab.hosts)}")
+    return labmod.placement(lab, list(range(nproc)))
+
+
+def lab_facts() -> dict[str, Any]:
+    """What the record says about lab placement (empty off the lab)."""
+    if not os.environ.get("MICROBENCH_LAB"):
+        return {}
+    return {"lab": os.environ["MICROBENCH_LAB"], "lab_host_rank0": os.environ.get("MICROBENCH_LAB_HOST"),
+            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+
+def link_gbps_from(path: str) -> float:
+    """The one-way link ceiling (GB/s) from a `microbench link` record."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
+    except ValueError:
+        raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
+    summary = record.get("summary") if isinstance(record, dict) else None
+    gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
+    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
+            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
+        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
+                         f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
+    return float(gbps)
+
+
+@contextlib.contextmanager
+def naming_lab_hosts(lab_name: str | None, world: Any) -> Iterator[None]:
+    """A failed run on a lab names the hosts whose link is down (rank 0 can see every host)."""
+    try:
+        yield
+    except MicrobenchError as exc:
+        found = labmod.diagnose(os.environ.get("MICROBENCH_LAB") or lab_name) if lab_name and world.rank == 0 else None
+        if not found or found in str(exc):
+            raise
+        raise type(exc)(f"{exc}; {found}") from None
+
+
+def _without(argv: list[str], *options: str) -> list[str]:
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        if item in options:
+            skip = True
+            continue
+        if any(item.startswith(opt + "=") for opt in options):
+            continue
+        out.append(item)
+    return out
+
+
+def run_profiles(args: Any, argv: list[str]) -> int:
+    """Run the same sweep once per egress rate (reshaping the lab in between) and compare."""
+    if not args.lab:
+        raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
+                         "e.g. --lab default --link-profiles 1gbit,unlimited")
+    labels = [p.strip() for p in str(args.link_profiles).split(",") if p.strip()]
+    rates = [labmod.parse_rate(p) for p in labels]
+    if len(rates) < 2:
+        raise UsageError(f"invalid --link-profiles {args.link_profiles!r}: expected two or more rates to compare, "
+                         f"e.g. 1gbit,unlimited")
+    lab = labmod.get(args.lab)
+    # Read before the first reshape: the lab's own exceptions (--host-link, --pair-link) must
+    # come back afterwards, not just its base rate.
+    before = labmod.current_shaping(lab)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = _without(argv, "--link-profiles", "--json")
+    env = package_env()
+    records: list[tuple[str, dict]] = []
+    try:
+        for label, rate in zip(labels, rates):
+            labmod.shape(lab.name, rate, lab.delay_ms)
+            if args.json:
+                stem = Path(args.json)
+                path = stem.with_name(f"{stem.stem}-{labmod.format_rate(rate)}{stem.suffix or '.json'}")
+            else:
+                path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{labmod.format_rate(rate)}-{stamp}.json"
+            print(f"# link profile {label}: every host's egress shaped to {labmod.format_rate(rate)}", flush=True)
+            code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
+            if code != 0:
+                return code
+            records.append((labmod.format_rate(rate), json.loads(path.read_text())))
+            print(flush=True)
+    finally:
+        labmod.restore(lab, before)
+    if not records:
+        raise RunError("no profile produced a record")
+    print(profiles_table(records))
+    return 0

@@ -1,0 +1,1 @@
+"""The storage probes: the native POSIX engine, fio, S3 and GPUDirect Storage."""

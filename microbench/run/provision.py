@@ -1,0 +1,192 @@
+"""What a probe needs, set up before it runs and torn down after, in one place for every probe:
+the availability check (`unavailable_reason`), a unique work directory under a local target,
+the embedded S3 server when no endpoint is named (and its hand-off to spawned ranks), a GPU.
+
+Commands with their own CLI call these pieces; probes with the generic CLI get them all from
+`prepare(spec, args)`. A world (ranks) is still set up by session.in_world, which every world
+command already goes through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..core.errors import ProbeUnavailable, RunError, UsageError
+from ..core.registry import ProbeSpec
+from ..core.units import format_bytes_human
+
+# How a launching process hands its embedded server to the ranks it spawns. The key pair is
+# generated per run and only ever travels in the ranks' environment.
+ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROBENCH_S3_KEY_ID",
+                                               "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
+# Headroom for the embedded server: a multipart upload briefly keeps a temporary copy of an object.
+S3_MARGIN_BYTES = 64 << 20
+
+
+def check_gpu(what: str) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise ProbeUnavailable(f"{what}: needs a CUDA GPU and torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise ProbeUnavailable(f"{what}: needs a CUDA GPU and none is visible to torch")
+
+
+# --------------------------------------------------------------------------- S3
+
+
+def check_s3_client() -> None:
+    """Before any server starts or request goes out: the S3 client library is there."""
+    from ..targets.s3client import s3_client_unavailable_reason
+
+    reason = s3_client_unavailable_reason()
+    if reason:
+        raise ProbeUnavailable(reason)
+
+
+def check_embedded_space(need_bytes: int, smaller: str = "a smaller size") -> None:
+    """The embedded server keeps its objects under the temp dir: refuse a run that cannot fit."""
+    tmp = tempfile.gettempdir()
+    need = need_bytes + S3_MARGIN_BYTES
+    free = shutil.disk_usage(tmp).free
+    if free < need:
+        raise UsageError(f"not enough free space in {tmp!r} for the embedded S3 server: need "
+                         f"{format_bytes_human(need)}, have {format_bytes_human(free)}; use {smaller} "
+                         f"or set TMPDIR to a larger filesystem")
+
+
+def embedded_s3(stack: contextlib.ExitStack, bucket: str, need_bytes: int, smaller: str = "a smaller size") -> Any:
+    """Start the embedded S3 server (rclone serve s3) for this run, once its objects fit under
+    the temp dir; stopped when `stack` closes. Under `microbench suite` the suite's shared server
+    is used instead (s3server.embedded), and left running for the next step."""
+    from ..targets.s3server import embedded
+
+    check_embedded_space(need_bytes, smaller)
+    return stack.enter_context(embedded(bucket))
+
+
+def embedded_s3_env(server: Any) -> dict[str, str]:
+    """The variables that let spawned ranks reach the launcher's embedded server."""
+    return {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
+            ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
+
+
+def embedded_s3_from_env() -> dict[str, str | None] | None:
+    """In a spawned rank: the launcher's embedded server (endpoint, key, secret, root), or None."""
+    endpoint = os.environ.get(ENV_ENDPOINT)
+    if not endpoint:
+        return None
+    return {"endpoint": endpoint, "key": os.environ.get(ENV_KEY), "secret": os.environ.get(ENV_SECRET),
+            "root": os.environ.get(ENV_ROOT)}
+
+
+# --------------------------------------------------------------------------- a world's run directory
+
+
+def on_rank0(world: Any, action: Any) -> None:
+    """Run `action` on rank 0 only; a UsageError or RunError it raises ends every rank (rank 0
+    with the message, the others pointing at rank 0) instead of leaving them waiting."""
+    error = None
+    if world.rank == 0:
+        try:
+            action()
+        except (UsageError, RunError) as exc:
+            error = (type(exc).__name__, str(exc))
+    error = world.broadcast_object(error)
+    if error:
+        if world.rank != 0:
+            raise RunError("rank 0 could not prepare the target")
+        raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
+
+
+def shared_run_dir(world: Any, target: Any, access: Any, need_bytes: int, what: str) -> Any:
+    """The run's own directory under a local or s3:// target (checkpoint_target.RunDir), one name
+    for every rank, created by rank 0 once the free space is there; the caller removes it."""
+    from ..targets import checkpoint_target as ct
+
+    name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
+    run_dir = ct.RunDir(target, name, access)
+
+    def create() -> None:
+        if target.kind == "local":
+            ct.check_free_space(ct.existing_ancestor(target.path), need_bytes, what)
+        run_dir.create()
+
+    on_rank0(world, create)
+    return run_dir
+
+
+# --------------------------------------------------------------------------- generic probes
+
+
+@dataclass
+class Context:
+    """What was set up for one run of a probe; `spec.build(config, context)` receives it."""
+
+    args: argparse.Namespace | None = None
+    workdir: Any = None        # workdir.WorkDir under --path (needs.target)
+    s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
+    bucket: str | None = None
+    world: Any = None          # dist.World on every rank (needs.world)
+    facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation
+
+
+def add_options(p: argparse.ArgumentParser, spec: ProbeSpec) -> None:
+    """The flags a spec's needs bring to a generic command."""
+    if not (spec.needs.target or spec.needs.s3 or spec.needs.world):
+        return
+    g = p.add_argument_group("needs")
+    if spec.needs.target:
+        g.add_argument("--path", default=tempfile.gettempdir(), help="directory to write under; a unique directory "
+                       "is created there and removed afterwards (default: the temp dir)")
+        g.add_argument("--keep", action="store_true", help="keep the run's directory afterwards")
+    if spec.needs.s3:
+        from ..targets.s3server import DEFAULT_BUCKET
+
+        g.add_argument("--endpoint", metavar="URL", help="S3 endpoint (default: an embedded server for the run)")
+        g.add_argument("--bucket", help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
+                       f"required with --endpoint)")
+    if spec.needs.world:
+        g.add_argument("--nproc", default=None, help="local ranks to spawn when not launched by torchrun/srun/mpirun "
+                       "(default: number of GPUs, else 2)")
+        g.add_argument("--timeout", default="60", help="seconds before a silent peer fails the run (default 60)")
+
+
+@contextlib.contextmanager
+def prepare(spec: ProbeSpec, args: argparse.Namespace, *, s3_bytes: int = 0) -> Iterator[Context]:
+    """Set up what `spec` needs (outside any world) and tear it down afterwards."""
+    if spec.needs.gpu:
+        check_gpu(spec.name)
+    context = Context(args=args)
+    with contextlib.ExitStack() as stack:
+        if spec.needs.target:
+            from ..targets.workdir import WorkDir
+
+            context.workdir = stack.enter_context(WorkDir(args.path, keep=args.keep, prefix=f"microbench-{spec.name}-"))
+            context.facts.update(context.workdir.facts())
+        if spec.needs.s3:
+            context.s3, context.bucket = _s3_target(stack, args, s3_bytes)
+        yield context
+
+
+def _s3_target(stack: contextlib.ExitStack, args: argparse.Namespace, need_bytes: int) -> tuple[Any, str]:
+    from ..targets.s3client import Target, check_endpoint, preflight
+    from ..targets.s3server import DEFAULT_BUCKET
+
+    check_s3_client()
+    if args.endpoint:
+        if not args.bucket:
+            raise UsageError("--endpoint needs --bucket: an existing bucket to write test objects into, "
+                             "e.g. --bucket my-bucket")
+        target = Target(check_endpoint(args.endpoint))
+    else:
+        target = Target.for_embedded(embedded_s3(stack, args.bucket or DEFAULT_BUCKET, need_bytes))
+    bucket = args.bucket or DEFAULT_BUCKET
+    preflight(target, bucket, timeout_s=10)
+    return target, bucket

@@ -1,0 +1,188 @@
+"""Where storage probes may write: a unique directory they create under --path, files they
+create themselves (O_EXCL, so nothing that existed is ever overwritten), removed afterwards
+unless kept. Also the facts a storage record states about its target: filesystem, device,
+free space, whether O_DIRECT really works there.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import RunError, UsageError
+from ..core.units import format_bytes_human
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def check_base(path: str) -> Path:
+    if not str(path).strip():
+        # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
+        raise UsageError(f"--path {path!r} is empty; give an existing directory to write under, e.g. --path /tmp")
+    base = Path(path)
+    if not base.exists():
+        raise UsageError(f"--path {path!r} does not exist; give an existing directory to write under, e.g. --path /tmp")
+    if not base.is_dir():
+        raise UsageError(f"--path {path!r} is not a directory; give a directory to write under, e.g. --path /tmp")
+    return base
+
+
+def why_unwritable(directory: str | os.PathLike) -> str | None:
+    """Why a new file cannot be made in `directory`, or None. A read-only mount is named as
+    such: it stops root too, where permission bits do not."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"directory {str(directory)!r} is on a read-only filesystem"
+    except OSError:
+        pass
+    if not os.access(directory, os.W_OK):
+        return f"directory {str(directory)!r} is not writable by this user"
+    return None
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
+    free = free_bytes(path)
+    if free < needed:
+        raise RunError(f"not enough free space under {str(path)!r}: the run needs {format_bytes_human(needed)} "
+                       f"({what}) but only {format_bytes_human(free)} is free; use a smaller --size or another --path")
+
+
+def mount_of(path: str | os.PathLike) -> dict[str, str]:
+    """Filesystem type, source device and mount point of the mount holding `path`."""
+    target = os.path.realpath(path)
+    best: dict[str, str] = {"fstype": "unknown", "source": "unknown", "mount_point": "/"}
+    best_len = -1
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                left, _, right = line.partition(" - ")
+                fields, rest = left.split(), right.split()
+                if len(fields) < 5 or len(rest) < 2:
+                    continue
+                point = fields[4].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= best_len:
+                    best, best_len = {"fstype": rest[0], "source": rest[1], "mount_point": point}, len(point)
+    except OSError:
+        pass
+    return best
+
+
+def logical_block_size(path: str | os.PathLike) -> int:
+    """The device's logical block size (O_DIRECT's minimum alignment); the page size when unknown."""
+    dev = os.stat(path).st_dev
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for candidate in (sysfs / "queue" / "logical_block_size", sysfs / ".." / "queue" / "logical_block_size"):
+        try:
+            return int(candidate.read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return PAGE
+
+
+def direct_alignment(path: str | os.PathLike) -> int:
+    """Block sizes and offsets for O_DIRECT must be multiples of this. Some devices accept
+    512 B, but 4K-sector drives and most filesystems' blocks need 4K, so asking for the page
+    size keeps a result from one machine valid on the next."""
+    return max(PAGE, logical_block_size(path))
+
+
+class WorkDir:
+    """A unique directory under `base`; `cleanup()` removes exactly what was created here."""
+
+    def __init__(self, base: str, *, keep: bool = False, prefix: str = "microbench-"):
+        check_base(base)
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        except OSError as exc:
+            raise RunError(f"cannot write under --path {base!r}: {exc.strerror or exc}; "
+                           f"give a writable directory, e.g. --path /tmp") from None
+        self.keep = keep
+        self.files: list[Path] = []
+
+    def new_file(self, name: str) -> Path:
+        path = self.path / name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        fd = os.open(path, flags, 0o600)  # O_EXCL: never replaces a file we didn't create
+        self.files.append(path)
+        os.close(fd)
+        return path
+
+    def remove_file(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        if path in self.files:
+            self.files.remove(path)
+
+    def probe_direct(self) -> tuple[bool, str | None]:
+        """Whether O_DIRECT opens here; the reason when it doesn't (tmpfs before Linux 6.6...)."""
+        if not hasattr(os, "O_DIRECT"):
+            return False, "this OS has no O_DIRECT"
+        try:
+            probe = self.new_file(".odirect-probe")
+        except OSError as exc:
+            raise RunError(f"cannot create a file in {str(self.path)!r}: {exc.strerror}") from None
+        # Opened apart from creating it: a refused O_DIRECT open may still have created the file.
+        try:
+            os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            fs = mount_of(self.path)["fstype"]
+            return False, f"{fs} at {str(self.path.parent)!r} refuses O_DIRECT (open: EINVAL)"
+        finally:
+            self.remove_file(probe)
+        return True, None
+
+    def cleanup(self) -> None:
+        if self.keep:
+            return
+        for path in list(self.files):
+            self.remove_file(path)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass  # something else was put there: leave it rather than delete what isn't ours
+
+    def facts(self) -> dict[str, Any]:
+        mount = mount_of(self.path)
+        return {"workdir": str(self.path), "filesystem": mount["fstype"], "device": mount["source"],
+                "mount_point": mount["mount_point"], "kept": self.keep}
+
+    def __enter__(self) -> "WorkDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+@dataclass
+class IOFailure:
+    """Turns an OSError from the engine into one line that says what to do about it."""
+
+    what: str
+
+    def error(self, exc: OSError) -> RunError | UsageError:
+        code = exc.errno
+        name = errno.errorcode.get(code or 0, "error")
+        text = f"{self.what} failed: {exc.strerror or exc} ({name})"
+        if code == errno.ENOSPC:
+            return RunError(f"{self.what} failed: no space left on device (ENOSPC); free some space or use a "
+                            f"smaller --size")
+        if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return RunError(f"{text}; give a writable --path")
+        if code == errno.EINVAL:
+            return UsageError(f"{text}: the device refused the O_DIRECT alignment; use a --bs that is a multiple "
+                              f"of 4K (e.g. --bs 1M) or --buffered")
+        return RunError(text)

@@ -1,0 +1,161 @@
+"""Calibration, rank side: the three numbers the composer cannot know from probes alone, each
+measured on a configuration of its own (never one the matrix checks).
+
+  overlap             the composer's blend between its pipelined step (overlap 1) and the serial
+                      sum of its parts (0) that the calibration model's real fully_shard step
+                      shows on this backend and link: (P0 - measured) / (P0 - P1), clamped to
+                      0..1, with P0 and P1 predicted from this run's probes at 0 and 1, after the
+                      two numbers below are known. Beside it, as a diagnostic, what the backend
+                      itself could hide: an async AllGather of a unit with matmuls meanwhile,
+                      (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
+                      issues its collectives synchronously (no streams), so it hides nothing
+                      there whatever the backend could; NCCL on a GPU runs beside compute.
+  unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
+                      the optimizer): the calibration model's units (six of them) at 16 tokens, so
+                      compute is negligible and nothing overlaps, timed as a real fully_shard
+                      step, minus the same model's plain forward+backward and its collectives
+                      alone (both run right before each step, medians) and the AdamW probe at its
+                      shard size, over 2 x units.
+  compute_efficiency  the compute replay's time (the step's matmuls, forward and backward, and
+                      attention, at the model's shapes) over the model's real forward+backward
+                      (norms, activations, residuals, the embedding, the loss, autograd: work the
+                      replay does not do), on the calibration model unsharded, the two
+                      alternating, median over median.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from . import model as fm
+from . import steps as vf
+from ..core.stats import percentile
+
+CAL_SHAPE = fm.PRESETS["calib"]
+CAL_TOKENS = 384
+# FSDP's per-unit cost at realistic unit sizes (its copies scale with the bytes) but almost no
+# compute, so nothing overlaps and what is left after compute, collectives and the optimizer is FSDP's.
+UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
+UNIT_TOKENS = 16
+
+
+def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, reps: int = 7) -> dict[str, Any]:
+    """The compute replay's median time over the calibration model's real forward+backward
+    median (unsharded), the two alternating: what share of the model's compute time the
+    replay's kernels are. Both are medians of samples taken side by side, so a burst of someone
+    else's work on a shared box moves both, not their ratio."""
+    probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+    replays, real = vf.measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
+    replay_s, measured = percentile(replays, 50), percentile(real, 50)
+    return {"compute_efficiency": replay_s / measured, "replay_s": replay_s, "measured_s": measured,
+            "replay_samples_s": replays, "measured_samples_s": real,
+            "ratios": [a / b for a, b in zip(replays, real)]}
+
+
+def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
+                 unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
+    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
+    probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
+    steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2,
+                                            lambda: probe.time_once(world))
+    compute = vf.compute_input(CAL_SHAPE, CAL_TOKENS, replays)
+    measured = percentile(steps, 50)
+    serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
+                                    vf.Calibration(o, unit_overhead_s, efficiency, ""))["step_s"] for o in (0.0, 1.0))
+    value = (serial - measured) / (serial - pipelined) if serial > pipelined else 0.0
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "measured_s": measured, "steps_s": steps,
+            "predicted_serial_s": serial, "predicted_pipelined_s": pipelined, "model": CAL_SHAPE.name,
+            "tokens": CAL_TOKENS}
+
+
+def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    if world.size == 1:
+        return {"overlap": 1.0, "why": "one rank: nothing to overlap"}
+    n = world.size
+    dtype = getattr(torch, precision.param_dtype)
+    count = CAL_SHAPE.block_params // n * n
+    full = torch.zeros(count, dtype=dtype, device=device)
+    shard = torch.ones(count // n, dtype=dtype, device=device)
+    gen = torch.Generator().manual_seed(world.rank)
+    a = torch.randn(CAL_TOKENS, CAL_SHAPE.hidden, generator=gen).to(device, dtype)
+    b = torch.randn(CAL_SHAPE.hidden, 2 * CAL_SHAPE.ffn, generator=gen).to(device, dtype)
+
+    def timed(fn: Any) -> float:
+        world.barrier()
+        start = time.perf_counter()
+        fn()
+        vf.sync(device)
+        return time.perf_counter() - start
+
+    def matmuls(k: int) -> None:
+        for _ in range(k):
+            torch.matmul(a, b)
+
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def gather() -> None:
+        all_gather(full, shard)
+
+    for _ in range(2):
+        timed(gather), timed(lambda: matmuls(1))
+    one_mm = vf.slowest(world, percentile([timed(lambda: matmuls(1)) for _ in range(3)], 50))
+    one_ag = vf.slowest(world, percentile([timed(gather) for _ in range(3)], 50))
+    k = max(1, round(one_ag / max(one_mm, 1e-9)))   # as much compute as communication
+
+    def together() -> None:
+        work = all_gather(full, shard, async_op=True)
+        matmuls(k)
+        work.wait()
+
+    c_alone, m_alone, both = [], [], []
+    for _ in range(reps):
+        c_alone.append(timed(lambda: matmuls(k)))
+        m_alone.append(timed(gather))
+        both.append(timed(together))
+    c, m, t = (vf.slowest(world, percentile(x, 50)) for x in (c_alone, m_alone, both))
+    # A world of one gathers nothing: no communication to hide, so nothing to measure.
+    value = (c + m - t) / min(c, m) if world.size > 1 and min(c, m) > 0 else 0.0
+    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "compute_alone_s": c, "comm_alone_s": m,
+            "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
+
+
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+    shape, tokens = UNIT_SHAPE, UNIT_TOKENS
+    optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
+    # The plain forward+backward and the collectives alone right before each fully_shard step,
+    # so the difference is not a drift of the machine between them.
+    compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
+                     vf.comm_alone_sampler(world, shape, precision, device))
+    fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
+                                         lambda: (compute(), comm()))
+    fsdp_s = percentile(fsdp, 50)
+    compute_s, comm_s = percentile([c for c, _ in parts], 50), percentile([m for _, m in parts], 50)
+    units = shape.layers + 1
+    per_unit = max(0.0, (fsdp_s - compute_s - comm_s - optimizer_s) / (2 * units))
+    return {"unit_overhead_s": per_unit, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
+            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens,
+            "fsdp_steps_s": fsdp, "samples_s": parts}
+
+
+def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
+    """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
+    eff = compute_efficiency(world, device, precision, dev)
+    uo = unit_overhead(world, device, precision)
+    ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"])
+    could = backend_overlap(world, device, precision)
+    return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
+            "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
+            "ranks": world.size, "param_dtype": precision.param_dtype,
+            "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
+            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
+
+
+def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
+    return vf.Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]),
+                          float(cal.get("compute_efficiency") or 1.0), source)

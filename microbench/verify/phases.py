@@ -1,0 +1,160 @@
+"""What the ranks of `verify fsdp` run: the calibration, the step configurations of one link
+profile, the checkpoint. Rank 0 appends each finished row to the run's record file (the
+launching process created it) so the rows survive a rank that dies later; on a failure rank 0
+marks the record partial and says which rank is gone."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from . import model as fm
+from . import steps as vf
+from . import calibrate as vc
+from ..core.errors import MicrobenchError, RunError
+from ..results.schema import utc_now
+from ..results.store import atomic_write_text
+from ..core.stats import percentile
+
+
+class RecordFile:
+    """The run's record on disk, rewritten atomically on every change (rank 0, or the launcher
+    while no rank runs)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def load(self) -> dict[str, Any]:
+        return json.loads(self.path.read_text())
+
+    def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        record = self.load()
+        change(record)
+        atomic_write_text(self.path, json.dumps(record, indent=1, default=str) + "\n")
+        return record
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self.update(lambda r: r["rows"].append(row))
+
+    def finish(self, status: str, reason: str | None = None) -> dict[str, Any]:
+        def change(r: dict[str, Any]) -> None:
+            r["status"], r["status_reason"], r["ended_at"] = status, reason, utc_now()
+        return self.update(change)
+
+
+def quiet() -> None:
+    # torch warns once per process about renamed collectives; nothing a user can act on.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def device_of(dev: str) -> Any:
+    import torch
+
+    if dev == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    # Ranks share the cores: one rank per core's worth of threads, as a launcher would set.
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+    return torch.device("cpu")
+
+
+def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], Any]) -> Any:
+    """Run fn; turn a peer's death into one line naming it, with the record marked partial."""
+    try:
+        return fn()
+    except MicrobenchError as exc:
+        reason = str(exc)
+        error: MicrobenchError = exc
+    except Exception as exc:
+        if os.environ.get("MICROBENCH_DEBUG"):
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        world.note_failure(first)
+        missing = world.missing_ranks()
+        if missing:
+            reason = (f"rank {', '.join(map(str, missing))} died or stopped responding during {what} "
+                      f"(no heartbeat, no error reported)")
+        else:
+            reason = f"{what} failed: {type(exc).__name__}: {first}"
+        error = RunError(reason)
+    if record is not None and world.rank == 0:
+        rows = len(record.finish("partial", reason)["rows"])
+        raise type(error)(f"{reason}; kept {rows} finished row(s) in {record.path} (partial)") from None
+    raise error from None
+
+
+# --------------------------------------------------------------------------- steps
+
+def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
+             cal: vf.Calibration, steps: int, warmup: int, profile: str) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, shape, precision, dev, backend)
+    optimizer = vf.probe_optimizer(world, shape, device)
+    # The compute probe (the step's kernels at its shapes) runs right before each step: one
+    # sample per step, both sides summarized by their median, so the machine's drift on this
+    # shared VM (tens of percent within a minute) is the same in the input and in the steps.
+    probe = vf.replay(shape, tokens, dev, precision.param_dtype)
+    times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup,
+                                           lambda: probe.time_once(world))
+    del probe
+    compute = vf.compute_input(shape, tokens, replays)
+    pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
+    compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
+    comm_alone = vf.measure_comm_alone(world, shape, precision, device)
+    measured = percentile(times, 50)
+    pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
+                           vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
+    parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
+    parts["overlap"]["used"] = cal.overlap
+    return {"kind": "step", "profile": profile, "model": shape.name, "tokens": tokens, "ranks": world.size,
+            "total_params": shape.total_params, "block_params": shape.block_params, "root_params": shape.root_params,
+            "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
+            "spread_pct": vf.spread_pct(times), "error_pct": vf.error_pct(pred["step_s"], measured),
+            "predicted": pred, "parts": parts,
+            "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run right before each "
+                                             f"measured step",
+                                   "tflops_per_rank": compute["tflops"], "replay_s": compute["replay_s"],
+                                   "samples_s": compute["samples_s"], "spread_pct": compute["spread_pct"]},
+                       "collectives": {"source": f"{collectives['probe']}, measured in this run",
+                                       "rows": collectives["rows"]},
+                       "optimizer": {"source": f"{optimizer['probe']}, measured in this run",
+                                     "memory_gbps": optimizer["memory_gbps"]},
+                       "calibration": {"source": cal.source, "overlap": cal.overlap,
+                                       "unit_overhead_s": cal.unit_overhead_s,
+                                       "compute_efficiency": cal.compute_efficiency}}}
+
+
+def run_steps(world: Any, opts: dict[str, Any]) -> int:
+    """One link profile: calibrate (unless given), then every (model, tokens) configuration."""
+    quiet()
+    dev, backend, profile = opts["device"], opts["backend"], opts["profile"]
+    device = device_of(dev)
+    precision = fm.precision_for(dev)
+    record = RecordFile(opts["record"]) if world.rank == 0 else None
+    given = opts.get("calibration")
+    if given is not None:
+        cal_dict, source = given, opts["calibration_source"]
+    else:
+        cal_dict = guarded(world, record, f"the calibration ({profile})",
+                           lambda: vc.calibrate(world, device, precision, dev, backend))
+        source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile}"
+        if record is not None:
+            record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(profile, cal_dict))
+    if opts.get("calibrate_only"):
+        return 0
+    cal = vc.as_calibration(cal_dict, source)
+    for i, (model_name, tokens) in enumerate(opts["configs"]):
+        shape = fm.shape_from_args(**opts["shapes"][model_name])
+        label = f"{profile} {shape.name} {tokens} tokens"
+        row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,
+                                                            cal, opts["steps"], opts["warmup"], profile))
+        if record is not None:
+            record.add_row(row)
+            print(f"# [{profile}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
+                  f"measured {row['measured_s'] * 1e3:.1f} ms (spread {row['spread_pct']:.0f}%), "
+                  f"error {row['error_pct']:+.1f}%", flush=True)
+    return 0

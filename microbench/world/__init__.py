@@ -1,0 +1,1 @@
+"""Distributed worlds: launcher variables, local ranks, forked starts, interrupts, backends."""
