@@ -1,3 +1,3 @@
 # The installed package registers this fixture as a pytest plugin; importing it here keeps the
 # benchmarks runnable from a checkout that was never pip-installed.
-from microbench.accept.rules.pytest_plugin import probe_benchmark  # noqa: F401
+from microbench.accept.pytest_plugin import probe_benchmark  # noqa: F401

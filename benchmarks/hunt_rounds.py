@@ -27,12 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from microbench.lab.namespaces import namespaces as labmod  # noqa: E402
+from microbench.lab import namespaces as labmod  # noqa: E402
+from microbench.core.units import parse_link_rate  # noqa: E402
 
 
 def hunt_once(hosts: int, link: str, size: str, workdir: str) -> dict:
     name = "h" + uuid.uuid4().hex[:6]
-    labmod.up(name, hosts, labmod.parse_rate(link))
+    labmod.up(name, hosts, parse_link_rate(link))
     try:
         record = Path(workdir) / f"hunt-{hosts}.json"
         env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # fallback for a machine where it is not installed.
 sys.path.append(str(ROOT))
 
-from microbench.lab.namespaces import namespaces as labmod  # noqa: E402
+from microbench.lab import namespaces as labmod  # noqa: E402
+from microbench.core.units import parse_link_rate  # noqa: E402
 from microbench.world.dist import package_env, self_command  # noqa: E402
 
 LINE_GBIT = 1.0
@@ -103,7 +104,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as work:
         try:
-            lab, _ = labmod.up(name, 2, labmod.parse_rate("1gbit"))
+            lab, _ = labmod.up(name, 2, parse_link_rate("1gbit"))
             ip, lp, impl = best_of(lab, args.size, float(args.seconds), work, 1)
             print(f"1gbit lab link: iperf3 {ip:.3f} Gbit/s, link probe ({impl}) {lp:.3f} Gbit/s")
             for label, ratio, target in (("link/line rate", lp / LINE_GBIT, 0.9), ("link/iperf3", lp / ip, 0.95)):

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from microbench.targets import native  # noqa: E402
-from microbench.probes.storage import fio as sf  # noqa: E402
+from microbench.probes.storage import fio_engine as sf  # noqa: E402
 from microbench.probes.storage import posix as sp  # noqa: E402
 from microbench.core.units import format_size, parse_size  # noqa: E402
 

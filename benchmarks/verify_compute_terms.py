@@ -42,8 +42,8 @@ def old_rate(world, shape, tokens):
 def rank_main(rounds: int, out: str) -> int:
     import torch
 
-    from microbench.verify.steps import model as fm
-    from microbench.verify.steps import steps as vf
+    from microbench.verify import model as fm
+    from microbench.verify import steps as vf
     from microbench.world.dist import World, detect_world
     from microbench.core.stats import percentile
 

@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--ckpt-tolerance", default="15")
     parser.add_argument("extra", nargs="*", help="more `verify fsdp` arguments (after --)")
     args = parser.parse_args()
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
     from microbench.world.dist import package_env
 
     created = False

@@ -186,7 +186,7 @@ def embedded_s3():
 
 
 def _lab():
-    from microbench.lab.namespaces import namespaces as lab
+    from microbench.lab import namespaces as lab
 
     return lab
 
@@ -219,7 +219,9 @@ def lab_name():
 
 @pytest.fixture
 def lab(lab_name):
-    lab, created = _lab().up(lab_name, 2, _lab().parse_rate("1gbit"))
+    from microbench.core.units import parse_link_rate
+
+    lab, created = _lab().up(lab_name, 2, parse_link_rate("1gbit"))
     assert created
     return lab
 

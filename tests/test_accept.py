@@ -1,6 +1,6 @@
 import pytest
 
-from microbench.accept.rules.rules import Check, evaluate, load_checks
+from microbench.accept.rules import Check, evaluate, load_checks
 from microbench.core.errors import UsageError
 
 RECORD = {"rows": [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.accept.rules.rules import Check, evaluate, load_checks
+from microbench.accept.rules import Check, evaluate, load_checks
 from microbench.core.errors import UsageError
 
 from conftest import last_line

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import last_line
-from microbench.accept.rules.compare import compare, parse_rule
+from microbench.accept.compare import compare, parse_rule
 from microbench.core.errors import UsageError
 from microbench.results import RecordWriter, new_record
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.accept.rules import rules as accept
+from microbench.accept import rules as accept
 from microbench.cli import build_parser
 from microbench.commands.common import settings_from_args
 from microbench.core.units import parse_sizes

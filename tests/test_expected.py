@@ -144,7 +144,7 @@ def test_storage_expectations():
 
 
 def test_lab_placement_hands_the_slowest_chosen_hosts_rate():
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
 
     hosts = [labmod.LabHost(i, f"mb-x-h{i}", f"10.213.0.{i + 1}", rate_bps=rate)
              for i, rate in enumerate((10**9, 10**8, 10**9))]

@@ -293,7 +293,7 @@ def test_a_signal_during_start_up(tmp_path, moment, signame):
 # ---------------------------------------------------------------- 12: whom a lab failure blames
 @pytest.fixture
 def h7b_lab(lab_name):
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
 
     labmod.up(lab_name, 2, None)
     return lab_name  # lab_name takes it down again

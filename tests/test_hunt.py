@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import last_line
-from microbench.lab.namespaces import hunt, shaping as labshape
+from microbench.lab import hunt, shaping as labshape
 from microbench.core.errors import UsageError
 
 NAMES = ["h0", "h1", "h2", "h3"]

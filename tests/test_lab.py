@@ -9,10 +9,11 @@ import uuid
 
 import pytest
 
-from microbench.lab.namespaces import namespaces as labmod
-from microbench.lab.namespaces.placement import _without
+from microbench.lab import namespaces as labmod
+from microbench.core.units import format_link_rate, parse_link_rate
+from microbench.lab.placement import _without
 from microbench.core.errors import UsageError
-from microbench.accept.rules.tables import profiles_table
+from microbench.lab.placement import profiles_table
 
 from conftest import last_line
 
@@ -23,13 +24,13 @@ from conftest import last_line
 @pytest.mark.parametrize("text,bps", [("1gbit", 10**9), ("100mbit", 10**8), ("10Gbit", 10**10),
                                       ("2.5gbit", 25 * 10**8), ("unlimited", None)])
 def test_parse_rate(text, bps):
-    assert labmod.parse_rate(text) == bps
+    assert parse_link_rate(text) == bps
 
 
 @pytest.mark.parametrize("text", ["1gbt", "fast", "1 gb", "-1gbit", "1gbps", ""])
 def test_parse_rate_rejects(text):
     with pytest.raises(UsageError, match="expected a rate"):
-        labmod.parse_rate(text)
+        parse_link_rate(text)
 
 
 @pytest.mark.parametrize("text", ["0", "1", "-3", "two", "65"])
@@ -46,7 +47,7 @@ def test_check_name_rejects(name):
 
 def test_format_rate_round_trips():
     for text in ("1gbit", "100mbit", "10gbit", "unlimited"):
-        assert labmod.format_rate(labmod.parse_rate(text)) == text
+        assert format_link_rate(parse_link_rate(text)) == text
 
 
 def test_shape_commands_tbf_burst_covers_a_timer_tick():
@@ -155,7 +156,7 @@ def test_lab_reshape_and_read_back(lab):
     assert all("tbf" in h.shaping and "1Gbit" in h.shaping for h in lab.hosts)
     labmod.shape(lab.name, None)
     assert labmod.find(lab.name).rate == "unlimited"
-    labmod.shape(lab.name, labmod.parse_rate("10gbit"))
+    labmod.shape(lab.name, parse_link_rate("10gbit"))
     assert labmod.find(lab.name).rate == "10gbit"
 
 

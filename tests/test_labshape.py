@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from microbench.lab.namespaces import shaping as labshape
+from microbench.lab import shaping as labshape
 
 FILTERS = """filter parent 1: protocol ip pref 1 u32 chain 0
 filter parent 1: protocol ip pref 1 u32 chain 0 fh 800: ht divisor 1
@@ -43,7 +43,7 @@ def _tc(name: str, hosts: int) -> list[str]:
 
 
 def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, lab_name):
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
 
     up = run_cli("lab", "up", "--hosts", "3", "--link", "1gbit", "--host-link", "h2=100mbit",
                  "--pair-link", "h0-h1=200mbit", "--name", lab_name)
@@ -61,7 +61,7 @@ def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, lab_name):
 
 
 def test_restore_after_a_plain_reshape_with_only_a_host_exception(lab_name):
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
 
     labmod.up(lab_name, 4, 10**9, host_rates={2: 10**8})
     before = _tc(lab_name, 4)

@@ -111,7 +111,7 @@ def test_nccl_link_profiles_side_by_side(run_cli, lab):
     ratio_line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("all_gather"))
     assert ratio_line.rstrip().endswith("x")
     # The lab's own shaping is back after the comparison.
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
     assert labmod.find(lab.name).rate == "1gbit"
 
 

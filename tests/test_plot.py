@@ -27,7 +27,7 @@ def test_plot_overlays_records_and_never_overwrites(run_cli, tmp_path):
 
 def test_a_skipped_record_says_why_it_has_nothing_to_plot():
     from microbench.core.errors import UsageError
-    from microbench.accept.rules.plots import pick_metric
+    from microbench.accept.plots import pick_metric
 
     record = {"kind": "storage_gds", "status": "skipped", "status_reason": "storage gds: kvikio is not installed",
               "rows": []}

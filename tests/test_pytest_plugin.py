@@ -7,7 +7,7 @@ import sys
 from conftest import cli_env
 
 TEST = '''
-from microbench.accept.rules.pytest_plugin import probe_benchmark  # noqa: F401
+from microbench.accept.pytest_plugin import probe_benchmark  # noqa: F401
 from microbench.core.probe import Case
 from microbench.probes.memory import Config, MemoryProbe
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.accept.rules import rules as accept, compare, plots as plot, report, suite
+from microbench.accept import rules as accept, compare, plots as plot, report, suite
 from microbench.core import progress, registry
 from microbench.compose.tiers import tier_bandwidths
 from microbench.results import RecordWriter, new_record

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import last_line
-from microbench.accept.rules import report
+from microbench.accept import report
 from microbench.results import RecordWriter, new_record
 
 ENV = {"hostname": "node001", "cpu_model": "Test CPU", "cpu_count": 2, "os": "Debian", "kernel": "6.1",
@@ -168,7 +168,7 @@ def test_load_runs_labels_duplicates_apart(suites):
 
 
 def test_a_hunt_record_shows_its_verdict_matrix_and_heatmap(tmp_path):
-    from microbench.lab.namespaces import hunt
+    from microbench.lab import hunt
 
     names = ["h0", "h1", "h2"]
     matrix = {(i, j): (0.012 if i == 2 else 0.12) for i in range(3) for j in range(3) if i != j}

@@ -125,7 +125,7 @@ def test_redaction_keeps_ordinary_values():
 
 
 def test_no_check_records_nwrong_as_unknown_and_the_table_says_na(tmp_path):
-    from microbench.accept.rules.tables import collective_table
+    from microbench.probes.nccl.table import collective_table
 
     class Unchecked(Probe):
         name = "unchecked"

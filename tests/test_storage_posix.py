@@ -12,7 +12,7 @@ import pytest
 from conftest import last_line
 from microbench.targets import fallback as io_fallback, native
 from microbench.core.errors import RunError, UsageError
-from microbench.probes.storage import fio as sf
+from microbench.probes.storage import fio_engine as sf
 from microbench.probes.storage import posix as sp
 from microbench.targets.workdir import IOFailure, WorkDir, mount_of
 

@@ -1,7 +1,7 @@
 import json
 
 from conftest import last_line
-from microbench.accept.rules.suite import headline
+from microbench.accept.suite import headline
 
 
 def test_headline_names_the_best_bandwidth_per_op_without_ceilings():
@@ -36,7 +36,7 @@ def test_suite_rejects_unknown_steps(run_cli):
 
 
 def test_a_failed_step_shows_its_reason_not_its_headline():
-    from microbench.accept.rules.suite import DEFAULT_STEPS, StepResult
+    from microbench.accept.suite import DEFAULT_STEPS, StepResult
 
     step = DEFAULT_STEPS[1]
     reason = "rank 1 did not answer within 60 s (gloo timeout)"
@@ -49,7 +49,7 @@ def test_a_failed_step_shows_its_reason_not_its_headline():
 
 
 def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
-    from microbench.accept.rules.suite import Step, run_step
+    from microbench.accept.suite import Step, run_step
 
     result = run_step(Step("memory", ("memory", "--sizes", "1Q")), tmp_path, str(tmp_path))
     assert result.status == "fail"
@@ -70,17 +70,17 @@ def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     root = ET.parse(report).getroot()
     assert root.tag == "testsuites"
     suites = {s.get("name"): s for s in root.findall("testsuite")}
-    steps = suites["microbench.accept.suite"]
+    steps = suites["microbench.suite"]
     assert [c.get("name") for c in steps.findall("testcase")] == ["memory"]
     assert steps.find("testcase/failure") is None
-    acc = suites["microbench.accept.rules"]
+    acc = suites["microbench.accept"]
     cases = acc.findall("testcase")
     assert len(cases) == 3 and acc.get("tests") == "3" and acc.get("failures") == "2"
     assert cases[0].find("failure") is None
     assert cases[1].find("failure").get("type") == "ThresholdNotMet"
     assert "needs >= 1e+09" in cases[1].find("failure").get("message")
     assert cases[2].find("failure").get("type") == "MissingResult"
-    assert all(c.get("classname") == "microbench.accept.rules.memory" for c in cases)
+    assert all(c.get("classname") == "microbench.accept.memory" for c in cases)
 
 
 def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path):
@@ -94,7 +94,7 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
 
 def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
     from microbench.world.dist import detect_world
-    from microbench.accept.rules.suite import step_env
+    from microbench.accept.suite import step_env
 
     srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",
                  "MASTER_ADDR": "node001", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",

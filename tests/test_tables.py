@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import cli_env
-from microbench.accept.rules.tables import CollectiveLayout, CollectiveStream, collective_table
+from microbench.probes.nccl.table import CollectiveLayout, CollectiveStream, collective_table
 
 
 def _row(op, size, placement, time_us, busbw, nwrong=0):

@@ -104,7 +104,7 @@ def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
     assert checkpoint.ELEM is units.DTYPE_BYTES
     assert checkpoint.DTYPES == coll.DTYPES == units.DTYPES == ("float32", "bfloat16", "float16")
     assert curves.bus_factor is units.bus_factor
-    from microbench.verify.steps import model as fm
+    from microbench.verify import model as fm
 
     for dtype in units.DTYPES:
         assert fm.Precision(dtype, dtype, "policy").bytes == units.element_size(dtype)

@@ -4,7 +4,7 @@ anything runs. As root, permission bits stop nothing, so a read-only mount is th
 from __future__ import annotations
 
 from conftest import last_line
-from microbench.targets.workdir import why_unwritable
+from microbench.results.outputs import why_unwritable
 
 
 def test_why_unwritable_names_the_read_only_mount(read_only_dir, tmp_path):

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import cli_env, last_line, one_error_line, ranks_of
-from microbench.verify.steps import model as fm
-from microbench.verify.steps import steps as vf
-from microbench.verify.steps.report import verdict
+from microbench.verify import model as fm
+from microbench.verify import steps as vf
+from microbench.verify.report import verdict
 
 SHORT = ("verify", "fsdp", "--model", "tiny", "--tokens", "32", "--steps", "2", "--warmup", "1", "--nproc", "2")
 
@@ -267,7 +267,7 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
 
 
 def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp_path, lab):
-    from microbench.lab.namespaces import namespaces as labmod
+    from microbench.lab import namespaces as labmod
 
     cal = calibration_record(tmp_path / "cal.json")
     out = tmp_path / "v.json"

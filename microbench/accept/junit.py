@@ -31,11 +31,11 @@ def build(step_results: Sequence[Any], verdicts: Sequence[Any] | None, *, hostna
     """step_results: suite.StepResult; verdicts: accept.CheckResult (None without --accept)."""
     root = ET.Element("testsuites", name="microbench")
 
-    steps = ET.SubElement(root, "testsuite", name="microbench.accept.suite", hostname=hostname)
+    steps = ET.SubElement(root, "testsuite", name="microbench.suite", hostname=hostname)
     counts = {"tests": 0, "failures": 0, "skipped": 0}
     total_s = 0.0
     for result in step_results:
-        case = ET.SubElement(steps, "testcase", classname="microbench.accept.suite", name=result.step.name,
+        case = ET.SubElement(steps, "testcase", classname="microbench.suite", name=result.step.name,
                              time=f"{result.seconds:.3f}")
         counts["tests"] += 1
         total_s += result.seconds
@@ -55,11 +55,11 @@ def build(step_results: Sequence[Any], verdicts: Sequence[Any] | None, *, hostna
     steps.set("time", f"{total_s:.3f}")
 
     if verdicts is not None:
-        acc = ET.SubElement(root, "testsuite", name="microbench.accept.rules", hostname=hostname)
+        acc = ET.SubElement(root, "testsuite", name="microbench.accept", hostname=hostname)
         failures = 0
         for verdict in verdicts:
             check = verdict.check
-            case = ET.SubElement(acc, "testcase", classname=f"microbench.accept.rules.{check.step}",
+            case = ET.SubElement(acc, "testcase", classname=f"microbench.accept.{check.step}",
                                  name=_case_name(check), time="0")
             if verdict.status != "pass":
                 failures += 1

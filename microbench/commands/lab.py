@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from ..lab import namespaces as labmod
 from ..lab import shaping as labshape
+from ..core.units import format_link_rate, parse_link_rate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,16 +48,16 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.lab_command == "shape":
         lab = labmod.get(labmod.check_name(args.name))
-        rate = labmod.parse_rate(args.link) if args.link is not None else lab.rate_bps
+        rate = parse_link_rate(args.link) if args.link is not None else lab.rate_bps
         host_rates = labshape.parse_host_links(args.host_link, len(lab.hosts))
         pair_rates = labshape.parse_pair_links(args.pair_link, len(lab.hosts))
         labmod.shape(lab.name, rate, lab.delay_ms, host_rates=host_rates, pair_rates=pair_rates)
-        print(f"lab {lab.name!r} reshaped: egress {labmod.format_rate(rate)}" + _describe(host_rates, pair_rates))
+        print(f"lab {lab.name!r} reshaped: egress {format_link_rate(rate)}" + _describe(host_rates, pair_rates))
         _print_hosts([labmod.get(lab.name)])
         return 0
     if args.lab_command == "up":
         hosts = labmod.parse_hosts(args.hosts)
-        rate = labmod.parse_rate(args.link)
+        rate = parse_link_rate(args.link)
         delay = labmod.parse_delay(args.delay)
         host_rates = labshape.parse_host_links(args.host_link, hosts)
         pair_rates = labshape.parse_pair_links(args.pair_link, hosts)
@@ -100,6 +101,6 @@ def _print_hosts(labs: list[labmod.Lab]) -> None:
 
 
 def _describe(host_rates: dict, pair_rates: dict) -> str:
-    parts = [f"h{i} at {labmod.format_rate(r)}" for i, r in sorted(host_rates.items())]
-    parts += [f"link h{a}-h{b} at {labmod.format_rate(r)}" for (a, b), r in sorted(pair_rates.items())]
+    parts = [f"h{i} at {format_link_rate(r)}" for i, r in sorted(host_rates.items())]
+    parts += [f"link h{a}-h{b} at {format_link_rate(r)}" for (a, b), r in sorted(pair_rates.items())]
     return f"; except {', '.join(parts)}" if parts else ""

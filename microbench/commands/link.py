@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()
         config.hosts = world.all_gather_object(me)
         probe = linkprobe.LinkProbe(config, world)
+        lab_name = os.environ.get("MICROBENCH_LAB")
+        if lab_name:
+            probe.diagnose = lambda: labmod.diagnose(lab_name)
         expect = world.broadcast_object(expectations.for_link(config.hosts, given) if world.rank == 0 else None)
         probe.expected = expect["expected"]
         try:

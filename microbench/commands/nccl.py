@@ -18,7 +18,7 @@ from ..probes import nccl as coll
 from ..world.policy import free_memory_bytes, in_world, local_ranks, transport_note
 from ..core.units import parse_list, parse_number, parse_positive_int, parse_sizes
 from ..run.runner import run_probe
-from ..accept.tables import CollectiveStream, collective_table
+from ..probes.nccl.table import CollectiveStream, collective_table
 from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
 
 

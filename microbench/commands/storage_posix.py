@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     tools: tuple[str, ...] = ("posix",)
     skipped = None
     if args.compare_fio:
-        from ..probes.storage.fio import fio_unavailable_reason
+        from ..probes.storage.fio_engine import fio_unavailable_reason
 
         skipped = fio_unavailable_reason()
         tools = ("posix",) if skipped else ("posix", "fio")

@@ -20,7 +20,7 @@ from ..world.dist import check_local_world, detect_world
 from ..core.errors import RunError, UsageError
 from ..results import RecordWriter, load_record, new_record
 from ..world.policy import free_memory_bytes, in_world, local_ranks
-from ..core.units import parse_list, parse_number, parse_positive_int
+from ..core.units import format_link_rate, parse_link_rate, parse_list, parse_number, parse_positive_int
 from ..lab import placement as labrun
 from .common import parse_timeout
 from ..verify.report import print_report, verdict
@@ -118,7 +118,7 @@ def profiles(args: argparse.Namespace) -> list[tuple[str, int | None]]:
     out = []
     for label in labels:
         try:
-            out.append((labmod.format_rate(labmod.parse_rate(label)), labmod.parse_rate(label)))
+            out.append((format_link_rate(parse_link_rate(label)), parse_link_rate(label)))
         except UsageError:
             raise UsageError(f"unknown link profile {label!r} in --link-profiles: expected unlimited or a rate in "
                              f"bit/kbit/mbit/gbit, e.g. --link-profiles unlimited,1gbit") from None

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from .errors import UsageError
 
 PLUGINS_ENV = "MICROBENCH_PROBES"
+BUILTIN_PROBES = "microbench.probes"   # the package of built-in probes, walked for SPECs
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,8 @@ def specs() -> list[ProbeSpec]:
     """Every registered probe, built-in and from MICROBENCH_PROBES, in `order`."""
     global _cache
     if _cache is None:
-        from .. import probes
-
+        # Found by name, as plugins are: the registry sits below every probe and imports none.
+        probes = importlib.import_module(BUILTIN_PROBES)
         found: list[ProbeSpec] = []
         for name in _probe_modules(probes.__path__, probes.__name__):
             found += _module_specs(name, "microbench/probes")

@@ -195,6 +195,36 @@ def parse_bandwidth_bytes_per_s(text: str, *, what: str) -> float:
     return value * _RATE_UNITS[unit_key]
 
 
+# A link rate as tc takes it (the lab's --link, --host-link, --pair-link): bits per second, decimal.
+_LINK_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.IGNORECASE)
+_LINK_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+_LINK_RATE_EXAMPLE = "e.g. 1gbit, 100mbit, 10gbit or unlimited"
+
+
+def parse_link_rate(text: str) -> int | None:
+    """Bits per second from tc-style text; None for `unlimited` (no shaping)."""
+    raw = str(text).strip().lower()
+    if raw in ("unlimited", "none", "0"):
+        return None
+    match = _LINK_RATE_RE.match(raw)
+    if not match:
+        raise UsageError(f"invalid --link rate {text!r}: expected a rate in bit/kbit/mbit/gbit, {_LINK_RATE_EXAMPLE}")
+    bps = int(float(match.group(1)) * _LINK_RATE_UNITS[match.group(2).lower()])
+    if bps < 8000:
+        raise UsageError(f"invalid --link rate {text!r}: at least 8kbit is needed to move packets, {_LINK_RATE_EXAMPLE}")
+    return bps
+
+
+def format_link_rate(bps: int | None) -> str:
+    if bps is None:
+        return "unlimited"
+    for unit, scale in (("tbit", 10**12), ("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps >= scale:
+            value = bps / scale
+            return f"{value:g}{unit}"
+    return f"{bps}bit"
+
+
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"^\s*([0-9.eE+-]+)\s*([a-z]+)\s*$", re.IGNORECASE)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..world.dist import RankLaunch
 from . import shaping as labshape
+from ..core.units import format_link_rate
 from ..core.errors import RunError, UsageError
 from ..core.units import parse_number
 
@@ -32,9 +33,6 @@ SUBNET = "10.213.0"
 MAX_HOSTS = 64
 DEFAULT_NAME = "default"
 _NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.IGNORECASE)
-_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
-_RATE_EXAMPLE = "e.g. 1gbit, 100mbit, 10gbit or unlimited"
 # A token bucket at least this many seconds of the rate deep: the kernel refills it once per
 # timer tick (HZ 100-1000), and a bucket shallower than one tick caps a link below its rate.
 _BURST_S = 0.01
@@ -64,7 +62,7 @@ class Lab:
 
     @property
     def rate(self) -> str:
-        return format_rate(self.rate_bps)
+        return format_link_rate(self.rate_bps)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps, "delay_ms": self.delay_ms,
@@ -79,30 +77,6 @@ def check_name(name: str) -> str:
         raise UsageError(f"invalid lab --name {name!r}: expected 1-8 lowercase letters or digits "
                          f"(interface names are limited to 15 characters), e.g. --name lab1")
     return name
-
-
-def parse_rate(text: str) -> int | None:
-    """Bits per second from tc-style text; None for `unlimited` (no shaping)."""
-    raw = str(text).strip().lower()
-    if raw in ("unlimited", "none", "0"):
-        return None
-    match = _RATE_RE.match(raw)
-    if not match:
-        raise UsageError(f"invalid --link rate {text!r}: expected a rate in bit/kbit/mbit/gbit, {_RATE_EXAMPLE}")
-    bps = int(float(match.group(1)) * _RATE_UNITS[match.group(2).lower()])
-    if bps < 8000:
-        raise UsageError(f"invalid --link rate {text!r}: at least 8kbit is needed to move packets, {_RATE_EXAMPLE}")
-    return bps
-
-
-def format_rate(bps: int | None) -> str:
-    if bps is None:
-        return "unlimited"
-    for unit, scale in (("tbit", 10**12), ("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
-        if bps >= scale:
-            value = bps / scale
-            return f"{value:g}{unit}"
-    return f"{bps}bit"
 
 
 def parse_hosts(text: Any) -> int:

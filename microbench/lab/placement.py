@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import namespaces as labmod
+from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..world.dist import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..core.units import parse_positive_int
-from ..accept.tables import profiles_table
 
 
 def lab_placement(name: str, nproc_text: str | None) -> tuple[int, str, Any]:
@@ -87,7 +87,7 @@ def run_profiles(args: Any, argv: list[str]) -> int:
         raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
                          "e.g. --lab default --link-profiles 1gbit,unlimited")
     labels = [p.strip() for p in str(args.link_profiles).split(",") if p.strip()]
-    rates = [labmod.parse_rate(p) for p in labels]
+    rates = [parse_link_rate(p) for p in labels]
     if len(rates) < 2:
         raise UsageError(f"invalid --link-profiles {args.link_profiles!r}: expected two or more rates to compare, "
                          f"e.g. 1gbit,unlimited")
@@ -104,14 +104,14 @@ def run_profiles(args: Any, argv: list[str]) -> int:
             labmod.shape(lab.name, rate, lab.delay_ms)
             if args.json:
                 stem = Path(args.json)
-                path = stem.with_name(f"{stem.stem}-{labmod.format_rate(rate)}{stem.suffix or '.json'}")
+                path = stem.with_name(f"{stem.stem}-{format_link_rate(rate)}{stem.suffix or '.json'}")
             else:
-                path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{labmod.format_rate(rate)}-{stamp}.json"
-            print(f"# link profile {label}: every host's egress shaped to {labmod.format_rate(rate)}", flush=True)
+                path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
+            print(f"# link profile {label}: every host's egress shaped to {format_link_rate(rate)}", flush=True)
             code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:
                 return code
-            records.append((labmod.format_rate(rate), json.loads(path.read_text())))
+            records.append((format_link_rate(rate), json.loads(path.read_text())))
             print(flush=True)
     finally:
         labmod.restore(lab, before)
@@ -119,3 +119,27 @@ def run_profiles(args: Any, argv: list[str]) -> int:
         raise RunError("no profile produced a record")
     print(profiles_table(records))
     return 0
+
+
+def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:
+    """The same sweep under several link profiles: busbw side by side and last/first ratio."""
+    labels = [label for label, _ in records]
+    first, last = labels[0], labels[-1]
+    lines = [f"# busbw (GB/s) by link profile; ratio = {last} / {first}"]
+    head = f"#{'op':>15}{'size':>10}" + "".join(f"{label:>12}" for label in labels) + f"{'ratio':>9}"
+    lines.append(head)
+    ops = list(dict.fromkeys(r["op"] for _, rec in records for r in rec["rows"]))
+    for op in ops:
+        sizes = sorted({r["size_bytes"] for _, rec in records for r in rec["rows"] if r["op"] == op})
+        for size in sizes:
+            values = []
+            for _, rec in records:
+                rows = [r for r in rec["rows"] if r["op"] == op and r["size_bytes"] == size]
+                # Out-of-place where the op has it, as the nccl-tests summary does.
+                row = next((r for r in rows if r.get("placement") == "out"), rows[0] if rows else None)
+                values.append(row["busbw_gbps"] if row else None)
+            cells = "".join(f"{v:>12.3f}" if v is not None else f"{'-':>12}" for v in values)
+            ratio = (f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None
+                     else f"{'-':>9}")
+            lines.append(f" {op:>15}{format_size(size):>10}{cells}{ratio}")
+    return "\n".join(lines)

@@ -42,10 +42,10 @@ class Shaping:
 
 
 def _rate(text: str, what: str, example: str) -> int | None:
-    from .namespaces import parse_rate
+    from ..core.units import parse_link_rate
 
     try:
-        return parse_rate(text)
+        return parse_link_rate(text)
     except UsageError:
         raise UsageError(f"invalid {what} rate {text!r}: expected a rate in bit/kbit/mbit/gbit, e.g. {what} {example}") from None
 

@@ -12,7 +12,19 @@ import os
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..targets.workdir import why_unwritable
+
+
+def why_unwritable(directory: str | os.PathLike) -> str | None:
+    """Why a new file cannot be made in `directory`, or None. A read-only mount is named as
+    such: it stops root too, where permission bits do not."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"directory {str(directory)!r} is on a read-only filesystem"
+    except OSError:
+        pass
+    if not os.access(directory, os.W_OK):
+        return f"directory {str(directory)!r} is not writable by this user"
+    return None
 
 
 def check_new_file(path: str | os.PathLike, flag: str, *, noun: str | None = None, kept: str = "files",

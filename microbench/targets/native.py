@@ -50,7 +50,7 @@ def fallback_warning() -> str | None:
     the machine's, and a record saying "python" is easy to miss."""
     if _module is not None or os.environ.get("MICROBENCH_NO_NATIVE", "") not in ("", "0"):
         return None
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # microbench/, above targets/
     checkout = os.path.dirname(package)
     if os.path.exists(os.path.join(checkout, "CMakeLists.txt")):
         fix = (f"this is the checkout {checkout}: build the core in place (cmake -S . -B build && cmake --build build) "

@@ -31,19 +31,6 @@ def check_base(path: str) -> Path:
     return base
 
 
-def why_unwritable(directory: str | os.PathLike) -> str | None:
-    """Why a new file cannot be made in `directory`, or None. A read-only mount is named as
-    such: it stops root too, where permission bits do not."""
-    try:
-        if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            return f"directory {str(directory)!r} is on a read-only filesystem"
-    except OSError:
-        pass
-    if not os.access(directory, os.W_OK):
-        return f"directory {str(directory)!r} is not writable by this user"
-    return None
-
-
 def free_bytes(path: str | os.PathLike) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize

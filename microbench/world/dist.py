@@ -124,7 +124,7 @@ def package_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child Python process that must import this same microbench (a
     checkout or the installed one): its parent directory goes first on PYTHONPATH."""
     env = dict(os.environ if base is None else base)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # microbench/world/..
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH", "")) if p)
     return env
 

@@ -22,13 +22,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .backends import gpu_possible
 
 # Set in the children it starts, for the record: how this process came to be.
 FORKED_ENV = "MICROBENCH_FORKED"
 _warm = False
+_entry: Callable[[], None] | None = None
 
 
 def warm() -> bool:
@@ -37,7 +38,7 @@ def warm() -> bool:
     global _warm
     if _warm:
         return True
-    if not hasattr(os, "fork") or gpu_possible():
+    if not hasattr(os, "fork") or gpu_possible() or _entry is None:
         return False
     try:
         import torch  # noqa: F401
@@ -47,10 +48,10 @@ def warm() -> bool:
         import torch._dynamo  # noqa: F401
         import torch.distributed.tensor  # noqa: F401
 
-        from .. import cli
         from ..core import registry
 
-        cli.build_parser()  # imports every command module and probe
+        # The command line that called us has built its parser, so every command module is
+        # imported already; the probes are imported here for a process that has not yet.
         registry.specs()
     except Exception:  # a broken torch: fresh interpreters will say why, one line each
         return False
@@ -62,6 +63,14 @@ def warm() -> bool:
             pass
     _warm = True
     return True
+
+
+def set_entry(entry: Callable[[], None]) -> None:
+    """The program a fork runs (`microbench.__main__.entry`, which registers itself): given from
+    above, since this module sits below the command line and must not import it. A process that
+    never registered one (a library caller, a test) spawns instead of forking."""
+    global _entry
+    _entry = entry
 
 
 def ready() -> bool:
@@ -145,8 +154,8 @@ def _fd(target: Target, devnull: int) -> int | None:
 
 def _become(argv: Sequence[str], env: dict[str, str], fds: dict[int, int | None], new_session: bool) -> None:
     from . import interrupts
-    from ..__main__ import entry
 
+    assert _entry is not None, "fork.start needs the entry set by microbench.__main__"
     if new_session:
         os.setsid()
     for std, fd in fds.items():
@@ -155,8 +164,8 @@ def _become(argv: Sequence[str], env: dict[str, str], fds: dict[int, int | None]
     os.environ.clear()
     os.environ.update(env)
     os.environ[FORKED_ENV] = "1"
-    sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py"), *argv]
+    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py"), *argv]
     interrupts.fresh_process()
 
-    entry()
+    _entry()
 

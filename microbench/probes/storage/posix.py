@@ -204,7 +204,7 @@ class PosixProbe(Probe):
     def implementation(self) -> dict[str, Any]:
         impl: dict[str, Any] = {"engine": expected_engine(self.config), **self.target.facts()}
         if "fio" in self.tools:
-            from .fio import fio_version
+            from .fio_engine import fio_version
 
             impl["fio_version"] = fio_version()
         return impl
@@ -221,7 +221,7 @@ class PosixProbe(Probe):
         c = self.config
         write = case.op == "write"
         if case.param("tool") == "fio":
-            from .fio import run_fio
+            from .fio_engine import run_fio
 
             result = run_fio(str(self.target.data), write=write, bs=case.size_bytes, size=c.size, threads=c.threads,
                              qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..expect.formulas import describe as describe_expected
-from ..core.units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
+from ...expect.formulas import describe as describe_expected
+from ...core.units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
 
 # The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
 # repeat for out-of-place and in-place.
@@ -155,31 +155,7 @@ class CollectiveStream:
         if set(pair) >= self._expected.get((op, size), set()):
             self._emit(self._layouts[op].line(self._pending.pop((op, size))))
             if size == self._last_size.get(op):
-                from ..core.fit import fit_latency_bandwidth
+                from ...core.fit import fit_latency_bandwidth
 
                 self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[op]), self._link_gbps,
                                                  self._per_op_expected.get(op)) + [""]))
-
-
-def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:
-    """The same sweep under several link profiles: busbw side by side and last/first ratio."""
-    labels = [label for label, _ in records]
-    first, last = labels[0], labels[-1]
-    lines = [f"# busbw (GB/s) by link profile; ratio = {last} / {first}"]
-    head = f"#{'op':>15}{'size':>10}" + "".join(f"{label:>12}" for label in labels) + f"{'ratio':>9}"
-    lines.append(head)
-    ops = list(dict.fromkeys(r["op"] for _, rec in records for r in rec["rows"]))
-    for op in ops:
-        sizes = sorted({r["size_bytes"] for _, rec in records for r in rec["rows"] if r["op"] == op})
-        for size in sizes:
-            values = []
-            for _, rec in records:
-                rows = [r for r in rec["rows"] if r["op"] == op and r["size_bytes"] == size]
-                # Out-of-place where the op has it, as the nccl-tests summary does.
-                row = next((r for r in rows if r.get("placement") == "out"), rows[0] if rows else None)
-                values.append(row["busbw_gbps"] if row else None)
-            cells = "".join(f"{v:>12.3f}" if v is not None else f"{'-':>12}" for v in values)
-            ratio = (f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None
-                     else f"{'-':>9}")
-            lines.append(f" {op:>15}{format_size(size):>10}{cells}{ratio}")
-    return "\n".join(lines)
