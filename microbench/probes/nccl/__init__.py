@@ -21,48 +21,12 @@ from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.probe import Capabilities, Case, Probe
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
+from .config import Config, validate
+from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp
 
-
-
-@dataclass(frozen=True)
-class CollOp:
-    name: str
-    redop: str                       # "sum", or "none" for data movement
-    root: int                        # -1 where the op has no root
-    placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
-    chunked: bool                    # S must split into n equal chunks
-    # (per-rank bytes held for the op) as a multiple of S, for the memory check
-    footprint: Callable[[int], float]
-
-    def factor(self, n: int) -> float:
-        """busbw / algbw for n ranks."""
-        return bus_factor(self.name, n)
-
-
-OPS: dict[str, CollOp] = {
-    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False, lambda n: 1.0),
-    "broadcast": CollOp("broadcast", "none", 0, ("in",), False, lambda n: 1.0),
-    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True, lambda n: 2.0),
-}
-DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")
-
-
-@dataclass
-class Config:
-    sizes: list[int] = field(default_factory=lambda: [1 << 20])
-    ops: list[str] = field(default_factory=lambda: list(DEFAULT_OPS))
-    dtype: str = "float32"
-    backend: str = "gloo"
-    device: str = "cpu"
-    # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
-    # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
-    algo: str = "torch"
 
 
 class _NcclRequired(ProbeRow):
@@ -80,8 +44,6 @@ class NcclRow(_NcclRequired, total=False):
     busbw_pct_of_expected: float    # when this hardware's expectation is known
 
 
-ALGOS = ("torch", "ring")
-RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
 
 def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
@@ -374,12 +336,29 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
     return {f"{what}_pct_of_expected": 100.0 * value / expected["gbps"]}
 
 
+def _run(spec: Any, config: Config, inv: Any) -> Any:
+    from .run import run
+
+    return run(config, inv)
+
+
+def _print(outcome: Any, config: Config) -> str | None:
+    from .run import print_outcome
+
+    return print_outcome(outcome, config)
+
+
 SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
+    description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
+                "nccl-tests layout, fit a latency-bandwidth model per op.",
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
-    row_schema=NcclRow,
-    cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
+    row_schema=NcclRow, validate=validate, run=_run, printer=_print,
+    # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
+    # ends in about a minute on two CPU ranks; small sizes still run all --iters.
+    sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
+    needs=Needs(world=True), aliases=("collectives",),
     case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
