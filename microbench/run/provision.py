@@ -134,6 +134,9 @@ class Context:
     s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
     bucket: str | None = None
     world: Any = None          # dist.World on every rank (needs.world)
+    run_dir: Any = None        # a run directory a probe's own run made (checkpoint)
+    transport: Any = None      # () -> what the record says about the transport (nccl)
+    cred_source: str = "unknown"   # where S3 credentials came from, for the record
     facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ...core.errors import UsageError
 from ...core.options import choice, option, positive, positive_int, size
-from ...core.units import DTYPES
-from .layout import Item
+from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
+from .state_layout import Item
+
+ROW_ELEMS = 1024           # columns per tensor
+TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
 
 
 @dataclass
@@ -45,7 +49,6 @@ def validate(config: Config) -> Config:
     from ...world import backends
     from ...world.dist import detect_world
     from ...world.policy import local_ranks
-    from . import ELEM, layout
 
     target = ct.parse_target(config.target)
     if config.endpoint is not None and target.kind != "s3":
@@ -55,9 +58,32 @@ def validate(config: Config) -> Config:
     nproc = config.nproc or local_ranks()
     ranks = world.size if world is not None else nproc
     try:
-        layout(config.size_bytes, ranks, ELEM[config.dtype])  # too small for the world: fail now
+        layout(config.size_bytes, ranks, DTYPE_BYTES[config.dtype])  # too small for the world: fail now
     except UsageError as exc:
         from ...core.units import format_size
 
         raise UsageError(f"invalid --size {format_size(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}") from None
     return replace(config, target=target.display, nproc=nproc, device=chosen.device, backend=chosen.backend)
+
+
+def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
+    """Peak host memory one rank holds: the state, the load destination and (async) DCP's
+    staging copy, plus pattern temporaries for one tensor."""
+    shard = size_bytes // nranks
+    return shard * (3 if async_save else 2) + 3 * TENSOR_BYTES
+
+
+def layout(size_bytes: int, nranks: int, elem: int, tensors: int = 0) -> list[int]:
+    """Rows per rank for each tensor: whole rows, an equal count on every rank, tensors of at
+    most TENSOR_BYTES globally (or exactly `tensors` of them, to match a model's state dict,
+    whose per-item cost DCP pays). Raises UsageError when the size cannot hold one row per rank."""
+    row_bytes = ROW_ELEMS * elem
+    rows_per_rank = size_bytes // (row_bytes * nranks)
+    if rows_per_rank < 1:
+        need = row_bytes * nranks
+        raise UsageError(f"invalid --size {format_bytes_human(size_bytes)}: too small for {nranks} ranks; "
+                         f"needs at least {need} bytes (one {row_bytes}-byte row per rank), e.g. --size 64M")
+    ntensors = tensors or max(1, math.ceil(rows_per_rank * row_bytes * nranks / TENSOR_BYTES))
+    ntensors = min(ntensors, rows_per_rank)
+    base, extra = divmod(rows_per_rank, ntensors)
+    return [base + (1 if i < extra else 0) for i in range(ntensors)]

@@ -15,9 +15,10 @@ from ...targets import checkpoint_target as ct
 from ...world import backends
 from ...world.dist import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
+from .config import host_bytes_per_rank
 
 
-def run(config: Any, inv: Any) -> RunOutcome | None:
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     target = ct.parse_target(config.target)
     choice = backends.choose(config.requested_backend)
     outcomes: list[RunOutcome] = []
@@ -27,7 +28,7 @@ def run(config: Any, inv: Any) -> RunOutcome | None:
             choice = _preflight(stack, config, target, choice)
 
         def body(world: Any) -> int:
-            outcome = _body(world, config, target, inv)
+            outcome = _body(spec, world, config, target, inv)
             if outcome is not None:
                 outcomes.append(outcome)
             return 0
@@ -40,8 +41,6 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
                choice: backends.BackendChoice) -> backends.BackendChoice:
     """Checks the launching process makes once, before spawning ranks: memory, the target, and
     for s3:// without --endpoint the embedded server the ranks will use."""
-    from . import host_bytes_per_rank
-
     nproc = config.nproc
     if choice.device == "cpu":
         need = host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc
@@ -72,9 +71,7 @@ def _s3_access(config: Any) -> ct.S3Access:
     return ct.S3Access(server["endpoint"], server["key"], server["secret"], embedded=True, root_dir=server["root"])
 
 
-def _body(world: Any, config: Any, target: ct.Target, inv: Any) -> RunOutcome | None:
-    from . import CheckpointProbe, host_bytes_per_rank
-
+def _body(spec: Any, world: Any, config: Any, target: ct.Target, inv: Any) -> RunOutcome | None:
     access = _s3_access(config) if target.kind == "s3" else None
     run_dir = provision.shared_run_dir(world, target, access, ct.required_bytes(config.size_bytes), "the checkpoint")
     try:
@@ -84,7 +81,7 @@ def _body(world: Any, config: Any, target: ct.Target, inv: Any) -> RunOutcome | 
             if shortfall:
                 raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks {shortfall}; "
                                  f"use a smaller --size or more ranks")
-        probe = CheckpointProbe(config, world, run_dir)
+        probe = spec.build(config, provision.Context(world=world, run_dir=run_dir))
         outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                             results_dir=inv.results_dir)
     finally:

@@ -344,7 +344,7 @@ def _transfer_python(fds: list[socket.socket], role: int, mode: int, size: int, 
 def _run(spec: Any, config: Config, inv: Any) -> Any:
     from .run import run
 
-    return run(config, inv)
+    return run(spec, config, inv)
 
 
 def _print(outcome: Any, config: Config) -> None:
@@ -360,7 +360,7 @@ SPEC = ProbeSpec(
     description="TCP bandwidth one way (uni) and both ways (bidir) over --streams connections, and round-trip "
                 "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
                 "lab hosts.",
-    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
+    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context: LinkProbe(config, context.world),
     row_schema=LinkRow, validate=validate, run=_run, printer=_print,
     sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(world=True), aliases=(),
     case_keys=("streams", "batch"), identity_keys=("transport",),

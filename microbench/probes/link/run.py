@@ -9,14 +9,13 @@ from typing import Any
 from ...core.units import format_size
 from ...expect import overrides as expectations
 from ...expect.formulas import describe as describe_expected
+from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...world.backends import BackendChoice
 from ...world.policy import in_world
 
 
-def run(config: Any, inv: Any) -> RunOutcome | None:
-    from . import LinkProbe
-
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "the link probe exchanges only metadata over gloo")
     placement = inv.placement
     outcomes: list[RunOutcome] = []
@@ -24,7 +23,7 @@ def run(config: Any, inv: Any) -> RunOutcome | None:
     def body(world: Any) -> int:
         me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()
         config.hosts = world.all_gather_object(me)
-        probe = LinkProbe(config, world)
+        probe = spec.build(config, provision.Context(world=world))
         probe.diagnose = inv.diagnose
         expect = world.broadcast_object(expectations.for_link(config.hosts, config.expected)
                                         if world.rank == 0 else None)

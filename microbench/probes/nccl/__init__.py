@@ -25,7 +25,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
 from .config import Config, validate
-from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp
+from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp, bytes_needed_per_rank, check_algo, check_memory
 
 
 
@@ -50,29 +50,6 @@ def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool
     """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
     unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
     return max(unit, size_bytes // unit * unit)
-
-
-def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int) -> int:
-    """Peak bytes one rank holds for the largest case: the op's buffers plus one buffer of
-    expected values for the check."""
-    return int(max(OPS[name].footprint(n) for name in ops) * size_bytes + size_bytes)
-
-
-def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str) -> None:
-    need = bytes_needed_per_rank(ops, max(sizes), max(ranks_here, 1)) * ranks_here
-    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
-    if shortfall:
-        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; "
-                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
-
-
-def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
-    from ...core.units import format_size
-
-    size = 1 << 20
-    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
-        size *= 2
-    return format_size(size)
 
 
 def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
@@ -158,16 +135,6 @@ def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]])
             continue
         wrong += int((head != tile).sum().item()) + int((tail != expected_tail).sum().item())
     return wrong
-
-
-def check_algo(algo: str, ops: list[str]) -> None:
-    if algo not in ALGOS:
-        raise UsageError(f"invalid --algo {algo!r}: expected one of {', '.join(ALGOS)} (e.g. --algo ring)")
-    if algo == "ring":
-        other = [op for op in ops if op not in RING_OPS]
-        if other:
-            raise UsageError(f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
-                             f"e.g. --algo ring --ops {','.join(RING_OPS)}")
 
 
 class CollectiveProbe(Probe):
@@ -339,7 +306,7 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
 def _run(spec: Any, config: Config, inv: Any) -> Any:
     from .run import run
 
-    return run(config, inv)
+    return run(spec, config, inv)
 
 
 def _print(outcome: Any, config: Config) -> str | None:
@@ -353,7 +320,7 @@ SPEC = ProbeSpec(
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
                 "nccl-tests layout, fit a latency-bandwidth model per op.",
-    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
+    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
     row_schema=NcclRow, validate=validate, run=_run, printer=_print,
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.

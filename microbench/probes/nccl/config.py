@@ -61,7 +61,7 @@ def validate(config: Config) -> Config:
     """Every flag checked before any rank starts, so misuse fails fast with exit 2."""
     from ...world import backends
     from ...world.policy import local_ranks
-    from . import check_algo
+    from .ops import check_algo
 
     # On a lab the placement decides (one rank per host); elsewhere one rank per GPU, else 2.
     nproc = config.nproc or (None if config.lab else local_ranks())

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...core.units import bus_factor
+from ...core.errors import UsageError
+from ...core.units import MEMORY_SHARE, bus_factor, format_bytes_human, format_size, memory_shortfall
 
 
 @dataclass(frozen=True)
@@ -37,3 +38,36 @@ DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")   # the ones FSDP u
 # microbench's own rings over send/recv (--algo ring) exist for these
 RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 ALGOS = ("torch", "ring")
+
+
+# --------------------------------------------------------------------------- memory a sweep needs
+
+def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int) -> int:
+    """Peak bytes one rank holds for the largest case: the op's buffers plus one buffer of
+    expected values for the check."""
+    return int(max(OPS[name].footprint(n) for name in ops) * size_bytes + size_bytes)
+
+
+def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str) -> None:
+    need = bytes_needed_per_rank(ops, max(sizes), max(ranks_here, 1)) * ranks_here
+    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
+    if shortfall:
+        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; "
+                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
+
+
+def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
+    size = 1 << 20
+    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
+        size *= 2
+    return format_size(size)
+
+
+def check_algo(algo: str, ops: list[str]) -> None:
+    if algo not in ALGOS:
+        raise UsageError(f"invalid --algo {algo!r}: expected one of {', '.join(ALGOS)} (e.g. --algo ring)")
+    if algo == "ring":
+        other = [op for op in ops if op not in RING_OPS]
+        if other:
+            raise UsageError(f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
+                             f"e.g. --algo ring --ops {','.join(RING_OPS)}")

@@ -15,18 +15,19 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...expect import overrides as expectations
+from ...core.units import element_size
+from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
 from ...world.policy import free_memory_bytes, in_world, transport_note
+from .ops import check_memory
 from .table import CollectiveStream, collective_table
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
 
-def run(config: Any, inv: Any) -> RunOutcome | None:
-    from . import CollectiveProbe, check_memory, element_size
-
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     choice, nccl_log_dir = _nccl_log(backends.choose(config.requested_backend, config.transport))
     link_gbps = link_gbps_from(config.link_result) if config.link_result else None
     placement = inv.placement
@@ -41,7 +42,7 @@ def run(config: Any, inv: Any) -> RunOutcome | None:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
                      free_memory_bytes(choice.device), where)
-        probe = CollectiveProbe(config, world, transport=lambda: transport_note(choice, nccl_log_dir))
+        probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected)
         probe.expected = expect["expected"]
         with inv.named(world):

@@ -8,7 +8,7 @@ from typing import Any
 
 from .fio_engine import fio_unavailable_reason
 from .posix import SPEC as POSIX_SPEC
-from .posix import PosixProbe, Workload
+from .posix import PosixProbe, Target, Workload
 
 
 class FioProbe(PosixProbe):
@@ -22,7 +22,7 @@ class FioProbe(PosixProbe):
 def _run(spec: Any, config: Workload, inv: Any) -> Any:
     from .report import run_storage
 
-    return run_storage(FioProbe, config, inv, tools=("fio",))
+    return run_storage(FioProbe, Target, config, inv, tools=("fio",))
 
 
 # The same workload, rows and metrics as storage posix, through another engine.

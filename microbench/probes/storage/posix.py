@@ -292,7 +292,7 @@ class PosixProbe(Probe):
 def _run(spec: Any, config: Config, inv: Any) -> Any:
     from .report import run_storage
 
-    return run_storage(PosixProbe, config, inv, compare_fio=config.compare_fio)
+    return run_storage(PosixProbe, Target, config, inv, compare_fio=config.compare_fio)
 
 
 def _print(outcome: Any, config: Config) -> None:

@@ -10,7 +10,7 @@ from ...run.runner import RunOutcome, run_probe
 from ...world import interrupts
 
 
-def run_storage(probe_cls: Any, config: Any, inv: Any, *, tools: tuple[str, ...] | None = None,
+def run_storage(probe_cls: Any, target_cls: Any, config: Any, inv: Any, *, tools: tuple[str, ...] | None = None,
                 compare_fio: bool = False) -> RunOutcome:
     skipped = None
     if compare_fio:
@@ -18,12 +18,10 @@ def run_storage(probe_cls: Any, config: Any, inv: Any, *, tools: tuple[str, ...]
 
         skipped = fio_unavailable_reason()
         tools = ("posix",) if skipped else ("posix", "fio")
-    from .posix import Target
-
     # SIGTERM unwinds like Ctrl-C (for a library caller too), so the test directory is removed.
     previous = interrupts.take()
     try:
-        with Target(config) as target:
+        with target_cls(config) as target:
             probe = probe_cls(config, target, tools)
             expect = expectations.for_storage(target.workdir.facts(), config.expected)
             outcome = run_probe(probe, inv.settings, config=config, json_path=inv.json_path,

@@ -387,7 +387,7 @@ def _same_bytes(buf: memoryview, n: int, payload: bytes, offset: int) -> bool:
 def _run(spec: Any, config: Config, inv: Any) -> Any:
     from .s3_run import run_s3
 
-    return run_s3(config, inv)
+    return run_s3(spec, config, inv)
 
 
 def _print(outcome: Any, config: Config) -> str | None:
@@ -402,7 +402,7 @@ SPEC = ProbeSpec(
     description="PUT objects as concurrent multipart uploads and GET them back as concurrent ranged reads. Without "
                 "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
                 "Credentials come from the standard AWS environment or profile.",
-    metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
+    metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
     row_schema=S3Row, validate=validate, run=_run, printer=_print,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
     case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),

@@ -12,9 +12,7 @@ from ...run.runner import RunOutcome, run_probe
 from ...targets.s3client import Target, preflight
 
 
-def run_s3(config: Any, inv: Any) -> RunOutcome:
-    from .s3 import StorageS3Probe
-
+def run_s3(spec: Any, config: Any, inv: Any) -> RunOutcome:
     provision.check_s3_client()
     with contextlib.ExitStack() as stack:
         if config.endpoint is None:
@@ -25,7 +23,7 @@ def run_s3(config: Any, inv: Any) -> RunOutcome:
         else:
             target = Target(config.endpoint, region=config.region, addressing_style=config.addressing_style)
         source = preflight(target, config.bucket, timeout_s=config.timeout_s)
-        probe = StorageS3Probe(config, target, cred_source=source)
+        probe = spec.build(config, provision.Context(s3=target, cred_source=source))
         expect = expectations.for_s3(target.endpoint_url, config.endpoint is None, config.expected)
         try:
             outcome = run_probe(probe, inv.settings, config=config, json_path=inv.json_path,
