@@ -7,13 +7,14 @@ import dataclasses
 import os
 import sys
 import tempfile
+from typing import Any, Callable
 
 from .. import backends, native
 from ..dist import detect_world
 from ..errors import RunError, UsageError
 from . import expectations, labrun
 from ..probes import nccl as coll
-from ..session import free_memory_bytes, in_world, local_ranks, transport_note
+from ..session import free_memory_bytes, gpu_free_bytes_without_context, in_world, local_ranks, transport_note
 from ..units import parse_list, parse_number, parse_positive_int, parse_sizes
 from ..runner import run_probe
 from ..tables import CollectiveStream, collective_table
@@ -86,15 +87,12 @@ def run(args: argparse.Namespace) -> int:
         nproc, master_addr, per_rank = labrun.lab_placement(args.lab, args.nproc)
 
     def before_launch() -> None:
-        coll.check_memory(config.ops, config.sizes, nproc, free_memory_bytes(choice.device),
-                          "GPU memory" if choice.device == "cuda" else "host memory")
+        launcher_memory_check(config, choice.device, nproc)
 
     def body(world) -> int:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        coll.check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
-                          free_memory_bytes(choice.device), "GPU memory" if choice.device == "cuda" else "host memory")
+        rank_memory_check(config, choice.device, world)
         probe = coll.CollectiveProbe(config, world, transport=lambda: transport_note(choice, nccl_log_dir))
-        expect = expectations.for_collectives(world, config.ops, choice.device, given)
+        expect = expectations.for_collectives(world, config.ops, choice.device, given, transport=choice.transport)
         probe.expected = expect["expected"]
         with labrun.naming_lab_hosts(args.lab, world):
             ceiling = link_gbps
@@ -135,6 +133,37 @@ def run(args: argparse.Namespace) -> int:
 
     return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, before_launch=before_launch,
                     per_rank=per_rank, master_addr=master_addr)
+
+
+def launcher_memory_check(config: coll.Config, device: str, nproc: int,
+                          gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context) -> None:
+    """Before any rank starts (exit 2). CPU ranks share this host's memory: nproc times one rank's
+    need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
+    (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
+    if device != "cuda":
+        coll.check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        return
+    for index, free in enumerate(gpu_free(nproc) or []):
+        coll.check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+
+
+def rank_memory_check(config: coll.Config, device: str, world: Any) -> None:
+    """In the world: every rank's own free memory, gathered, so that every rank refuses alike
+    (a rank that refused alone would leave the others waiting in the first collective)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
+                                                      else device))
+    if device != "cuda":
+        coll.check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        return
+    rank = min(range(len(frees)), key=lambda r: frees[r])
+    coll.check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+
+
+def torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
 
 
 def measure_link_gbps(world, timeout_s: float) -> float:
