@@ -153,6 +153,9 @@ class ComputeProbe(Probe):
 
             torch.cuda.synchronize()
 
+    def timed_on(self, case: Case) -> Any:
+        return "cuda" if self.config.device == "cuda" else None
+
     def check(self, case: Case) -> int:
         """Rows of a fresh product that disagree with float64 on the CPU beyond the dtype's rounding."""
         import torch
