@@ -36,7 +36,9 @@ def _device(choice: str) -> tuple[str, str | None]:
         import torch
     except ImportError:
         raise ProbeUnavailable("compute: torch is not installed") from None
-    have = torch.cuda.is_available()
+    from ..backends import cuda_usable
+
+    have = cuda_usable()
     if choice == "cuda" and not have:
         raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
     if choice == "auto":
