@@ -366,6 +366,7 @@ SPEC = ProbeSpec(
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
     needs=Needs(world=True, target=True, s3=True), aliases=(),
     case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
-    suite=(SuiteStep("checkpoint", ("--size", "256M", "--nproc", "2", "--target", "{path}")),
-           SuiteStep("checkpoint s3", ("--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt"))),
+    # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
+    suite=(SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}")),
+           SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"))),
 )

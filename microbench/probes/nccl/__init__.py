@@ -259,6 +259,11 @@ class CollectiveProbe(Probe):
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def timed_on(self, case: Case) -> Any:
+        # torch's NCCL collectives wait on the current stream and make it wait for them, so an
+        # event pair on the current stream brackets the collective.
+        return self.device if self.device.type == "cuda" else None
+
     def check(self, case: Case) -> int:
         # In-place reductions feed each iteration's output into the next, so the buffers are
         # refilled for one checked run; every other op's last timed output is already final.
@@ -330,5 +335,6 @@ SPEC = ProbeSpec(
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
-    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2", "--warmup", "1"), aliases=("collectives",)),),
+    # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
+    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--warmup", "1"), aliases=("collectives",)),),
 )
