@@ -188,8 +188,10 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
             return placement.run_profiles(spec, config, inv)
     _lab_placement(spec, config, inv)
     outcome = run_spec(spec, config, inv)
-    if outcome is None:   # a launcher or another rank: rank 0 has reported
-        return 0
+    if outcome is None or isinstance(outcome, int):
+        # a launcher (the ranks' exit code: rank 0 has reported, or the supervisor said why) or
+        # another rank
+        return outcome or 0
     failure = None
     if spec.printer is not None:
         failure = spec.printer(outcome, config)   # a printer may name what failed (wrong elements)

@@ -44,9 +44,9 @@ class Invocation:
         return self.naming(world) if self.naming is not None else contextlib.nullcontext()
 
 
-def run_spec(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
+def run_spec(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | int | None:
     """The outcome in the process that reports it (rank 0 of a world, or the one process);
-    None in a launcher, whose rank 0 has printed, and in the other ranks."""
+    in a launcher, whose rank 0 has printed, the ranks' exit code (0: None); None in the other ranks."""
     if spec.run is not None:
         return spec.run(spec, config, inv)
     return default_run(spec, config, inv)
@@ -58,7 +58,7 @@ def _needs_view(config: Any) -> SimpleNamespace:
     return SimpleNamespace(**{k: getattr(config, k, None) for k in ("path", "keep", "endpoint", "bucket")})
 
 
-def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
+def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | int | None:
     if not spec.needs.world:
         with provision.prepare(spec, _needs_view(config)) as context:
             probe = spec.build(config, context)
@@ -83,6 +83,6 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
             outcomes.append(outcome)
         return 0
 
-    in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
-             argv=inv.argv)
-    return outcomes[0] if outcomes else None
+    code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"),
+                    body=body, argv=inv.argv)
+    return outcomes[0] if outcomes else code

@@ -29,6 +29,7 @@ from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
 from .state_layout import Item, layout_bytes, shard_rows, tensor_count
+from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 
@@ -49,6 +50,12 @@ class CheckpointRow(_CheckpointRequired, total=False):
     blocked_time_us: float          # async_save: the training loop's wait
     durable_time_us: float          # async_save: until the checkpoint is on storage
     checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
+    # --state-dict full (probes/checkpoint/full.py), rank 0's parts, medians over iterations:
+    gather_time_us: float           # save: get_model_state_dict(full_state_dict, cpu_offload)
+    serialize_write_time_us: float  # save: torch.save / safetensors into the file
+    fsync_time_us: float            # save: fsync (directory) or the upload's completion (S3)
+    read_time_us: float             # load: rank 0 reads the file
+    scatter_time_us: float          # load: set_model_state_dict(broadcast_from_rank0)
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -84,6 +91,11 @@ class CheckpointProbe(Probe):
         self.step = 0
         self.last_step: str | None = None
         self.cache_note = "not applicable"
+        self.full = None
+        if config.state_dict == "full":
+            from .full import FullState
+
+            self.full = FullState(self)
 
     # ------------------------------------------------------------------ state dicts
     def _entries(self) -> list[tuple[str | None, str, Item]]:
@@ -172,7 +184,8 @@ class CheckpointProbe(Probe):
                 "size_meaning": "total bytes across all ranks, split evenly",
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
-                **self.run_dir.implementation()}
+                "state_dict_type": "sharded", "save_format": "dcp",
+                **self.run_dir.implementation(), **(self.full.implementation() if self.full else {})}
 
     def cases(self) -> list[Case]:
         ops = ["save"] + (["async_save"] if self.config.async_save else []) + ["load"]
@@ -188,11 +201,23 @@ class CheckpointProbe(Probe):
             # checkpoint written here (untimed) to load from.
             if self.last_step is None:
                 self._fresh_step()
+                if self.full:
+                    self.full.save()
+                    self.full.prepare_load()
+                    return
                 self._guard("save", lambda: self.dcp.save(self.state, storage_writer=self._writer(),
                                                           process_group=self.group))
-            self.dest = self._make_state(fill=False)
+            if self.full:
+                self.full.prepare_load()
+            else:
+                self.dest = self._make_state(fill=False)
 
     def run_once(self, case: Case) -> Timed:
+        if self.full:
+            if case.op == "load":
+                return Timed(*self.full.load())
+            self._fresh_step()
+            return Timed(*self.full.save())
         if case.op == "load":
             return self._timed_load()
         self._fresh_step()
@@ -308,39 +333,6 @@ class CheckpointProbe(Probe):
             if _was_interrupted(exc):
                 raise KeyboardInterrupt from None
             raise RunError(f"checkpoint {what} to {self.run_dir.display} failed: {_dcp_cause(exc)}") from None
-
-
-def _local(tensor: Any) -> Any:
-    """This rank's part: a DTensor's local shard, a replicated tensor itself."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-def _result(future: Any) -> Any:
-    # torch returns a Future, or an AsyncSaveResponse holding one when a stager is used.
-    inner = getattr(future, "upload_completion", None) or future
-    return inner.result()
-
-
-def _failures(exc: BaseException) -> list[BaseException]:
-    failures = getattr(exc, "failures", None)
-    if not isinstance(failures, dict):
-        return []
-    return [err[0] if isinstance(err, tuple) else err for _, err in sorted(failures.items())]
-
-
-def _was_interrupted(exc: BaseException) -> bool:
-    return any(isinstance(inner, KeyboardInterrupt) for inner in _failures(exc))
-
-
-def _dcp_cause(exc: BaseException) -> str:
-    failures = getattr(exc, "failures", None)
-    if isinstance(failures, dict) and failures:
-        rank, err = sorted(failures.items())[0]
-        inner = err[0] if isinstance(err, tuple) else err
-        text = str(inner).strip().splitlines()
-        return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
 
 
 def _run(spec: Any, config: Config, inv: Any) -> Any:

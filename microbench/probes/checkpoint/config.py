@@ -12,6 +12,8 @@ from .state_layout import Item
 
 ROW_ELEMS = 1024           # columns per tensor
 TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
+STATE_DICTS = ("sharded", "full")
+FORMATS = ("dcp", "torch", "safetensors")
 
 
 @dataclass
@@ -35,6 +37,13 @@ class Config:
                                     help="auto, nccl or gloo")
     keep: bool = option(False, switch=True, help="keep the run's checkpoint directory instead of removing it")
     check: bool = option(True, record=False, shown="on", help="load what was saved and compare every element")
+    state_dict: str = option("sharded", parse=choice(STATE_DICTS), flag="--state-dict",
+                             help="sharded: every rank saves its shard (a DCP save); full: the state gathered to "
+                                  "rank 0 (get_state_dict full_state_dict, cpu_offload) and written by one process, "
+                                  "as Hugging Face Accelerate/Trainer's FULL_STATE_DICT does")
+    save_format: str | None = option(None, parse=choice(FORMATS), flag="--format", shown="dcp; torch with --state-dict full",
+                                     help="dcp (sharded), torch (torch.save of the full state) or safetensors (the full "
+                                          "state's tensors with safetensors)")
     timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer fails the run")
     device: str = "cpu"
@@ -53,6 +62,21 @@ def validate(config: Config) -> Config:
     target = ct.parse_target(config.target)
     if config.endpoint is not None and target.kind != "s3":
         raise UsageError(f"--endpoint only applies to s3:// targets; --target {config.target!r} is a directory")
+    fmt = config.save_format or ("torch" if config.state_dict == "full" else "dcp")
+    if config.state_dict == "full" and fmt == "dcp":
+        raise UsageError("invalid --format 'dcp' with --state-dict full: a full state dict is written by one process "
+                         "with torch.save or safetensors; use --format torch or --format safetensors")
+    if config.state_dict == "sharded" and fmt != "dcp":
+        raise UsageError(f"invalid --format {fmt!r} with --state-dict sharded: a sharded save is a DCP save; use "
+                         f"--state-dict full --format {fmt}")
+    if config.state_dict == "full" and config.async_save:
+        raise UsageError("--async times dcp.async_save, a sharded save; it does not apply to --state-dict full")
+    if fmt == "safetensors":
+        try:
+            import safetensors.torch  # noqa: F401
+        except ImportError:
+            raise UsageError("--format safetensors needs the safetensors package (pip install safetensors); "
+                             "or use --format torch") from None
     chosen = backends.choose(config.requested_backend)
     world = detect_world()
     nproc = config.nproc or local_ranks()
@@ -63,7 +87,8 @@ def validate(config: Config) -> Config:
         from ...core.units import format_size
 
         raise UsageError(f"invalid --size {format_size(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}") from None
-    return replace(config, target=target.display, nproc=nproc, device=chosen.device, backend=chosen.backend)
+    return replace(config, target=target.display, nproc=nproc, device=chosen.device, backend=chosen.backend,
+                   save_format=fmt)
 
 
 def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
@@ -71,6 +96,13 @@ def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
     staging copy, plus pattern temporaries for one tensor."""
     shard = size_bytes // nranks
     return shard * (3 if async_save else 2) + 3 * TENSOR_BYTES
+
+
+def full_host_bytes(size_bytes: int, save_format: str) -> int:
+    """Host memory rank 0 needs on top of its shard for a full save: the whole gathered state
+    (cpu_offload), and for safetensors the serialized copy it builds in memory (a load from S3
+    also holds the downloaded bytes beside the tensors)."""
+    return size_bytes * (2 if save_format == "safetensors" else 1) + 3 * TENSOR_BYTES
 
 
 def layout(size_bytes: int, nranks: int, elem: int, tensors: int = 0) -> list[int]:

@@ -15,10 +15,10 @@ from ...targets import checkpoint_target as ct
 from ...world import backends
 from ...world.dist import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
-from .config import host_bytes_per_rank
+from .config import full_host_bytes, host_bytes_per_rank
 
 
-def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
     target = ct.parse_target(config.target)
     choice = backends.choose(config.requested_backend)
     outcomes: list[RunOutcome] = []
@@ -33,8 +33,8 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 outcomes.append(outcome)
             return 0
 
-        in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
-    return outcomes[0] if outcomes else None
+        code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+    return outcomes[0] if outcomes else code
 
 
 def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
@@ -42,12 +42,17 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
     """Checks the launching process makes once, before spawning ranks: memory, the target, and
     for s3:// without --endpoint the embedded server the ranks will use."""
     nproc = config.nproc
-    if choice.device == "cpu":
-        need = host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc
+    full = config.state_dict == "full"
+    if choice.device == "cpu" or full:
+        # Every rank on this node is on rank 0's node: with --state-dict full rank 0 also holds
+        # the whole gathered state (cpu_offload), from GPUs too.
+        need = host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc if choice.device == "cpu" else 0
+        need += full_host_bytes(config.size_bytes, config.save_format) if full else 0
         shortfall = memory_shortfall(need, free_memory_bytes("cpu"), "host memory")
         if shortfall:
-            raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks {shortfall}; "
-                             f"use a smaller --size")
+            what = (f"--state-dict full gathers the whole {format_size(config.size_bytes)} state into rank 0's host "
+                    f"memory: it" if full else f"--size {format_size(config.size_bytes)} over {nproc} ranks")
+            raise UsageError(f"{what} {shortfall}; use a smaller --size" + (" or --state-dict sharded" if full else ""))
     if target.kind == "local":
         ct.preflight_local(target, config.size_bytes)
         return choice
@@ -102,8 +107,11 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     where = impl.get("s3_endpoint", "")
     if impl.get("s3_embedded_server"):
         where = "embedded S3 server (rclone serve s3)"
+    kind = ("full state dict gathered to rank 0, " + ("torch.save" if impl.get("save_format") == "torch"
+                                                       else "safetensors") + " by one process"
+            if impl.get("state_dict_type") == "full" else "sharded state dict, DCP save by every rank")
     print(f"# microbench checkpoint: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
-          f"{impl['state_dict']}, {config.dtype}")
+          f"{impl['state_dict']}, {config.dtype}; {kind}")
     print(f"# target {config.target}{' via ' + where if where else ''}; storage {impl['storage']}; "
           f"durable = {impl['durable_when']}")
     table = []
@@ -122,6 +130,13 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     if "async_blocked_fraction" in summary:
         print(f"# async_save: training blocked for {100 * summary['async_blocked_fraction']:.0f}% of the time "
               f"until the checkpoint was durable")
+    parts = {row["op"]: row for row in record["rows"] if "gather_time_us" in row or "read_time_us" in row}
+    if parts:
+        save, load = parts.get("save", {}), parts.get("load", {})
+        ms = lambda row, key: f"{row[key] / 1e3:.1f} ms" if key in row else "-"  # noqa: E731
+        print(f"# full save parts (rank 0, median): gather {ms(save, 'gather_time_us')}, serialize+write "
+              f"{ms(save, 'serialize_write_time_us')}, fsync {ms(save, 'fsync_time_us')}; load: read "
+              f"{ms(load, 'read_time_us')}, scatter {ms(load, 'scatter_time_us')}")
     print(f"# time = slowest rank; GB/s = total bytes / time (1e9 B/s); page cache before load: "
           f"{summary.get('page_cache_before_load', 'n/a')}")
     if any(row.get("checked_by") for row in record["rows"]):

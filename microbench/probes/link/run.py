@@ -15,7 +15,7 @@ from ...world.backends import BackendChoice
 from ...world.policy import in_world
 
 
-def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "the link probe exchanges only metadata over gloo")
     placement = inv.placement
     outcomes: list[RunOutcome] = []
@@ -38,10 +38,10 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             outcomes.append(outcome)
         return 0
 
-    in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
+    code = in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
              per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
-    return outcomes[0] if outcomes else None
+    return outcomes[0] if outcomes else code
 
 
 def print_report(record: dict) -> None:
