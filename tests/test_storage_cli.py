@@ -57,7 +57,8 @@ def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     assert rec["status"] == "complete" and rec["kind"] == "storage_posix"
     impl = rec["implementation"]
     assert impl["filesystem"] and impl["direct_in_effect"] in (True, False) and impl["memory_ceiling_gbps"] > 0
-    assert [(r["op"], r["tool"]) for r in rec["rows"]] == [("write", "posix"), ("read", "posix")]
+    assert [(r["op"], r["tool"], r.get("stream")) for r in rec["rows"]] == [
+        ("write", "posix", None), ("read", "posix", None), ("write", "posix", "single")]
     for row in rec["rows"]:
         assert row[f"{row['op']}_gbps"] > 0 and row["total_bytes"] == 8 << 20
         assert row["lat_us_p50"] <= row["lat_us_p99"] <= row["lat_us_p999"]

@@ -150,7 +150,7 @@ def test_endpoint_run_deletes_its_objects(run_cli, embedded_s3):
     proc = run_cli("storage", "s3", *SMALL, "--objects", "2", "--endpoint", embedded_s3.endpoint_url,
                    "--bucket", embedded_s3.bucket, "--json", "r.json", env=endpoint_env(embedded_s3))
     assert proc.returncode == 0, proc.stderr
-    assert "deleted 2 object(s)" in proc.stdout
+    assert "deleted 3 object(s)" in proc.stdout   # the 2 objects and the single-stream case's one
     assert objects_under(embedded_s3) == []
 
 
@@ -161,7 +161,7 @@ def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_pa
     assert proc.returncode == 0, proc.stderr
     prefix = json.loads((tmp_path / "r.json").read_text())["config"]["probe"]["prefix"]
     keys = objects_under(embedded_s3, prefix)
-    assert keys == [f"{prefix}obj-00000"]
+    assert keys == [f"{prefix}obj-00000", f"{prefix}stream-00000"]   # the single-stream case's object too
     client = embedded_s3.client()
     for key in keys:
         client.delete_object(Bucket=embedded_s3.bucket, Key=key)

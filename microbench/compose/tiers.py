@@ -25,6 +25,8 @@ def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, fl
     for row in record.get("rows", []):
         if row.get("served_from_memory") or row.get("above_memory_ceiling"):
             continue  # a page-cache number would make the tier look like RAM
+        if row.get("stream") == "single":
+            continue  # one writer, not what the job's ranks get together (tier_stream_gbps)
         value = _bandwidth(row, record)
         if value is None:
             continue
@@ -36,3 +38,13 @@ def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, fl
         raise UsageError(f"storage record {source!r} has no write/put/save rows with a bandwidth "
                          f"(kind {record.get('kind')!r}); run e.g. `microbench storage posix --rw write,read`")
     return write, (read or None)
+
+
+def tier_stream_gbps(record: dict[str, Any]) -> float | None:
+    """The single-stream write bandwidth a storage record measured (its row with stream
+    "single": one buffered writer, fsync at the end, as torch.save writes), or None."""
+    found = [_bandwidth(row, record) for row in record.get("rows", [])
+             if row.get("stream") == "single" and row.get("op") in WRITE_OPS
+             and not (row.get("served_from_memory") or row.get("above_memory_ceiling"))]
+    found = [v for v in found if v]
+    return max(found) if found else None

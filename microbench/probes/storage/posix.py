@@ -35,6 +35,9 @@ PATTERNS = ("seq", "rand")
 CEILING_FRACTION = 0.8
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 DATA_FILE = "data.bin"
+# The single-stream case: one buffered writer of blocks this large, fsync at the end, the way
+# torch.save writes a full state dict (one process, one file, through the page cache).
+STREAM_BS = 16 << 20
 
 
 def _expected(text: Any, flag: str) -> dict[str, Any] | None:
@@ -72,6 +75,9 @@ class Workload:
 class Config(Workload):
     compare_fio: bool = option(False, switch=True, record=False,
                                help="also run fio on the same file and print the ratio")
+    single_stream: bool = option(True, switch=True, switch_value=False, flag="--no-single-stream",
+                                 help="skip the single-stream case (one buffered sequential writer of 16M blocks, "
+                                      "fsync at the end, as torch.save writes) that runs beside the write cases")
 
 
 def validate(config: Workload) -> Workload:
@@ -121,7 +127,11 @@ class _StorageRequired(ProbeRow):
     note: str | None
 
 
-class StorageRow(_StorageRequired, total=False):
+class _StreamRow(_StorageRequired, total=False):
+    stream: str                     # "single": the single-stream case (compose's single-writer bandwidth)
+
+
+class StorageRow(_StreamRow, total=False):
     write_gbps: float               # by op
     read_gbps: float
     # The engine's own figures, medians over iterations.
@@ -234,10 +244,16 @@ class PosixProbe(Probe):
         return impl
 
     def cases(self) -> list[Case]:
-        return [Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools]
+        cases = [Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools]
+        if getattr(self.config, "single_stream", False) and "write" in self.config.rw and "posix" in self.tools:
+            cases.append(Case("write", min(STREAM_BS, self.config.size), (("tool", "posix"), ("stream", "single"))))
+        return cases
 
     def row_fields(self, case: Case) -> dict[str, Any]:
         c = self.config
+        if case.param("stream") == "single":
+            return {"bs_bytes": case.size_bytes, "file_size_bytes": c.size, "threads": 1, "qd": 1, "pattern": "seq",
+                    "direct": False, "stream": "single"}
         return {"bs_bytes": case.size_bytes, "file_size_bytes": c.size, "threads": c.threads, "qd": c.qd,
                 "pattern": c.pattern, "direct": self.target.direct}
 
@@ -250,6 +266,13 @@ class PosixProbe(Probe):
             result = run_fio(str(self.target.data), write=write, bs=case.size_bytes, size=c.size, threads=c.threads,
                              qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
                              engine=expected_engine(c))
+        elif case.param("stream") == "single":
+            try:
+                result = native.io_run(str(self.target.data), True, case.size_bytes, c.size, threads=1, qd=1,
+                                       direct=False, engine="threads", fsync=True)
+            except OSError as exc:
+                raise IOFailure(f"single-stream write of {format_size(case.size_bytes)} blocks on "
+                                f"{self.target.data}").error(exc) from None
         else:
             try:
                 result = native.io_run(str(self.target.data), write, case.size_bytes, c.size, threads=c.threads,
@@ -268,7 +291,8 @@ class PosixProbe(Probe):
         ceiling = self.target.ceiling_gbps
         above = gbps > ceiling
         plain = getattr(self.target, "plain_copy_gbps", ceiling)
-        cached = not self.target.direct and gbps >= CEILING_FRACTION * plain
+        direct = self.target.direct and case.param("stream") != "single"
+        cached = not direct and gbps >= CEILING_FRACTION * plain
         note = None
         if self.target.memory_backed:
             note = "memory-backed filesystem: measures memory, not a disk"
@@ -309,6 +333,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
     row_schema=StorageRow, validate=validate, run=_run, printer=_print,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
-    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
 )

@@ -57,7 +57,8 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
     if tools == ("posix", "fio"):
         pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
         for r in rows:
-            pairs.setdefault((r["op"], r["size_bytes"]), {})[r["tool"]] = r
+            if r.get("stream") != "single":   # printed below: fio has no such case
+                pairs.setdefault((r["op"], r["size_bytes"]), {})[r["tool"]] = r
         table = []
         for (op, bs), pair in pairs.items():
             mine, fio = pair.get("posix"), pair.get("fio")
@@ -67,16 +68,23 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
                          + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
         print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"] + pct, tablefmt="simple"))
+        for r in rows:
+            if r.get("stream") == "single":
+                print(f"# posix 1 stream, write {format_size(r['bs_bytes'])} blocks: {_gbps(r)} GB/s")
         # Where the CPU, not the device, is the limit, buffer paging decides the ratio: say so.
         print("# buffers: posix uses transparent-huge-page buffers, fio its default malloc; where the CPU is the "
               "limit (VMs, fast NVMe) that alone moves the ratio (docs/BENCHMARKS.md)")
     else:
-        table = [(r["op"], format_size(r["bs_bytes"]), r["tool"], _gbps(r), f"{r.get('iops', 0):.0f}",
+        table = [(r["op"], format_size(r["bs_bytes"]), r["tool"] + (" 1 stream" if r.get("stream") == "single" else ""),
+                  _gbps(r), f"{r.get('iops', 0):.0f}",
                   _us(r.get("lat_us_p50")), _us(r.get("lat_us_p99")), _us(r.get("lat_us_p999")), r["iters"])
                  + ((expectations.pct_cell(r[r["op"] + "_gbps"], expected),) if known else ())
                  for r in rows]
         print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]
                        + pct, tablefmt="simple"))
+    if any(r.get("stream") == "single" for r in rows):
+        print("# posix 1 stream: one buffered sequential writer, fsync at the end (how torch.save writes a full state "
+              "dict); `microbench compose` takes it as the tier's single-stream bandwidth")
     if expected:
         print(f"# {expectations.describe(expected)}")
     if impl.get("direct_note"):

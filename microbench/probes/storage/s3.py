@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import resource
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -35,6 +34,7 @@ from ...core.stats import percentile
 from ...core.options import one_of, option, positive, positive_int, size
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from .s3_parts import _peak_rss_bytes, _same_bytes, part_plan, pooled_latencies, put_single_stream
 
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
@@ -105,15 +105,6 @@ def validate(config: Config) -> Config:
     return config
 
 
-def part_plan(object_size: int, part_size: int) -> list[tuple[int, int]]:
-    """(offset, length) of each part/range of an object."""
-    return [(off, min(part_size, object_size - off)) for off in range(0, object_size, part_size)]
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
 class _S3Required(ProbeRow):
     part_size_bytes: int
     concurrency: int
@@ -127,6 +118,7 @@ class _S3Required(ProbeRow):
 
 
 class S3Row(_S3Required, total=False):
+    stream: str                     # put "single": one object, its parts one after another (s3_parts.py)
     ttfb_ms_p50: float              # get
     ttfb_ms_p99: float
 
@@ -170,14 +162,22 @@ class StorageS3Probe(Probe):
                 "payload_signing": False, "range_bytes": self.config.part_size,
                 "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size)}
 
+    @property
+    def stream_key(self) -> str:
+        return f"{self.config.prefix}stream-00000"
+
     def keys(self) -> list[str]:
         return [f"{self.config.prefix}obj-{i:05d}" for i in range(self.config.objects)]
 
     def cases(self) -> list[Case]:
-        return [Case(op, self.config.object_size) for op in self.config.ops]
+        single = [Case("put", self.config.object_size, (("stream", "single"),))] if "put" in self.config.ops else []
+        return [Case(op, self.config.object_size) for op in self.config.ops] + single
 
     def row_fields(self, case: Case) -> dict[str, Any]:
         c = self.config
+        if case.param("stream") == "single":
+            return {"part_size_bytes": c.part_size, "concurrency": 1, "objects": 1, "bytes_per_iter": c.object_size,
+                    "upload": "multipart" if c.object_size > c.part_size else "single", "stream": "single"}
         return {"part_size_bytes": c.part_size, "concurrency": c.concurrency, "objects": c.objects,
                 "bytes_per_iter": c.objects * c.object_size,
                 "upload": ("multipart" if c.object_size > c.part_size else "single") if case.op == "put" else None}
@@ -197,9 +197,10 @@ class StorageS3Probe(Probe):
 
     def run_once(self, case: Case) -> Timed:
         start = time.perf_counter()
-        lat = self._put_all() if case.op == "put" else self._get_all()
+        single = case.param("stream") == "single"
+        lat = put_single_stream(self) if single else self._put_all() if case.op == "put" else self._get_all()
         elapsed = time.perf_counter() - start
-        self._latencies[case.op].append(lat)
+        self._latencies.setdefault(_key(case.op, single), []).append(lat)
         req = [r for r, _ in lat]
         extra: dict[str, Any] = {"requests": len(req), "request_ms_p50": percentile(req, 50) * 1e3,
                                  "request_ms_p99": percentile(req, 99) * 1e3}
@@ -330,32 +331,19 @@ class StorageS3Probe(Probe):
     def check(self, case: Case) -> int:
         """put: objects whose stored size is wrong; get: 8 MiB chunks whose bytes differ."""
         if case.op == "put":
-            sizes = [self.client.head_object(Bucket=self.config.bucket, Key=k)["ContentLength"] for k in self.keys()]
+            keys = [self.stream_key] if case.param("stream") == "single" else self.keys()
+            sizes = [self.client.head_object(Bucket=self.config.bucket, Key=k)["ContentLength"] for k in keys]
             return sum(1 for s in sizes if s != self.config.object_size)
         self._get_all(verify=True)
         return self._wrong
 
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
-        return {"throughput_gbps": self.config.objects * case.size_bytes / time_s / 1e9}
+        objects = 1 if case.param("stream") == "single" else self.config.objects
+        return {"throughput_gbps": objects * case.size_bytes / time_s / 1e9}
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """Latency percentiles pooled over every request of the timed iterations, per op."""
-        out: dict[str, Any] = {}
-        for row in rows:
-            timed = self._latencies[row["op"]][-row["iters"]:] if row["iters"] else []
-            pooled = [x for it in timed for x in it]
-            req = [r for r, _ in pooled]
-            ttfb = [t for _, t in pooled if t is not None]
-            entry = {"requests": len(req), "request_ms_p50": percentile(req, 50) * 1e3,
-                     "request_ms_p99": percentile(req, 99) * 1e3, "throughput_gbps": row["throughput_gbps"]}
-            if ttfb:
-                entry.update(ttfb_ms_p50=percentile(ttfb, 50) * 1e3, ttfb_ms_p99=percentile(ttfb, 99) * 1e3)
-            out[row["op"]] = entry
-        c = self.config
-        out["peak_rss_bytes"] = _peak_rss_bytes()
-        out["peak_rss_before_first_request_bytes"] = self._rss_before
-        out["memory_bound_bytes"] = c.concurrency * c.part_size + (200 << 20)
-        return out
+        return pooled_latencies(self, rows)
 
     def release(self, case: Case) -> None:
         """Objects stay between cases (GET reads what PUT wrote); close() removes them."""
@@ -374,14 +362,8 @@ class StorageS3Probe(Probe):
             raise self._error(exc, f"deleting {self.config.prefix}") from None
 
 
-def _same_bytes(buf: memoryview, n: int, payload: bytes, offset: int) -> bool:
-    """buf[:n] == payload[offset:offset + n], vectorised: comparing memoryviews goes element by
-    element (45 ms per 8 MiB here, 1.2 s to check 256 MiB of GETs); numpy takes 3 ms."""
-    import numpy as np
-
-    got = np.frombuffer(buf, np.uint8, n)
-    want = np.frombuffer(payload, np.uint8, n, offset) if offset + n <= len(payload) else None
-    return want is not None and bool(np.array_equal(got, want))
+def _key(op: str, single: bool) -> str:
+    return "put_single_stream" if single else op
 
 
 def _run(spec: Any, config: Config, inv: Any) -> Any:
@@ -405,6 +387,6 @@ SPEC = ProbeSpec(
     metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
     row_schema=S3Row, validate=validate, run=_run, printer=_print,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
-    case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
+    case_keys=("part_size_bytes", "concurrency", "objects", "stream"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )
