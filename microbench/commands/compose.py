@@ -21,6 +21,7 @@ from ..results.outputs import check_new_file
 from ..results import RecordWriter, new_record, write_csv
 from ..core.units import parse_duration_s, parse_positive
 from ..compose import inputs
+from ..compose import full_save as fs
 
 DEFAULT_MFU = 0.4
 
@@ -82,6 +83,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage or checkpoint record as a tier (its best write and read), e.g. "
                         "results/suite-*/storage-posix.json (repeatable)")
+    s.add_argument("--state-dict", default="sharded", help="sharded (a DCP save, every rank at once), full (gathered "
+                   "to rank 0, one process writes: Accelerate/Trainer's FULL_STATE_DICT) or full,sharded (default sharded)")
+    s.add_argument("--save-format", default=None, help="dcp (sharded), torch or safetensors (full; default torch)")
+    s.add_argument("--serialize-rate", metavar="GB/S|RECORD", help="one process's torch.save rate, or a "
+                   "`checkpoint --state-dict full` record (default 2 GB/s, assumed)")
+    s.add_argument("--host-memory", metavar="SIZE", help="host memory free on rank 0's node, for a full save, e.g. 1T")
     s.add_argument("--mtbf-hours", help="the job's mean time between failures, for the Young/Daly interval, e.g. 24")
     s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed "
                    "(default 30min)")
@@ -108,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     cal = inputs.calibration(args)
     train = inputs.train_spec(args, world, rate, cal)
     tiers = inputs.tiers(args)
+    state_dicts, serialize_gbps, serialize_source, host_memory = inputs.save_inputs(args)
     mtbf_s = parse_positive(args.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if args.mtbf_hours else None
     interval_s = parse_duration_s(args.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)
     overhead = inputs.overhead_fraction(args.ckpt_overhead)
@@ -132,6 +140,17 @@ def run(args: argparse.Namespace) -> int:
     _print_steps(nets, preds, memory)
     if tiers:
         _print_checkpoint(parts, tier_preds, ckpt_bytes, interval_s, overhead, mtbf_s, rate)
+        saves = fs.predict_saves(tiers, state_dicts, args.save_format, ckpt_bytes, unit_bytes=4.0 * model.block_params,
+                                 ranks=world, nodes=nodes or 1, curve=nets[0].all_gather, serialize_gbps=serialize_gbps,
+                                 host_link_gbps=rate.gpu.host_link_gbps if rate.gpu else None,
+                                 host_memory_bytes=host_memory)
+        if "full" in state_dicts:   # a sharded save alone is the table above
+            headers, rows = fs.save_table(saves, format_time)
+            print(f"\n## saves per tier: {', '.join(state_dicts)} (full: gathered over {nets[0].name})")
+            print(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+            tier_preds = tier_preds + saves
+        for line in fs.notes(tiers, state_dicts, serialize_source, host_memory, saves):
+            print(f"# {line}")
     elif mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
     path = _write_record(args, model, train, rate, nets, preds, memory, parts, tiers, tier_preds,
@@ -252,7 +271,7 @@ def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rat
                  for n in nets]
     for row in step_rows:
         row["notes"] = list(row["notes"])
-    ckpt_rows = [{"op": "checkpoint", **t.as_dict(), "checkpoint_bytes": parts["training_checkpoint_bytes"]}
+    ckpt_rows = [{"op": "save" if isinstance(t, fs.SavePrediction) else "checkpoint", **t.as_dict(), "checkpoint_bytes": parts["training_checkpoint_bytes"]}
                  for t in tier_preds]
     record["rows"] = step_rows + ckpt_rows
     record["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,

@@ -14,7 +14,8 @@ from ..core import registry
 from .curves import Network, network_from_record, record_rows, synthetic_network
 from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
-from .tiers import tier_bandwidths
+from .tiers import tier_bandwidths, tier_stream_gbps
+from .full_save import split_stream
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -154,12 +155,15 @@ def _tier_rate(text: str, rate: str, which: str) -> float:
 def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for text in args.tier:
-        name, _, rates = text.partition("=")
+        base, stream = split_stream(text)   # NAME=W:R[,stream=GB/S]
+        name, _, rates = base.partition("=")
         write, _, read = rates.partition(":")
         if not name or not write:
-            raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS], e.g. nvme=6:12")
+            raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS][,stream=GB/S], e.g. nvme=6:12")
         out.append({"tier": name, "write_gbps": _tier_rate(text, write, "write"),
-                    "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}"})
+                    "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}",
+                    "stream_gbps": _tier_rate(text, stream, "single-stream") if stream else None,
+                    "rated_only": stream is None, "aggregate_is_job": True})
     for text in args.storage:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
@@ -170,7 +174,8 @@ def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise UsageError(f"--storage {path!r} is a {record.get('status')!r} record; re-run it, or pass --allow-partial")
         write, read = tier_bandwidths(record, path)
         out.append({"tier": name or str(record.get("kind")), "write_gbps": write, "read_gbps": read,
-                    "source": f"measured: {path}"})
+                    "source": f"measured: {path}", "stream_gbps": tier_stream_gbps(record), "rated_only": False,
+                    "aggregate_is_job": False})
     return out
 
 
@@ -245,3 +250,28 @@ def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
         activation_checkpointing=args.activation_checkpointing,
         reshard_after_forward=not args.no_reshard_after_forward,
         overlap=overlap, unit_overhead_s=unit_overhead, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
+
+
+def save_inputs(args: argparse.Namespace) -> tuple[list[str], float, str, float | None]:
+    """(state dicts, serialization GB/s, its source, host memory bytes or None) for the saves table."""
+    from .full_save import DEFAULT_SERIALIZE_GBPS, parse_state_dicts, save_format, serialize_from_record
+    from ..core.units import parse_size
+
+    state_dicts = parse_state_dicts(args.state_dict)
+    for sd in state_dicts:
+        save_format(sd, args.save_format)
+    text = args.serialize_rate
+    if text and Path(text).is_file():
+        gbps, source = serialize_from_record(load_record(text), text)
+    elif text:
+        try:
+            gbps = _tier_rate(text, text, "serialization")
+        except UsageError:
+            raise UsageError(f"invalid --serialize-rate {text!r}: expected GB/s (e.g. 2 or 2GB/s) or a "
+                             f"`microbench checkpoint --state-dict full` record") from None
+        source = f"--serialize-rate {text}"
+    else:
+        gbps, source = DEFAULT_SERIALIZE_GBPS, (f"assumed {DEFAULT_SERIALIZE_GBPS:g} GB/s (give --serialize-rate "
+                                                f"GB/S or a `checkpoint --state-dict full` record)")
+    host = parse_size(args.host_memory, what="--host-memory") if args.host_memory else None
+    return state_dicts, gbps, source, host
