@@ -35,6 +35,7 @@ from ...core.stats import percentile
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 from .s3_config import MAX_PART_BYTES, MAX_PARTS, OPS, Config, validate
+from .s3_run import run_s3, print_report
 
 READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
 
@@ -318,18 +319,6 @@ def _same_bytes(buf: memoryview, n: int, payload: bytes, offset: int) -> bool:
     return want is not None and bool(np.array_equal(got, want))
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .s3_run import run_s3
-
-    return run_s3(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .s3_run import print_report
-
-    return print_report(outcome, config)
-
-
 SPEC = ProbeSpec(
     name="storage_s3", command=("storage", "s3"), order=50,
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
@@ -337,7 +326,7 @@ SPEC = ProbeSpec(
                 "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
                 "Credentials come from the standard AWS environment or profile.",
     metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
-    row_schema=S3Row, validate=validate, run=_run, printer=_print,
+    row_schema=S3Row, validate=validate, run=run_s3, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
     case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
