@@ -39,14 +39,16 @@ class Invocation:
     naming: Callable[[Any], ContextManager[None]] | None = None
     diagnose: Callable[[], str | None] | None = None     # after a failure: whose fault, if known
     facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation (lab, ...)
+    # What a launcher's world ended with (its rank 0's exit code, which has printed the reason).
+    exit_code: int = 0
 
     def named(self, world: Any) -> ContextManager[None]:
         return self.naming(world) if self.naming is not None else contextlib.nullcontext()
 
 
-def run_spec(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | int | None:
+def run_spec(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
     """The outcome in the process that reports it (rank 0 of a world, or the one process);
-    in a launcher, whose rank 0 has printed, the ranks' exit code (0: None); None in the other ranks."""
+    None in a launcher, whose rank 0 has printed, and in the other ranks."""
     if spec.run is not None:
         return spec.run(spec, config, inv)
     return default_run(spec, config, inv)
@@ -58,7 +60,7 @@ def _needs_view(config: Any) -> SimpleNamespace:
     return SimpleNamespace(**{k: getattr(config, k, None) for k in ("path", "keep", "endpoint", "bucket")})
 
 
-def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | int | None:
+def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
     if not spec.needs.world:
         with provision.prepare(spec, _needs_view(config)) as context:
             probe = spec.build(config, context)
@@ -83,6 +85,6 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | i
             outcomes.append(outcome)
         return 0
 
-    code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"),
-                    body=body, argv=inv.argv)
-    return outcomes[0] if outcomes else code
+    inv.exit_code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
+             argv=inv.argv)
+    return outcomes[0] if outcomes else None

@@ -18,7 +18,7 @@ from ...world.policy import free_memory_bytes, in_world
 from .config import full_host_bytes, host_bytes_per_rank
 
 
-def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     target = ct.parse_target(config.target)
     choice = backends.choose(config.requested_backend)
     outcomes: list[RunOutcome] = []
@@ -33,8 +33,8 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
                 outcomes.append(outcome)
             return 0
 
-        code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
-    return outcomes[0] if outcomes else code
+        inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+    return outcomes[0] if outcomes else None
 
 
 def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,

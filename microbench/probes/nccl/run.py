@@ -27,7 +27,7 @@ from .table import CollectiveStream, collective_table
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
 
-def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     choice, nccl_log_dir = _nccl_log(backends.choose(config.requested_backend, config.transport))
     link_gbps = link_gbps_from(config.link_result) if config.link_result else None
     placement = inv.placement
@@ -68,10 +68,10 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | int | None:
             outcomes.append(outcome)
         return 0
 
-    code = in_world(nproc=nproc, timeout_s=config.timeout_s, choice=choice, body=body, before_launch=before_launch,
+    inv.exit_code = in_world(nproc=nproc, timeout_s=config.timeout_s, choice=choice, body=body, before_launch=before_launch,
              argv=inv.argv, per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
-    return outcomes[0] if outcomes else code
+    return outcomes[0] if outcomes else None
 
 
 def launcher_memory_check(config: Any, device: str, nproc: int,
