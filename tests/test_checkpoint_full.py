@@ -89,3 +89,9 @@ def test_a_rank_dying_during_the_gather_is_named_and_the_record_is_partial(run_c
     assert record["status"] == "partial" and "rank 1" in record["status_reason"]
     assert record["config"]["probe"]["state_dict"] == "full"
     assert json.dumps(record)
+
+
+def test_verify_refuses_an_unknown_state_dict_before_any_rank(run_cli):
+    proc = run_cli("verify", "fsdp", "--checkpoint", "--state-dict", "full,zipped", timeout=60)
+    assert proc.returncode == 2
+    assert "invalid --state-dict 'full,zipped'" in one_error_line(proc.stderr)

@@ -23,6 +23,7 @@ from ..world.policy import free_memory_bytes, gpu_free_bytes_without_context, in
 from ..core.units import element_size, format_link_rate, parse_link_rate, parse_list, parse_number, parse_positive_int
 from ..lab import placement as labrun
 from .common import parse_timeout
+from ..compose.full_save import parse_state_dicts
 from ..verify.report import print_report, verdict
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
@@ -67,6 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="verify DCP save/load to a directory and the embedded S3 (default: on with --matrix)")
     f.add_argument("--ckpt-dir", default=None, help="directory target for the checkpoint (default: a temporary "
                    "directory, removed afterwards)")
+    f.add_argument("--state-dict", default="sharded", help="with --checkpoint: sharded (DCP), full (gathered to rank "
+                   "0, torch.save) or full,sharded (default sharded)")
     f.add_argument("--ckpt-reps", default="5", help="timed saves and loads per target, each beside a probe save "
                    "and load (default 5)")
     f.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2; the lab's hosts)")
@@ -201,6 +204,7 @@ def run_fsdp(args: argparse.Namespace) -> int:
     tol = tolerance(args.tolerance, "--tolerance")
     ckpt_tol = tolerance(args.ckpt_tolerance, "--ckpt-tolerance")
     ckpt_reps = parse_positive_int(args.ckpt_reps, what="--ckpt-reps", example="3")
+    parse_state_dicts(args.state_dict)   # refused before any rank starts
     timeout_s = parse_timeout(args.timeout)
     profs = profiles(args)
     choice = backends.choose(args.backend)
@@ -285,6 +289,7 @@ def _checkpoint_phase(args: argparse.Namespace, base: dict[str, Any], shape_kwar
         env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
                ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
         spec = {**base, "phase": "checkpoint", "shape": shape_kwargs[largest], "reps": reps,
+                "state_dicts": parse_state_dicts(args.state_dict),
                 "targets": [("directory", directory), ("s3", "s3://microbench/verify")]}
         return _launch(spec, nproc, timeout_s, dataclasses.replace(choice, env={**choice.env, **env}), None)
 

@@ -164,18 +164,29 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
         if world.rank == 0:
             run_dir.create()
         world.barrier()
+        rows = []
         try:
-            row = guarded(world, record, f"the checkpoint to {label}",
-                          lambda: run_target(world, run_dir, label, model, optim, dev, backend, opts["reps"]))
-            world.barrier()
+            for state_dict in opts.get("state_dicts") or ["sharded"]:
+                if state_dict == "full":
+                    from .full_checkpoint import run_full_target as run_one
+                else:
+                    run_one = run_target
+                rows.append(guarded(world, record, f"the {state_dict} checkpoint to {label}",
+                                    lambda: run_one(world, run_dir, label, model, optim, dev, backend, opts["reps"])))
+                world.barrier()
         finally:
             if world.rank == 0:
                 run_dir.remove()
-        row["model"] = shape.name
-        if record is not None:
-            record.add_row(row)
-            print(f"# [checkpoint {label}] {row['bytes'] / 1e6:.1f} MB: save predicted {row['save']['predicted_s']:.3f} s, "
-                  f"measured {row['save']['measured_s']:.3f} s ({row['save']['error_pct']:+.1f}%); load predicted "
-                  f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
-                  f"({row['load']['error_pct']:+.1f}%)", flush=True)
+        for row in rows:
+            row["model"] = shape.name
+            row.setdefault("state_dict", "sharded")
+            if record is not None:
+                record.add_row(row)
+                parts = row["save"].get("parts") or {}
+                shown = "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
+                                for name, p in parts.items())
+                print(f"# [checkpoint {row['target']}] {row['bytes'] / 1e6:.1f} MB: save predicted "
+                      f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
+                      f"({row['save']['error_pct']:+.1f}%){shown}; load predicted {row['load']['predicted_s']:.3f} s, "
+                      f"measured {row['load']['measured_s']:.3f} s ({row['load']['error_pct']:+.1f}%)", flush=True)
     return 0
