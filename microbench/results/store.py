@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
+from ..core.redaction import redact_text
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
 DEFAULT_DIR = "results"
@@ -95,7 +96,8 @@ class RecordWriter:
         if status not in STATUSES:
             raise RunError(f"bug: status {status!r} is not one of {STATUSES}")
         self.record["status"] = status
-        self.record["status_reason"] = reason
+        # Reasons come from any layer's exception text: a URL password in one never reaches disk.
+        self.record["status_reason"] = None if reason is None else redact_text(str(reason))
         self.record["ended_at"] = utc_now()
         self.flush()
         return self.path
@@ -113,7 +115,7 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
         return False
     if not isinstance(record, dict) or record.get("status") != "running":
         return False
-    record.update(status="partial", status_reason=reason, ended_at=utc_now())
+    record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
     try:
         atomic_write_text(Path(path), json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
     except OSError:

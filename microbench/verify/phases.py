@@ -17,6 +17,7 @@ from . import model as fm
 from . import steps as vf
 from . import calibrate as vc
 from ..core.errors import MicrobenchError, RunError
+from ..core.redaction import redact_text
 from ..results.schema import utc_now
 from ..results.store import atomic_write_text
 from ..core.stats import percentile
@@ -43,7 +44,7 @@ class RecordFile:
 
     def finish(self, status: str, reason: str | None = None) -> dict[str, Any]:
         def change(r: dict[str, Any]) -> None:
-            r["status"], r["status_reason"], r["ended_at"] = status, reason, utc_now()
+            r["status"], r["status_reason"], r["ended_at"] = status, None if reason is None else redact_text(reason), utc_now()
         return self.update(change)
 
 
