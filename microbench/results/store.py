@@ -38,6 +38,8 @@ class RecordWriter:
         self.record = record
         self.path: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
+        if not path:
+            check_results_dir(directory)
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
         note = os.environ.get(RECORD_NOTE_ENV)
@@ -104,6 +106,22 @@ class RecordWriter:
 
     def flush(self) -> None:
         atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def check_results_dir(directory: str | os.PathLike) -> Path:
+    """Refuse the default results directory (`results`, found in the working directory, named by
+    no one) when it is a symlink: a `results -> /etc` left there would have records written
+    wherever it points. A directory the user names (--results-dir /scratch/r, --json a/b.json)
+    is followed like any path they type, links included, and so is this one written otherwise
+    (`--results-dir results/`): `directory` is the text as given, before any Path() tidies it.
+    UsageError (exit 2) before anything is measured."""
+    target = Path(directory)
+    if str(directory) == DEFAULT_DIR and target.is_symlink():
+        real = os.path.realpath(target)
+        raise UsageError(f"results directory {str(directory)!r} is a symlink to {real!r}; microbench does not "
+                         f"follow a link it was not given: remove it, or name it yourself, "
+                         f"e.g. --results-dir {real} (or --results-dir results/ to follow the link)")
+    return target
 
 
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
