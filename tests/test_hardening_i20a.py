@@ -199,3 +199,45 @@ def test_verify_fsdp_interrupted_leaves_its_record_partial_with_ended_at(tmp_pat
     data = json.loads(record.read_text())
     assert data["status"] == "partial" and data["ended_at"], data
     assert "interrupted" in data["status_reason"]
+
+
+# ---------------------------------------------------------------- item 5: a signal to the suite's PID
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_suite_pid_ends_its_step_with_a_partial_record(tmp_path, signame):
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "suite", "--only", "nccl"], cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def step_running() -> bool:
+        for path in glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json")):
+            try:
+                data = json.loads(open(path).read())
+            except ValueError:
+                continue
+            return data["status"] == "running" and len(data["rows"]) >= 1
+        return False
+
+    try:
+        from conftest import wait_for
+
+        wait_for(step_running, proc, "the nccl step measuring")
+        proc.send_signal(getattr(signal, signame))   # the suite's PID only, not its process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    (path,) = glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json"))
+    data = json.loads(open(path).read())
+    assert data["status"] == "partial" and "interrupted" in data["status_reason"], data["status_reason"]
+    time.sleep(3)   # an orphaned step would still be measuring, and write "complete" later
+    assert json.loads(open(path).read()) == data
