@@ -241,3 +241,40 @@ def test_a_signal_to_the_suite_pid_ends_its_step_with_a_partial_record(tmp_path,
     assert data["status"] == "partial" and "interrupted" in data["status_reason"], data["status_reason"]
     time.sleep(3)   # an orphaned step would still be measuring, and write "complete" later
     assert json.loads(open(path).read()) == data
+
+
+# ---------------------------------------------------------------- item 4: an endpoint that never answers
+
+def test_checkpoint_to_an_endpoint_that_accepts_and_never_answers_gives_up(run_cli):
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept_forever():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])   # accepted, never read, never answered
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept_forever, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        # The subprocess limit is the assertion's bound: on main this hung for minutes (423 s).
+        done = run_cli("checkpoint", "--target", "s3://b/p", "--endpoint", f"http://127.0.0.1:{port}",
+                       "--timeout", "2", env={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}, timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert done.returncode == 1
+    assert "Read timeout" in one_error_line(done.stderr)

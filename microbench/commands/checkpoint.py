@@ -96,7 +96,7 @@ def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck
         return choice
     if args.endpoint:
         ct.check_endpoint_reachable(args.endpoint)
-        access = ct.S3Access(args.endpoint)
+        access = ct.S3Access(args.endpoint, timeout_s=parse_timeout(args.timeout))
         probe_dir = ct.RunDir(target, ct.unique_name(), access)
         probe_dir.create()  # the bucket exists and the credentials work
         return choice
@@ -106,7 +106,7 @@ def _preflight(stack: contextlib.ExitStack, args: argparse.Namespace, config: ck
 
 def _s3_access(args: argparse.Namespace) -> ct.S3Access:
     if args.endpoint:
-        return ct.S3Access(args.endpoint)
+        return ct.S3Access(args.endpoint, timeout_s=parse_timeout(args.timeout))
     server = needs.embedded_s3_from_env()
     if server is None:
         raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
