@@ -25,8 +25,7 @@ from ..lab import placement as labrun
 from .common import parse_timeout
 from ..verify.report import print_report, verdict
 from ..verify.checkpoint import check_ckpt_dir
-from ..verify.phases import partial_unless_finished
-from ..results.store import mark_abandoned
+from ..verify.phases import left_partial, partial_unless_finished
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
@@ -251,25 +250,15 @@ def run_fsdp(args: argparse.Namespace) -> int:
                     spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
                 code = _launch(spec, nproc, timeout_s, choice, args.lab)
                 if code != 0:
-                    return _left_partial(path, code)
+                    return left_partial(path, code)
             if checkpoint:
                 code = _checkpoint_phase(args, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps)
                 if code != 0:
-                    return _left_partial(path, code)
+                    return left_partial(path, code)
         finally:
             if lab is not None:
                 labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
     return _finish(path, tol, ckpt_tol, args.calibrate_only, cal)
-
-
-def _left_partial(path: Any, code: int) -> int:
-    """A phase whose ranks failed without marking the record (a rank killed, a launcher error)."""
-    from ..world import interrupts
-
-    # The launcher forwards a signal to its ranks and returns their exit code: say which it was.
-    why = "interrupted (SIGINT or SIGTERM)" if interrupts.seen() else f"a verify phase failed (exit code {code})"
-    mark_abandoned(path, f"{why}; the rows finished before are kept")
-    return code
 
 
 def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None) -> int:

@@ -65,6 +65,15 @@ def partial_unless_finished(path: str | Path) -> Iterator[None]:
         raise
 
 
+def left_partial(path: str | Path, code: int) -> int:
+    """A phase whose ranks failed without marking the record (killed, or stopped by a signal the
+    launcher took and forwarded to them): partial, saying which. Returns `code`."""
+    # The launcher forwards a signal to its ranks and returns their exit code: say which it was.
+    why = "interrupted (SIGINT or SIGTERM)" if interrupts.seen() else f"a verify phase failed (exit code {code})"
+    mark_abandoned(path, f"{why}; the rows finished before are kept")
+    return code
+
+
 def quiet() -> None:
     # torch warns once per process about renamed collectives; nothing a user can act on.
     warnings.filterwarnings("ignore", category=FutureWarning)
