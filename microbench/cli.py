@@ -18,6 +18,7 @@ from typing import Sequence
 from . import __version__
 from .core import registry
 from .core.errors import MicrobenchError, ProbeUnavailable, UsageError
+from .core.redaction import redact_text
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
 # listed here: they come from the registry (one ProbeSpec per probe module).
@@ -138,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = redact_text((str(exc).strip().splitlines() or [""])[0][:300])
         print(f"microbench: internal error: {type(exc).__name__}: {first} "
               f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
         return 1

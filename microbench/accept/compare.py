@@ -9,6 +9,7 @@ said, because a ratio between a gloo run and an NCCL run is not a regression. Pu
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,7 @@ class Line:
     new: float
     ratio: float | None
     failed: list[str] = field(default_factory=list)   # texts of the rules it broke
+    lost: str | None = None   # NEW has no usable value here ("NaN in NEW", "missing in NEW")
 
 
 @dataclass
@@ -196,6 +198,21 @@ def varying(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[Any, se
             for op, group in by_op.items()}
 
 
+_MISSING = object()
+
+
+def lost_value(base: Any, new: Any) -> str | None:
+    """Why NEW has no usable value where BASE has a finite one ("missing in NEW", "NaN in NEW"),
+    or None. Base values that are not finite have nothing to hold NEW to."""
+    if not _number(base) or not math.isfinite(base):
+        return None
+    if new is _MISSING:
+        return "missing in NEW"
+    if not _number(new) or not math.isfinite(new):
+        return f"{new} in NEW"
+    return None
+
+
 def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Path, dict[str, Any]],
                     rules: list[Rule]) -> tuple[PairResult | None, str | None]:
     """One pair -> (result, None), or (None, why it was skipped)."""
@@ -223,7 +240,14 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
         for rule in rules:
             shown.extend(m for m in ma if rule.matches(m) and m not in shown)
         for metric in shown:
-            if metric not in mb:
+            gated = [r.text for r in rules if r.matches(metric)]
+            lost = lost_value(ma.get(metric), mb.get(metric, _MISSING))
+            if lost:
+                # A gate that cannot measure the new run has not passed it: NaN compares false
+                # with every limit, and a dropped column has nothing to compare.
+                if gated:
+                    result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
+                                             ma[metric], math.nan, None, gated, lost))
                 continue
             ratio = mb[metric] / ma[metric] if ma[metric] else None
             failed = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]

@@ -145,27 +145,53 @@ def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = 
                       headline(record) if record else "", "" if code == 0 else message)
 
 
+# How long a step has, after the suite forwards it an interrupt, to save its partial record and
+# stop its ranks (their own launcher gives them --timeout + 3 s at most) before it is killed.
+INTERRUPT_GRACE_S = 60.0
+
+
 def _spawned(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-    try:
-        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-        return done.returncode, done.stderr
-    except subprocess.TimeoutExpired:
-        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+    with tempfile.TemporaryFile(mode="w+") as err:
+        child = subprocess.Popen([*self_command(), *argv], stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                 stdin=subprocess.DEVNULL)
+        return _wait_step(child, err, timeout_s)
 
 
 def _forked(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
     # stdout is dropped as subprocess.run's capture dropped it: the step's record is its result.
     with tempfile.TemporaryFile(mode="w+") as err:
         child = prefork.start(argv, env, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            code = child.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            return 1, f"microbench: step did not finish within {timeout_s:g} s"
-        err.seek(0)
-        return code, err.read()
+        return _wait_step(child, err, timeout_s)
+
+
+def _wait_step(child: Any, err: Any, timeout_s: float) -> tuple[int, str]:
+    try:
+        code = child.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+    except KeyboardInterrupt:
+        # A signal to the suite's PID alone (a scheduler's SIGTERM, `kill`) never reaches the
+        # step: hand it on, so the step ends its ranks and keeps a partial record, and wait for
+        # that before the suite goes on to stop what the step still uses (the shared S3 server).
+        stop_step(child)
+        raise
+    err.seek(0)
+    return code, err.read()
+
+
+def stop_step(child: Any, grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """SIGINT to a running step, then wait for it (killed after `grace_s`). Further signals to
+    the suite meanwhile are only counted (interrupts.py), so this wait is not cut short."""
+    import signal
+
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def uses_embedded_s3(step: Step) -> bool:

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from ..accept import rules as accept, junit
 from ..core.errors import RunError, UsageError
-from ..results.store import atomic_write_text
+from ..results.store import atomic_write_text, check_results_dir
 from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
 
 
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = select_steps(args.only)
+    check_results_dir(args.results_dir)
     out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
     suffix = 0
     while out_dir.exists():

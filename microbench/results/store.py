@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
+from ..core.redaction import redact_text
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
 DEFAULT_DIR = "results"
@@ -37,6 +38,8 @@ class RecordWriter:
         self.record = record
         self.path: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
+        if not path:
+            check_results_dir(directory)
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
         note = os.environ.get(RECORD_NOTE_ENV)
@@ -95,13 +98,30 @@ class RecordWriter:
         if status not in STATUSES:
             raise RunError(f"bug: status {status!r} is not one of {STATUSES}")
         self.record["status"] = status
-        self.record["status_reason"] = reason
+        # Reasons come from any layer's exception text: a URL password in one never reaches disk.
+        self.record["status_reason"] = None if reason is None else redact_text(str(reason))
         self.record["ended_at"] = utc_now()
         self.flush()
         return self.path
 
     def flush(self) -> None:
         atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def check_results_dir(directory: str | os.PathLike) -> Path:
+    """Refuse the default results directory (`results`, found in the working directory, named by
+    no one) when it is a symlink: a `results -> /etc` left there would have records written
+    wherever it points. A directory the user names (--results-dir /scratch/r, --json a/b.json)
+    is followed like any path they type, links included, and so is this one written otherwise
+    (`--results-dir results/`): `directory` is the text as given, before any Path() tidies it.
+    UsageError (exit 2) before anything is measured."""
+    target = Path(directory)
+    if str(directory) == DEFAULT_DIR and target.is_symlink():
+        real = os.path.realpath(target)
+        raise UsageError(f"results directory {str(directory)!r} is a symlink to {real!r}; microbench does not "
+                         f"follow a link it was not given: remove it, or name it yourself, "
+                         f"e.g. --results-dir {real} (or --results-dir results/ to follow the link)")
+    return target
 
 
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
@@ -113,7 +133,7 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
         return False
     if not isinstance(record, dict) or record.get("status") != "running":
         return False
-    record.update(status="partial", status_reason=reason, ended_at=utc_now())
+    record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
     try:
         atomic_write_text(Path(path), json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
     except OSError:

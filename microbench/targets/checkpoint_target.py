@@ -43,6 +43,17 @@ class S3Access:
     secret: str | None = field(default=None, repr=False)
     embedded: bool = False
     root_dir: str | None = None               # the embedded server's data directory
+    # --timeout: bounds each of the calls made before and after the ranks (the bucket check,
+    # the run directory's removal), so a server that accepts and never answers fails the run.
+    timeout_s: float = 300.0
+
+    def control_options(self) -> dict[str, Any]:
+        """s3fs options for rank 0's own calls around the ranks: one attempt each (botocore's and
+        s3fs's retries would multiply the wait), connect and read bounded by `timeout_s`."""
+        opts = self.storage_options()
+        opts["config_kwargs"] = {**opts["config_kwargs"], "connect_timeout": self.timeout_s,
+                                 "read_timeout": self.timeout_s, "retries": {"max_attempts": 1}}
+        return opts
 
     def storage_options(self) -> dict[str, Any]:
         """s3fs options; explicit keys only for the embedded server, otherwise the standard AWS
@@ -149,7 +160,8 @@ class RunDir:
             import s3fs
 
             assert self.s3 is not None
-            self._fs = s3fs.S3FileSystem(**self.s3.storage_options())
+            self._fs = s3fs.S3FileSystem(**self.s3.control_options())
+            self._fs.retries = 1   # s3fs's own retry loop (5 by default) around botocore's, not an __init__ option here
         return self._fs
 
     # -- DCP storage --------------------------------------------------------------------
