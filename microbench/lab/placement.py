@@ -15,6 +15,7 @@ from . import namespaces as labmod
 from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..world.dist import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.jsonfile import load_json
 from ..core.units import parse_positive_int
 
 
@@ -39,12 +40,7 @@ def lab_facts() -> dict[str, Any]:
 
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    except ValueError:
-        raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
+    record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
     summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
     if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
+from ..core.jsonfile import load_json
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
 DEFAULT_DIR = "results"
+RECORD_EXPECTED = "a microbench record (JSON, UTF-8), e.g. results/suite-20261122-031100/nccl.json"
 # Set by a launcher for the ranks it spawns: rank 0 writes the path of the record it claimed
 # there, so that if rank 0 is killed or freezes, the launcher can still mark the record partial.
 RECORD_NOTE_ENV = "MICROBENCH_RECORD_NOTE"
@@ -142,13 +144,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 def load_record(path: str | os.PathLike) -> dict[str, Any]:
     """The record in `path` as the current schema version (older versions upgraded), its rows
     checked against its kind's row schema; UsageError naming the file otherwise."""
-    try:
-        with open(path) as handle:
-            record = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"results file {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"results file {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    record = load_json(path, what="results file", expected=RECORD_EXPECTED)
     record = upgrade(record)
     try:
         check_record(record)
