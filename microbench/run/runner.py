@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -12,6 +12,7 @@ from ..world import environment as envmod
 from ..world import interrupts
 from ..world.dist import World
 from ..core.errors import Interrupted, MicrobenchError, ProbeUnavailable, RunError
+from ..core.options import recorded
 from ..core.probe import Case, Probe, Timed
 from ..core.progress import Progress
 from ..results import RecordWriter, new_record
@@ -35,6 +36,7 @@ class RunOutcome:
     record: dict[str, Any]
     path: Path | None
     rows: list[dict[str, Any]]
+    notes: dict[str, Any] = field(default_factory=dict)   # what a probe's run tells its printer
 
 
 def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
@@ -159,7 +161,9 @@ class _InterruptGuard:
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    return asdict(config) if is_dataclass(config) else dict(config)
+    """The resolved config as the record keeps it: run-only flags (where to write, the lab,
+    --timeout) are left out, as they were before flags came from the Config."""
+    return recorded(config) if is_dataclass(config) else dict(config)
 
 
 def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: World | None = None,

@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import ProbeUnavailable, RunError
+from ...core.errors import ProbeUnavailable, RunError, UsageError
 from ...core.probe import Capabilities, Case, Probe, Timed
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.options import one_of, option, positive_int, size, size_range
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 
 OPS = ("write", "read")
@@ -32,11 +33,17 @@ OPS = ("write", "read")
 
 @dataclass
 class Config:
-    path: str                       # the run's own directory (created and removed by the command)
-    sizes: list[int] = field(default_factory=lambda: [1 << 30])
-    ops: list[str] = field(default_factory=lambda: list(OPS))
-    task_bytes: int = 16 << 20      # kvikio task size: one pread/pwrite per task
-    threads: int = 4                # kvikio thread pool
+    base: str = option(flag="--path", metavar="PATH", record=False,
+                       help="directory to test; the run writes only inside a unique directory it creates there "
+                            "and removes afterwards")
+    sizes: list[int] = option([1 << 30], parse=size_range, flag="--size", shown="1G",
+                              help="bytes per transfer, e.g. 1G or 256M,1G")
+    ops: list[str] = option(list(OPS), parse=one_of(OPS), flag="--rw", shown="write,read", help="write, read or both")
+    task_bytes: int = option(16 << 20, parse=size, flag="--bs", shown="16M",
+                             help="kvikio task size: bytes per pread/pwrite")   # one pread/pwrite per task
+    threads: int = option(4, parse=positive_int, help="kvikio thread pool size")
+    keep: bool = option(False, switch=True, record=False, help="keep the data file")
+    path: str = ""                  # the run's own directory (created and removed by the run)
 
 
 def libcuda_present() -> bool:
@@ -232,12 +239,61 @@ def _drop_cache(path: str) -> None:
         os.close(fd)
 
 
+def run(spec: Any, config: Config, inv: Any) -> Any:
+    """The run's own directory under --path, created and removed here; skipped with the reason
+    before it exists when GDS cannot run."""
+    from dataclasses import replace
+
+    from ...core.units import format_bytes_human
+    from ...run.runner import run_probe, skip
+    from ...targets import checkpoint_target as ct
+
+    reason = unavailable_reason()
+    if reason:
+        skip(GdsProbe.name, f"storage gds: {reason}", replace(config, path=config.base), inv.settings,
+             json_path=inv.json_path, results_dir=inv.results_dir)
+    target = ct.parse_target(config.base)
+    if target.kind != "local":
+        raise UsageError(f"invalid --path {config.base!r}: GDS needs a local or mounted file system path, "
+                         f"e.g. /mnt/nvme")
+    run_dir = ct.RunDir(target, ct.unique_name().replace("ckpt", "gds"))
+    run_dir.create()
+    try:
+        ct.check_free_space(run_dir.root, max(config.sizes) + ct.SPACE_MARGIN_BYTES,
+                            f"a {format_bytes_human(max(config.sizes))} file")
+        config = replace(config, path=run_dir.root)
+        return run_probe(GdsProbe(config), inv.settings, config=config, json_path=inv.json_path,
+                         results_dir=inv.results_dir)
+    finally:
+        if not config.keep:
+            run_dir.remove()
+
+
+def print_report(outcome: Any, config: Config) -> str | None:
+    from tabulate import tabulate
+
+    from ...core.units import format_size
+
+    impl = outcome.record["implementation"]
+    table = [(r["op"], format_size(r["size_bytes"]), r["iters"], f"{r['time_us']['p50'] / 1e3:.1f}",
+              f"{r.get('write_gbps', r.get('read_gbps')):.2f}", "N/A" if r["nwrong"] is None else r["nwrong"])
+             for r in outcome.rows]
+    print(f"# microbench storage gds: {impl['engine']}, served by {impl['served_by']}")
+    print(tabulate(table, headers=["op", "size", "iters", "time p50 (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+    print(f"# results: {outcome.path}")
+    wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+    return f"{wrong} wrong byte(s) after GDS transfers (see #wrong)" if wrong else None
+
+
 SPEC = ProbeSpec(
     name="storage_gds", command=("storage", "gds"), order=55,
     help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
+    description="Write and read a file from GPU memory with kvikio's CuFile; the record says whether real GDS or a "
+                "compatibility mode served the bytes.",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
-    row_schema=GdsRow,
-    cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    row_schema=GdsRow, run=run, printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=10.0, check=True, check_flag=True),
+    needs=Needs(target=True, gpu=True), aliases=(),
     feeds=("tier",),
     suite=(),
 )
