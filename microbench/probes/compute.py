@@ -70,10 +70,12 @@ def validate(config: Config) -> Config:
     if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
         raise UsageError("compute needs real shapes: --model NAME or --model-config FILE")
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         raise ProbeUnavailable("compute: torch is not installed") from None
-    have = torch.cuda.is_available()
+    from ..world.backends import cuda_usable
+
+    have = cuda_usable()
     if config.device == "cuda" and not have:
         raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
     device, why_cpu = config.device, None
@@ -194,6 +196,9 @@ class ComputeProbe(Probe):
             import torch
 
             torch.cuda.synchronize()
+
+    def timed_on(self, case: Case) -> Any:
+        return "cuda" if self.config.device == "cuda" else None
 
     def check(self, case: Case) -> int:
         """Rows of a fresh product that disagree with float64 on the CPU beyond the dtype's rounding."""

@@ -52,11 +52,13 @@ class MemoryRow(ProbeRow):
 
 
 def gpu_unavailable_reason() -> str | None:
-    from ..world.backends import GPU_DEVICE_NODES, gpu_possible
+    from ..world.backends import GPU_DEVICE_NODES, TEST_GPU_ENV, gpu_possible
 
     # Importing torch costs ~2.5 s of CPU (8 s of wall time on a loaded 2-core box); without
     # a GPU device node torch could not see a GPU anyway, so the answer needs no import.
     if not gpu_possible():
+        if os.environ.get(TEST_GPU_ENV):
+            return f"no CUDA device ({TEST_GPU_ENV}={os.environ[TEST_GPU_ENV]})"
         return f"no CUDA device (none of {', '.join(GPU_DEVICE_NODES)} exists)"
     try:
         import torch
@@ -127,6 +129,10 @@ class MemoryProbe(Probe):
             import torch
 
             torch.cuda.synchronize()
+
+    def timed_on(self, case: Case) -> Any:
+        # The GPU copies are enqueued on the current stream (non_blocking); host copies time themselves.
+        return "cuda" if case.op in GPU_OPS else None
 
     def release(self, case: Case) -> None:
         self._tensors = None

@@ -34,7 +34,9 @@ def check_gpu(what: str) -> None:
         import torch
     except ImportError:
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and torch is not installed") from None
-    if not torch.cuda.is_available():
+    from ..world.backends import cuda_usable
+
+    if not cuda_usable():
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and none is visible to torch")
 
 

@@ -33,6 +33,7 @@ from ...core.options import one_of, option, positive_int, sizes, timeout
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
+from .run import print_report, run
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -341,19 +342,6 @@ def _transfer_python(fds: list[socket.socket], role: int, mode: int, size: int, 
     return times
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> None:
-    from .run import print_report
-
-    print_report(outcome.record)
-    print(f"# results: {outcome.path}")
-
-
 SPEC = ProbeSpec(
     name="link", command=("link",), order=30,
     help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
@@ -361,7 +349,7 @@ SPEC = ProbeSpec(
                 "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
                 "lab hosts.",
     metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context: LinkProbe(config, context.world),
-    row_schema=LinkRow, validate=validate, run=_run, printer=_print,
+    row_schema=LinkRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(world=True), aliases=(),
     case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),

@@ -44,9 +44,10 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     return outcomes[0] if outcomes else None
 
 
-def print_report(record: dict) -> None:
+def print_report(outcome: RunOutcome, config: Any) -> None:
     from tabulate import tabulate
 
+    record = outcome.record
     impl = record["implementation"]
     hosts = impl.get("hosts") or []
     print(f"# microbench link: {' <-> '.join(hosts)}, {impl['streams']} stream(s), implementation {impl['name']} "
@@ -71,3 +72,4 @@ def print_report(record: dict) -> None:
     if expected:
         # Per direction: bidir's GB/s is each direction's, so it is held against the same line.
         print(f"# {describe_expected(expected)}")
+    print(f"# results: {outcome.path}")

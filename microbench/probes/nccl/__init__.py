@@ -25,6 +25,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
 from .config import Config, validate
+from .run import run, print_outcome
 from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp, bytes_needed_per_rank, check_algo, check_memory
 
 
@@ -259,6 +260,11 @@ class CollectiveProbe(Probe):
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def timed_on(self, case: Case) -> Any:
+        # torch's NCCL collectives wait on the current stream and make it wait for them, so an
+        # event pair on the current stream brackets the collective.
+        return self.device if self.device.type == "cuda" else None
+
     def check(self, case: Case) -> int:
         # In-place reductions feed each iteration's output into the next, so the buffers are
         # refilled for one checked run; every other op's last timed output is already final.
@@ -303,25 +309,13 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
     return {f"{what}_pct_of_expected": 100.0 * value / expected["gbps"]}
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .run import print_outcome
-
-    return print_outcome(outcome, config)
-
-
 SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
                 "nccl-tests layout, fit a latency-bandwidth model per op.",
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
-    row_schema=NcclRow, validate=validate, run=_run, printer=_print,
+    row_schema=NcclRow, validate=validate, run=run, printer=print_outcome,
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
@@ -330,5 +324,6 @@ SPEC = ProbeSpec(
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
-    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2", "--warmup", "1"), aliases=("collectives",)),),
+    # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
+    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--warmup", "1"), aliases=("collectives",)),),
 )

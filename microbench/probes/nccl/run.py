@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.jsonfile import load_json
@@ -21,7 +21,7 @@ from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
-from ...world.policy import free_memory_bytes, in_world, transport_note
+from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
 from .ops import check_memory
 from .table import CollectiveStream, collective_table
 
@@ -34,17 +34,15 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     placement = inv.placement
     nproc = placement.nproc if placement else config.nproc
     outcomes: list[RunOutcome] = []
-    where = "GPU memory" if choice.device == "cuda" else "host memory"
 
     def before_launch() -> None:
-        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(choice.device), where)
+        launcher_memory_check(config, choice.device, nproc)
 
     def body(world: Any) -> int:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        check_memory(config.ops, config.sizes, local if choice.device == "cpu" else 1,
-                     free_memory_bytes(choice.device), where)
+        rank_memory_check(config, choice.device, world)
         probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
-        expect = expectations.for_collectives(world, config.ops, choice.device, config.expected)
+        expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
+                                              transport=choice.transport)
         probe.expected = expect["expected"]
         with inv.named(world):
             ceiling = measure_link_gbps(world, config.timeout_s) if config.measure_link else link_gbps
@@ -75,6 +73,37 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
              argv=inv.argv, per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
     return outcomes[0] if outcomes else None
+
+
+def launcher_memory_check(config: Any, device: str, nproc: int,
+                          gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context) -> None:
+    """Before any rank starts (exit 2). CPU ranks share this host's memory: nproc times one rank's
+    need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
+    (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
+    if device != "cuda":
+        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        return
+    for index, free in enumerate(gpu_free(nproc) or []):
+        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+
+
+def rank_memory_check(config: Any, device: str, world: Any) -> None:
+    """In the world: every rank's own free memory, gathered, so that every rank refuses alike
+    (a rank that refused alone would leave the others waiting in the first collective)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
+                                                      else device))
+    if device != "cuda":
+        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        return
+    rank = min(range(len(frees)), key=lambda r: frees[r])
+    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+
+
+def torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
 
 
 def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
