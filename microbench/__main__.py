@@ -41,7 +41,12 @@ def _leave(code: int) -> None:
     sends twice) ended runs whose line was already printed with 130 or -2 instead of their code.
     Every record is closed by now and nothing registers atexit work."""
     try:
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader left before the last buffered lines reached it: the same end as a
+            # closed stdout met inside main() (cli.EXIT_STDOUT_CLOSED), whichever write saw it.
+            code = code or 128 + 13
         sys.stderr.flush()
     finally:
         os._exit(code)

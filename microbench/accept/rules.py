@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core import registry
 from ..core.errors import UsageError
+from ..core.jsonfile import load_json, read_text
 from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
@@ -68,17 +69,15 @@ def _toml_loads(text: str) -> dict[str, Any]:
 
 def load_checks(path: str | Path) -> list[Check]:
     target = Path(path)
-    try:
-        text = target.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read thresholds file {str(path)!r}: {exc.strerror}") from None
-    try:
-        if target.suffix == ".json":
-            data = json.loads(text)
-        else:
+    expected = "acceptance thresholds in TOML or JSON, e.g. examples/acceptance-local.toml"
+    if target.suffix == ".json":
+        data = load_json(path, what="thresholds file", expected=expected)
+    else:
+        text = read_text(path, what="thresholds file", expected=expected)
+        try:
             data = _toml_loads(text)
-    except ValueError as exc:
-        raise UsageError(f"thresholds file {str(path)!r} is not valid {target.suffix.lstrip('.') or 'TOML'}: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f"thresholds file {str(path)!r} is not valid TOML: {exc}") from None
     example = 'e.g. step = "nccl", op = "all_reduce", metric = "busbw_gbps", min = 150'
     entries = data.get("check", []) if isinstance(data, dict) else None
     if not isinstance(entries, list):

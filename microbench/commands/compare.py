@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("base", metavar="BASE", help="the reference: a record (.json) or a suite directory")
     p.add_argument("new", metavar="NEW", help="the run to judge, of the same kind as BASE")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE}; "
+                   help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE.replace('%', '%%')}; "
                         f"no sign means 'worse by more than' (lower bandwidth, higher time)")
     p.set_defaults(handler=run)
 

@@ -14,7 +14,9 @@ from tabulate import tabulate
 
 from ..accept import rules as accept, junit
 from ..core.errors import RunError, UsageError
-from ..results.store import atomic_write_text, check_results_dir
+from ..results.outputs import check_results_dir
+from ..results.store import atomic_write_text
+from ..targets.workdir import check_base
 from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
 
 
@@ -55,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = select_steps(args.only)
     check_results_dir(args.results_dir)
+    if args.path is not None:
+        # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.
+        check_base(args.path, writable=True)
     out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
     suffix = 0
     while out_dir.exists():

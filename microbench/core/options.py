@@ -208,6 +208,10 @@ def positive(text: Any, flag: str) -> float:
     return units.parse_positive(text, what=flag, example="60")
 
 
+def timeout(text: Any, flag: str) -> float:
+    return units.parse_timeout(text, what=flag, example="60")   # more than 0, at most a day
+
+
 def text(value: Any, flag: str) -> str:
     return str(value)
 

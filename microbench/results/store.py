@@ -18,9 +18,12 @@ from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
 from ..core.redaction import redact_text
+from ..core.jsonfile import load_json
+from .outputs import DEFAULT_RESULTS_DIR, check_results_dir
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
-DEFAULT_DIR = "results"
+DEFAULT_DIR = DEFAULT_RESULTS_DIR
+RECORD_EXPECTED = "a microbench record (JSON, UTF-8), e.g. results/suite-20261122-031100/nccl.json"
 # Set by a launcher for the ranks it spawns: rank 0 writes the path of the record it claimed
 # there, so that if rank 0 is killed or freezes, the launcher can still mark the record partial.
 RECORD_NOTE_ENV = "MICROBENCH_RECORD_NOTE"
@@ -108,22 +111,6 @@ class RecordWriter:
         atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
 
 
-def check_results_dir(directory: str | os.PathLike) -> Path:
-    """Refuse the default results directory (`results`, found in the working directory, named by
-    no one) when it is a symlink: a `results -> /etc` left there would have records written
-    wherever it points. A directory the user names (--results-dir /scratch/r, --json a/b.json)
-    is followed like any path they type, links included, and so is this one written otherwise
-    (`--results-dir results/`): `directory` is the text as given, before any Path() tidies it.
-    UsageError (exit 2) before anything is measured."""
-    target = Path(directory)
-    if str(directory) == DEFAULT_DIR and target.is_symlink():
-        real = os.path.realpath(target)
-        raise UsageError(f"results directory {str(directory)!r} is a symlink to {real!r}; microbench does not "
-                         f"follow a link it was not given: remove it, or name it yourself, "
-                         f"e.g. --results-dir {real} (or --results-dir results/ to follow the link)")
-    return target
-
-
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     """Mark a record its writer left "running" (killed, frozen) as partial with `reason`; its
     finished rows stay. True if it was changed."""
@@ -162,13 +149,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 def load_record(path: str | os.PathLike) -> dict[str, Any]:
     """The record in `path` as the current schema version (older versions upgraded), its rows
     checked against its kind's row schema; UsageError naming the file otherwise."""
-    try:
-        with open(path) as handle:
-            record = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"results file {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"results file {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    record = load_json(path, what="results file", expected=RECORD_EXPECTED)
     record = upgrade(record)
     try:
         check_record(record)

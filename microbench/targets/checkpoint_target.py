@@ -9,6 +9,7 @@ run directory and removes it again, including target directories it had to creat
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -205,6 +206,11 @@ class RunDir:
         missing = []
         path = self.target.path
         while not os.path.exists(path):
+            if os.path.lexists(path):
+                # exists() is False for a symlink loop or a dangling link, and mkdir on it
+                # would fail with a bare "File exists".
+                raise UsageError(f"invalid --target {self.target.path!r}: {_broken_link(path)}; expected a "
+                                 f"directory or a path to create, e.g. --target /tmp/ck")
             missing.append(path)
             path = os.path.dirname(path)
         if not os.path.isdir(path):
@@ -294,6 +300,15 @@ def preflight_local(target: Target, size_bytes: int) -> None:
         check_free_space(probe.root, required_bytes(size_bytes), f"a {format_bytes_human(size_bytes)} checkpoint")
     finally:
         probe.remove()
+
+
+def _broken_link(path: str) -> str:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path} is a symlink loop (too many levels of symbolic links)"
+    return f"{path} is a symlink to {os.readlink(path)!r}, which does not exist"
 
 
 def _first_line(exc: BaseException) -> str:

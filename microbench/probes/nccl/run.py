@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import UsageError
+from ...core.jsonfile import load_json
 from ...expect import overrides as expectations
 from ...core.units import element_size
 from ...run import provision
@@ -138,12 +139,7 @@ def measure_link_gbps(world: Any, timeout_s: float) -> float:
 
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    except ValueError:
-        raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
+    record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
     summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
     if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
