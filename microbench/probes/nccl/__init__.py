@@ -361,7 +361,7 @@ class CollectiveProbe(Probe):
             op_rows = [r for r in rows if r["op"] == name]
             if op_rows:
                 fit = fit_latency_bandwidth(op_rows)
-                if fit.get("points"):
+                if fit.get("points") and fit.get("fitted", True):
                     fit.update(_pct("peak_busbw", fit["peak_busbw_gbps"], self._expected(name)))
                 out[name] = fit
         return {"fits": out}
