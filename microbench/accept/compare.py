@@ -131,6 +131,9 @@ class Line:
     new: float
     ratio: float | None
     failed: list[str] = field(default_factory=list)   # texts of the rules it broke
+    # Rules whose percentage it broke, not counted because the two runs' own spread covers the
+    # change (see within_noise): printed as "within noise".
+    noise: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -226,11 +229,47 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
             if metric not in mb:
                 continue
             ratio = mb[metric] / ma[metric] if ma[metric] else None
-            failed = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
+            broken = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
+            noisy = bool(broken) and within_noise(row, rows_b[key], metric)
             result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
-                                     ma[metric], mb[metric], ratio, failed))
+                                     ma[metric], mb[metric], ratio, [] if noisy else broken, broken if noisy else []))
     result.only_new = [case_label(r, differs, fields) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
     return result, None
+
+
+# --------------------------------------------------------------------------- noise
+
+NOISE_STATISTIC = "per-iteration time from its fastest iteration (min) to its p95"
+
+
+def spread_us(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A row's per-iteration time range, (min, p95) of time_us, or None when the row does not
+    carry one (a record written without per-iteration times, a hand-made row)."""
+    time_us = row.get("time_us")
+    if not isinstance(time_us, dict):
+        return None
+    low, high = time_us.get("min"), time_us.get("p95")
+    if not (_number(low) and _number(high)) or not (0 < low <= high) or high != high:
+        return None
+    return float(low), float(high)
+
+
+def within_noise(base_row: dict[str, Any], new_row: dict[str, Any], metric: str) -> bool:
+    """True when the change of `metric` between the two rows is within what the two runs' own
+    per-iteration spread allows: each run's range of iteration times, from its fastest iteration
+    to its p95, overlaps the other's. A real regression moves the new run's fastest iteration
+    past the base's p95 (and a real gain its p95 under the base's fastest). Why min and p95: on
+    a shared machine the slow tail is where other work lands, so p95 says how slow an unchanged
+    run gets without the single worst hiccup (max); min says how fast the case can go.
+
+    Only for metrics the probes compute from time_us (rates from its p50, and time_us itself):
+    a latency column such as rtt_us_p50 is its own statistic, judged by the rule alone."""
+    if not (higher_is_better(metric) or metric == "time_us"):
+        return False
+    a, b = spread_us(base_row), spread_us(new_row)
+    if a is None or b is None:
+        return False
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def _size_suffix(row: dict[str, Any]) -> str:

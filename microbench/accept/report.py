@@ -206,7 +206,8 @@ def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
                 better = ratio is not None and (ratio > 1.05 if compare.higher_is_better(line.metric) else ratio < 0.95)
                 rows.append([f"{pair.name}: {line.case}", format_size(line.size_bytes) if line.size_bytes is not None else "-",
                              compare.short_name(line.metric), _num(line.base), _num(line.new),
-                             f"{ratio:.3f}" if ratio is not None else "n/a", ("FAIL " + ", ".join(line.failed)) if line.failed else ""])
+                             f"{ratio:.3f}" if ratio is not None else "n/a",
+                             ("FAIL " + ", ".join(line.failed)) if line.failed else "within noise" if line.noise else ""])
                 mark = "worse" if worse else "better" if better else ""
                 classes.append(["", "", "", "", "", mark, "fail" if line.failed else ""])
             parts.append(_table(["case", "size", "metric", "base", "new", "new/base", "rule"], rows, classes))
