@@ -22,35 +22,11 @@ from typing import Any, Callable
 from ...core.errors import UsageError
 from ...core.probe import Capabilities, Case, Probe
 from ...core.registry import Needs, ProbeSpec, SuiteStep
-from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
+from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401 (DTYPES, bus_factor re-exported)
 from ...results.schema import ProbeRow
-
-
-
-@dataclass(frozen=True)
-class CollOp:
-    name: str
-    redop: str                       # "sum", or "none" for data movement
-    root: int                        # -1 where the op has no root
-    placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
-    chunked: bool                    # S must split into n equal chunks
-    # (per-rank bytes held for the op) as a multiple of S, for the memory check
-    footprint: Callable[[int], float]
-
-    def factor(self, n: int) -> float:
-        """busbw / algbw for n ranks."""
-        return bus_factor(self.name, n)
-
-
-OPS: dict[str, CollOp] = {
-    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False, lambda n: 1.0),
-    "broadcast": CollOp("broadcast", "none", 0, ("in",), False, lambda n: 1.0),
-    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True, lambda n: 2.0),
-}
-DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")
+from .ops import DEFAULT_OPS, OPS, CollOp  # noqa: F401 (the table of collectives, re-exported)
+# The memory a sweep needs, and the pre-check.
+from .memory import PROCESS_BYTES, STAGING, bytes_needed_per_rank, check_memory, op_bytes_per_rank  # noqa: F401
 
 
 @dataclass
@@ -88,58 +64,6 @@ def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool
     """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
     unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
     return max(unit, size_bytes // unit * unit)
-
-
-# What the backend itself allocates beyond our buffers, as a multiple of S, measured (VmHWM of
-# 2 ranks, torch 2.13, S = 512 MiB): gloo's reduce_scatter_tensor clones its input and
-# all-reduces the clone, its all_gather_into_tensor gathers into a flat temporary and copies out;
-# gloo's all_reduce, broadcast and all_to_all_single work in our buffers. NCCL stages nothing
-# that scales with S.
-STAGING = {"gloo": {"reduce_scatter": 1.0, "all_gather": 1.0}}
-# A rank's interpreter, torch and the backend before any buffer (measured: 0.49 GiB for the
-# launcher and 2 ranks at --sizes 1M).
-PROCESS_BYTES = 256 << 20
-
-
-def op_bytes_per_rank(name: str, size_bytes: int, n: int, backend: str = "gloo") -> int:
-    """Peak bytes one rank holds while `name` runs at size_bytes: our buffers (sized for the op's
-    largest case; the previous op's are freed before the next op's are made, see _buffer), the
-    backend's staging copy, and the process itself. The check allocates nothing (count_wrong
-    compares in place)."""
-    share = OPS[name].footprint(n) + STAGING.get(backend, {}).get(name, 0.0)
-    return int(share * size_bytes) + PROCESS_BYTES
-
-
-def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int, backend: str = "gloo") -> int:
-    """Peak bytes one rank holds for the largest case: the largest op's, since ops run one at a
-    time and each frees its buffers before the next allocates."""
-    return max(op_bytes_per_rank(name, size_bytes, n, backend) for name in ops)
-
-
-def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str,
-                 backend: str | None = None) -> None:
-    # Without a backend named: host memory is a CPU world's (gloo), GPU memory NCCL's.
-    backend = backend or ("nccl" if where.startswith("GPU") else "gloo")
-    n = max(ranks_here, 1)
-    need = bytes_needed_per_rank(ops, max(sizes), n, backend) * ranks_here
-    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
-    if shortfall:
-        per_op = ", ".join(f"{name} {format_bytes_human(op_bytes_per_rank(name, max(sizes), n, backend))}" for name in ops)
-        fits = [name for name in ops if op_bytes_per_rank(name, max(sizes), n, backend) * ranks_here
-                <= free_bytes * MEMORY_SHARE]
-        other = f" or only --ops {','.join(fits)}" if fits else ""
-        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; per rank: {per_op}; "
-                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here, backend)}"
-                         f"{other}")
-
-
-def _suggest(free_bytes: int, ops: list[str], ranks_here: int, backend: str = "gloo") -> str:
-    from ...core.units import format_size
-
-    size = 1 << 20
-    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1), backend) * ranks_here < free_bytes * MEMORY_SHARE:
-        size *= 2
-    return format_size(size)
 
 
 def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
@@ -237,6 +161,20 @@ def check_algo(algo: str, ops: list[str]) -> None:
                              f"e.g. --algo ring --ops {','.join(RING_OPS)}")
 
 
+def cpu_threads_per_rank(torch: Any) -> int:
+    """Give each rank of a CPU world its share of the cores and set it. torch's default, every
+    core per rank, oversubscribes them: gloo's reduce_scatter clones and copies S and its
+    all_gather copies out S with torch's threads, so 2 ranks x 2 threads on 2 cores fought over
+    them and the probe measured 0.87-0.90x a bare loop with one thread per rank
+    (benchmarks/nccl_overhead.py, docs/BENCHMARKS.md)."""
+    import os
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    threads = max(1, (os.cpu_count() or 1) // max(local, 1))
+    torch.set_num_threads(threads)
+    return threads
+
+
 class CollectiveProbe(Probe):
     name = "nccl"
     capabilities = Capabilities(needs_world=True)
@@ -256,6 +194,7 @@ class CollectiveProbe(Probe):
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
+        self.cpu_threads = cpu_threads_per_rank(torch) if self.device.type == "cpu" else None
         self._buffers: dict[str, Any] = {}
         # Like nccl-tests, allocate each op's buffers once at its largest size and reuse them
         # for every size and placement: re-faulting 256 MiB per case costs seconds of CPU.
@@ -276,7 +215,9 @@ class CollectiveProbe(Probe):
         engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
                   if self.config.algo == "ring" else f"torch.distributed/{self.config.backend}")
         return {"engine": engine, "algo": self.config.algo, "backend": self.config.backend,
-                "device": self.config.device, **(self._transport() if self._transport else {})}
+                "device": self.config.device,
+                **({"cpu_threads_per_rank": self.cpu_threads} if self.cpu_threads else {}),
+                **(self._transport() if self._transport else {})}
 
     def cases(self) -> list[Case]:
         out = []
