@@ -20,7 +20,7 @@ from ..targets import checkpoint_target as ct
 from . import model as fm
 from ..compose.checkpoint import predict_tier
 from ..probes import checkpoint as ck
-from ..probes.checkpoint import layout as ckl
+from ..probes.checkpoint import state_layout as ckl
 from ..core.stats import percentile
 from .steps import error_pct, spread_pct, sync
 from .phases import RecordFile, device_of, guarded, quiet
