@@ -2,17 +2,17 @@
 
 1. Probe vs the faster bare loop: 2 local gloo ranks, 64 MiB (--sizes), reduce_scatter,
    all_gather, all_reduce. Each round runs, as separate worlds one after the other (order
-   swapped every round), a bare torch.distributed loop that sets one compute thread per rank
-   (torch.set_num_threads(cores // ranks), what a careful user writes for a CPU world) and the
-   command as a user types it, `microbench nccl --sizes S --ops ... --warmup W --iters N`. Both
-   time each call and take the slowest rank's median; per op the busbw of each side is the
-   median over rounds and the ratio is probe / bare (out-of-place rows for reduce_scatter and
-   all_gather, the in-place row for all_reduce, the op's only one). Target >= 0.95.
+   rotated every round), two bare torch.distributed loops, one that sets one compute thread per
+   rank (torch.set_num_threads(cores // ranks), what a careful user writes for a CPU world) and
+   one with torch's default threads, and the command as a user types it, `microbench nccl
+   --sizes S --ops ... --warmup W --iters N`. All time each call and take the slowest rank's
+   median; per op the busbw of each side is the median over rounds and the ratio is probe / the
+   faster bare loop (out-of-place rows for reduce_scatter and all_gather, the in-place row for
+   all_reduce, the op's only one). Target >= 0.95.
 2. Wall time of the default sweep, `microbench nccl` (1M-256M, reduce_scatter, all_gather,
    all_reduce), as a user runs it. Target < 60 s.
 
     python benchmarks/nccl_overhead.py [--sizes 64M] [--rounds 3] [--iters 10] [--skip-sweep]
-    python benchmarks/nccl_overhead.py --bare-threads 0     # the bare loop with torch's default threads
 
 The machine's load average (uptime) is printed with the figures: on a shared 2-core box other
 work moves both numbers, and the ratio is only meaningful because both sides run interleaved.
@@ -88,7 +88,9 @@ def run_bare(args: argparse.Namespace) -> dict[str, float]:
     for rank in range(RANKS):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), TORCH_CPP_LOG_LEVEL="FATAL")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--bare-worker", *sys.argv[1:]], env=env,
+        procs.append(subprocess.Popen([sys.executable, __file__, "--bare-worker", "--sizes", args.sizes,
+                                      "--warmup", str(args.warmup), "--iters", str(args.iters),
+                                      "--bare-threads", str(args.bare_threads)], env=env,
                                       stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, text=True))
     text = procs[0].communicate()[0]
     codes = [p.wait() for p in procs]
@@ -113,26 +115,32 @@ def run_probe(args: argparse.Namespace, tmp: str, rnd: int) -> dict[str, float]:
 
 
 def compare_probe_and_bare(args: argparse.Namespace) -> None:
-    bare: dict[str, list[float]] = {op: [] for op in OPS}
-    probe: dict[str, list[float]] = {op: [] for op in OPS}
+    one = max(1, (os.cpu_count() or 1) // RANKS)
+    sides = (f"bare {one} thread", "bare default threads", "probe")
+    got: dict[str, dict[str, list[float]]] = {side: {op: [] for op in OPS} for side in sides}
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
         for rnd in range(args.rounds):
-            # Bare first in even rounds, probe first in odd ones: drift in load hits both alike.
-            for side in (("bare", "probe") if rnd % 2 == 0 else ("probe", "bare")):
-                got = run_bare(args) if side == "bare" else run_probe(args, tmp, rnd)
+            # Each side first in turn: drift in load hits all alike.
+            for side in sides[rnd % 3:] + sides[:rnd % 3]:
+                if side == "probe":
+                    busbw = run_probe(args, tmp, rnd)
+                else:
+                    args.bare_threads = one if side == sides[0] else 0
+                    busbw = run_bare(args)
                 for op in OPS:
-                    (bare if side == "bare" else probe)[op].append(got[op])
-            print(f"# round {rnd + 1}: " + "; ".join(f"{op} probe {probe[op][-1]:.3f} bare {bare[op][-1]:.3f}"
-                                                   for op in OPS), flush=True)
-    threads = f"{args.bare_threads} thread(s) per rank" if args.bare_threads else "torch's default threads"
-    print(f"{'op':<16}{'size':>6}{'probe busbw':>14}{'bare busbw':>13}{'ratio':>8}   (bare loop: {threads}; "
-          f"medians of {args.rounds} interleaved rounds)")
+                    got[side][op].append(busbw[op])
+            print(f"# round {rnd + 1} ({uptime()}): " + "; ".join(
+                f"{op} " + " / ".join(f"{got[side][op][-1]:.3f}" for side in sides) for op in OPS), flush=True)
+    print(f"{'op':<16}{'size':>6}" + "".join(f"{side:>22}" for side in sides) + f"{'probe/faster':>14}"
+          f"   (busbw GB/s, medians of {args.rounds} interleaved rounds)")
     ratios = []
     for op in OPS:
-        p, b = statistics.median(probe[op]), statistics.median(bare[op])
-        ratios.append(p / b)
-        print(f"{op:<16}{args.sizes:>6}{p:>9.3f} GB/s{b:>8.3f} GB/s{p / b:>8.3f}")
-    print(f"probe / bare busbw: min over ops {min(ratios):.3f}, median {statistics.median(ratios):.3f} (target >= 0.95)")
+        med = {side: statistics.median(got[side][op]) for side in sides}
+        faster = max(med[sides[0]], med[sides[1]])
+        ratios.append(med["probe"] / faster)
+        print(f"{op:<16}{args.sizes:>6}" + "".join(f"{med[side]:>22.3f}" for side in sides) + f"{ratios[-1]:>14.3f}")
+    print(f"probe / faster bare loop: min over ops {min(ratios):.3f}, median {statistics.median(ratios):.3f} "
+          f"(target >= 0.95)")
 
 
 def time_default_sweep() -> None:
@@ -160,8 +168,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--bare-threads", type=int, default=max(1, (os.cpu_count() or 1) // RANKS),
-                        help="torch threads per bare rank (0: torch's default)")
+    parser.add_argument("--bare-threads", type=int, default=0, help=argparse.SUPPRESS)  # set per bare world
     parser.add_argument("--skip-sweep", action="store_true")
     parser.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """`compare --fail-on` tells noise from a regression (issue 20 item 22): a change counts only
-when it breaks the rule AND the two runs' per-iteration time ranges (fastest iteration to p95)
-do not overlap; the others are printed "within noise"."""
+when it breaks the rule AND the two runs' per-iteration time ranges (fastest to slowest
+iteration) do not overlap; the others are printed "within noise"."""
 
 from __future__ import annotations
 
@@ -15,20 +15,20 @@ from microbench.results import RecordWriter, new_record
 SIZE = 4 << 20
 
 
-def _nccl(path, p50_us, low_us, p95_us):
-    """One all_reduce row of 2 gloo ranks whose iterations ran low_us (fastest) .. p95_us."""
+def _nccl(path, p50_us, low_us, high_us):
+    """One all_reduce row of 2 gloo ranks whose iterations ran low_us (fastest) .. high_us."""
     rec = new_record("nccl", {"world": {"size": 2}, "probe": {"dtype": "float32"}},
                      {"backend": "gloo", "device": "cpu", "engine": "torch.distributed/gloo"}, {})
     busbw = SIZE / (p50_us * 1e-6) / 1e9
     rec["rows"] = [{"op": "all_reduce", "placement": "in", "dtype": "float32", "size_bytes": SIZE, "busbw_gbps": busbw,
-                    "algbw_gbps": busbw, "time_us": {"p50": p50_us, "min": low_us, "p95": p95_us, "p99": p95_us,
-                                                      "max": p95_us, "mean": p50_us, "n": 20}}]
+                    "algbw_gbps": busbw, "time_us": {"p50": p50_us, "min": low_us, "p95": high_us, "p99": high_us,
+                                                      "max": high_us, "mean": p50_us, "n": 20}}]
     return RecordWriter(rec, path).finish("complete")
 
 
 def test_a_drop_inside_both_runs_spread_is_within_noise(run_cli, tmp_path):
     # busbw x0.5 by the medians, but the new run's fastest iteration (1100 us) is faster than the
-    # base's p95 (3000 us): the shared machine's noise, as in two back-to-back suites.
+    # base's slowest (3000 us): the shared machine's noise, as in two back-to-back suites.
     base = _nccl(tmp_path / "a.json", 1000, 800, 3000)
     new = _nccl(tmp_path / "b.json", 2000, 1100, 4000)
     (pair,) = compare(base, new, [parse_rule("busbw:-5%")]).pairs
@@ -40,7 +40,7 @@ def test_a_drop_inside_both_runs_spread_is_within_noise(run_cli, tmp_path):
 
 
 def test_a_drop_outside_both_runs_spread_still_fails(run_cli, tmp_path):
-    # The new run's fastest iteration (2100 us) is slower than the base's p95 (1300 us).
+    # The new run's fastest iteration (2100 us) is slower than the base's slowest (1300 us).
     base = _nccl(tmp_path / "a.json", 1000, 900, 1300)
     new = _nccl(tmp_path / "b.json", 2000, 2100, 2600)
     done = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
@@ -53,7 +53,7 @@ def test_rows_without_a_spread_are_judged_by_the_rule_alone(tmp_path):
     base = _nccl(tmp_path / "a.json", 1000, 800, 3000)
     new = _nccl(tmp_path / "b.json", 2000, 1100, 4000)
     record = json.loads(new.read_text())
-    del record["rows"][0]["time_us"]["min"]
+    del record["rows"][0]["time_us"]["min"]      # a range needs both ends
     (tmp_path / "c.json").write_text(json.dumps(record))
     (pair,) = compare(base, tmp_path / "c.json", [parse_rule("busbw:-5%")]).pairs
     assert [line.failed for line in pair.lines if line.metric == "busbw_gbps"] == [["busbw:-5%"]]

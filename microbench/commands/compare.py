@@ -57,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
                        f"{short_name(line.metric)} x{line.ratio:.3f}")
     noisy = sum(bool(line.noise) for p in result.pairs for line in p.lines)
     print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else "")
-          + (f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to p95, overlap)"
+          + (f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to max, overlap)"
              if noisy else ""))
     return 0
