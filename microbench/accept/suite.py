@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
+from ..core.units import format_size
 from ..world.dist import package_env, self_command
 
 
@@ -83,27 +84,37 @@ def step_for_file(filename: str) -> str | None:
     return found[1].name if found else None
 
 
+# The suite table's last column: each op's value at its best size (which size it was follows
+# the value), or why a step did not pass.
+HEADLINE_COLUMN = "best size per op / reason"
+
+
 def headline(record: dict[str, Any]) -> str:
     """Best primary metric per op (the first its probe's spec declares among those the row
-    carries): a one-glance summary that needs no per-probe code. A bandwidth is named only where
-    the row carries another of its probe's bandwidths (busbw beside algbw)."""
+    carries) and the size it was reached at: a one-glance summary that needs no per-probe code.
+    A bandwidth is named only where the row carries another of its probe's bandwidths (busbw
+    beside algbw)."""
     best: dict[tuple[str, str], float] = {}
+    at: dict[tuple[str, str], Any] = {}
     named: set[tuple[str, str]] = set()
     for row in record.get("rows", []):
         key = registry.row_metric(row, record)
         if key is None:
             continue
         op = str(row.get("op", "?"))
-        best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
+        if float(row[key]) > best.get((op, key), float("-inf")):
+            best[(op, key)], at[(op, key)] = float(row[key]), row.get("size_bytes")
         spec = registry.row_spec(row, record)
         if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
                                          for m in (spec.metrics if spec else registry.metric_columns())):
             named.add((op, key))
 
     def label(op: str, key: str, value: float) -> str:
+        size = at.get((op, key))
+        where = f" at {format_size(size)}" if isinstance(size, int) and not isinstance(size, bool) else ""
         if not key.endswith("_gbps"):
-            return f"{op} {value:.3g} {key}"
-        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s"
+            return f"{op} {value:.3g} {key}{where}"
+        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s{where}"
 
     parts = [label(op, key, value) for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")

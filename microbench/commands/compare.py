@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
         table = [(line.case, format_size(line.size_bytes) if line.size_bytes is not None else "-",
                   short_name(line.metric), _fmt(line.base), _fmt(line.new),
                   f"{line.ratio:.3f}" if line.ratio is not None else "n/a",
-                  ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else ""))
-                  if line.failed else "")
+                  ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else "")) if line.failed else
+                  "within noise" if line.noise else "")
                  for line in pair.lines]
         print(tabulate(table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"],
                        tablefmt="simple", disable_numparse=True))
@@ -57,5 +57,8 @@ def run(args: argparse.Namespace) -> int:
                        f"({', '.join(r.text for r in rules)}); worst: {pair.name} {line.case} "
                        f"{format_size(line.size_bytes) if line.size_bytes is not None else ''} "
                        f"{short_name(line.metric)} {how}")
-    print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else ""))
+    noisy = sum(bool(line.noise) for p in result.pairs for line in p.lines)
+    print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else "")
+          + (f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to max, overlap)"
+             if noisy else ""))
     return 0

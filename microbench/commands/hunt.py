@@ -291,13 +291,16 @@ def _report(writer: RecordWriter, run: _Run, args: argparse.Namespace) -> int:
     if args.bisect:
         writer.record["summary"].update({"bisect": run.steps, "confirm_hosts": [names[h] for h in run.confirm_hosts]})
     heatmap = Path(args.heatmap) if args.heatmap else hunt.free_heatmap(writer.path)
+    no_picture = None
     try:
         png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
         atomic_write_text_bytes(heatmap, png)
         writer.record["summary"]["heatmap"] = str(heatmap)
-    except ImportError:
-        print("# heatmap skipped: matplotlib is not installed (pip install 'microbench[plot]')")
+    except RunError as exc:   # no matplotlib: the record is complete, the command still fails
+        no_picture = exc
     path = writer.finish("complete")
+    if no_picture is not None:
+        raise no_picture
     if args.csv:
         write_csv(args.csv, writer.record["rows"])
     halvings = f"{len(run.steps)} halving(s) and " if args.bisect else ""

@@ -17,7 +17,7 @@ from ..core.errors import RunError, UsageError
 from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
 from ..targets.workdir import check_base
-from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
+from ..accept.suite import HEADLINE_COLUMN, Step, default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"# {step.name} ...", flush=True)
             results.append(run_step(step, out_dir, scratch, env=child_env))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
-    print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
+    print(tabulate(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None

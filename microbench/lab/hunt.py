@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..core.pyplot import pyplot
 
 MIN_HOSTS = 3
 
@@ -189,11 +190,9 @@ def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: se
                 title: str) -> bytes:
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot("the hunt heatmap")
 
     n = len(names)
     grid = np.full((n, n), np.nan)

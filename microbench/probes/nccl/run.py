@@ -81,10 +81,10 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
     need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
     (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
     if device != "cuda":
-        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
         return
     for index, free in enumerate(gpu_free(nproc) or []):
-        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend)
 
 
 def rank_memory_check(config: Any, device: str, world: Any) -> None:
@@ -94,10 +94,10 @@ def rank_memory_check(config: Any, device: str, world: Any) -> None:
     frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
                                                       else device))
     if device != "cuda":
-        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory", backend=config.backend)
         return
     rank = min(range(len(frees)), key=lambda r: frees[r])
-    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}", backend=config.backend)
 
 
 def torch_current_device() -> int:
