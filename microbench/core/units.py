@@ -288,3 +288,12 @@ def bus_factor(op: str, ranks: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (ranks - 1) / ranks
     return 1.0
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """At most `limit` characters of a library's message, cut at a word and marked, never mid-word."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return cut + " ..."

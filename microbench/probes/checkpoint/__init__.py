@@ -26,7 +26,7 @@ from typing import Any
 
 from ...core.errors import RunError, UsageError
 from ...core.probe import Capabilities, Case, Probe, Timed
-from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
+from ...core.units import DTYPE_BYTES, DTYPES, clip, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
 from .run import run, print_report
 from .state_layout import Item, layout_bytes, shard_rows, tensor_count
@@ -339,9 +339,9 @@ def _dcp_cause(exc: BaseException) -> str:
         rank, err = sorted(failures.items())[0]
         inner = err[0] if isinstance(err, tuple) else err
         text = str(inner).strip().splitlines()
-        return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
+        return f"rank {rank}: {type(inner).__name__}: {clip(text[0]) if text else ''}"
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(exc).__name__}: {clip(text[0]) if text else ''}"
 
 
 SPEC = ProbeSpec(
