@@ -76,8 +76,12 @@ def facts_for_path(path: str) -> dict[str, Any] | None:
     return out
 
 
+_CLIENTS: dict[str, tuple[Any, str]] = {}
+
+
 def store_client(mount_point: str) -> tuple[Any, str]:
-    """A botocore client and the bucket behind a mount `up` made (its state has the keys of the
+    """Made once per mount point and process (a botocore session takes about a second, which
+    would otherwise count as drain time). A botocore client and the bucket behind a mount `up` made (its state has the keys of the
     embedded server; an --endpoint mount uses the standard AWS chain, as rclone did)."""
     from .s3client import Target
     from .s3server import REGION, Credentials
@@ -85,11 +89,15 @@ def store_client(mount_point: str) -> tuple[Any, str]:
     state = _state_for(mount_point)
     if state is None:
         raise RunError(f"no `microbench mount up` state for the mount at {mount_point!r}: cannot reach its store")
+    key = f"{mount_point} {state.endpoint} {state.started_at}"   # a later mount at the same point is another store
+    if key in _CLIENTS:
+        return _CLIENTS[key]
     if state.embedded:
         target = Target(state.endpoint, REGION, "path", Credentials(state.key or "", state.secret or ""))
     else:
         target = Target(state.endpoint)
-    return target.client(pool=2, connect_timeout_s=5, read_timeout_s=30, attempts=3), state.bucket
+    _CLIENTS[key] = target.client(pool=2, connect_timeout_s=5, read_timeout_s=30, attempts=3), state.bucket
+    return _CLIENTS[key]
 
 
 @dataclass
@@ -123,7 +131,7 @@ def _in_store(client: Any, bucket: str, prefix: str) -> dict[str, int]:
         token = page.get("NextContinuationToken")
 
 
-def wait_durable(directory: str, *, started_at: float, timeout_s: float, client: Any = None) -> Durable:
+def wait_durable(directory: str, *, started_at: float, timeout_s: float) -> Durable:
     """Poll the store until it holds every file under `directory` (on a mount `up` made) at its
     full size. `started_at` is a time.perf_counter() value. Ctrl-C or the timeout end the wait
     with one line saying how many bytes were durable."""
@@ -131,10 +139,7 @@ def wait_durable(directory: str, *, started_at: float, timeout_s: float, client:
     if info is None:
         raise RunError(f"{directory!r} is not on a mount")
     point = info["mount_point"]
-    if client is None:
-        client, bucket = store_client(point)
-    else:
-        bucket = _state_for(point).bucket
+    client, bucket = store_client(point)
     expected = _expected(directory, point)
     total = sum(expected.values())
     prefix = os.path.relpath(directory, point).rstrip("/") + "/"

@@ -91,6 +91,8 @@ class CheckpointProbe(Probe):
         self.cache_note = "not applicable"
         # A bucket mount under a local target: the record says so, and saves also time durability.
         self.mount = mount_facts.facts_for_path(run_dir.root) if run_dir.target.kind == "local" else None
+        if self.mount and self.mount.get("mount_name") and self.rank == 0:
+            mount_facts.store_client(self.mount["mount_point"])   # made now, not inside a timed drain
 
     # ------------------------------------------------------------------ state dicts
     def _entries(self) -> list[tuple[str | None, str, Item]]:
