@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError
-from ...core.options import one_of, option, positive, size
+from ...core.options import nbytes, one_of, option, positive
 from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size
@@ -31,8 +31,8 @@ from ...targets import mount_sys
 class Config:
     modes: list[str] = option(["direct", "cached"], parse=one_of(mountmod.MODES), flag="--mode",
                               help="direct (writes stream to the bucket) and/or cached (rclone's VFS cache)")
-    size: int = option(256 << 20, parse=size, shown="256M", help="bytes written per save (one file)")
-    bs: int = option(16 << 20, parse=size, shown="16M", help="write() size")
+    size: int = option(256 << 20, parse=nbytes, shown="256M", help="bytes written per save (one file)")
+    bs: int = option(16 << 20, parse=nbytes, shown="16M", help="write() size")
     write_back_s: float = option(1.0, parse=positive, flag="--write-back", shown="1",
                                  help="cached: seconds after close before rclone uploads")
     cache_dir: str | None = option(None, help="cached: local directory for the cache", shown="the state directory")
