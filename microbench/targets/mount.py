@@ -179,7 +179,10 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
     bucket = req.bucket or DEFAULT_BUCKET
     env = {**os.environ, "RCLONE_CONFIG": os.devnull, f"RCLONE_CONFIG_{REMOTE}_TYPE": "s3",
            f"RCLONE_CONFIG_{REMOTE}_PROVIDER": "Other", f"RCLONE_CONFIG_{REMOTE}_FORCE_PATH_STYLE": "true",
-           f"RCLONE_CONFIG_{REMOTE}_NO_CHECK_BUCKET": "true"}
+           f"RCLONE_CONFIG_{REMOTE}_NO_CHECK_BUCKET": "true",
+           # Parts as large and as many in flight as the S3 probe's defaults, so a mount and the
+           # API are compared on the same upload (rclone's own default: 5 MiB parts).
+           f"RCLONE_CONFIG_{REMOTE}_CHUNK_SIZE": "16M", f"RCLONE_CONFIG_{REMOTE}_UPLOAD_CONCURRENCY": "4"}
     key = secret = None
     server = None
     if req.endpoint:
