@@ -13,9 +13,7 @@ def entry() -> None:
     interrupts.report_ready()
     try:
         from .cli import main
-        from .world import fork
 
-        fork.set_entry(entry)  # a warm suite forks its steps and ranks into this very function
         interrupts.check()  # a signal counted while the import could not raise it
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
@@ -49,5 +47,17 @@ def _leave(code: int) -> None:
         os._exit(code)
 
 
+def _register_for_forks() -> None:
+    """A warm suite forks its steps and ranks into `entry` (world/fork.py sits below the command
+    line and is handed the function rather than importing it)."""
+    from .world import fork
+
+    fork.set_entry(entry)
+
+
+_register_for_forks()
+
+
 if __name__ == "__main__":
     entry()
+

@@ -133,7 +133,7 @@ def build_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
     if spec.config is None:
         return {}
     factor = 2.0
-    given_factor = getattr(args, "config_factor", None) or getattr(args, "factor", None)
+    given_factor = getattr(args, "factor", None)
     if given_factor is not None:
         factor = parse_number(given_factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     values = {}

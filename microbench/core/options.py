@@ -72,7 +72,9 @@ class Flag:
 
     @property
     def dest(self) -> str:
-        return f"config_{self.name}"   # apart from the shared options' names
+        # The field's own name: a field that shares a shared option's name also shares its flag,
+        # which argparse refuses (the command then names the clash).
+        return self.name
 
     @property
     def is_bool(self) -> bool:

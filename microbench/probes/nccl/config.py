@@ -31,7 +31,7 @@ class Config:
                                     help="auto, nccl or gloo")
     # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
     # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
-    algo: str = option("torch", parse=choice(ALGOS),
+    algo: str = option("torch",   # checked by check_algo, with the ops it covers
                        help="torch: the library's collectives, what FSDP gets; ring: microbench's rings over "
                             "send/recv, the fabric's capability (reduce_scatter, all_gather, all_reduce)")
     transport: str = option("auto", record=False, help="auto, ib or tcp (ib needs NCCL and InfiniBand)")
