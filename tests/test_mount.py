@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,3 +193,49 @@ def test_cache_disk_full_during_a_save_exit_1_partial_and_unmountable(state, run
         assert not _ours_mounted(state)
     finally:
         subprocess.run(["umount", "-l", str(small)])
+
+
+def test_ctrl_c_during_a_drain_says_how_much_was_durable_and_down_still_works(state, tmp_path):
+    from conftest import cli_env
+
+    env = cli_env({mount_sys.STATE_ENV: str(state)})
+    up = subprocess.run([sys.executable, "-m", "microbench", "mount", "up", "--name", "m", "--mode", "cached",
+                         "--write-back", "60s"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    path = up.stdout.strip().splitlines()[-1]
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "checkpoint", "--size", "16M", "--nproc", "2",
+                             "--target", f"{path}/ck", "--timeout", "120"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # The first save's files reach the mount's cache; the drain then waits out the 60 s delay.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(Path(path).glob("ck/*/step-*/.metadata")):
+            time.sleep(0.2)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert "interrupted while the mount's cache drained" in line and "bytes" in line and "were durable" in line
+    down = subprocess.run([sys.executable, "-m", "microbench", "mount", "down", "--name", "m"], env=env,
+                          capture_output=True, text=True)
+    assert down.returncode == 0 and not _ours_mounted(state)
+
+
+def test_a_drain_longer_than_timeout_ends_with_one_line_and_unmounts(state, run_cli):
+    res = run_cli("storage", "mount", "--mode", "cached", "--size", "1M", "--write-back", "60", "--timeout", "2",
+                  "--iters", "1")
+    assert res.returncode == 1 and "not durable within --timeout 2 s" in one_error_line(res.stderr)
+    assert not _ours_mounted(state) and not list(state.glob("mount-*"))
+
+
+def test_storage_mount_probe_direct_blocked_is_durable(state, run_cli, tmp_path):
+    res = run_cli("storage", "mount", "--mode", "direct", "--size", "4M", "--iters", "1",
+                  "--json", str(tmp_path / "m.json"))
+    assert res.returncode == 0, res.stderr
+    row = json.loads((tmp_path / "m.json").read_text())["rows"][0]
+    assert row["blocked_is_durable"] is True and row["durable_time_us"] >= row["blocked_time_us"]
+    assert not _ours_mounted(state)
