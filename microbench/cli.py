@@ -22,7 +22,7 @@ from .core.redaction import redact_text
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
 # listed here: they come from the registry (one ProbeSpec per probe module).
-COMMAND_MODULES = ["env", "lab", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
+COMMAND_MODULES = ["env", "lab", "mount", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
 # Help for the first word of two-word probe commands (`storage posix`): the group, not its probes.
 GROUP_HELP = {
     "storage": ("file, object-store and GPU-direct storage throughput",
@@ -69,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMAND_MODULES[:2]:  # env and lab, then the probes in their order, then the other tools
+    for name in COMMAND_MODULES[:3]:  # env, lab and mount, then the probes in their order, then the other tools
         importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
     _add_probe_commands(sub)
-    for name in COMMAND_MODULES[2:]:
+    for name in COMMAND_MODULES[3:]:
         importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
     return parser
 

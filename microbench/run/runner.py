@@ -284,8 +284,10 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         except MicrobenchError as exc:
             progress.close()
             if isinstance(exc, RunError) and guard.settle():
-                # A peer that got the same signal left first and broke our operation.
-                raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+                # A peer that got the same signal left first and broke our operation. An
+                # Interrupted of the probe's own keeps its words (how far a drain got).
+                reason = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+                raise Interrupted(_partial_message(reason, current, writer, rows)) from None
             message = str(exc)
             if world is not None and isinstance(exc, RunError):
                 # A probe's own error (a DCP save, a socket) is often how a dead peer shows: name it.

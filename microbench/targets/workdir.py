@@ -28,6 +28,9 @@ def check_base(path: str, *, writable: bool = False) -> Path:
         # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
         raise UsageError(f"--path {path!r} is empty; give an existing directory to write under, e.g. --path /tmp")
     base = Path(path)
+    from .mount_facts import check_alive
+
+    check_alive(str(path))   # a dead bucket mount: "does not exist" would send the user looking elsewhere
     try:
         os.stat(base)
     except OSError as exc:
@@ -156,9 +159,11 @@ class WorkDir:
             pass  # something else was put there: leave it rather than delete what isn't ours
 
     def facts(self) -> dict[str, Any]:
+        from .mount_facts import facts_for_path
+
         mount = mount_of(self.path)
         return {"workdir": str(self.path), "filesystem": mount["fstype"], "device": mount["source"],
-                "mount_point": mount["mount_point"], "kept": self.keep}
+                "mount_point": mount["mount_point"], "kept": self.keep, **(facts_for_path(str(self.path)) or {})}
 
     def __enter__(self) -> "WorkDir":
         return self

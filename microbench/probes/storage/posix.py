@@ -94,6 +94,14 @@ def validate(config: Workload) -> Workload:
         raise UsageError(f"invalid --qd {config.qd} with --threads {config.threads}: without io_uring the engine "
                          f"runs threads x qd = {workers} synchronous workers, one thread each, more than the "
                          f"{limit} this machine allows (half of threads-max); use e.g. --qd 64")
+    from ...targets.mount_facts import facts_for_path
+
+    on_mount = facts_for_path(config.path)
+    if on_mount and on_mount.get("mount_mode") == "direct":
+        # rclone without a write cache takes only one sequential pass per new file; the engine
+        # rewrites a file in place at offsets (EPERM there).
+        raise UsageError(f"--path {config.path!r} is a direct bucket mount, which takes only sequential writes of new "
+                         f"files; use a --mode cached mount, or `microbench storage mount --mode direct`")
     for bs in config.bs:
         if config.size < bs * config.threads * config.qd:
             raise UsageError(f"--size {format_size(config.size)} is too small for --bs {format_size(bs)} with "
