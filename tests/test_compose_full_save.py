@@ -73,7 +73,7 @@ def test_predict_saves_gives_both_per_tier_and_the_sharded_one_is_bytes_over_the
     (lambda: fs.parse_state_dicts(""), "invalid --state-dict ''"),
     (lambda: fs.save_format("full", "pickle"), "invalid --save-format 'pickle'"),
     (lambda: fs.save_format("full", "dcp"), "invalid --save-format 'dcp' with --state-dict full"),
-    (lambda: fs.split_stream("nvme=10:10,strem=2"), "after the rates only stream=GB/S may follow"),
+    (lambda: fs.split_stream("nvme=10:10,stream=2,stream=3"), "one stream=GB/S at most"),
     (lambda: fs.serialize_from_record({"kind": "checkpoint", "config": {"probe": {"state_dict": "sharded"}}}, "r.json"),
      "of a sharded save"),
 ])
@@ -90,6 +90,7 @@ def test_serialization_rate_from_a_full_checkpoint_record():
     assert gbps == pytest.approx(2.0) and source.startswith("measured: r.json")
     assert fs.split_stream("nvme=10:10,stream=2") == ("nvme=10:10", "2")
     assert fs.split_stream("nvme=10:10") == ("nvme=10:10", None)
+    assert fs.split_stream("m=2:4,cached,stream=0.5,drain=1") == ("m=2:4,cached,drain=1", "0.5")
 
 
 def test_the_acceptance_command_prints_both_saves_per_tier(run_cli):

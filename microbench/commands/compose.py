@@ -15,6 +15,7 @@ from tabulate import tabulate
 from .. import __version__
 from .. import compose as cp
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
+from ..compose import mount as mount_tier
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..results.outputs import check_new_file
@@ -79,7 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
-                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12 (repeatable)")
+                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
+                        "adds ,direct or ,cached,drain=GB/S[,delay=5s] (repeatable)")
     s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage or checkpoint record as a tier (its best write and read), e.g. "
                         "results/suite-*/storage-posix.json (repeatable)")
@@ -140,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     _print_steps(nets, preds, memory)
     if tiers:
         _print_checkpoint(parts, tier_preds, ckpt_bytes, interval_s, overhead, mtbf_s, rate)
+        print("\n".join(mount_tier.report_lines(tiers, ckpt_bytes, interval_s, overhead)))
         saves = fs.predict_saves(tiers, state_dicts, args.save_format, ckpt_bytes, unit_bytes=4.0 * model.block_params,
                                  ranks=world, nodes=nodes or 1, curve=nets[0].all_gather, serialize_gbps=serialize_gbps,
                                  host_link_gbps=rate.gpu.host_link_gbps if rate.gpu else None,

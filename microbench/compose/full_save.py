@@ -60,15 +60,14 @@ def save_format(state_dict: str, text: str | None) -> str:
 
 
 def split_stream(text: str) -> tuple[str, str | None]:
-    """'nvme=10:10,stream=2' -> ('nvme=10:10', '2'): the single-stream rate a --tier may carry."""
-    base, sep, rest = str(text).partition(",")
-    if not sep:
-        return base, None
-    key, eq, value = rest.partition("=")
-    if key.strip() != "stream" or not eq or not value.strip():
-        raise UsageError(f"invalid --tier {text!r}: after the rates only stream=GB/S may follow, "
-                         f"e.g. --tier nvme=10:10,stream=2")
-    return base, value.strip()
+    """'nvme=10:10,stream=2' -> ('nvme=10:10', '2'): the single-stream rate a --tier may carry
+    among its comma options; the others (a mount's ,cached,drain=) stay in the text."""
+    head, *options = str(text).split(",")
+    streams = [o.partition("=")[2].strip() for o in options if o.strip().startswith("stream=")]
+    if len(streams) > 1 or (streams and not streams[0]):
+        raise UsageError(f"invalid --tier {text!r}: one stream=GB/S at most, e.g. --tier nvme=10:10,stream=2")
+    rest = [o for o in options if not o.strip().startswith("stream=")]
+    return ",".join([head, *rest]), (streams[0] if streams else None)
 
 
 def serialize_from_record(record: dict[str, Any], source: str) -> tuple[float, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import compose as cp
@@ -16,6 +16,7 @@ from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
 from .tiers import tier_bandwidths, tier_stream_gbps
 from .full_save import split_stream
+from . import mount as mount_tier
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -155,15 +156,19 @@ def _tier_rate(text: str, rate: str, which: str) -> float:
 def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for text in args.tier:
-        base, stream = split_stream(text)   # NAME=W:R[,stream=GB/S]
+        base, stream = split_stream(text)   # ,stream=GB/S: one writer's rate (compose/full_save.py)
         name, _, rates = base.partition("=")
+        rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/mount.py)
         write, _, read = rates.partition(":")
         if not name or not write:
             raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS][,stream=GB/S], e.g. nvme=6:12")
         out.append({"tier": name, "write_gbps": _tier_rate(text, write, "write"),
                     "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}",
                     "stream_gbps": _tier_rate(text, stream, "single-stream") if stream else None,
-                    "rated_only": stream is None, "aggregate_is_job": True})
+                    "rated_only": stream is None and not mount_options, "aggregate_is_job": True})
+        if mount_options:
+            out[-1]["mount"] = asdict(mount_tier.parse_options(text, name, out[-1]["write_gbps"],
+                                                               out[-1]["read_gbps"], mount_options))
     for text in args.storage:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
@@ -176,6 +181,9 @@ def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
         out.append({"tier": name or str(record.get("kind")), "write_gbps": write, "read_gbps": read,
                     "source": f"measured: {path}", "stream_gbps": tier_stream_gbps(record), "rated_only": False,
                     "aggregate_is_job": False})
+        measured_mount = mount_tier.from_record(record, out[-1]["tier"], path)
+        if measured_mount is not None:
+            out[-1]["mount"] = asdict(measured_mount)
     return out
 
 

@@ -33,6 +33,8 @@ from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from ...targets import mount_facts
+from .durable import timed_save
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -57,6 +59,9 @@ class CheckpointRow(_CheckpointRequired, total=False):
     fsync_time_us: float            # save: fsync (directory) or the upload's completion (S3)
     read_time_us: float             # load: rank 0 reads the file
     scatter_time_us: float          # load: set_model_state_dict(broadcast_from_rank0)
+    durable_time_us: float          # save through a bucket mount: until the store held every byte
+    durable_gbps: float             # save through a mount: total bytes / durable time
+    blocked_is_durable: bool        # a direct mount: close returned after the upload
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -97,6 +102,10 @@ class CheckpointProbe(Probe):
             from .full import FullState
 
             self.full = FullState(self)
+        # A bucket mount under a local target: the record says so, and saves also time durability.
+        self.mount = mount_facts.facts_for_path(run_dir.root) if run_dir.target.kind == "local" else None
+        if self.mount and self.mount.get("mount_name") and self.rank == 0:
+            mount_facts.store_client(self.mount["mount_point"])   # made now, not inside a timed drain
 
     # ------------------------------------------------------------------ state dicts
     def _entries(self) -> list[tuple[str | None, str, Item]]:
@@ -186,7 +195,8 @@ class CheckpointProbe(Probe):
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
                 "state_dict_type": "sharded", "save_format": "dcp",
-                **self.run_dir.implementation(), **(self.full.implementation() if self.full else {})}
+                **self.run_dir.implementation(), **(self.mount or {}),
+                **(self.full.implementation() if self.full else {})}
 
     def cases(self) -> list[Case]:
         ops = ["save"] + (["async_save"] if self.config.async_save else []) + ["load"]
@@ -227,6 +237,9 @@ class CheckpointProbe(Probe):
         start = time.perf_counter()
         if case.op == "save":
             self._guard("save", lambda: self.dcp.save(self.state, storage_writer=writer, process_group=self.group))
+            if self.mount is not None and self.mount.get("mount_name"):
+                return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
+                                  time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
             return Timed(time.perf_counter() - start)
         future = self._guard("async_save", lambda: self.dcp.async_save(
             self.state, storage_writer=writer, process_group=self.group))

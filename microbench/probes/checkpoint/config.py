@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...core.errors import UsageError
-from ...core.options import choice, nbytes, option, positive, positive_int
+from ...core.options import choice, nbytes, option, positive_int, timeout
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .state_layout import Item
 
@@ -44,7 +44,7 @@ class Config:
     save_format: str | None = option(None, parse=choice(FORMATS), flag="--format", shown="dcp; torch with --state-dict full",
                                      help="dcp (sharded), torch (torch.save of the full state) or safetensors (the full "
                                           "state's tensors with safetensors)")
-    timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
+    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer fails the run")
     device: str = "cpu"
     backend: str = "gloo"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.units import clip
+
 
 def _local(tensor: Any) -> Any:
     """This rank's part: a DTensor's local shard, a replicated tensor itself."""
@@ -33,6 +35,6 @@ def _dcp_cause(exc: BaseException) -> str:
         rank, err = sorted(failures.items())[0]
         inner = err[0] if isinstance(err, tuple) else err
         text = str(inner).strip().splitlines()
-        return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
+        return f"rank {rank}: {type(inner).__name__}: {clip(text[0]) if text else ''}"
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(exc).__name__}: {clip(text[0]) if text else ''}"
