@@ -144,30 +144,14 @@ def run(args: argparse.Namespace) -> int:
         _print_checkpoint(parts, tier_preds, ckpt_bytes, interval_s, overhead, mtbf_s, rate)
     elif mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
-    loading = _print_loading(args, model, train, nets, preds, tiers, mtbf_s)   # issue 21
+    from ..compose.dataload import loading_report   # issue 21: data stall and model load per tier
+    loading = loading_report(args, model.total_params * cp.fsdp.DTYPE_BYTES[train.param_dtype],
+                             train.micro_batch * train.grad_accum, {n.name: preds[n.name].step_s for n in nets},
+                             tiers, mtbf_s, format_time)
     path = _write_record(args, model, train, rate, nets, preds, memory, parts, tiers, tier_preds,
                          interval_s, overhead, mtbf_s, loading)
     print(f"\n# record: {path}")
     return 0
-
-
-def _print_loading(args: argparse.Namespace, model: Any, train: cp.TrainSpec, nets: list[Any], preds: dict[str, Any],
-                   tiers: list[dict[str, Any]], mtbf_s: float | None) -> dict[str, Any]:
-    """Data stall per data tier and network, model load time per tier (compose/dataload.py)."""
-    from ..compose import dataload as dl
-    from ..core.units import parse_size
-    from ..results import load_record
-
-    sample_bytes = parse_size(args.sample_bytes, what="--sample-bytes") if args.sample_bytes else None
-    rates = dl.data_rates(args.dataload, args.data_rate, sample_bytes, load_record)
-    per_step = train.micro_batch * train.grad_accum
-    stalls = [dl.data_stall(r, per_step, preds[n.name].step_s, n.name) for r in rates for n in nets]
-    weight_bytes = model.total_params * cp.fsdp.DTYPE_BYTES[train.param_dtype]
-    loads = dl.model_loads(args.modelload, tiers, weight_bytes, mtbf_s, load_record) \
-        if (args.modelload or args.dataload or args.data_rate) else []
-    for line in dl.report_lines(stalls, loads, format_time):
-        print(line)
-    return {"data_stall": [s.as_dict() for s in stalls], "model_load": [m.as_dict() for m in loads]}
 
 
 def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None, rate: inputs.ComputeRate) -> None:

@@ -178,3 +178,20 @@ def report_lines(stalls: list[DataStall], loads: list[ModelLoad], format_time: C
         lines.append(tabulate(table, headers=["tier", "load rate", "at job start", "at each restart",
                                               "per day (MTBF)", "from"], tablefmt="simple", disable_numparse=True))
     return lines
+
+
+def loading_report(args: Any, weight_bytes: float, samples_per_step: int, step_s: dict[str, float],
+                   tiers: list[dict[str, Any]], mtbf_s: float | None, format_time: Callable[[float], str]) -> dict[str, Any]:
+    """`microbench compose --dataload/--data-rate/--modelload`: print the data stall per data
+    tier and network and the model load time per tier; what the record's summary keeps."""
+    from ..core.units import parse_size
+    from ..results import load_record
+
+    sample_bytes = parse_size(args.sample_bytes, what="--sample-bytes") if args.sample_bytes else None
+    rates = data_rates(args.dataload, args.data_rate, sample_bytes, load_record)
+    stalls = [data_stall(r, samples_per_step, step, net) for r in rates for net, step in step_s.items()]
+    loads = model_loads(args.modelload, tiers, weight_bytes, mtbf_s, load_record) \
+        if (args.modelload or rates) else []
+    for line in report_lines(stalls, loads, format_time):
+        print(line)
+    return {"data_stall": [s.as_dict() for s in stalls], "model_load": [m.as_dict() for m in loads]}

@@ -104,23 +104,25 @@ def validate(config: Config) -> Config:
     if config.layout == "shards" and ds.tar_bytes(high) > config.shard_size:
         raise UsageError(f"invalid --sample-size {format_size(high)}: larger than a shard (--shard-size "
                          f"{format_size(config.shard_size)}, {ds.TAR_BLOCK} bytes of which a member's header); use a "
-                         f"larger --shard-size, e.g. --shard-size {format_size(max(ds.tar_bytes(high) * 64, 1 << 20))}")
+                         f"larger --shard-size, e.g. --shard-size {format_size(1 << (ds.tar_bytes(high) * 4).bit_length())}")
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
-    plan = make_plan(replace(config, ranks=ranks))
+    plan = ds.plan_for(replace(config, ranks=ranks))
     if target.kind == "local":
-        need = plan.disk_bytes() + (16 << 20)
-        ct.check_free_space(target.path, need, f"a {config.samples}-sample dataset of "
-                            f"{format_bytes_human(plan.total_bytes)} in {config.layout}")
+        from ...targets.workdir import free_bytes
+
+        need, free = plan.disk_bytes() + (16 << 20), free_bytes(target.path)
+        if need > free:
+            raise UsageError(f"not enough free space for {config.samples} samples of {_sizes(config.sample_size)} in "
+                             f"{config.layout}: needs about {format_bytes_human(need)} but {target.path} has "
+                             f"{format_bytes_human(free)} free; use fewer --samples or another --path")
     from ...world.backends import cuda_usable
 
     return replace(config, target=target.display, path=None, ranks=ranks, device="cuda" if cuda_usable() else "cpu")
 
 
-def make_plan(config: Config) -> ds.Plan:
-    low, high = config.sample_size
-    min_shards = 4 * config.ranks * max(1, max(config.workers))
-    return ds.plan(config.layout, config.samples, low, high, config.shard_size, min_shards)
+def _sizes(pair: list[int]) -> str:
+    return format_size(pair[0]) if pair[0] == pair[1] else f"{format_size(pair[0])}-{format_size(pair[1])}"
 
 
 class _DataloadRequired(ProbeRow):

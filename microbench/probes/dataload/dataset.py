@@ -112,10 +112,16 @@ class Plan:
 
     def disk_bytes(self, block: int = 4096) -> int:
         """What the dataset takes on a filesystem: each file rounded up to `block`; a shard's
-        tar headers, padding and end-of-archive blocks."""
+        tar headers, padding and end-of-archive blocks. Over a million samples of a size range,
+        estimated from the largest size (a bound, at once)."""
+        fixed = self.low == self.high or self.samples > 1_000_000
         if self.layout == "files":
-            return sum(-(-self.size(i) // block) * block for i in range(self.samples))
-        total = sum(tar_bytes(self.size(i)) for i in range(self.samples))
+            per = lambda i: -(-self.size(i) // block) * block  # noqa: E731
+        else:
+            per = lambda i: tar_bytes(self.size(i))  # noqa: E731
+        total = self.samples * (per(0) if self.low == self.high else
+                                -(-self.high // block) * block if self.layout == "files" else tar_bytes(self.high)) \
+            if fixed else sum(per(i) for i in range(self.samples))
         return total + len(self.shards) * 20 * TAR_BLOCK   # end blocks and record padding
 
     @property
@@ -136,6 +142,13 @@ def plan(layout: str, samples: int, low: int, high: int, shard_size: int, min_sh
     per = math.ceil(samples / count)
     shards = tuple((a, min(a + per, samples)) for a in range(0, samples, per))
     return Plan(layout, samples, low, high, shards)
+
+
+def plan_for(config: Any) -> Plan:
+    """The plan of a dataload Config: at least 4 shards per worker of every rank."""
+    low, high = config.sample_size
+    min_shards = 4 * config.ranks * max(1, max(config.workers))
+    return plan(config.layout, config.samples, low, high, config.shard_size, min_shards)
 
 
 def shard_tar(p: Plan, shard: int) -> bytes:

@@ -41,10 +41,8 @@ class Dataset:
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
-    from . import make_plan
-
     target = ct.parse_target(config.target)
-    plan = make_plan(config)
+    plan = ds.plan_for(config)
     outcomes: list[RunOutcome] = []
     with contextlib.ExitStack() as stack:
         server = None

@@ -133,7 +133,7 @@ class ModelloadProbe(Probe):
         self.raw_gbps: float | None = None
 
     def unavailable_reason(self) -> str | None:
-        return safetensors_missing()
+        return md.safetensors_missing()
 
     def implementation(self) -> dict[str, Any]:
         import safetensors
@@ -217,14 +217,6 @@ class ModelloadProbe(Probe):
         if case.op == "every-rank":
             out["aggregate_read_gbps"] = gbps * self.ranks
         return out
-
-
-def safetensors_missing() -> str | None:
-    try:
-        import safetensors.torch  # noqa: F401
-    except ImportError as exc:
-        return f"safetensors is not installed ({exc}); pip install safetensors"
-    return None
 
 
 def _run(spec: Any, config: Config, inv: Any) -> Any:

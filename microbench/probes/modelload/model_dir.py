@@ -131,3 +131,11 @@ def raw_read(paths: list[str], chunk: int = 16 << 20) -> int:
                     break
                 total += got
     return total
+
+
+def safetensors_missing() -> str | None:
+    try:
+        import safetensors.torch  # noqa: F401
+    except ImportError as exc:
+        return f"safetensors is not installed ({exc}); pip install safetensors"
+    return None

@@ -30,9 +30,7 @@ class Model:
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
-    from . import safetensors_missing
-
-    reason = safetensors_missing()
+    reason = md.safetensors_missing()
     if reason:   # before a byte is written or a rank started
         skip(spec.name, reason, config, inv.settings, json_path=inv.json_path, results_dir=inv.results_dir)
     lay = md.layout(config.size_bytes, config.dtype, md_elem(config.dtype))
