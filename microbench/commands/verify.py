@@ -206,7 +206,8 @@ def run_fsdp(args: argparse.Namespace) -> int:
     choice = backends.choose(args.backend)
     lab = labmod.get(args.lab) if args.lab else None
     if lab is not None:
-        nproc, _, _ = labrun.lab_placement(args.lab, args.nproc)
+        nproc = labrun.place(args.lab, nproc=parse_positive_int(args.nproc, what="--nproc", example="2")
+                             if args.nproc else None).nproc
     else:
         nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc else local_ranks()
     cal = calibration_from(args.calibration, choice.backend, choice.device) if args.calibration else None
@@ -261,7 +262,8 @@ def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab
     try:
         per_rank, master = None, "127.0.0.1"
         if lab_name and spec["phase"] == "steps":
-            _, master, per_rank = labrun.lab_placement(lab_name, str(nproc))
+            placed = labrun.place(lab_name, nproc=nproc)
+            master, per_rank = placed.master_addr, placed.per_rank
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=lambda w: 0, per_rank=per_rank,
                         master_addr=master, argv=["verify", "fsdp", "--phase-spec", handle.name])
     finally:

@@ -28,6 +28,7 @@ from ...core.errors import RunError, UsageError
 from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
+from .run import run, print_report
 from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
@@ -343,18 +344,6 @@ def _dcp_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .run import print_report
-
-    return print_report(outcome, config)
-
-
 SPEC = ProbeSpec(
     name="checkpoint", command=("checkpoint",), order=60,
     help="torch.distributed.checkpoint save/load (and async save) throughput",
@@ -362,7 +351,7 @@ SPEC = ProbeSpec(
                 "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
                 "and report GB/s. --size is the total across ranks, split evenly.",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
-    row_schema=CheckpointRow, validate=validate, run=_run, printer=_print,
+    row_schema=CheckpointRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
     needs=Needs(world=True, target=True, s3=True), aliases=(),
     case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),

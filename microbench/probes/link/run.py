@@ -38,15 +38,16 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             outcomes.append(outcome)
         return 0
 
-    in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
+    inv.exit_code = in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
              per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
     return outcomes[0] if outcomes else None
 
 
-def print_report(record: dict) -> None:
+def print_report(outcome: RunOutcome, config: Any) -> None:
     from tabulate import tabulate
 
+    record = outcome.record
     impl = record["implementation"]
     hosts = impl.get("hosts") or []
     print(f"# microbench link: {' <-> '.join(hosts)}, {impl['streams']} stream(s), implementation {impl['name']} "
@@ -71,3 +72,4 @@ def print_report(record: dict) -> None:
     if expected:
         # Per direction: bidir's GB/s is each direction's, so it is held against the same line.
         print(f"# {describe_expected(expected)}")
+    print(f"# results: {outcome.path}")

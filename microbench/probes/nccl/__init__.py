@@ -25,6 +25,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
 from .config import Config, validate
+from .run import run, print_outcome
 from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp, bytes_needed_per_rank, check_algo, check_memory
 
 
@@ -308,25 +309,13 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
     return {f"{what}_pct_of_expected": 100.0 * value / expected["gbps"]}
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .run import print_outcome
-
-    return print_outcome(outcome, config)
-
-
 SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
                 "nccl-tests layout, fit a latency-bandwidth model per op.",
     metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
-    row_schema=NcclRow, validate=validate, run=_run, printer=_print,
+    row_schema=NcclRow, validate=validate, run=run, printer=print_outcome,
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),

@@ -9,6 +9,7 @@ from typing import Any
 from .fio_engine import fio_unavailable_reason
 from .posix import SPEC as POSIX_SPEC
 from .posix import PosixProbe, Target, Workload
+from .report import run_storage
 
 
 class FioProbe(PosixProbe):
@@ -20,8 +21,6 @@ class FioProbe(PosixProbe):
 
 
 def _run(spec: Any, config: Workload, inv: Any) -> Any:
-    from .report import run_storage
-
     return run_storage(FioProbe, Target, config, inv, tools=("fio",))
 
 

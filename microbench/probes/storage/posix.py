@@ -24,9 +24,10 @@ from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.units import format_size
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
-from ...core.options import choice, one_of, option, positive_int, size, size_list
+from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from .report import print_report, run_storage
 
 RW = ("read", "write")
 PATTERNS = ("seq", "rand")
@@ -57,7 +58,7 @@ class Workload:
     direct: bool | None = option(None, negative="--buffered", shown="",
                                  help="O_DIRECT (--direct) or the page cache (--buffered); default O_DIRECT where "
                                       "the filesystem allows it")
-    size: int = option(1 << 30, parse=size, shown="1G", help="test file size")
+    size: int = option(1 << 30, parse=nbytes, shown="1G", help="test file size")
     pattern: str = option("seq", parse=choice(PATTERNS), help="seq or rand")
     keep: bool = option(False, switch=True, help="keep the test directory and file afterwards")
     expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, switch=False,
@@ -290,15 +291,7 @@ class PosixProbe(Probe):
 
 
 def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .report import run_storage
-
     return run_storage(PosixProbe, Target, config, inv, compare_fio=config.compare_fio)
-
-
-def _print(outcome: Any, config: Config) -> None:
-    from .report import print_report
-
-    print_report(outcome, config)
 
 
 SPEC = ProbeSpec(
@@ -307,7 +300,7 @@ SPEC = ProbeSpec(
     description="Read and write one test file with the native engine; fsync is inside the timed write, cached "
                 "pages are dropped before reads.",
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
-    row_schema=StorageRow, validate=validate, run=_run, printer=_print,
+    row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
     case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
