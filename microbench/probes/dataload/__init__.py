@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, nonneg_int, option, positive, positive_int, size
+from ...core.options import choice, nonneg_int, option, positive, positive_int, nbytes
 from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_bytes_human, format_size, parse_number, parse_size
 from ...results.schema import ProbeRow
 from . import dataset as ds
+from .run import print_report, run
 
 LAYOUTS = ("shards", "files")
 
@@ -62,7 +63,7 @@ class Config:
     samples: int = option(10000, parse=positive_int, help="samples in the dataset (all ranks together)")
     sample_size: list[int] = option([16 << 10, 16 << 10], parse=size_or_range, shown="16K",
                                     help="bytes per sample, fixed (16K) or a range (8K-64K)")
-    shard_size: int = option(256 << 20, parse=size, shown="256M",
+    shard_size: int = option(256 << 20, parse=nbytes, shown="256M",
                              help="bytes per tar shard at most (smaller for small datasets)")
     workers: list[int] = option([0, 2, 4], parse=worker_counts, shown="0,2,4",
                                 help="DataLoader num_workers values to sweep")
@@ -243,17 +244,6 @@ def _failure(exc: BaseException) -> str:
     return f"DataLoader failed: {type(exc).__name__}: {lines[0][:200]}"
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .run import print_report
-
-    return print_report(outcome, config)
-
 
 SPEC = ProbeSpec(
     name="dataload", command=("dataload",), order=62,
@@ -264,7 +254,7 @@ SPEC = ProbeSpec(
                 "over the slowest rank's pass.",
     metrics=("samples_per_s", "read_gbps"), config=Config,
     build=lambda config, context: DataloadProbe(config, context.world, context.run_dir),
-    row_schema=DataloadRow, validate=validate, run=_run, printer=_print,
+    row_schema=DataloadRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
     needs=Needs(world=True, target=True, s3=True), case_keys=("workers", "layout"),
     identity_keys=("layout",), feeds=("dataload",),

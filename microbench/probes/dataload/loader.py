@@ -43,11 +43,9 @@ class Source:
     def read_file(self, index: int, size: int) -> Any:
         if self.is_s3:
             body = self.client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{ds.file_key(index)}")["Body"]
-            return bytearray(body.read())
-        buf = bytearray(size)
-        with open(os.path.join(self.root, ds.file_key(index)), "rb", buffering=0) as handle:
-            got = handle.readinto(buf)
-        return buf if got == size else buf[:got]
+            return body.read()
+        with open(os.path.join(self.root, ds.file_key(index)), "rb") as handle:
+            return handle.read()
 
     def open_shard(self, key: str) -> Any:
         if self.is_s3:
@@ -63,11 +61,10 @@ def _decode(us: float) -> None:
             pass
 
 
-def _sample(torch: Any, index: int, data: Any, plan: ds.Plan, decode_us: float, requests: int) -> tuple:
+def _sample(index: int, data: Any, plan: ds.Plan, decode_us: float, requests: int) -> tuple:
     bad = ds.wrong(index, data, plan.high, plan.size(index))
     _decode(decode_us)
-    return index, torch.frombuffer(data, dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8), \
-        bad, requests
+    return index, data, bad, requests
 
 
 def datasets(torch: Any) -> tuple[type, type]:
@@ -83,7 +80,7 @@ def datasets(torch: Any) -> tuple[type, type]:
 
         def __getitem__(self, index: int) -> tuple:
             data = self.source.read_file(index, self.plan.size(index))
-            return _sample(torch, index, data, self.plan, self.decode_us, 1 if self.source.is_s3 else 0)
+            return _sample(index, data, self.plan, self.decode_us, 1 if self.source.is_s3 else 0)
 
     class ShardSamples(IterableDataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float, rank: int, ranks: int):
@@ -98,9 +95,7 @@ def datasets(torch: Any) -> tuple[type, type]:
                 requests = 1 if self.source.is_s3 else 0
                 try:
                     for name, member, handle in ds.tar_members(stream):
-                        buf = bytearray(member.size)
-                        handle.readinto(buf)
-                        yield _sample(torch, ds.member_index(name), buf, self.plan, self.decode_us, requests)
+                        yield _sample(ds.member_index(name), handle.read(), self.plan, self.decode_us, requests)
                         requests = 0   # the shard's one GET, counted with its first sample
                 finally:
                     stream.close()
@@ -109,14 +104,20 @@ def datasets(torch: Any) -> tuple[type, type]:
 
 
 def collate(batch: list[tuple]) -> tuple:
-    """Samples of one size are stacked into one tensor (what a model takes); mixed sizes stay a
-    list. The counts ride along so the main process adds them up."""
+    """One uint8 tensor per batch, the samples back to back (a [batch, size] view when they are
+    all one size: what a model takes); one copy of the bytes, and one tensor to hand from a worker
+    to the main process. The keys and counts ride along as plain numbers."""
     import torch
 
-    tensors = [b[1] for b in batch]
-    data = torch.stack(tensors) if len({t.numel() for t in tensors}) == 1 else tensors
-    return (torch.tensor([b[0] for b in batch]), data, sum(b[2] for b in batch), sum(b[3] for b in batch),
-            sum(t.numel() for t in tensors))
+    out = torch.empty(sum(len(b[1]) for b in batch), dtype=torch.uint8)
+    view = memoryview(out.numpy()) if out.numel() else None
+    at = 0
+    for b in batch:
+        view[at:at + len(b[1])] = b[1]
+        at += len(b[1])
+    if len({len(b[1]) for b in batch}) == 1 and batch and len(batch[0][1]):
+        out = out.view(len(batch), -1)
+    return [b[0] for b in batch], out, sum(b[2] for b in batch), sum(b[3] for b in batch), at
 
 
 @dataclass

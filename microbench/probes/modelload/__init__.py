@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, option, positive, positive_int, size
+from ...core.options import choice, option, positive, positive_int, nbytes
 from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, memory_shortfall
 from ...results.schema import ProbeRow
 from . import model_dir as md
+from .run import print_report, run
 
 MODES = ("every-rank", "rank0-broadcast")
 
@@ -48,7 +49,7 @@ def modes(text: Any, flag: str) -> list[str]:
 class Config:
     path: str | None = option(None, shown="the temp dir", help="directory (any mount) to write the model under, in "
                               "a unique directory removed afterwards")
-    size_bytes: int = option(1 << 30, parse=size, flag="--size", shown="1G", help="model bytes (ignored with --model)")
+    size_bytes: int = option(1 << 30, parse=nbytes, flag="--size", shown="1G", help="model bytes (ignored with --model)")
     model: str | None = option(None, shown="", help="a composer preset whose weights to write (e.g. gemma-3-12b), "
                                "capped by free space and memory")
     dtype: str = option("bfloat16", parse=choice(DTYPES), help=f"one of {', '.join(DTYPES)}")
@@ -219,17 +220,6 @@ class ModelloadProbe(Probe):
         return out
 
 
-def _run(spec: Any, config: Config, inv: Any) -> Any:
-    from .run import run
-
-    return run(spec, config, inv)
-
-
-def _print(outcome: Any, config: Config) -> str | None:
-    from .run import print_report
-
-    return print_report(outcome, config)
-
 
 SPEC = ProbeSpec(
     name="modelload", command=("modelload",), order=63,
@@ -240,7 +230,7 @@ SPEC = ProbeSpec(
                 "same files. Every tensor is checked.",
     metrics=("load_gbps", "raw_read_gbps"), config=Config,
     build=lambda config, context: ModelloadProbe(config, context.world, context.run_dir),
-    row_schema=ModelloadRow, validate=validate, run=_run, printer=_print,
+    row_schema=ModelloadRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
     needs=Needs(world=True, target=True), case_keys=("dtype",), identity_keys=("device",), feeds=("modelload",),
     suite=(SuiteStep("modelload", ("--path", "{path}", "--size", "128M")),),

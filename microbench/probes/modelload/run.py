@@ -45,7 +45,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     if detect_world() is None and config.nproc == 1:
         body(None)
     else:
-        in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=backends.choose("auto"), body=body,
+        inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=backends.choose("auto"), body=body,
                  argv=inv.argv)
     return outcomes[0] if outcomes else None
 
