@@ -171,7 +171,7 @@ class DataloadProbe(Probe):
         return {"engine": "torch.utils.data.DataLoader", "layout": self.config.layout,
                 "sampler": "DistributedSampler(shuffle)" if self.config.layout == "files" else
                            "IterableDataset: shards dealt to ranks, then to workers",
-                "pin_memory": self.config.device == "cuda", "prefetch_factor": self.config.prefetch_factor,
+                "pin_memory": "each batch pinned in the training loop" if self.config.device == "cuda" else False, "prefetch_factor": self.config.prefetch_factor,
                 "decode_us": self.config.decode_us, **self.data.facts}
 
     def cases(self) -> list[Case]:
@@ -198,7 +198,8 @@ class DataloadProbe(Probe):
             result = one_pass(lambda: loader(
                 self.data.source, self.plan, workers=workers, batch_size=self.config.batch_size,
                 prefetch_factor=self.config.prefetch_factor, decode_us=self.config.decode_us, rank=self.rank,
-                ranks=self.ranks, pin_memory=self.config.device == "cuda", epoch=self.epoch))
+                ranks=self.ranks, pin_memory=self.config.device == "cuda", epoch=self.epoch),
+                pin=self.config.device == "cuda")
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
