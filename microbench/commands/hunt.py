@@ -64,6 +64,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     for flag, value in (("--heatmap", args.heatmap), ("--json", args.json), ("--csv", args.csv)):
         if value:
             check_new_file(value, flag, parents_made=flag == "--json")
+    hunt.check_default_heatmap(args.json, args.heatmap)
     return {"size_bytes": parse_size(args.size, what="--size"), "iters": parse_positive_int(args.iters, what="--iters", example="3"),
             "warmup": int(warmup), "slow_ratio": slow, "floor_gbps": floor, "timeout_s": parse_timeout(args.timeout)}
 
@@ -175,7 +176,12 @@ def _body(world: Any, args: argparse.Namespace, opts: dict[str, Any]) -> int:
         listener.close()
     if writer is None:
         return 0
-    return _report(writer, run, args)
+    try:
+        return _report(writer, run, args)
+    except (MicrobenchError, KeyboardInterrupt) as exc:
+        if writer.record["status"] == "running":   # a failure writing the heatmap or the CSV
+            writer.finish("partial", str(exc) or "interrupted")
+        raise
 
 
 def check_bisect_hosts(n: int, where: str) -> None:
@@ -284,14 +290,17 @@ def _report(writer: RecordWriter, run: _Run, args: argparse.Namespace) -> int:
         "total_s": sum(round_s) + sum(step["seconds"] for step in run.steps)}
     if args.bisect:
         writer.record["summary"].update({"bisect": run.steps, "confirm_hosts": [names[h] for h in run.confirm_hosts]})
-    heatmap = Path(args.heatmap) if args.heatmap else writer.path.with_suffix(".png")
+    heatmap = Path(args.heatmap) if args.heatmap else hunt.free_heatmap(writer.path)
+    no_picture = None
     try:
         png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
         atomic_write_text_bytes(heatmap, png)
         writer.record["summary"]["heatmap"] = str(heatmap)
-    except ImportError:
-        print("# heatmap skipped: matplotlib is not installed (pip install 'microbench[plot]')")
+    except RunError as exc:   # no matplotlib: the record is complete, the command still fails
+        no_picture = exc
     path = writer.finish("complete")
+    if no_picture is not None:
+        raise no_picture
     if args.csv:
         write_csv(args.csv, writer.record["rows"])
     halvings = f"{len(run.steps)} halving(s) and " if args.bisect else ""

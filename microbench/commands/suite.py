@@ -14,8 +14,10 @@ from tabulate import tabulate
 
 from ..accept import rules as accept, junit
 from ..core.errors import RunError, UsageError
+from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
-from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
+from ..targets.workdir import check_base
+from ..accept.suite import HEADLINE_COLUMN, Step, default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = select_steps(args.only)
+    check_results_dir(args.results_dir)
+    if args.path is not None:
+        # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.
+        check_base(args.path, writable=True)
     out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
     suffix = 0
     while out_dir.exists():
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"# {step.name} ...", flush=True)
             results.append(run_step(step, out_dir, scratch, env=child_env))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
-    print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
+    print(tabulate(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None

@@ -24,6 +24,8 @@ from ..core.units import element_size, format_link_rate, parse_link_rate, parse_
 from ..lab import placement as labrun
 from .common import parse_timeout
 from ..verify.report import print_report, verdict
+from ..verify.checkpoint import check_ckpt_dir
+from ..verify.phases import left_partial, partial_unless_finished
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
@@ -217,6 +219,8 @@ def run_fsdp(args: argparse.Namespace) -> int:
         check_local_world(nproc)  # before the memory check, which scales with nproc
     check_memory(shape_kwargs, tokens, nproc, choice)
     checkpoint = (args.matrix if args.checkpoint is None else args.checkpoint) and not args.calibrate_only
+    if checkpoint and args.ckpt_dir:
+        check_ckpt_dir(args.ckpt_dir)
     configs = [(name, t) for name in shape_kwargs for t in tokens]
     config = {"models": {n: fm.shape_from_args(**k).describe() for n, k in shape_kwargs.items()}, "tokens": tokens,
               "profiles": [p for p, _ in profs], "lab": args.lab, "ranks": nproc, "steps": steps, "warmup": int(warmup),
@@ -236,23 +240,25 @@ def run_fsdp(args: argparse.Namespace) -> int:
     print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
           f"{'calibration only' if args.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
           f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
-    try:
-        for label, rate in profs:
+    # A signal or a failed phase must not leave the record "running" (issue 20).
+    with partial_unless_finished(path):
+        try:
+            for label, rate in profs:
+                if lab is not None:
+                    labmod.shape(lab.name, rate, lab.delay_ms)
+                spec = {**base, "phase": "steps", "profile": label}
+                if cal is not None and label in (cal.get("profiles") or {}):
+                    spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
+                code = _launch(spec, nproc, timeout_s, choice, args.lab)
+                if code != 0:
+                    return left_partial(path, code)
+            if checkpoint:
+                code = _checkpoint_phase(args, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps)
+                if code != 0:
+                    return left_partial(path, code)
+        finally:
             if lab is not None:
-                labmod.shape(lab.name, rate, lab.delay_ms)
-            spec = {**base, "phase": "steps", "profile": label}
-            if cal is not None and label in (cal.get("profiles") or {}):
-                spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
-            code = _launch(spec, nproc, timeout_s, choice, args.lab)
-            if code != 0:
-                return code
-        if checkpoint:
-            code = _checkpoint_phase(args, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps)
-            if code != 0:
-                return code
-    finally:
-        if lab is not None:
-            labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
+                labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
     return _finish(path, tol, ckpt_tol, args.calibrate_only, cal)
 
 

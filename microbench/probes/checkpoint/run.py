@@ -53,7 +53,7 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
         return choice
     if config.endpoint:
         ct.check_endpoint_reachable(config.endpoint)
-        access = ct.S3Access(config.endpoint)
+        access = ct.S3Access(config.endpoint, timeout_s=config.timeout_s)
         probe_dir = ct.RunDir(target, ct.unique_name(), access)
         probe_dir.create()  # the bucket exists and the credentials work
         return choice
@@ -63,7 +63,7 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
 
 def _s3_access(config: Any) -> ct.S3Access:
     if config.endpoint:
-        return ct.S3Access(config.endpoint)
+        return ct.S3Access(config.endpoint, timeout_s=config.timeout_s)
     server = provision.embedded_s3_from_env()
     if server is None:
         raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import UsageError
+from ...core.jsonfile import load_json
 from ...expect import overrides as expectations
 from ...core.units import element_size
 from ...run import provision
@@ -80,10 +81,10 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
     need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
     (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
     if device != "cuda":
-        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
         return
     for index, free in enumerate(gpu_free(nproc) or []):
-        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend)
 
 
 def rank_memory_check(config: Any, device: str, world: Any) -> None:
@@ -93,10 +94,10 @@ def rank_memory_check(config: Any, device: str, world: Any) -> None:
     frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
                                                       else device))
     if device != "cuda":
-        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory", backend=config.backend)
         return
     rank = min(range(len(frees)), key=lambda r: frees[r])
-    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}", backend=config.backend)
 
 
 def torch_current_device() -> int:
@@ -138,12 +139,7 @@ def measure_link_gbps(world: Any, timeout_s: float) -> float:
 
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    except ValueError:
-        raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
+    record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
     summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
     if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
