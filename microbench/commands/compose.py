@@ -95,6 +95,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed "
                    "(default 30min)")
     s.add_argument("--ckpt-overhead", default="5%", help="share of time a blocking save may cost (default 5%%)")
+    # issue 21: data loading and model loading (compose/dataload.py)
+    d = p.add_argument_group("data and model loading")
+    d.add_argument("--dataload", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a `microbench dataload` record: the loader's rate per rank (repeatable)")
+    d.add_argument("--data-rate", action="append", default=[], metavar="NAME=SAMPLES/S",
+                   help="a described loader rate per rank, prefetching, e.g. --data-rate s3=900 (repeatable)")
+    d.add_argument("--sample-bytes", metavar="SIZE", help="bytes per training sample (default: the record's)")
+    d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
+                        "every --tier/--storage with a read rate gives one too")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
     o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
@@ -156,8 +166,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"# {line}")
     elif mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
+    from ..compose.dataload import loading_report   # issue 21: data stall and model load per tier
+    loading = loading_report(args, model.total_params * cp.fsdp.DTYPE_BYTES[train.param_dtype],
+                             train.micro_batch * train.grad_accum, {n.name: preds[n.name].step_s for n in nets},
+                             tiers, mtbf_s, format_time)
     path = _write_record(args, model, train, rate, nets, preds, memory, parts, tiers, tier_preds,
-                         interval_s, overhead, mtbf_s)
+                         interval_s, overhead, mtbf_s, loading)
     print(f"\n# record: {path}")
     return 0
 
@@ -261,7 +275,8 @@ def _print_checkpoint(parts: dict[str, float], tier_preds: list[Any], ckpt_bytes
 def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rate: inputs.ComputeRate,
                   nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck,
                   parts: dict[str, float], tiers: list[dict[str, Any]], tier_preds: list[Any],
-                  interval_s: float, overhead: float, mtbf_s: float | None) -> Path:
+                  interval_s: float, overhead: float, mtbf_s: float | None,
+                  loading: dict[str, Any] | None = None) -> Path:
     config = {"calibration": args.calibration, "model": model.describe(), "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
               "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
                           "gpu": rate.gpu.as_dict() if rate.gpu else None},
@@ -280,7 +295,7 @@ def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rat
     record["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
                          "required_write_gbps_blocking": cp.required_write_gbps(
                              parts["training_checkpoint_bytes"], interval_s, overhead),
-                         "warnings": [w for n in nets for w in n.warnings]}
+                         "warnings": [w for n in nets for w in n.warnings], **(loading or {})}
     writer = RecordWriter(record, args.json, directory=args.results_dir)
     path = writer.finish("complete")
     if args.csv:

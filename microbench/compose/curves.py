@@ -50,10 +50,10 @@ class Curve:
             raise UsageError(f"the collective record {source or ''} has no {op!r} rows (it has: "
                              f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
         for index, row in enumerate(named):
-            for key in ("algbw_gbps", "busbw_gbps"):
-                # The fit divides by these: a NaN here (a hand-edited or corrupted record) is
-                # refused as --net ib=nanGB/s is, naming the row, not met as a crash in the fit.
-                if key in row and not (finite_number(row[key]) and row[key] >= 0):
+            for key in [k for k in row if k.endswith("_gbps")]:
+                # The fit divides by the bandwidths: a NaN here (a hand-edited or corrupted record)
+                # is refused as --net ib=nanGB/s is, naming the row, not met as a crash in the fit.
+                if row[key] is not None and not (finite_number(row[key]) and row[key] >= 0):
                     raise UsageError(f"the collective record {source or ''} has {key} = {row[key]!r} in its {op} "
                                      f"row at size_bytes {row.get('size_bytes')!r}; expected a finite number >= 0, "
                                      f"as `microbench nccl` writes: re-run it, or remove that row")
