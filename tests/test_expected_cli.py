@@ -32,7 +32,9 @@ def test_nccl_link_profiles_each_show_percent_of_expected(run_cli, lab, tmp_path
         record = json.loads((tmp_path / f"n-{rate}.json").read_text())
         assert record["summary"]["expected"]["all_gather"]["inputs"]["lab_rate_bps"] == gbps * 8e9
         fit = record["summary"]["fits"]["all_gather"]
-        assert fit["peak_busbw_pct_of_expected"] == pytest.approx(100 * fit["peak_busbw_gbps"] / gbps)
+        # One size is no fit (issue 20 item 23): the best measured busbw is held against the line.
+        key = "peak_busbw" if fit.get("fitted", True) else "measured_max_busbw"
+        assert fit[f"{key}_pct_of_expected"] == pytest.approx(100 * fit[f"{key}_gbps"] / gbps)
 
 
 def test_on_this_host_expected_is_unknown_and_says_why(run_cli, tmp_path):

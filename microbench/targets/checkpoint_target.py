@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..core.errors import RunError, UsageError
+from .workdir import dead_mount_reason
 from ..core.units import format_bytes_human
 
 # Headroom over the checkpoint's bytes: DCP metadata, file system overhead, one in-flight write.
@@ -222,7 +223,8 @@ class RunDir:
             os.mkdir(self.root)
         except OSError as exc:
             self._remove_created()
-            raise RunError(f"cannot write under --target {self.target.path}: {exc.strerror or exc}") from None
+            raise RunError(f"cannot write under --target {self.target.path}: {dead_mount_reason(exc) or exc.strerror or exc}") \
+                from None
 
     def _check_bucket(self) -> None:
         fs = self.fs()

@@ -37,6 +37,10 @@ def check_base(path: str, *, writable: bool = False) -> Path:
         if exc.errno == errno.ELOOP:
             raise UsageError(f"--path {path!r} is a symlink loop (too many levels of symbolic links); give an "
                              f"existing directory to write under, e.g. --path /tmp") from None
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            # A FUSE mount whose daemon just died answers ENOTCONN before its process is reaped.
+            raise RunError(f"--path {path!r} cannot be read: {exc.strerror} (a dead or hung mount?); "
+                           f"check the filesystem under it, e.g. `microbench mount status`") from None
     if not base.exists():
         raise UsageError(f"--path {path!r} does not exist; give an existing directory to write under, e.g. --path /tmp")
     if not base.is_dir():
@@ -48,7 +52,15 @@ def check_base(path: str, *, writable: bool = False) -> Path:
 
 
 def free_bytes(path: str | os.PathLike) -> int:
-    st = os.statvfs(path)
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        # A bucket mount whose rclone died between the checks and now: name the mount if it is one.
+        from .mount_facts import check_alive
+
+        check_alive(str(path))
+        raise RunError(f"cannot read the free space under {str(path)!r}: {dead_mount_reason(exc) or exc.strerror}") \
+            from None
     return st.f_bavail * st.f_frsize
 
 
@@ -191,3 +203,12 @@ class IOFailure:
             return UsageError(f"{text}: the device refused the O_DIRECT alignment; use a --bs that is a multiple "
                               f"of 4K (e.g. --bs 1M) or --buffered")
         return RunError(text)
+
+
+def dead_mount_reason(exc: OSError) -> str | None:
+    """ENOTCONN is a FUSE mount whose daemon died (its process perhaps not yet reaped, so a
+    check that looks for the process can still pass): say so, and how to clear it."""
+    if exc.errno != errno.ENOTCONN:
+        return None
+    return (f"the mount is dead: {exc.strerror} (its FUSE daemon is gone); unmount it with "
+            f"`microbench mount down --name NAME` or fusermount3 -uz")

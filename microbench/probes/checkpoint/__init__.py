@@ -28,7 +28,7 @@ from ...core.errors import RunError, UsageError
 from ...core.probe import Capabilities, Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
-from .run import run, print_report
+from .run import print_report, run as run_command
 from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
@@ -358,7 +358,7 @@ SPEC = ProbeSpec(
                 "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
                 "and report GB/s. --size is the total across ranks, split evenly.",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
-    row_schema=CheckpointRow, validate=validate, run=run, printer=print_report,
+    row_schema=CheckpointRow, validate=validate, run=run_command, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
     needs=Needs(world=True, target=True, s3=True), aliases=(),
     case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),

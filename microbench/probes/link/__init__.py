@@ -33,7 +33,7 @@ from ...core.options import one_of, option, positive_int, sweep, text, timeout
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
-from .run import print_report, run
+from .run import print_report, run as run_command
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -351,7 +351,7 @@ SPEC = ProbeSpec(
                 "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
                 "lab hosts.",
     metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context: LinkProbe(config, context.world),
-    row_schema=LinkRow, validate=validate, run=run, printer=print_report,
+    row_schema=LinkRow, validate=validate, run=run_command, printer=print_report,
     sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(world=True), aliases=(),
     case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
