@@ -76,7 +76,8 @@ def resolve(args: argparse.Namespace) -> tuple[coll.Config, backends.BackendChoi
 
 def run(args: argparse.Namespace) -> int:
     if args.link_profiles and detect_world() is None:
-        return labrun.run_profiles(args, sys.argv[1:])
+        return labrun.run_profiles(args.lab, args.link_profiles, sys.argv[1:], json_path=args.json,
+                                   results_dir=args.results_dir)
     settings = settings_from_args(args, check=args.check)
     timeout_s = parse_timeout(args.timeout)
     config, choice, nproc = resolve(args)

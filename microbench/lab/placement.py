@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import subprocess
@@ -16,6 +15,7 @@ from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..world.dist import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..core.units import parse_positive_int
+from ..results.store import load_record
 
 
 def lab_placement(name: str, nproc_text: str | None) -> tuple[int, str, Any]:
@@ -39,18 +39,20 @@ def lab_facts() -> dict[str, Any]:
 
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
+    expected = "run e.g. `microbench link --lab NAME --ops uni --json link.json`"
     try:
-        record = json.loads(Path(path).read_text())
+        record = load_record(path)
+    except UsageError as exc:
+        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
+                         f"bandwidth ({exc}); {expected}") from None
     except OSError as exc:
         raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    except ValueError:
-        raise UsageError(f"--link-result {path!r} is not JSON; expected a record written by `microbench link`") from None
-    summary = record.get("summary") if isinstance(record, dict) else None
+    summary = record.get("summary")
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
-    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
+    if record.get("kind") != "link" or isinstance(gbps, bool) \
             or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
         raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
+                         f"bandwidth; {expected}")
     return float(gbps)
 
 
@@ -81,17 +83,20 @@ def _without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
-def run_profiles(args: Any, argv: list[str]) -> int:
-    """Run the same sweep once per egress rate (reshaping the lab in between) and compare."""
-    if not args.lab:
+def run_profiles(lab_name: str | None, link_profiles: str, argv: list[str], *, json_path: str | None,
+                 results_dir: str) -> int:
+    """Run the same sweep (`argv`, this command's own arguments) once per egress rate in
+    `link_profiles` (reshaping the lab in between) and compare. json_path: each profile's record
+    is named after it with the rate appended; without it, records go into results_dir."""
+    if not lab_name:
         raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
                          "e.g. --lab default --link-profiles 1gbit,unlimited")
-    labels = [p.strip() for p in str(args.link_profiles).split(",") if p.strip()]
+    labels = [p.strip() for p in str(link_profiles).split(",") if p.strip()]
     rates = [parse_link_rate(p) for p in labels]
     if len(rates) < 2:
-        raise UsageError(f"invalid --link-profiles {args.link_profiles!r}: expected two or more rates to compare, "
+        raise UsageError(f"invalid --link-profiles {link_profiles!r}: expected two or more rates to compare, "
                          f"e.g. 1gbit,unlimited")
-    lab = labmod.get(args.lab)
+    lab = labmod.get(lab_name)
     # Read before the first reshape: the lab's own exceptions (--host-link, --pair-link) must
     # come back afterwards, not just its base rate.
     before = labmod.current_shaping(lab)
@@ -102,16 +107,16 @@ def run_profiles(args: Any, argv: list[str]) -> int:
     try:
         for label, rate in zip(labels, rates):
             labmod.shape(lab.name, rate, lab.delay_ms)
-            if args.json:
-                stem = Path(args.json)
+            if json_path:
+                stem = Path(json_path)
                 path = stem.with_name(f"{stem.stem}-{format_link_rate(rate)}{stem.suffix or '.json'}")
             else:
-                path = Path(args.results_dir) / f"nccl-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
+                path = Path(results_dir) / f"nccl-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
             print(f"# link profile {label}: every host's egress shaped to {format_link_rate(rate)}", flush=True)
             code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:
                 return code
-            records.append((format_link_rate(rate), json.loads(path.read_text())))
+            records.append((format_link_rate(rate), load_record(path)))
             print(flush=True)
     finally:
         labmod.restore(lab, before)

@@ -121,14 +121,15 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     return True
 
 
-def atomic_write_text(path: Path, text: str | bytes) -> None:
+def atomic_write_text(path: Path, text: str | bytes, *, mode: int = 0o644) -> None:
     """Write `text` (str or bytes) to `path` through a temp file and a rename: a reader sees the
-    old content or the new, never half of it."""
+    old content or the new, never half of it. mode: 0o600 for a file only this user's
+    processes should read."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600; results are meant to be shared like any file we create.
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
