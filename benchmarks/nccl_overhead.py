@@ -36,7 +36,9 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from microbench.world.dist import World, detect_world
+    from microbench.world.dist import World
+
+    from microbench.world.launch import detect_world
     from microbench.core.probe import Case
     from microbench.probes import nccl as coll
     from microbench.run.runner import SweepSettings, measure_case
@@ -102,7 +104,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def launch(args: argparse.Namespace) -> None:
-    from microbench.world.dist import free_port
+    from microbench.world.launch import free_port
 
     port = free_port()
     procs = []
@@ -118,7 +120,7 @@ def launch(args: argparse.Namespace) -> None:
 
 def time_default_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
-        from microbench.world.dist import package_env, self_command
+        from microbench.world.launch import package_env, self_command
 
         env = package_env()
         start = time.monotonic()

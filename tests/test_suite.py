@@ -93,7 +93,7 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
 
 
 def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
-    from microbench.world.dist import detect_world
+    from microbench.world.launch import detect_world
     from microbench.accept.suite import step_env
 
     srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from microbench.world import environment as env
-from microbench.world.dist import package_env
+from microbench.world.launch import package_env
 
 
 def test_torch_facts_handed_down_by_the_suite():

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
-from ..world.dist import package_env, self_command
+from ..world.launch import package_env, self_command
 
 
 @dataclass(frozen=True)

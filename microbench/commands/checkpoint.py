@@ -12,7 +12,7 @@ from tabulate import tabulate
 from ..world import backends
 from ..run import provision as needs
 from ..targets import checkpoint_target as ct
-from ..world.dist import check_local_world, detect_world
+from ..world.launch import check_local_world, detect_world
 from ..core.errors import RunError, UsageError
 from ..probes import checkpoint as ck
 from ..world.policy import free_memory_bytes, in_world, local_ranks

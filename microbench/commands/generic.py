@@ -71,7 +71,7 @@ def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> 
 
 
 def _owns_the_record() -> bool:
-    from ..world.dist import RANK_VARIABLES, SPAWNED_ENV
+    from ..world.launch import RANK_VARIABLES, SPAWNED_ENV
 
     return not os.environ.get(SPAWNED_ENV) and all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES)
 

@@ -10,7 +10,7 @@ import tempfile
 
 from ..world import backends
 from ..targets import native
-from ..world.dist import detect_world
+from ..world.launch import detect_world
 from ..core.errors import RunError, UsageError
 from ..expect import overrides as expectations
 from ..lab import placement as labrun

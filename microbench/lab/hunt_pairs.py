@@ -29,7 +29,7 @@ from ..results.store import atomic_write_new
 from ..targets import native
 from ..world import environment as envmod
 from ..world.backends import BackendChoice
-from ..world.dist import detect_world
+from ..world.launch import detect_world
 from ..world.policy import in_world
 
 

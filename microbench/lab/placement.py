@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from . import namespaces as labmod
 from ..core.units import format_link_rate, format_size, parse_link_rate
-from ..world.dist import package_env, self_command
+from ..world.launch import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..core.units import parse_positive_int
 from ..results.store import load_record

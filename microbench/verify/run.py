@@ -23,7 +23,7 @@ from ..results import RecordWriter, new_record
 from ..results.store import atomic_write_text
 from ..targets import native
 from ..world import backends, environment as envmod
-from ..world.dist import check_local_world, detect_world
+from ..world.launch import check_local_world, detect_world
 from ..world.policy import in_world, local_ranks
 
 
