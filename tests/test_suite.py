@@ -49,7 +49,8 @@ def test_a_failed_step_shows_its_reason_not_its_headline():
 
 
 def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
-    from microbench.accept.suite import Step, run_step
+    from microbench.accept.suite import run_step
+    from microbench.core.registry import SuiteStep as Step
 
     result = run_step(Step("memory", ("memory", "--sizes", "1Q")), tmp_path, str(tmp_path))
     assert result.status == "fail"

@@ -16,23 +16,13 @@ from typing import Any, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
+from ..core.registry import SuiteStep
 from ..world.launch import package_env, self_command
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
-    aliases: tuple[str, ...] = ()   # former names: `--only` takes them, older suite dirs use them as file names
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.name, *self.aliases)
 
 
 @dataclass
 class StepResult:
-    step: Step
+    step: SuiteStep
     status: str              # pass | fail | skip
     seconds: float
     record: str | None
@@ -51,9 +41,13 @@ class StepResult:
         return self.message
 
 
-def default_steps() -> tuple[Step, ...]:
-    """Every registered probe's suite steps (the registry's order): its command, then the step's arguments."""
-    return tuple(Step(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps())
+def default_steps() -> tuple[SuiteStep, ...]:
+    """Every registered probe's suite steps (the registry's order), each as the suite runs it: its
+    argv the whole command after `microbench` (the probe's command, then the step's arguments;
+    {path} and {scratch} are filled in when it runs). Aliases: former names, which `--only` takes
+    and older suite directories use as file names."""
+    return tuple(SuiteStep(step.name, (*spec.command, *step.argv), step.aliases)
+                 for spec, step in registry.suite_steps())
 
 
 def __getattr__(name: str) -> Any:
@@ -63,10 +57,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def find_step(name: str, steps: tuple[Step, ...] | list[Step] | None = None) -> Step | None:
+def find_step(name: str, steps: tuple[SuiteStep, ...] | list[SuiteStep] | None = None) -> SuiteStep | None:
     """The step called `name` or formerly so (`collectives` is the nccl step)."""
     for step in default_steps() if steps is None else steps:
-        if name in step.names:
+        if name == step.name or name in step.aliases:
             return step
     return None
 
@@ -122,7 +116,7 @@ def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
             if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")}
 
 
-def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
+def run_step(step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | None = None,
              timeout_s: float = 900) -> StepResult:
     record_path = out_dir / record_file_for(step.name)
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
@@ -168,7 +162,7 @@ def _forked(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
         return code, err.read()
 
 
-def uses_embedded_s3(step: Step) -> bool:
+def uses_embedded_s3(step: SuiteStep) -> bool:
     """A step that would start its own embedded S3 server: an S3 command or an s3:// target,
     and no --endpoint of its own."""
     argv = step.argv
@@ -176,7 +170,7 @@ def uses_embedded_s3(step: Step) -> bool:
 
 
 @contextlib.contextmanager
-def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
+def shared_setup(steps: list[SuiteStep]) -> Iterator[dict[str, str]]:
     """Environment for every step, prepared once and concurrently before any step measures:
     the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
     each start an embedded S3 server, one server for all of them (stopped on exit). A server

@@ -15,7 +15,8 @@ from tabulate import tabulate
 from ..accept import rules as accept, junit
 from ..core.errors import RunError, UsageError
 from ..results.store import atomic_write_text
-from ..accept.suite import Step, default_steps, find_step, run_step, shared_setup
+from ..core.registry import SuiteStep
+from ..accept.suite import default_steps, find_step, run_step, shared_setup
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def select_steps(only: str | None) -> list[Step]:
+def select_steps(only: str | None) -> list[SuiteStep]:
     """The steps `--only` names (current names or former ones, e.g. collectives), in suite order."""
     steps = list(default_steps())
     if only is None:
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if checks is not None:
         # Under every name of the step: thresholds written for a former name (collectives) still apply.
         records = {name: (json.loads(Path(r.record).read_text()) if r.record else None)
-                   for r in results for name in r.step.names}
+                   for r in results for name in (r.step.name, *r.step.aliases)}
         verdicts = accept.evaluate(checks, records)
     if junit_path is not None:
         try:

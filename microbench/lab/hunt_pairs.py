@@ -23,7 +23,6 @@ from .hunt import HuntOptions
 from . import namespaces as labmod
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..core.units import format_size
-from ..probes.link import transfer
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
 from ..targets import native
@@ -82,8 +81,8 @@ def measure_pair(me: int, peer: int, infos: list[tuple[str, str, int]], listener
             role = 0 if me == src else 1
             try:
                 if opts.warmup:
-                    transfer([sock], role, 0, opts.size_bytes, opts.warmup, opts.timeout_s)
-                times = transfer([sock], role, 0, opts.size_bytes, opts.iters, opts.timeout_s)
+                    native.tcp_link([sock], role, 0, opts.size_bytes, opts.warmup, opts.timeout_s)
+                times = native.tcp_link([sock], role, 0, opts.size_bytes, opts.iters, opts.timeout_s)
             except OSError as exc:
                 raise RunError(f"hunt: transfer {names[src]} -> {names[dst]} failed: {exc}") from None
             if role == 0:

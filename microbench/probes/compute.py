@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.probe import Capabilities, Case, Probe
+from ..core.probe import Case, Probe
 from ..core.registry import Needs, ProbeSpec, SuiteStep
 from ..core.units import DTYPE_BYTES
 from ..results.schema import ProbeRow
@@ -93,7 +93,6 @@ def achieved_tflops(rows: list[dict[str, Any]]) -> float | None:
 
 class ComputeProbe(Probe):
     name = "compute"
-    capabilities = Capabilities()
 
     def __init__(self, config: Config):
         self.config = config

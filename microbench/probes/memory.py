@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..targets import native
-from ..core.probe import Capabilities, Case, Probe, Timed
+from ..core.probe import Case, Probe, Timed
 from ..core.registry import Needs, ProbeSpec, SuiteStep
 from ..results.schema import ProbeRow
 
@@ -67,7 +67,6 @@ def gpu_unavailable_reason() -> str | None:
 
 class MemoryProbe(Probe):
     name = "memory"
-    capabilities = Capabilities()
 
     def __init__(self, config: Config):
         self.config = config

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError, UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .layout import Item, layout_bytes, shard_rows, tensor_count
 from ...core.registry import Needs, ProbeSpec, SuiteStep
@@ -95,7 +95,6 @@ def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
 
 class CheckpointProbe(Probe):
     name = "checkpoint"
-    capabilities = Capabilities(needs_world=True, destructive=True)
 
     def __init__(self, config: Config, world: Any, run_dir: Any):
         import torch
