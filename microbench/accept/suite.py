@@ -1,10 +1,11 @@
 """The quickstart job: every probe once, on the embedded defaults (local ranks, local disk,
 embedded S3), each as its own `microbench` process so one probe's crash cannot take the others
-down. Pure helpers here; commands/suite.py is the printer."""
+down. The step loop and its helpers here; commands/suite.py is the printer."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 import subprocess
 import tempfile
@@ -12,10 +13,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
+from ..core.errors import UsageError
 from ..core.registry import SuiteStep
 from ..world.launch import package_env, self_command
 
@@ -63,6 +65,58 @@ def find_step(name: str, steps: tuple[SuiteStep, ...] | list[SuiteStep] | None =
         if name == step.name or name in step.aliases:
             return step
     return None
+
+
+def select_steps(only: str | None) -> list[SuiteStep]:
+    """The steps `--only` names (current names or former ones, e.g. collectives), in suite order."""
+    steps = list(default_steps())
+    if only is None:
+        return steps
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    names = sorted(s.name for s in steps)
+    example = f"e.g. --only {','.join(s.name for s in steps[:2])}"
+    if not wanted:
+        # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
+        raise UsageError(f"invalid --only {only!r}: empty; expected some of {', '.join(names)} ({example})")
+    chosen = set()
+    for name in wanted:
+        step = find_step(name, steps)
+        if step is None:
+            raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(names)} ({example})")
+        chosen.add(step.name)
+    return [s for s in steps if s.name in chosen]
+
+
+def new_suite_dir(results_dir: Path) -> Path:
+    """A fresh results/suite-TIME directory (suite-TIME+1, +2, ... when taken), created."""
+    out_dir = results_dir / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
+    suffix = 0
+    while out_dir.exists():
+        suffix += 1
+        out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
+    out_dir.mkdir(parents=True)
+    return out_dir
+
+
+def run_steps(steps: list[SuiteStep], out_dir: Path, path: str | None,
+              before: Callable[[SuiteStep], None] = lambda step: None) -> list[StepResult]:
+    """Every step in turn, each its own process, in a scratch directory under `path` (default: a
+    temp dir) removed afterwards, with what the steps share (the embedded S3) set up once."""
+    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=path) as scratch, \
+            shared_setup(steps) as shared_env:
+        child_env = {**os.environ, **shared_env}
+        results = []
+        for step in steps:
+            before(step)
+            results.append(run_step(step, out_dir, scratch, env=child_env))
+    return results
+
+
+def records_by_step_name(results: list[StepResult]) -> dict[str, dict[str, Any] | None]:
+    """Each step's record under every name of the step: thresholds written for a former name
+    (collectives) still apply. None for a step that left no record."""
+    return {name: (json.loads(Path(r.record).read_text()) if r.record else None)
+            for r in results for name in (r.step.name, *r.step.aliases)}
 
 
 def record_file_for(step_name: str) -> str:
