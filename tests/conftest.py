@@ -21,6 +21,16 @@ import microbench
 PKG_PARENT = str(Path(microbench.__file__).resolve().parent.parent)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_paths_unless_marked_gpu(request: Any, monkeypatch: Any) -> None:
+    """Every test not marked `gpu` runs microbench's CPU paths, on a GPU host too: the GPU is
+    hidden through the test override MICROBENCH_TEST_GPU=absent (backends.gpu_possible), which
+    in-process code and every CLI child (cli_env copies os.environ) see. Tests marked `gpu`
+    see the machine as it is and skip without CUDA."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("MICROBENCH_TEST_GPU", "absent")
+
+
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",

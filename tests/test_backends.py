@@ -27,15 +27,17 @@ def test_auto_with_cuda_and_nccl_is_nccl_and_lets_nccl_pick_the_transport():
 
 
 @pytest.mark.parametrize("requested", ["auto", "nccl"])
-def test_tcp_on_nccl_disables_ib(requested):
+def test_tcp_on_nccl_requires_the_socket_transport(requested):
     choice = choose(requested, "tcp", cuda=True, nccl=True, ib=["mlx5_0"])
     assert choice.transport == "tcp"
-    assert choice.env == {"NCCL_IB_DISABLE": "1"}
+    # NCCL_NET=Socket: no net plugin (aws-ofi-nccl) and no IB either (NCCL src/plugin/net.cc).
+    assert choice.env == {"NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1"}
 
 
 def test_ib_on_nccl_needs_an_ib_device():
     choice = choose("nccl", "ib", cuda=True, nccl=True, ib=["mlx5_0"])
-    assert (choice.transport, choice.env) == ("ib", {"NCCL_IB_DISABLE": "0"})
+    # NCCL_NET=IB: NCCL initializes only the net module named IB and fails without it (issue 18, item 3).
+    assert (choice.transport, choice.env) == ("ib", {"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0"})
     with pytest.raises(ProbeUnavailable, match="InfiniBand"):
         choose("nccl", "ib", cuda=True, nccl=True, ib=[])
 
@@ -67,13 +69,13 @@ def test_unknown_backend_or_transport_quotes_the_value(backend, transport, bad):
 
 
 @pytest.mark.parametrize("log, used", [
+    # "Using network" alone (no channel) says which module NCCL loaded, not what carried data.
     ("node1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>\n"
-     "NCCL INFO Using network IB", "ib"),
+     "NCCL INFO Using network IB", None),
     ("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA", "ib"),
-    ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\nNCCL INFO Using network Socket", "tcp"),
     ("NCCL INFO Channel 00 : 0[0] -> 1[0] [receive] via NET/Socket/0", "tcp"),
-    ("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "intra-node (p2p/shm)"),
-    ("NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", "intra-node (p2p/shm)"),
+    ("NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "intra-node (NVLink/P2P)"),
+    ("NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct", "intra-node (SHM)"),
     ("NCCL version 2.21.5+cuda12.4", None),
     ("", None),
 ])
@@ -81,6 +83,6 @@ def test_transport_from_nccl_log(log, used):
     assert nccl_transport_from_log(log) == used
 
 
-def test_a_network_line_wins_over_intra_node_channels():
+def test_a_network_channel_wins_over_intra_node_channels():
     log = "via P2P/IPC\nNCCL INFO Using network Socket\nvia NET/Socket/0"
     assert nccl_transport_from_log(log) == "tcp"

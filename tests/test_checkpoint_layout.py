@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from microbench.targets import checkpoint_target as ct  # noqa: E402
 from microbench.probes import checkpoint as ck  # noqa: E402
-from microbench.probes.checkpoint.layout import Item, layout_bytes, shard_rows, state_layout, tensor_count  # noqa: E402
+from microbench.probes.checkpoint.state_layout import Item, layout_bytes, shard_rows, state_layout, tensor_count  # noqa: E402
 
 
 @pytest.mark.parametrize("rows,ranks", [(10, 2), (7, 3), (5, 4), (1, 2), (0, 2), (4096, 2)])

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from microbench.probes.checkpoint import PATTERN_PERIOD, ROW_ELEMS, CheckpointProbe  # noqa: E402
-from microbench.probes.checkpoint.layout import Item  # noqa: E402
+from microbench.probes.checkpoint.state_layout import Item  # noqa: E402
 
 
 def _fake(rank: int, entries: list) -> SimpleNamespace:

@@ -1,7 +1,9 @@
-"""The command of every registered probe. A probe with its own CLI module (`spec.cli`: module
-attributes `add_options(parser)`, `run(args)` and optionally `DESCRIPTION`) gets its parser
-from it; one without gets a generic command: options made from its Config dataclass, the shared
-sweep and output options, and the runner's setup of what it needs (needs.py)."""
+"""The command of every registered probe, made from its spec: the probe's flags from its Config
+(core/options.py), the flags its needs bring where the Config does not declare them, the sweep
+flags with the spec's defaults. The command parses them into the Config and an Invocation, lets
+the spec's validate hook refuse misuse before anything is set up, calls the probe's run and
+prints with its printer. On a lab (`--lab`), the command places the ranks: a probe knows
+nothing of the lab."""
 
 from __future__ import annotations
 
@@ -9,45 +11,86 @@ import argparse
 import dataclasses
 import functools
 import os
-import importlib
-import types
-import typing
+import tempfile
 from typing import Any
 
 from tabulate import tabulate
 
-from ..run import provision as needs
-from ..core.errors import ProbeUnavailable, UsageError
+from ..core import options
+from ..core.errors import ProbeUnavailable, RunError, UsageError
 from ..core.registry import ProbeSpec
-from ..core.units import format_size, parse_number, parse_positive_int, parse_size, parse_sizes
-from ..run.runner import run_probe
-from .common import add_sweep_options, parse_timeout, settings_from_args, write_outputs
+from ..core.units import format_size, parse_number
+from ..run.invocation import Invocation, run_spec
+from .common import add_sweep_options, settings_from_args, write_outputs
 
 
 def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec) -> argparse.ArgumentParser:
-    if spec.cli:
-        module = importlib.import_module(spec.cli)
-        p = sub.add_parser(name, help=spec.help, description=getattr(module, "DESCRIPTION", None) or spec.help)
-        module.add_options(p)
-        p.set_defaults(handler=functools.partial(_skips_recorded, spec, module.run))
-        return p
-    p = sub.add_parser(name, help=spec.help, description=spec.help)
+    p = sub.add_parser(name, help=spec.help, description=spec.description or spec.help)
+    declared = {f.flag for f in options.flags(spec.config)}
     try:
-        options = config_options(spec.config)
-        if options:
-            g = p.add_argument_group("probe")
-            for opt in options:
-                opt.add_to(g)
-            if any(o.kind == "sizes" for o in options) and not any(o.field == "factor" for o in options):
-                g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
-        needs.add_options(p, spec)
-        add_sweep_options(p)
+        g = p.add_argument_group("probe")
+        for flag in options.flags(spec.config):
+            _add_flag(g, flag)
+        if any(f.opt.parse is options.sizes or (f.opt.parse is None and f.kind == "sizes")
+               for f in options.flags(spec.config)) and "--factor" not in declared:
+            g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
+        if spec.sweep.check_flag and "--check" not in declared:
+            g.add_argument("--check", action=argparse.BooleanOptionalAction, default=spec.sweep.check,
+                           help=f"verify every result element against the known pattern "
+                                f"(default {'on' if spec.sweep.check else 'off'})")
+        _add_needs(p, spec, declared)
+        add_sweep_options(p, warmup=spec.sweep.warmup, iters=spec.sweep.iters, budget_s=spec.sweep.budget_s)
     except argparse.ArgumentError as exc:
         raise UsageError(f"probe {spec.name!r}: a Config field clashes with a shared option ({exc}); expected "
-                         f"other field names than the sweep, output and needs options (e.g. not iters or path)") \
-            from None
+                         f"other field names than the sweep and output options (e.g. not iters or json)") from None
     p.set_defaults(handler=functools.partial(_skips_recorded, spec, functools.partial(run, spec)))
     return p
+
+
+def _add_flag(group: Any, flag: options.Flag) -> None:
+    opt = flag.opt
+    required = flag.default is dataclasses.MISSING
+    # A default of None that the field does not describe is "not given": nothing to show.
+    shown = "" if (required or (flag.default is None and opt.shown is None)) else flag.shown()
+    text = opt.help if (opt.switch or shown == "") else f"{opt.help} (default {shown})"
+    if opt.switch:
+        group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=opt.switch_value, default=None,
+                           help=text)
+    elif flag.is_bool:
+        group.add_argument(flag.flag, dest=flag.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+    else:
+        group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
+                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices)
+    if opt.negative:
+        group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
+                           help=f"same as --no-{flag.flag[2:]}")
+
+
+def _add_needs(p: argparse.ArgumentParser, spec: ProbeSpec, declared: set[str]) -> None:
+    """The flags a spec's needs bring, for a probe whose Config does not declare its own. Only
+    the generic runner reads them: a probe with its own run declares every flag it takes."""
+    if spec.run is not None:
+        return
+    wanted = []
+    if spec.needs.target:
+        wanted += [("--path", dict(default=tempfile.gettempdir(), help="directory to write under; a unique "
+                    "directory is created there and removed afterwards (default: the temp dir)")),
+                   ("--keep", dict(action="store_true", help="keep the run's directory afterwards"))]
+    if spec.needs.s3:
+        from ..targets.s3server import DEFAULT_BUCKET
+
+        wanted += [("--endpoint", dict(metavar="URL", help="S3 endpoint (default: an embedded server for the run)")),
+                   ("--bucket", dict(help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
+                                          f"required with --endpoint)"))]
+    if spec.needs.world:
+        wanted += [("--nproc", dict(default=None, help="local ranks to spawn when not launched by torchrun/srun/"
+                                    "mpirun (default: number of GPUs, else 2)")),
+                   ("--timeout", dict(default="60", help="seconds before a silent peer fails the run (default 60)"))]
+    wanted = [(flag, kw) for flag, kw in wanted if flag not in declared]
+    if wanted:
+        g = p.add_argument_group("needs")
+        for flag, kw in wanted:
+            g.add_argument(flag, dest=f"needs_{flag[2:]}", **kw)
 
 
 def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> int:
@@ -76,182 +119,99 @@ def _owns_the_record() -> bool:
     return not os.environ.get(SPAWNED_ENV) and all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES)
 
 
-# --------------------------------------------------------------------------- options from a Config
+# --------------------------------------------------------------------------- flags -> Config
 
 
-@dataclasses.dataclass(frozen=True)
-class Option:
-    field: str
-    kind: str          # sizes | size | bool | int | float | str | str_list | int_list
-    default: Any       # dataclasses.MISSING: a required option
-    help: str
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.field.replace("_", "-")
-
-    @property
-    def dest(self) -> str:
-        return f"config_{self.field}"   # apart from the shared options' names
-
-    def add_to(self, group: Any) -> None:
-        required = self.default is dataclasses.MISSING
-        shown = "required" if required else f"default {self.format(self.default)}"
-        text = f"{self.help} ({shown})" if self.help else shown
-        if self.kind == "bool":
-            group.add_argument(self.flag, dest=self.dest, action=argparse.BooleanOptionalAction, default=None,
-                               help=text, required=required)
-        else:
-            group.add_argument(self.flag, dest=self.dest, default=None, help=text, required=required,
-                               metavar=self.field.upper())
-
-    def format(self, value: Any) -> str:
-        if value is None:
-            return "none"
-        if self.kind == "sizes":
-            return ",".join(format_size(v) for v in value)
-        if self.kind == "size":
-            return format_size(value)
-        if self.kind == "bool":
-            return "on" if value else "off"
-        if isinstance(value, (list, tuple)):
-            return ",".join(str(v) for v in value)
-        return str(value)
-
-    def parse(self, text: Any, factor: float = 2.0) -> Any:
-        if self.kind == "bool":
-            return bool(text)
-        if self.kind == "sizes":
-            return parse_sizes(text, factor=factor, what=self.flag)
-        if self.kind == "size":
-            return parse_size(text, what=self.flag)
-        if self.kind == "int":
-            return _parse_int(text, self.flag)
-        if self.kind == "float":
-            return parse_number(text, what=self.flag, example="1.5")
-        if self.kind in ("str_list", "int_list"):
-            items = [item.strip() for item in str(text).split(",") if item.strip()]
-            if not items:
-                raise UsageError(f"invalid {self.flag} {text!r}: empty; expected a comma list, e.g. {self.flag} a,b")
-            return [_parse_int(i, self.flag) for i in items] if self.kind == "int_list" else items
-        return str(text)
-
-
-def _parse_int(text: Any, flag: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise UsageError(f"invalid {flag} {text!r}: expected a whole number, e.g. {flag} 4") from None
-
-
-def _kind(name: str, hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):   # Optional[X]: X, default None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            hint = inner[0]
-            origin, args = typing.get_origin(hint), typing.get_args(hint)
-    listed = origin in (list, tuple)
-    if name == "sizes" or (name.endswith("_bytes") and listed):
-        return "sizes"
-    if name.endswith("_bytes"):
-        return "size"
-    if hint is bool:
-        return "bool"
-    if hint is int:
-        return "int"
-    if hint is float:
-        return "float"
-    if listed and args and args[0] is int:
-        return "int_list"
-    if listed:
-        return "str_list"
-    return "str"
-
-
-def config_options(config: type | None) -> list[Option]:
-    """One option per init field of the Config dataclass: its type from the annotation, its help
-    from the field's metadata {"help": ...}, sizes parsed as sizes (`sizes`, `*_bytes`)."""
-    if config is None:
-        return []
-    if not dataclasses.is_dataclass(config):
-        raise UsageError(f"probe config {config!r} is not a dataclass; expected a @dataclass Config")
-    hints = typing.get_type_hints(config)
-    options = []
-    for f in dataclasses.fields(config):
-        if not f.init:
-            continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = dataclasses.MISSING
-        options.append(Option(f.name, _kind(f.name, hints.get(f.name, str)), default, str(f.metadata.get("help", ""))))
-    return options
+def config_options(config: type | None) -> list[options.Flag]:
+    """The flags a Config makes (core/options.py)."""
+    return options.flags(config)
 
 
 def build_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
-    """The Config from the command line: the options given, the dataclass's defaults for the rest."""
+    """The Config from the command line: the flags given, parsed once (core/units.py), and the
+    dataclass's defaults for the rest. Needs flags the Config does not declare stay in args."""
     if spec.config is None:
         return {}
     factor = 2.0
-    if getattr(args, "factor", None) is not None:
-        factor = parse_number(args.factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
+    given_factor = getattr(args, "config_factor", None) or getattr(args, "factor", None)
+    if given_factor is not None:
+        factor = parse_number(given_factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     values = {}
-    for opt in config_options(spec.config):
-        given = getattr(args, opt.dest, None)
-        if given is not None:
-            values[opt.field] = opt.parse(given, factor)
+    for flag in options.flags(spec.config):
+        given = getattr(args, flag.dest, None)
+        if given is None:
+            continue
+        values[flag.name] = given if flag.opt.switch else flag.parse(given, factor)
     return spec.config(**values)
 
 
-# --------------------------------------------------------------------------- running one
+def invocation(spec: ProbeSpec, args: argparse.Namespace, config: Any) -> Invocation:
+    check = spec.sweep.check
+    if spec.sweep.check_flag:
+        check = bool(getattr(config, "check", getattr(args, "check", check)))
+    return Invocation(settings=settings_from_args(args, check=check), json_path=args.json,
+                      results_dir=args.results_dir)
+
+
+def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
+    """--lab: one rank per lab host (or the pair a link probe names), failures named by host."""
+    from ..world.launch import detect_world
+
+    name = getattr(config, "lab", None)
+    if not name or not spec.needs.world:
+        return
+    from ..lab import placement
+
+    from ..lab import namespaces
+
+    inv.naming = functools.partial(placement.naming_lab_hosts, name)
+    inv.diagnose = functools.partial(namespaces.diagnose, name)
+    inv.facts.update(placement.lab_facts())
+    if detect_world() is None:
+        inv.placement = placement.place(name, nproc=getattr(config, "nproc", None), pair=getattr(config, "pair", None))
 
 
 def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
     config = build_config(spec, args)   # every flag checked before anything is set up
-    settings = settings_from_args(args)
-    if spec.needs.world:
-        return _run_in_world(spec, args, config, settings)
-    with needs.prepare(spec, args) as context:
-        probe = spec.build(config, context)
-        outcome = run_probe(probe, settings, config=config, json_path=args.json, results_dir=args.results_dir,
-                            extra_implementation=context.facts)
-    _report(spec, args, outcome)
+    for key in ("path", "keep", "endpoint", "bucket", "nproc", "timeout"):
+        if hasattr(args, f"needs_{key}") and not hasattr(config, key):
+            # a needs flag the Config does not declare: the runner reads it from here
+            config = _with_needs(config, key, getattr(args, f"needs_{key}"))
+    if spec.validate is not None:
+        config = spec.validate(config)
+    inv = invocation(spec, args, config)
+    if getattr(config, "link_profiles", None):
+        from ..lab import placement
+        from ..world.launch import detect_world
+
+        if detect_world() is None:
+            return placement.run_profiles(spec, config, inv)
+    _lab_placement(spec, config, inv)
+    outcome = run_spec(spec, config, inv)
+    if outcome is None:   # a launcher or another rank: rank 0 has reported
+        return 0
+    failure = None
+    if spec.printer is not None:
+        failure = spec.printer(outcome, config)   # a printer may name what failed (wrong elements)
+    else:
+        print_table(spec, outcome.rows)
+        print(f"# results: {outcome.path}")
+    write_outputs(args, outcome)
+    if failure:
+        raise RunError(failure)
     return 0
 
 
-def _run_in_world(spec: ProbeSpec, args: argparse.Namespace, config: Any, settings: Any) -> int:
-    from ..world import backends
-    from ..world.policy import in_world, local_ranks
+def _with_needs(config: Any, key: str, value: Any) -> Any:
+    from ..core.units import parse_positive, parse_positive_int
 
-    if spec.needs.s3:
-        raise UsageError(f"probe {spec.name!r} needs a world and S3: the generic command does not hand an "
-                         f"embedded server to ranks; give the probe its own CLI module (spec.cli)")
-    nproc = parse_positive_int(args.nproc, what="--nproc", example="2") if args.nproc is not None else local_ranks()
-    timeout_s = parse_timeout(args.timeout)
-
-    def body(world: Any) -> int:
-        with needs.prepare(spec, args) as context:
-            context.world = world
-            probe = spec.build(config, context)
-            outcome = run_probe(probe, settings, config=config, world=world, json_path=args.json,
-                                results_dir=args.results_dir, extra_implementation=context.facts)
-        if world.rank == 0:
-            _report(spec, args, outcome)
-        return 0
-
-    return in_world(nproc=nproc, timeout_s=timeout_s, choice=backends.choose("auto"), body=body)
-
-
-def _report(spec: ProbeSpec, args: argparse.Namespace, outcome: Any) -> None:
-    if spec.printer is not None:
-        spec.printer(outcome)
-    else:
-        print_table(spec, outcome.rows)
-    write_outputs(args, outcome)
-    print(f"# results: {outcome.path}")
+    if key == "nproc" and value is not None:
+        value = parse_positive_int(value, what="--nproc", example="2")
+    if key == "timeout":
+        key, value = "timeout_s", parse_positive(value, what="--timeout", example="60")
+    # Generic probes' Configs are plain dataclasses: the runner reads needs from attributes.
+    object.__setattr__(config, key, value) if dataclasses.is_dataclass(config) else None
+    return config
 
 
 def print_table(spec: ProbeSpec, rows: list[dict[str, Any]]) -> None:

@@ -65,6 +65,13 @@ class Probe:
     def sync(self) -> None:
         """Wait for asynchronous work (CUDA streams) so the runner's clock sees it finish."""
 
+    def timed_on(self, case: Case) -> Any:
+        """The CUDA device whose current stream runs this case's work, when run_once only
+        enqueues GPU work and returns None: the runner then times each iteration with CUDA events
+        and synchronizes once per batch (runner.timing_method). None (the default): the host
+        clock around run_once + sync, per iteration."""
+        return None
+
     def check(self, case: Case) -> int:
         """Number of wrong elements after a fresh run of the case; 0 when correct."""
         return 0

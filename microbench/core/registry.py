@@ -46,15 +46,36 @@ class SuiteStep:
 
 
 @dataclass(frozen=True)
+class SweepDefaults:
+    """The shared sweep flags' defaults for one probe (--warmup, --iters, --budget), and whether
+    its cases are checked (`check_flag`: a --check/--no-check flag turns it off)."""
+
+    warmup: int = 5
+    iters: int = 20
+    budget_s: float = 2.0
+    check: bool = True
+    check_flag: bool = False
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     name: str                          # the record kind; also the module's and suite step's name
     command: tuple[str, ...]           # words after `microbench`: ("nccl",), ("storage", "posix")
     help: str                          # one line for `microbench --help`
     metrics: tuple[str, ...]           # metric columns a row may carry, the primary first
-    config: type | None = None         # the probe's Config dataclass
+    config: type | None = None         # the Config dataclass: the probe's option table (core/options.py)
     build: Callable[..., Any] | None = None  # build(config, context) -> Probe
-    cli: str | None = None             # module with add_options(parser), run(args) [, DESCRIPTION]; None: generic
-    printer: Callable[..., None] | None = None  # print(outcome); None: the generic table
+    description: str | None = None     # the command's --help text; default: help
+    sweep: SweepDefaults = field(default_factory=SweepDefaults)
+    # validate(config) -> config: every check and resolution that needs no work done yet (misuse
+    # is refused here, before anything is set up); returns the config the run uses.
+    validate: Callable[[Any], Any] | None = None
+    # run(spec, config, invocation) -> outcome: how the probe runs when the generic runner
+    # (run/invocation.py) does not fit, e.g. a storage target it opens itself or a world it shapes.
+    run: Callable[..., Any] | None = None
+    # print(outcome, config) -> None, or a line naming what failed (wrong elements read back), which
+    # the command raises as a RunError once the outputs are written. None: the generic table.
+    printer: Callable[..., Any] | None = None
     needs: Needs = field(default_factory=Needs)
     suite: tuple[SuiteStep, ...] = ()
     aliases: tuple[str, ...] = ()      # former names (v1 record kinds, suite steps) read as this

@@ -116,6 +116,18 @@ def memory_shortfall(need_bytes: int | float, free_bytes: int | float, what: str
             f"a run may take ({MEMORY_SHARE:.0%} of the {format_bytes_human(free_bytes)} free)")
 
 
+def parse_int(text: str | int, *, what: str, minimum: int | None = None, example: str = "4") -> int:
+    """A whole number, at least `minimum` when given."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        more = f" >= {minimum}" if minimum is not None else ""
+        raise UsageError(f"invalid {what} {text!r}: expected a whole number{more}, e.g. {what} {example}") from None
+    if minimum is not None and value < minimum:
+        raise UsageError(f"invalid {what} {text!r}: must be {minimum} or more, e.g. {what} {example}")
+    return value
+
+
 def parse_positive_int(text: str | int, *, what: str, example: str = "4") -> int:
     try:
         value = int(str(text).strip())

@@ -119,6 +119,34 @@ def near(gpu_pci: str | None, nic_pci: str | None) -> bool:
     return root is not None and common >= root + 3
 
 
+# nvmlDeviceGetNvLinkVersion returns NVML's nvmlNvlinkVersion_t, not a generation. Its values,
+# as nvidia-ml-py's pynvml.py defines them (_nvmlNvlinkVersion_t): INVALID 0, 1_0 1, 2_0 2,
+# 2_2 3, 3_0 4, 3_1 5, 4_0 6, 5_0 7 (6_0 8 in newer nvml.h). The NVLink generation is the major.
+NVML_NVLINK_VERSION_NAMES = {0: "NVML_NVLINK_VERSION_INVALID", 1: "NVML_NVLINK_VERSION_1_0",
+                             2: "NVML_NVLINK_VERSION_2_0", 3: "NVML_NVLINK_VERSION_2_2",
+                             4: "NVML_NVLINK_VERSION_3_0", 5: "NVML_NVLINK_VERSION_3_1",
+                             6: "NVML_NVLINK_VERSION_4_0", 7: "NVML_NVLINK_VERSION_5_0",
+                             8: "NVML_NVLINK_VERSION_6_0"}
+NVLINK_GENERATION_BY_NVML = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+# nvmlDeviceGetArchitecture's NVML_DEVICE_ARCH_HOPPER (pynvml.py): Hopper has NVLink 4, yet some
+# drivers report NVML_NVLINK_VERSION_5_0 for H100 (vLLM and SGLang carry the same workaround).
+NVML_DEVICE_ARCH_HOPPER = 9
+HOPPER_NVLINK_GENERATION = 4
+
+
+def nvlink_generation(raw: int | None, arch: int | None = None) -> tuple[int | None, str]:
+    """(NVLink generation, a note naming the NVML value read) from nvmlDeviceGetNvLinkVersion."""
+    if raw is None:
+        return None, "no NVLink version read"
+    name = NVML_NVLINK_VERSION_NAMES.get(raw, "not an NVML_NVLINK_VERSION value microbench knows")
+    gen = NVLINK_GENERATION_BY_NVML.get(raw)
+    note = f"nvmlDeviceGetNvLinkVersion = {raw} ({name})"
+    if gen is not None and arch == NVML_DEVICE_ARCH_HOPPER and gen > HOPPER_NVLINK_GENERATION:
+        note += f"; an H100 (NVML_DEVICE_ARCH_HOPPER) has NVLink {HOPPER_NVLINK_GENERATION}, so that is used"
+        gen = HOPPER_NVLINK_GENERATION
+    return gen, note
+
+
 def gpus(nic_list: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """GPUs with NVLink generation and active link count, and their near NICs, via NVML."""
     try:
@@ -133,22 +161,28 @@ def gpus(nic_list: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     rdma = [n for n in nic_list if n.get("rdma")]
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        gen, links, why = None, 0, None
+        raw, links, why = None, 0, None
         for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
             try:
                 if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
                     links += 1
-                    gen = gen or int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link))
+                    raw = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link)) if raw is None else raw
             except Exception as exc:
                 why = why or f"NVML: {exc}"
                 break
+        try:
+            arch = int(pynvml.nvmlDeviceGetArchitecture(handle))
+        except Exception:  # older drivers lack it; the enum alone decides
+            arch = None
+        gen, version_note = nvlink_generation(raw, arch)
         bus_id = pynvml.nvmlDeviceGetPciInfo(handle).busId
         bus_id = bus_id.decode() if isinstance(bus_id, bytes) else bus_id
         # NVML writes 8 hex digits of domain; sysfs uses 4.
         short = bus_id.lower()[-12:] if len(bus_id) > 12 else bus_id.lower()
         gpu_pci = _pci_path(Path("/sys/bus/pci/devices") / short)
         near_nics = [n["name"] for n in rdma if near(gpu_pci, n.get("pci_path"))] if gpu_pci else None
-        out.append({"index": index, "nvlink_gen": gen, "nvlink_links": links,
+        out.append({"index": index, "nvlink_gen": gen, "nvlink_version_nvml": raw, "nvlink_version_note": version_note,
+                    "gpu_arch_nvml": arch, "nvlink_links": links,
                     "nvlink_why": None if links else (why or "no NVLink link is enabled"),
                     "pci_bus_id": bus_id, "near_nics": near_nics or None})
     return out, "nvml"
@@ -165,4 +199,5 @@ def collect(*, device: str = "cpu") -> dict[str, Any]:
         lab = {"name": os.environ["MICROBENCH_LAB"], "rate_bps": int(rate) if rate.isdigit() else None}
     return {"nics": nic_list, "default_route_nic": default_route_nic(),
             "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME"),
+            "nccl_socket_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
             "gpus": gpu_list, "gpu_source": source, "lab": lab}

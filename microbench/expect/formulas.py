@@ -27,7 +27,8 @@ from typing import Any
 NIC_EFFICIENCY = 0.96
 NVLINK_EFFICIENCY = 0.80
 LAB_EFFICIENCY = 1.0
-# Unidirectional GB/s per NVLink link, by generation (NVML's nvmlDeviceGetNvLinkVersion).
+# Unidirectional GB/s per NVLink link, by NVLink generation (hwfacts.nvlink_generation maps
+# NVML's nvmlDeviceGetNvLinkVersion enum to the generation).
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 
 
@@ -66,8 +67,39 @@ def socket_nic(facts: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None
     return nic, None
 
 
-def node_nics(facts: dict[str, Any], device: str, ranks_per_node: int) -> tuple[list[dict[str, Any]], str]:
-    """The NICs one node's ranks can use between nodes, and how they were chosen."""
+def _ifname_matches(name: str, spec: str) -> bool:
+    """NCCL_SOCKET_IFNAME's rules (NCCL's src/misc/socket.cc, matchIfList): a comma list of
+    prefixes, '^' before the list excludes them, '=' before it asks for exact names."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    spec = spec.lstrip("=")
+    hit = any((name == p if exact else name.startswith(p)) for p in (p.strip() for p in spec.split(",")) if p)
+    return hit != exclude
+
+
+def nccl_socket_nics(facts: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The interfaces NCCL's socket transport uses, in NCCL's order (src/misc/socket.cc,
+    ncclFindInterfaces): NCCL_SOCKET_IFNAME when set; else every 'ib*' (IPoIB) interface; else
+    any interface but docker*, lo and virbr*. Only interfaces that are up carry traffic."""
+    nics = [n for n in facts.get("nics", []) if "/" not in n["name"] and n.get("state") in ("up", "unknown")]
+    given = facts.get("nccl_socket_ifname")
+    if given:
+        return [n for n in nics if _ifname_matches(n["name"], given)], f"NCCL_SOCKET_IFNAME={given}"
+    ipoib = [n for n in nics if n["name"].startswith("ib")]
+    if ipoib:
+        return ipoib, "NCCL's socket transport prefers ib* (IPoIB) interfaces"
+    rest = [n for n in nics if not _ifname_matches(n["name"], "docker,lo,virbr")]
+    return rest, "NCCL's socket transport: every interface but docker*, lo and virbr*"
+
+
+def node_nics(facts: dict[str, Any], device: str, ranks_per_node: int,
+              transport: str = "auto") -> tuple[list[dict[str, Any]], str]:
+    """The NICs one node's ranks can use between nodes, and how they were chosen. With
+    --transport tcp, NCCL runs its socket transport (NCCL_NET=Socket), whatever RDMA NICs exist."""
+    if device == "cuda" and transport == "tcp":
+        return nccl_socket_nics(facts)
     if device == "cuda":
         rdma = [n for n in facts.get("nics", []) if n.get("rdma") and n.get("state") in ("up", "active")]
         if rdma:
@@ -79,6 +111,7 @@ def node_nics(facts: dict[str, Any], device: str, ranks_per_node: int) -> tuple[
                 if chosen:
                     return chosen, f"RDMA NICs near the node's {len(gpus)} GPU(s) (PCIe topology)"
             return rdma, "every RDMA NIC that is up (GPU-NIC affinity not known)"
+        return nccl_socket_nics(facts)
     nic, _ = socket_nic(facts)
     return ([nic] if nic else []), "the socket interface (TCP transport uses one NIC)"
 
@@ -98,18 +131,20 @@ def nvlink_gbps(facts: dict[str, Any], ranks_per_node: int) -> dict[str, Any]:
     for g in used:
         per_link = NVLINK_GBPS_PER_LINK.get(g["nvlink_gen"])
         if per_link is None:
-            return unknown(f"GPU {g['index']} reports NVLink generation {g['nvlink_gen']!r}, whose link rate "
-                           f"microbench does not know")
+            return unknown(f"GPU {g['index']} reports NVLink generation {g['nvlink_gen']!r} "
+                           f"({g.get('nvlink_version_note') or 'from NVML'}), whose link rate microbench does not know")
         per_gpu.append(g["nvlink_links"] * per_link)
     slowest = min(per_gpu)
     g0 = used[per_gpu.index(slowest)]
     return known(slowest * NVLINK_EFFICIENCY, "nvlink_links * gbps_per_link * nvlink_efficiency", "nvlink",
-                 nvlink_gen=g0["nvlink_gen"], nvlink_links=g0["nvlink_links"],
+                 nvlink_gen=g0["nvlink_gen"], **({"nvlink_version_nvml": g0["nvlink_version_nvml"]}
+                                                 if g0.get("nvlink_version_nvml") is not None else {}),
+                 nvlink_links=g0["nvlink_links"],
                  gbps_per_link=NVLINK_GBPS_PER_LINK[g0["nvlink_gen"]], nvlink_efficiency=NVLINK_EFFICIENCY)
 
 
-def inter_node_gbps(facts: dict[str, Any], device: str, ranks_per_node: int) -> dict[str, Any]:
-    nics, how = node_nics(facts, device, ranks_per_node)
+def inter_node_gbps(facts: dict[str, Any], device: str, ranks_per_node: int, transport: str = "auto") -> dict[str, Any]:
+    nics, how = node_nics(facts, device, ranks_per_node, transport)
     if not nics:
         _, why = socket_nic(facts)
         return unknown(f"no NIC found for traffic between nodes: {why}")
@@ -124,10 +159,11 @@ def inter_node_gbps(facts: dict[str, Any], device: str, ranks_per_node: int) -> 
 
 
 def expected_busbw(facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node: int,
-                   device: str) -> dict[str, Any]:
-    """Expected busbw (GB/s) of one collective for `nodes` x `ranks_per_node` ranks."""
+                   device: str, transport: str = "auto") -> dict[str, Any]:
+    """Expected busbw (GB/s) of one collective for `nodes` x `ranks_per_node` ranks over the
+    transport asked for (auto, ib or tcp: --transport)."""
     n = nodes * ranks_per_node
-    layout = {"nodes": nodes, "ranks_per_node": ranks_per_node, "device": device, "op": op}
+    layout = {"nodes": nodes, "ranks_per_node": ranks_per_node, "device": device, "op": op, "transport": transport}
     if n < 2:
         return {**unknown("one rank moves nothing between ranks"), "layout": layout}
     if facts.get("lab"):
@@ -140,7 +176,7 @@ def expected_busbw(facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node
         else:
             out = nvlink_gbps(facts, ranks_per_node)
         return {**out, "layout": layout}
-    inter = inter_node_gbps(facts, device, ranks_per_node)
+    inter = inter_node_gbps(facts, device, ranks_per_node, transport)
     if inter["gbps"] is not None and op == "all_to_all":
         g = ranks_per_node
         share = (n - 1) / (g * (n - g))

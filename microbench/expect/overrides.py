@@ -38,13 +38,15 @@ def layout(world: Any) -> tuple[int, int]:
     return nodes, max(1, world.size // nodes)
 
 
-def for_collectives(world: Any, ops: list[str], device: str, given: dict[str, Any] | None) -> dict[str, Any]:
+def for_collectives(world: Any, ops: list[str], device: str, given: dict[str, Any] | None,
+                    transport: str = "auto") -> dict[str, Any]:
     """{"expected": {op: expectation}, "expected_facts": facts}, the same on every rank."""
     nodes, per_node = layout(world)
     out = None
     if world.rank == 0:
         facts = hwfacts.collect(device=device)
-        per_op = {op: given or ex.expected_busbw(facts, op, nodes=nodes, ranks_per_node=per_node, device=device)
+        per_op = {op: given or ex.expected_busbw(facts, op, nodes=nodes, ranks_per_node=per_node, device=device,
+                                                 transport=transport)
                   for op in ops}
         out = {"expected": per_op, "expected_facts": facts}
     return world.broadcast_object(out)

@@ -1,11 +1,12 @@
-"""Lab plumbing for `microbench nccl`: rank placement, link ceilings, and --link-profiles."""
+"""Placing a world probe's ranks on a lab: one rank per host, failures named by host, the same
+sweep under several link profiles (--link-profiles), and the link ceiling a `link` record gives."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,19 +15,26 @@ from . import namespaces as labmod
 from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..world.launch import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
-from ..core.units import parse_positive_int
 from ..results.store import load_record
+from ..run.invocation import Placement
 
 
-def lab_placement(name: str, nproc_text: str | None) -> tuple[int, str, Any]:
+def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None) -> Placement:
+    """One rank per host of lab `name`: the first `nproc` hosts (default all), or the two hosts
+    of `pair` (the link probe's --pair)."""
     lab = labmod.get(name)
-    nproc = len(lab.hosts)
-    if nproc_text is not None:
-        nproc = parse_positive_int(nproc_text, what="--nproc", example="2")
-        if not 2 <= nproc <= len(lab.hosts):
-            raise UsageError(f"invalid --nproc {nproc_text!r} with --lab {name}: the lab has {len(lab.hosts)} "
+    if pair is not None:
+        if len(pair) != 2 or pair[0] == pair[1] or not all(0 <= i < len(lab.hosts) for i in pair):
+            raise UsageError(f"invalid --pair {','.join(map(str, pair))!r}: expected two different host indices "
+                             f"below {len(lab.hosts)}, e.g. --pair 0,1")
+        hosts = list(pair)
+    else:
+        count = len(lab.hosts) if nproc is None else nproc
+        if not 2 <= count <= len(lab.hosts):
+            raise UsageError(f"invalid --nproc {str(nproc)!r} with --lab {name}: the lab has {len(lab.hosts)} "
                              f"hosts and places one rank per host; use 2 to {len(lab.hosts)}")
-    return labmod.placement(lab, list(range(nproc)))
+        hosts = list(range(count))
+    return Placement(*labmod.placement(lab, hosts))
 
 
 def lab_facts() -> dict[str, Any]:
@@ -35,25 +43,6 @@ def lab_facts() -> dict[str, Any]:
         return {}
     return {"lab": os.environ["MICROBENCH_LAB"], "lab_host_rank0": os.environ.get("MICROBENCH_LAB_HOST"),
             "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
-
-
-def link_gbps_from(path: str) -> float:
-    """The one-way link ceiling (GB/s) from a `microbench link` record."""
-    expected = "run e.g. `microbench link --lab NAME --ops uni --json link.json`"
-    try:
-        record = load_record(path)
-    except UsageError as exc:
-        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth ({exc}); {expected}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    summary = record.get("summary")
-    gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
-    if record.get("kind") != "link" or isinstance(gbps, bool) \
-            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
-        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth; {expected}")
-    return float(gbps)
 
 
 @contextlib.contextmanager
@@ -83,35 +72,32 @@ def _without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
-def run_profiles(lab_name: str | None, link_profiles: str, argv: list[str], *, json_path: str | None,
-                 results_dir: str) -> int:
-    """Run the same sweep (`argv`, this command's own arguments) once per egress rate in
-    `link_profiles` (reshaping the lab in between) and compare. json_path: each profile's record
-    is named after it with the rate appended; without it, records go into results_dir."""
-    if not lab_name:
+def run_profiles(spec: Any, config: Any, inv: Any) -> int:
+    """Run the same sweep once per egress rate (reshaping the lab in between) and compare."""
+    if not config.lab:
         raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
                          "e.g. --lab default --link-profiles 1gbit,unlimited")
-    labels = [p.strip() for p in str(link_profiles).split(",") if p.strip()]
+    labels = [p.strip() for p in str(config.link_profiles).split(",") if p.strip()]
     rates = [parse_link_rate(p) for p in labels]
     if len(rates) < 2:
-        raise UsageError(f"invalid --link-profiles {link_profiles!r}: expected two or more rates to compare, "
+        raise UsageError(f"invalid --link-profiles {config.link_profiles!r}: expected two or more rates to compare, "
                          f"e.g. 1gbit,unlimited")
-    lab = labmod.get(lab_name)
+    lab = labmod.get(config.lab)
     # Read before the first reshape: the lab's own exceptions (--host-link, --pair-link) must
     # come back afterwards, not just its base rate.
     before = labmod.current_shaping(lab)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    base = _without(argv, "--link-profiles", "--json")
+    base = _without(inv.argv if inv.argv is not None else sys.argv[1:], "--link-profiles", "--json")
     env = package_env()
     records: list[tuple[str, dict]] = []
     try:
         for label, rate in zip(labels, rates):
             labmod.shape(lab.name, rate, lab.delay_ms)
-            if json_path:
-                stem = Path(json_path)
+            if inv.json_path:
+                stem = Path(inv.json_path)
                 path = stem.with_name(f"{stem.stem}-{format_link_rate(rate)}{stem.suffix or '.json'}")
             else:
-                path = Path(results_dir) / f"nccl-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
+                path = Path(inv.results_dir) / f"{spec.name}-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
             print(f"# link profile {label}: every host's egress shaped to {format_link_rate(rate)}", flush=True)
             code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:

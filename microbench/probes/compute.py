@@ -19,30 +19,74 @@ CPU, which says what this machine does, not what a GPU would.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..core.errors import ProbeUnavailable, UsageError
+from ..core.options import option, positive_int
 from ..core.probe import Case, Probe
-from ..core.registry import Needs, ProbeSpec, SuiteStep
+from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..core.units import DTYPE_BYTES
 from ..results.schema import ProbeRow
 
 
+# A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
+# at 256 rows vs 55 at 2048 for a 4096 x 4096 weight), so --tokens with the real shape is better.
+CPU_TOKENS = 256
+GPU_TOKENS = 4096
+
+
 @dataclass
 class Config:
-    model: str                       # name, for the record
-    hidden: int
-    q_dim: int
-    kv_dim: int
-    ffn: int
-    vocab: int
-    layers: int
+    model: str = option("llama-3.1-8b", help="a composer preset whose shapes to time")
+    model_config: str | None = option(None, metavar="FILE", record=False,
+                                      help="a Hugging Face config.json instead of --model")
+    tokens: int | None = option(None, parse=positive_int, shown="",
+                         help=f"tokens per matmul (micro-batch x sequence; default {GPU_TOKENS} on a GPU, "
+                              f"{CPU_TOKENS} on a CPU)")
+    device: str = option("auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when torch sees a GPU, else cpu")
+    dtype: str | None = option(None, choices=tuple(sorted(DTYPE_BYTES)), shown="",
+                               help="default bfloat16 on a GPU, float32 on a CPU")
+    # The model's shapes, from --model or --model-config (validate), or given by a caller.
+    hidden: int = 0
+    q_dim: int = 0
+    kv_dim: int = 0
+    ffn: int = 0
+    vocab: int = 0
+    layers: int = 0
     experts: int = 1
     top_k: int = 1
-    tokens: int = 4096
-    device: str = "cpu"              # cpu | cuda
-    dtype: str = "float32"
     backward: bool = False           # also time backward's two matmuls per projection
+    # Why a CPU is timed (no GPU visible), for the printout; and whether --tokens was given.
+    why_cpu: str | None = field(default=None, metadata={"record": False})
+    tokens_given: bool = field(default=True, metadata={"record": False})
+
+
+def validate(config: Config) -> Config:
+    """Shapes from the preset or config.json, the device torch sees, its dtype and token count."""
+    from ..compose.models import CrudeModel, from_hf_config, preset
+
+    shape = from_hf_config(config.model_config) if config.model_config else preset(config.model)
+    if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
+        raise UsageError("compute needs real shapes: --model NAME or --model-config FILE")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ProbeUnavailable("compute: torch is not installed") from None
+    from ..world.backends import cuda_usable
+
+    have = cuda_usable()
+    if config.device == "cuda" and not have:
+        raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
+    device, why_cpu = config.device, None
+    if device == "auto":
+        device, why_cpu = ("cuda", None) if have else ("cpu", "no CUDA device visible to torch: timing the CPU in float32")
+    tokens = config.tokens or (GPU_TOKENS if device == "cuda" else CPU_TOKENS)
+    return replace(config, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
+                   kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
+                   experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device,
+                   dtype=config.dtype or ("bfloat16" if device == "cuda" else "float32"), why_cpu=why_cpu,
+                   tokens_given=config.tokens is not None)
 
 
 def backward_shapes(op: str, m: int, n: int, k: int) -> list[tuple[str, int, int, int]]:
@@ -152,6 +196,9 @@ class ComputeProbe(Probe):
 
             torch.cuda.synchronize()
 
+    def timed_on(self, case: Case) -> Any:
+        return "cuda" if self.config.device == "cuda" else None
+
     def check(self, case: Case) -> int:
         """Rows of a fresh product that disagree with float64 on the CPU beyond the dtype's rounding."""
         import torch
@@ -256,12 +303,32 @@ class StepReplay:
         return max(world.all_gather_object(elapsed)) if world is not None else elapsed
 
 
+def print_report(outcome: Any, config: Config) -> None:
+    from tabulate import tabulate
+
+    from ..compose.report import format_time
+
+    table = [(r["op"], r["m"], r["n"], r["k"], format_time(r["time_us"]["p50"] * 1e-6), f"{r['tflops']:.2f}",
+              f"{r['per_block']:g}") for r in outcome.rows]
+    print(tabulate(table, headers=["matmul", "m", "n", "k", "time p50", "TFLOP/s", "per block"], tablefmt="simple",
+                   disable_numparse=True))
+    impl = outcome.record["implementation"]
+    achieved = outcome.record["summary"]["achieved_tflops"]
+    print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
+          f"({impl['library']}): {achieved:.2f} TFLOP/s weighted by a step's mix")
+    if config.why_cpu:
+        print(f"# {config.why_cpu}")
+    if config.device == "cpu" and not config.tokens_given:
+        print(f"# {CPU_TOKENS} tokens per matmul (the CPU default, which reads low): --tokens sets the training shape")
+    print(f"# results: {outcome.path}  (use: microbench compose --compute {outcome.path} ...)")
+
+
 SPEC = ProbeSpec(
     name="compute", command=("compute",), order=70,
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
     metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
-    row_schema=ComputeRow,
-    cli="microbench.commands.compute", needs=Needs(), aliases=(),
+    row_schema=ComputeRow, validate=validate, printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10), needs=Needs(), aliases=(),
     case_keys=("dtype",), feeds=("compute",),
     suite=(),
 )

@@ -9,12 +9,13 @@ pinned memory, and device-to-device, through torch. Bandwidth is bytes copied pe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..targets import native
 from ..core.probe import Case, Probe, Timed
-from ..core.registry import Needs, ProbeSpec, SuiteStep
+from ..core.options import nonneg_int, option, size_range
+from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..results.schema import ProbeRow
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
@@ -23,8 +24,9 @@ GPU_OPS = ("h2d", "d2h", "d2d")
 
 @dataclass
 class Config:
-    sizes: list[int] = field(default_factory=lambda: [64 << 20, 256 << 20, 1 << 30])
-    threads: int = 0  # 0: every usable core
+    sizes: list[int] = option([64 << 20, 256 << 20, 1 << 30], parse=size_range, shown="64M,256M,1G",
+                              help="buffer sizes, well past the caches")
+    threads: int = option(0, parse=nonneg_int, shown="every usable core", help="threads for the all-cores case")
     gpu: bool = True
     # Host copies timed per native call, each call with its own buffers (allocated, touched and
     # checked untimed: ~0.4 s at 256M) and kernel choice. The command asks copies_per_call()
@@ -50,11 +52,13 @@ class MemoryRow(ProbeRow):
 
 
 def gpu_unavailable_reason() -> str | None:
-    from ..world.backends import GPU_DEVICE_NODES, gpu_possible
+    from ..world.backends import GPU_DEVICE_NODES, TEST_GPU_ENV, gpu_possible
 
     # Importing torch costs ~2.5 s of CPU (8 s of wall time on a loaded 2-core box); without
     # a GPU device node torch could not see a GPU anyway, so the answer needs no import.
     if not gpu_possible():
+        if os.environ.get(TEST_GPU_ENV):
+            return f"no CUDA device ({TEST_GPU_ENV}={os.environ[TEST_GPU_ENV]})"
         return f"no CUDA device (none of {', '.join(GPU_DEVICE_NODES)} exists)"
     try:
         import torch
@@ -125,6 +129,10 @@ class MemoryProbe(Probe):
 
             torch.cuda.synchronize()
 
+    def timed_on(self, case: Case) -> Any:
+        # The GPU copies are enqueued on the current stream (non_blocking); host copies time themselves.
+        return "cuda" if case.op in GPU_OPS else None
+
     def release(self, case: Case) -> None:
         self._tensors = None
         self._pending = []
@@ -139,12 +147,39 @@ class MemoryProbe(Probe):
         return {"peak_copy_gbps": best}
 
 
+def run(spec: ProbeSpec, config: Config, inv: Any) -> Any:
+    """One native call per case where the sweep is short (copies_per_call)."""
+    from dataclasses import replace
+
+    from ..run.runner import run_probe
+
+    config = replace(config, copies_per_call=copies_per_call(inv.settings.warmup, inv.settings.iters))
+    return run_probe(MemoryProbe(config), inv.settings, config=config, json_path=inv.json_path,
+                     results_dir=inv.results_dir)
+
+
+def print_report(outcome: Any, config: Config) -> None:
+    from tabulate import tabulate
+
+    from ..core.units import format_size
+
+    table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
+              f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]
+    print(tabulate(table, headers=["op", "size", "threads", "kernel", "time p50 (us)", "copy GB/s"],
+                   tablefmt="simple"))
+    impl = outcome.record["implementation"]
+    if impl["gpu_skipped_reason"]:
+        print(f"# GPU copies skipped: {impl['gpu_skipped_reason']}")
+    print(f"# implementation {impl['name']}; kernel: the faster here of libc memcpy and streaming (non-temporal) "
+          f"stores; results: {outcome.path}")
+
+
 SPEC = ProbeSpec(
     name="memory", command=("memory",), order=10,
     help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
     metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
-    row_schema=MemoryRow,
-    cli="microbench.commands.memory", needs=Needs(), aliases=(),
+    row_schema=MemoryRow, run=run, printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(), aliases=(),
     case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M")),),
 )

@@ -34,7 +34,9 @@ def check_gpu(what: str) -> None:
         import torch
     except ImportError:
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and torch is not installed") from None
-    if not torch.cuda.is_available():
+    from ..world.backends import cuda_usable
+
+    if not cuda_usable():
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and none is visible to torch")
 
 
@@ -134,28 +136,10 @@ class Context:
     s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
     bucket: str | None = None
     world: Any = None          # dist.World on every rank (needs.world)
+    run_dir: Any = None        # a run directory a probe's own run made (checkpoint)
+    transport: Any = None      # () -> what the record says about the transport (nccl)
+    cred_source: str = "unknown"   # where S3 credentials came from, for the record
     facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation
-
-
-def add_options(p: argparse.ArgumentParser, spec: ProbeSpec) -> None:
-    """The flags a spec's needs bring to a generic command."""
-    if not (spec.needs.target or spec.needs.s3 or spec.needs.world):
-        return
-    g = p.add_argument_group("needs")
-    if spec.needs.target:
-        g.add_argument("--path", default=tempfile.gettempdir(), help="directory to write under; a unique directory "
-                       "is created there and removed afterwards (default: the temp dir)")
-        g.add_argument("--keep", action="store_true", help="keep the run's directory afterwards")
-    if spec.needs.s3:
-        from ..targets.s3server import DEFAULT_BUCKET
-
-        g.add_argument("--endpoint", metavar="URL", help="S3 endpoint (default: an embedded server for the run)")
-        g.add_argument("--bucket", help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
-                       f"required with --endpoint)")
-    if spec.needs.world:
-        g.add_argument("--nproc", default=None, help="local ranks to spawn when not launched by torchrun/srun/mpirun "
-                       "(default: number of GPUs, else 2)")
-        g.add_argument("--timeout", default="60", help="seconds before a silent peer fails the run (default 60)")
 
 
 @contextlib.contextmanager

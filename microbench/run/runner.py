@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -12,6 +12,7 @@ from ..world import environment as envmod
 from ..world import interrupts
 from ..world.dist import World
 from ..core.errors import Interrupted, MicrobenchError, ProbeUnavailable, RunError
+from ..core.options import recorded
 from ..core.probe import Case, Probe, Timed
 from ..core.progress import Progress
 from ..results import RecordWriter, new_record
@@ -35,6 +36,7 @@ class RunOutcome:
     record: dict[str, Any]
     path: Path | None
     rows: list[dict[str, Any]]
+    notes: dict[str, Any] = field(default_factory=dict)   # what a probe's run tells its printer
 
 
 def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
@@ -42,6 +44,53 @@ def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
         return settings.iters
     per_iter = max(min(warm_times), 1e-9)
     return int(max(settings.min_iters, min(settings.iters, math.floor(settings.budget_s_per_case / per_iter))))
+
+
+# How a row's iterations were timed (the row's "timing"):
+TIMING_HOST = "host_clock"     # perf_counter around run_once + sync, every iteration
+TIMING_EVENTS = "cuda_events"  # a CUDA event pair around each iteration, one synchronize per batch
+TIMING_PROBE = "probe"         # the probe timed itself (run_once returned Timed)
+
+
+def timing_method(device: Any, cuda_available: bool) -> str:
+    """CUDA events for a case whose work runs on a GPU stream, else the host clock. A
+    synchronize per iteration costs 10-20 us and biases small GPU cases low against nccl-tests,
+    which times a batch of iterations per synchronize; events keep per-iteration times (and so
+    the percentiles) without one."""
+    if device is None or not cuda_available:
+        return TIMING_HOST
+    kind = getattr(device, "type", None) or str(device).split(":")[0]
+    return TIMING_EVENTS if kind == "cuda" else TIMING_HOST
+
+
+def _cuda_available() -> bool:
+    from ..world.backends import cuda_usable
+
+    return cuda_usable()
+
+
+def _new_cuda_event() -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _time_with_events(probe: Probe, case: Case, iters: int) -> tuple[list[float], list[dict[str, Any]], str]:
+    """Every iteration between two events on the current stream, then one synchronize for the
+    batch; elapsed_time is in milliseconds."""
+    pairs, extras = [], []
+    for _ in range(iters):
+        start, end = _new_cuda_event(), _new_cuda_event()
+        start.record()
+        out = probe.run_once(case)
+        end.record()
+        if isinstance(out, Timed):  # a probe that times itself after all: its figure stands
+            probe.sync()
+            return [out.time_s] + [_time_once(probe, case)[0] for _ in range(iters - 1)], [out.extra], TIMING_PROBE
+        pairs.append((start, end))
+        extras.append({})
+    probe.sync()
+    return [start.elapsed_time(end) / 1e3 for start, end in pairs], extras, TIMING_EVENTS
 
 
 def _time_once(probe: Probe, case: Case) -> tuple[float, dict[str, Any]]:
@@ -78,11 +127,21 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         iters = _iterations(settings, warm)
         if world is not None:
             iters = world.broadcast_object(iters)  # every rank must run the same count
+        device = probe.timed_on(case)
+        timing = timing_method(device, device is not None and _cuda_available())
         times, extras = [], []
-        for _ in range(iters):
-            elapsed, extra = _time_once(probe, case)
-            times.append(elapsed)
-            extras.append(extra)
+        if timing == TIMING_EVENTS:
+            times, extras, timing = _time_with_events(probe, case, iters)
+        else:
+            for _ in range(iters):
+                start = time.perf_counter()
+                out = probe.run_once(case)
+                probe.sync()
+                elapsed = time.perf_counter() - start
+                if isinstance(out, Timed):
+                    elapsed, timing = out.time_s, TIMING_PROBE
+                times.append(elapsed)
+                extras.append(out.extra if isinstance(out, Timed) else {})
         later = probe.checked_by(case) if settings.check else None
         nwrong = probe.check(case) if settings.check and later is None else 0
     finally:
@@ -98,6 +157,7 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
         **probe.row_fields(case),
         "iters": iters,
         "warmup": len(warm),
+        "timing": timing,
         "time_us": stats,
         "slowest_rank": slowest,
         "per_rank_time_us_p50": medians_us,
@@ -159,7 +219,9 @@ class _InterruptGuard:
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    return asdict(config) if is_dataclass(config) else dict(config)
+    """The resolved config as the record keeps it: run-only flags (where to write, the lab,
+    --timeout) are left out, as they were before flags came from the Config."""
+    return recorded(config) if is_dataclass(config) else dict(config)
 
 
 def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: World | None = None,

@@ -20,7 +20,7 @@ from ..targets import checkpoint_target as ct
 from . import model as fm
 from ..compose.checkpoint import predict_tier
 from ..probes import checkpoint as ck
-from ..probes.checkpoint.layout import layout_bytes, state_layout, tensor_count
+from ..probes.checkpoint import state_layout as ckl
 from ..core.stats import percentile
 from .steps import error_pct, spread_pct, sync
 from .phases import RecordFile, device_of, guarded, quiet
@@ -38,8 +38,8 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
 
     msd, osd = get_state_dict(model, optim)
     state = {"model": msd, "optim": osd}
-    layout = state_layout(state)
-    nbytes, items = layout_bytes(layout, world.size), tensor_count(layout)
+    layout = ckl.state_layout(state)
+    nbytes, items = ckl.layout_bytes(layout, world.size), ckl.tensor_count(layout)
     # The input: the checkpoint probe on this target, a synthetic state dict in this state's
     # layout: the same top-level keys, tensor shapes, sharding and order (DCP pays per item in
     # planning and metadata, and an S3 load's read-ahead windows follow the items' sizes and

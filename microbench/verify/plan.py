@@ -8,9 +8,9 @@ from typing import Any
 
 from . import model as fm
 from ..core.errors import UsageError
-from ..core.units import format_link_rate, parse_link_rate, parse_number, parse_positive_int
+from ..core.units import element_size, format_link_rate, parse_link_rate, parse_number, parse_positive_int
 from ..results import load_record
-from ..world.policy import free_memory_bytes
+from ..world.policy import free_memory_bytes, gpu_free_bytes_without_context
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
@@ -110,14 +110,16 @@ def calibration_from(path: str, backend: str, device: str) -> dict[str, Any]:
 
 
 def memory_need_bytes(shape: Any, tokens: int, ranks: int, precision: fm.Precision) -> float:
-    """Per rank: the composer's FSDP memory check (fp32 on the CPU: activations twice its bf16
-    estimate) plus the unsharded copy the compute-alone comparison trains beside it."""
+    """Per rank: the composer's FSDP memory check plus the unsharded copy the compute-alone
+    comparison trains beside it. The composer's activation estimate counts bf16 elements
+    (compose.fsdp.activation_bytes): scaled by this run's element size over bf16's, it stays as
+    it is for bf16 on a GPU and doubles for fp32 on the CPU."""
     from ..compose.fsdp import TrainSpec, memory_check
 
     train = TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens, flops_per_rank=1.0,
                       param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype)
     check = memory_check(shape, train, None)
-    scale = 4 / precision.bytes
+    scale = precision.bytes / element_size("bfloat16")
     replica = shape.total_params * (precision.bytes * 2) + (check.activation_bytes or 0) * scale
     return check.sharded_state_bytes + check.gathered_bytes + (check.activation_bytes or 0) * scale + replica
 
@@ -125,7 +127,15 @@ def memory_need_bytes(shape: Any, tokens: int, ranks: int, precision: fm.Precisi
 def check_memory(shape_kwargs: dict[str, dict[str, Any]], tokens: list[int], ranks: int, choice: Any) -> None:
     precision = fm.precision_for(choice.device)
     here = ranks if choice.device == "cpu" else 1
-    free = free_memory_bytes(choice.device)
+    if choice.device == "cuda":
+        # Each rank has its own GPU: the one with the least free memory decides, read without
+        # a CUDA context in this launcher; when NVML cannot say, the ranks' own start-up decides.
+        frees = gpu_free_bytes_without_context(ranks)
+        if not frees:
+            return
+        free = min(frees)
+    else:
+        free = free_memory_bytes(choice.device)
     where = "GPU memory" if choice.device == "cuda" else "host memory"
     for kwargs in shape_kwargs.values():
         shape = fm.shape_from_args(**kwargs)

@@ -40,10 +40,11 @@ def run_fsdp(opts: VerifyOptions) -> int:
                                                   opts.timeout_s, opts.profiles)
     choice = backends.choose(opts.backend)
     lab = labmod.get(opts.lab) if opts.lab else None
+    given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
     if lab is not None:
-        nproc, _, _ = labrun.lab_placement(opts.lab, opts.nproc)
+        nproc = labrun.place(lab.name, nproc=given).nproc
     else:
-        nproc = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else local_ranks()
+        nproc = given or local_ranks()
     cal = calibration_from(opts.calibration, choice.backend, choice.device) if opts.calibration else None
     if opts.calibrate_only and cal is not None:
         raise UsageError("--calibrate-only measures a calibration; it takes no --calibration")
@@ -97,7 +98,8 @@ def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab
         atomic_write_text(Path(spec_path), json.dumps(spec, default=str), mode=0o600)  # as mkstemp made it
         per_rank, master = None, "127.0.0.1"
         if lab_name and spec["phase"] == "steps":
-            _, master, per_rank = labrun.lab_placement(lab_name, str(nproc))
+            placed = labrun.place(lab_name, nproc=nproc)
+            master, per_rank = placed.master_addr, placed.per_rank
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=lambda w: 0, per_rank=per_rank,
                         master_addr=master, argv=["verify", "fsdp", "--phase-spec", spec_path])
     finally:

@@ -181,9 +181,15 @@ def _route_ifname(addr: str) -> str | None:
 
 
 def _torch_device(device: str) -> Any:
+    """The rank's own device for init_process_group(device_id=...): torch refuses one without an
+    index ("Please use a device_id with index.", distributed_c10d.py), so "cuda" alone is a bug
+    of the caller (session.in_world passes "cuda:<local index>")."""
     import torch
 
-    return torch.device(device)
+    dev = torch.device(device)
+    if dev.type != "cpu" and dev.index is None:
+        raise RunError(f"device {device!r} has no index: a rank joins with its own GPU, e.g. 'cuda:0'")
+    return dev
 
 
 def _make_store(spec: WorldSpec, timeout_s: float) -> Any:

@@ -22,33 +22,87 @@ from . import interrupts
 from .backends import BackendChoice
 from .dist import World
 from .launch import RankLaunch, check_local_world, detect_world, launch_local
+from ..core.errors import Interrupted, RunError, UsageError
 
 
 def local_ranks(default_gpus: bool = True) -> int:
     """Default --nproc: one rank per GPU, else 2."""
-    from .backends import gpu_possible
+    count = gpu_count() if default_gpus else 0
+    return count if count > 0 else 2
 
-    if default_gpus and gpu_possible():
-        try:
-            import torch
 
-            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-                return torch.cuda.device_count()
-        except ImportError:
-            pass
-    return 2
+def gpu_count() -> int:
+    """GPUs torch can see here, 0 without CUDA. torch.cuda.device_count() asks NVML or the
+    runtime's device count, neither of which creates a CUDA context in this process."""
+    from .backends import cuda_usable
+
+    if not cuda_usable():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def check_gpu_ranks(local_world: int, gpus: int) -> None:
+    """One local rank per GPU at most (exit 2): two ranks on one GPU share its memory and
+    copy engines, and NCCL before 2.30 aborts them ("Duplicate GPU detected")."""
+    if local_world > gpus:
+        raise UsageError(f"invalid --nproc {local_world}: this host has {gpus} GPU(s) and each local rank needs "
+                         f"its own; use --nproc {max(gpus, 1)} (the default: one rank per GPU), "
+                         f"or --backend gloo for CPU ranks")
+
+
+def local_gpu(local_rank: int, local_world: int, gpus: int) -> int:
+    """The CUDA index of this rank's own GPU: its local rank, once the local world fits."""
+    check_gpu_ranks(max(local_world, local_rank + 1), gpus)
+    return local_rank
 
 
 def free_memory_bytes(device: str) -> int:
+    """Free memory for one rank. A GPU's is read where a context already exists (in the rank,
+    for its own `cuda:<i>`); the launcher uses gpu_free_bytes_without_context."""
     if device.startswith("cuda"):
         import torch
 
-        return int(torch.cuda.mem_get_info()[0])
+        dev = torch.device(device)
+        return int(torch.cuda.mem_get_info(dev.index if dev.index is not None else torch.cuda.current_device())[0])
     with open("/proc/meminfo") as handle:
         for line in handle:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def gpu_free_bytes_without_context(count: int) -> list[int] | None:
+    """Free bytes of CUDA devices 0..count-1 read through NVML, which creates no CUDA context: a
+    context the launcher kept on GPU 0 for the whole run would hold ~500 MiB there and stop rank 0
+    from starting under EXCLUSIVE_PROCESS. None when NVML cannot say (not installed, or
+    CUDA_VISIBLE_DEVICES names devices NVML cannot map); each rank still checks its own GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        pynvml.nvmlInit()
+        try:
+            names = [v.strip() for v in visible.split(",")][:count] if visible is not None else None
+            out = []
+            for index in range(count):
+                if names is None:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                elif index < len(names) and names[index].isdigit():
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(int(names[index]))
+                elif index < len(names) and names[index].startswith(("GPU-", "MIG-")):
+                    handle = pynvml.nvmlDeviceGetHandleByUUID(names[index])
+                else:
+                    return None
+                out.append(int(pynvml.nvmlDeviceGetMemoryInfo(handle).free))
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML raises its own error classes; any means "NVML cannot say"
+        return None
 
 
 def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
@@ -60,24 +114,48 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
     spec = detect_world()
     if spec is None:
         check_local_world(nproc)  # before the memory check, which scales with nproc
+        if choice.device == "cuda" and per_rank is None:
+            check_gpu_ranks(nproc, gpu_count())
         if before_launch:
             before_launch()
         return launch_local(nproc, argv if argv is not None else sys.argv[1:], timeout_s=timeout_s,
                             per_rank=per_rank, master_addr=master_addr, extra_env=choice.env)
     os.environ.update(choice.env)
+    device = choice.device
     if choice.device == "cuda":
         import torch
 
-        torch.cuda.set_device(spec.local_rank % max(1, torch.cuda.device_count()))
-    world = World(spec, choice.backend, timeout_s, device=choice.device)
+        # The rank's own GPU, set before the world starts: NCCL binds its communicator to it, and
+        # torch's init_process_group refuses a device_id without an index ("Please use a
+        # device_id with index.", torch/distributed/distributed_c10d.py).
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or spec.local_rank + 1)
+        index = local_gpu(spec.local_rank, local_world, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        device = f"cuda:{index}"
+    try:
+        world = World(spec, choice.backend, timeout_s, device=device)
+    except RunError as exc:
+        raise _with_hint(exc, choice) from None
     try:
         interrupts.check()  # a signal during start-up whose first raise a library swallowed
         code = body(world)
+    except RunError as exc:
+        world.close(failed=True)
+        raise _with_hint(exc, choice) from None
     except BaseException:
         world.close(failed=True)
         raise
     world.close()
     return code
+
+
+def _with_hint(exc: RunError, choice: BackendChoice) -> RunError:
+    from .backends import transport_failure_hint
+
+    hint = transport_failure_hint(choice)
+    if not hint or hint in str(exc) or isinstance(exc, Interrupted):
+        return exc
+    return type(exc)(f"{exc}; {hint}")
 
 
 def transport_note(choice: BackendChoice, nccl_log_dir: str | None) -> dict[str, Any]:

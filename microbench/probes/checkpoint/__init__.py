@@ -27,28 +27,14 @@ from typing import Any
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
-from .layout import Item, layout_bytes, shard_rows, tensor_count
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
+from .run import run, print_report
+from .state_layout import Item, layout_bytes, shard_rows, tensor_count
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 
-TENSOR_BYTES = 64 << 20    # global bytes per tensor, the order of one large transformer weight
-ROW_ELEMS = 1024           # columns per tensor
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
-
-
-@dataclass
-class Config:
-    size_bytes: int                 # total across ranks, before rounding to whole rows
-    target: str                     # for the record; the run's own directory lives under it
-    async_save: bool = False
-    dtype: str = "float32"
-    thread_count: int = 1           # DCP writer threads per rank
-    keep: bool = False
-    device: str = "cpu"
-    backend: str = "gloo"
-    tensors: int = 0                # 0: as many as TENSOR_BYTES needs; else this many (a model's item count)
-    items: tuple[Item, ...] = ()    # a real state's layout to mirror; then size_bytes and tensors are ignored
 
 
 class _CheckpointRequired(ProbeRow):
@@ -66,31 +52,8 @@ class CheckpointRow(_CheckpointRequired, total=False):
     checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
 
 
-def layout(size_bytes: int, nranks: int, elem: int, tensors: int = 0) -> list[int]:
-    """Rows per rank for each tensor: whole rows, an equal count on every rank, tensors of at
-    most TENSOR_BYTES globally (or exactly `tensors` of them, to match a model's state dict,
-    whose per-item cost DCP pays). Raises UsageError when the size cannot hold one row per rank."""
-    row_bytes = ROW_ELEMS * elem
-    rows_per_rank = size_bytes // (row_bytes * nranks)
-    if rows_per_rank < 1:
-        need = row_bytes * nranks
-        raise UsageError(f"invalid --size {format_bytes_human(size_bytes)}: too small for {nranks} ranks; "
-                         f"needs at least {need} bytes (one {row_bytes}-byte row per rank), e.g. --size 64M")
-    ntensors = tensors or max(1, math.ceil(rows_per_rank * row_bytes * nranks / TENSOR_BYTES))
-    ntensors = min(ntensors, rows_per_rank)
-    base, extra = divmod(rows_per_rank, ntensors)
-    return [base + (1 if i < extra else 0) for i in range(ntensors)]
-
-
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
     return sum(layout(size_bytes, nranks, elem)) * ROW_ELEMS * elem * nranks
-
-
-def host_bytes_per_rank(size_bytes: int, nranks: int, async_save: bool) -> int:
-    """Peak host memory one rank holds: the state, the load destination and (async) DCP's
-    staging copy, plus pattern temporaries for one tensor."""
-    shard = size_bytes // nranks
-    return shard * (3 if async_save else 2) + 3 * TENSOR_BYTES
 
 
 class CheckpointProbe(Probe):
@@ -383,10 +346,15 @@ def _dcp_cause(exc: BaseException) -> str:
 SPEC = ProbeSpec(
     name="checkpoint", command=("checkpoint",), order=60,
     help="torch.distributed.checkpoint save/load (and async save) throughput",
-    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: CheckpointProbe(config),
-    row_schema=CheckpointRow,
-    cli="microbench.commands.checkpoint", needs=Needs(world=True, target=True, s3=True), aliases=(),
+    description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks (gloo "
+                "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
+                "and report GB/s. --size is the total across ranks, split evenly.",
+    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
+    row_schema=CheckpointRow, validate=validate, run=run, printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
+    needs=Needs(world=True, target=True, s3=True), aliases=(),
     case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
-    suite=(SuiteStep("checkpoint", ("--size", "256M", "--nproc", "2", "--target", "{path}")),
-           SuiteStep("checkpoint s3", ("--size", "256M", "--nproc", "2", "--target", "s3://microbench/ckpt"))),
+    # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
+    suite=(SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}")),
+           SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"))),
 )

@@ -21,48 +21,13 @@ from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.probe import Case, Probe
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
+from .config import Config, validate
+from .run import run, print_outcome
+from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp, bytes_needed_per_rank, check_algo, check_memory
 
-
-
-@dataclass(frozen=True)
-class CollOp:
-    name: str
-    redop: str                       # "sum", or "none" for data movement
-    root: int                        # -1 where the op has no root
-    placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
-    chunked: bool                    # S must split into n equal chunks
-    # (per-rank bytes held for the op) as a multiple of S, for the memory check
-    footprint: Callable[[int], float]
-
-    def factor(self, n: int) -> float:
-        """busbw / algbw for n ranks."""
-        return bus_factor(self.name, n)
-
-
-OPS: dict[str, CollOp] = {
-    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False, lambda n: 1.0),
-    "broadcast": CollOp("broadcast", "none", 0, ("in",), False, lambda n: 1.0),
-    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True, lambda n: 2.0),
-}
-DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")
-
-
-@dataclass
-class Config:
-    sizes: list[int] = field(default_factory=lambda: [1 << 20])
-    ops: list[str] = field(default_factory=lambda: list(DEFAULT_OPS))
-    dtype: str = "float32"
-    backend: str = "gloo"
-    device: str = "cpu"
-    # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
-    # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
-    algo: str = "torch"
 
 
 class _NcclRequired(ProbeRow):
@@ -80,37 +45,12 @@ class NcclRow(_NcclRequired, total=False):
     busbw_pct_of_expected: float    # when this hardware's expectation is known
 
 
-ALGOS = ("torch", "ring")
-RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
 
 def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
     """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
     unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
     return max(unit, size_bytes // unit * unit)
-
-
-def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int) -> int:
-    """Peak bytes one rank holds for the largest case: the op's buffers plus one buffer of
-    expected values for the check."""
-    return int(max(OPS[name].footprint(n) for name in ops) * size_bytes + size_bytes)
-
-
-def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str) -> None:
-    need = bytes_needed_per_rank(ops, max(sizes), max(ranks_here, 1)) * ranks_here
-    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
-    if shortfall:
-        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; "
-                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here)}")
-
-
-def _suggest(free_bytes: int, ops: list[str], ranks_here: int) -> str:
-    from ...core.units import format_size
-
-    size = 1 << 20
-    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1)) * ranks_here < free_bytes * MEMORY_SHARE:
-        size *= 2
-    return format_size(size)
 
 
 def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
@@ -196,16 +136,6 @@ def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]])
             continue
         wrong += int((head != tile).sum().item()) + int((tail != expected_tail).sum().item())
     return wrong
-
-
-def check_algo(algo: str, ops: list[str]) -> None:
-    if algo not in ALGOS:
-        raise UsageError(f"invalid --algo {algo!r}: expected one of {', '.join(ALGOS)} (e.g. --algo ring)")
-    if algo == "ring":
-        other = [op for op in ops if op not in RING_OPS]
-        if other:
-            raise UsageError(f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
-                             f"e.g. --algo ring --ops {','.join(RING_OPS)}")
 
 
 class CollectiveProbe(Probe):
@@ -329,6 +259,11 @@ class CollectiveProbe(Probe):
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def timed_on(self, case: Case) -> Any:
+        # torch's NCCL collectives wait on the current stream and make it wait for them, so an
+        # event pair on the current stream brackets the collective.
+        return self.device if self.device.type == "cuda" else None
+
     def check(self, case: Case) -> int:
         # In-place reductions feed each iteration's output into the next, so the buffers are
         # refilled for one checked run; every other op's last timed output is already final.
@@ -376,12 +311,18 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
 SPEC = ProbeSpec(
     name="nccl", command=("nccl",), order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
-    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context=None: CollectiveProbe(config),
-    row_schema=NcclRow,
-    cli="microbench.commands.nccl", needs=Needs(world=True), aliases=("collectives",),
+    description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
+                "nccl-tests layout, fit a latency-bandwidth model per op.",
+    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
+    row_schema=NcclRow, validate=validate, run=run, printer=print_outcome,
+    # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
+    # ends in about a minute on two CPU ranks; small sizes still run all --iters.
+    sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
+    needs=Needs(world=True), aliases=("collectives",),
     case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
-    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--nproc", "2", "--warmup", "1"), aliases=("collectives",)),),
+    # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
+    suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--warmup", "1"), aliases=("collectives",)),),
 )

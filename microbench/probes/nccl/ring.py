@@ -29,10 +29,17 @@ class Ring:
         self.right, self.left = (rank + 1) % size, (rank - 1) % size
         self._scratch: dict[tuple[int, Any, Any], tuple[Any, Any]] = {}
 
+    def exchange_ops(self, send: Any, recv: Any) -> list[Any]:
+        """One ring step as a P2POp list, receive first (see the module docstring for why)."""
+        dist = self.dist
+        return [dist.P2POp(dist.irecv, recv, self.left), dist.P2POp(dist.isend, send, self.right)]
+
     def _exchange(self, send: Any, recv: Any) -> None:
-        # Receive posted first: see the module docstring for why the order matters.
-        works = [self.dist.irecv(recv, self.left), self.dist.isend(send, self.right)]
-        for work in works:
+        # One batch_isend_irecv: on NCCL it groups the receive and the send (ncclGroupStart/End),
+        # without which NCCL serializes point-to-point calls to one peer on one stream and two
+        # ranks that each send before their receive is posted deadlock. gloo, which cannot
+        # coalesce, gets the two calls in the list's order: receive first, as before.
+        for work in self.dist.batch_isend_irecv(self.exchange_ops(send, recv)):
             work.wait()
 
     def _buffers(self, like: Any) -> tuple[Any, Any]:

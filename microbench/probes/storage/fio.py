@@ -4,10 +4,12 @@ opinion on the native engine."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from .fio_engine import fio_unavailable_reason
 from .posix import SPEC as POSIX_SPEC
-from .posix import PosixProbe
+from .posix import PosixProbe, Target, Workload
+from .report import run_storage
 
 
 class FioProbe(PosixProbe):
@@ -18,9 +20,14 @@ class FioProbe(PosixProbe):
         return fio_unavailable_reason()
 
 
+def _run(spec: Any, config: Workload, inv: Any) -> Any:
+    return run_storage(FioProbe, Target, config, inv, tools=("fio",))
+
+
 # The same workload, rows and metrics as storage posix, through another engine.
 SPEC = replace(
     POSIX_SPEC, name="storage_fio", command=("storage", "fio"), order=45,
     help="the same file workload through fio (subprocess, JSON output)",
-    build=lambda config, context=None: FioProbe(config), cli="microbench.commands.storage_fio", suite=(),
+    description="Run fio on a test file with the posix subcommand's workload flags.",
+    config=Workload, build=lambda config, context=None: FioProbe(config), run=_run, suite=(),
 )

@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import ProbeUnavailable, RunError
+from ...core.errors import ProbeUnavailable, RunError, UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.options import one_of, option, positive_int, size, size_range
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 
 OPS = ("write", "read")
@@ -32,11 +33,17 @@ OPS = ("write", "read")
 
 @dataclass
 class Config:
-    path: str                       # the run's own directory (created and removed by the command)
-    sizes: list[int] = field(default_factory=lambda: [1 << 30])
-    ops: list[str] = field(default_factory=lambda: list(OPS))
-    task_bytes: int = 16 << 20      # kvikio task size: one pread/pwrite per task
-    threads: int = 4                # kvikio thread pool
+    base: str = option(flag="--path", metavar="PATH", record=False,
+                       help="directory to test; the run writes only inside a unique directory it creates there "
+                            "and removes afterwards")
+    sizes: list[int] = option([1 << 30], parse=size_range, flag="--size", shown="1G",
+                              help="bytes per transfer, e.g. 1G or 256M,1G")
+    ops: list[str] = option(list(OPS), parse=one_of(OPS), flag="--rw", shown="write,read", help="write, read or both")
+    task_bytes: int = option(16 << 20, parse=size, flag="--bs", shown="16M",
+                             help="kvikio task size: bytes per pread/pwrite")   # one pread/pwrite per task
+    threads: int = option(4, parse=positive_int, help="kvikio thread pool size")
+    keep: bool = option(False, switch=True, record=False, help="keep the data file")
+    path: str = ""                  # the run's own directory (created and removed by the run)
 
 
 def libcuda_present() -> bool:
@@ -58,7 +65,7 @@ def unavailable_reason(import_kvikio: Any = None, cuda_driver: Any = None, devic
     try:
         (import_kvikio or _import_kvikio)()
     except ImportError:
-        return "kvikio is not installed (pip install kvikio-cu12 on a CUDA 12 machine)"
+        return "kvikio is not installed (pip install kvikio-cu13 beside torch 2.13's CUDA 13 build: the gpu extra)"
     if not (cuda_driver or libcuda_present)():
         return "no CUDA driver (libcuda.so.1 cannot be loaded)"
     count = (device_count or _cuda_device_count)()
@@ -75,23 +82,30 @@ def _import_kvikio() -> Any:
 
 
 def _cuda_device_count() -> int:
-    try:
-        import torch
+    from ...world.policy import gpu_count
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
+    return gpu_count()
 
 
 def io_path(kvikio: Any) -> dict[str, Any]:
-    """Which path serves the bytes, across kvikio APIs (25.x: compat_mode() -> bool/enum;
-    26.x: defaults.get('compat_mode') and cufile_driver.properties)."""
+    """Which path serves the bytes, in kvikio's own words. The compat mode asked for
+    (KVIKIO_COMPAT_MODE, default AUTO) is not the answer: AUTO means "ON when cuFile cannot be
+    used" (kvikio's defaults.cpp, infer_compat_mode_if_auto). kvikio.defaults.is_compat_mode_preferred()
+    (kvikio >= 24.10) resolves it; older kvikio only has compat_mode() as a bool. When cuFile is
+    used, kvikio.cufile_driver's DriverProperties.is_gds_available says whether nvidia-fs does the
+    DMA; kvikio returns False there when the driver raised (cufile_driver.pyx), so False means
+    "cuFile's own compatibility mode", not necessarily "GDS absent"."""
     defaults = kvikio.defaults
-    try:
-        mode = defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()
-    except Exception:
+    if hasattr(defaults, "get"):            # kvikio 25.02+: defaults.get("compat_mode") -> CompatMode
+        mode = defaults.get("compat_mode")
+    else:
         mode = defaults.compat_mode()
-    compat = _is_on(mode)
+    if hasattr(defaults, "is_compat_mode_preferred"):
+        compat = bool(defaults.is_compat_mode_preferred())
+        answered_by = "kvikio.defaults.is_compat_mode_preferred()"
+    else:
+        compat = _is_on(mode)
+        answered_by = "kvikio.defaults.compat_mode() (this kvikio has no is_compat_mode_preferred)"
     gds_available: bool | None = None
     reason = None
     if not compat:
@@ -102,6 +116,8 @@ def io_path(kvikio: Any) -> dict[str, Any]:
             if props is None and hasattr(driver, "DriverProperties"):
                 props = driver.DriverProperties()
             gds_available = bool(props.is_gds_available) if props is not None else None
+            if gds_available is False:
+                reason = "kvikio's DriverProperties.is_gds_available is False (no nvidia-fs, or the driver raised)"
         except Exception as exc:  # the driver refused to open: cuFile still serves in its compat mode
             gds_available, reason = False, str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
     if compat:
@@ -112,15 +128,16 @@ def io_path(kvikio: Any) -> dict[str, Any]:
         served = "cuFile compatibility mode (cuFile loaded, GDS not available)"
     else:
         served = "cuFile (GDS availability unknown: this kvikio does not report driver properties)"
-    return {"kvikio_compat_mode": str(mode), "gds_available": gds_available, "served_by": served,
+    return {"kvikio_compat_mode": str(getattr(mode, "name", mode)), "kvikio_compat_mode_preferred": compat,
+            "compat_answer_from": answered_by, "gds_available": gds_available, "served_by": served,
             "real_gds": bool(gds_available and not compat), "gds_driver_note": reason}
 
 
 def _is_on(mode: Any) -> bool:
     if isinstance(mode, bool):
         return mode
-    text = str(getattr(mode, "name", mode)).upper()
-    return text.endswith("ON") or text in ("TRUE", "1")
+    text = str(getattr(mode, "name", mode)).upper().rsplit(".", 1)[-1]
+    return text in ("ON", "TRUE", "1")
 
 
 class GdsProbe(Probe):
@@ -163,10 +180,9 @@ class GdsProbe(Probe):
 
         self._kv()
         self._buf = torch.empty(case.size_bytes, dtype=torch.uint8, device="cuda")
-        if case.op == "write":
-            self._buf.copy_(_pattern(case.size_bytes).to("cuda"))
-        elif not os.path.exists(self._file) or os.path.getsize(self._file) < case.size_bytes:
-            self._write_once(case.size_bytes, _pattern(case.size_bytes).to("cuda"))
+        fill_pattern(self._buf)  # filled on the GPU from one tile: no host copy of the transfer
+        if case.op != "write" and (not os.path.exists(self._file) or os.path.getsize(self._file) < case.size_bytes):
+            self._write_once(case.size_bytes, self._buf)
         torch.cuda.synchronize()
 
     def _write_once(self, size: int, buf: Any) -> float:
@@ -199,15 +215,10 @@ class GdsProbe(Probe):
 
     def check(self, case: Case) -> int:
         if case.op == "write":
-            with open(self._file, "rb") as handle:
-                data = handle.read(case.size_bytes)
-            import torch
-
-            got = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            return int((got != _pattern(case.size_bytes)).sum().item())
+            return file_pattern_mismatches(self._file, case.size_bytes)
         self._buf.zero_()
         self.run_once(case)
-        return int((self._buf.cpu() != _pattern(case.size_bytes)).sum().item())
+        return count_pattern_mismatches(self._buf)  # on the GPU, a chunk at a time
 
     def release(self, case: Case) -> None:
         self._buf = None
@@ -217,10 +228,61 @@ class GdsProbe(Probe):
         return {"write_gbps": gbps} if case.op == "write" else {"read_gbps": gbps}
 
 
-def _pattern(size: int) -> Any:
+# The check pattern: byte i holds i mod 251 (a prime, so no power-of-two stride aliases it).
+PATTERN_PERIOD = 251
+# Checks compare this much at a time: host memory for the check stays O(chunk), not O(size)
+# (a whole-size int64 index for 1 GiB was 8 GiB, plus the comparison's temporaries). A multiple
+# of the period, so every chunk starts at pattern phase 0.
+CHECK_CHUNK_BYTES = PATTERN_PERIOD * (256 << 10)
+
+
+def _tile(device: Any = "cpu") -> Any:
     import torch
 
-    return (torch.arange(size, dtype=torch.int64) % 251).to(torch.uint8)
+    return torch.arange(PATTERN_PERIOD, dtype=torch.uint8, device=device)
+
+
+def fill_pattern(buf: Any) -> Any:
+    """Write the pattern into a flat uint8 tensor in place, from one 251-byte tile."""
+    tile = _tile(buf.device)
+    count = buf.numel()
+    full = count // PATTERN_PERIOD * PATTERN_PERIOD
+    if full:
+        buf[:full].view(-1, PATTERN_PERIOD).copy_(tile.expand(full // PATTERN_PERIOD, PATTERN_PERIOD))
+    if count > full:
+        buf[full:].copy_(tile[:count - full])
+    return buf
+
+
+def count_pattern_mismatches(data: Any) -> int:
+    """Bytes of a flat uint8 tensor (starting at pattern phase 0) that differ from the pattern,
+    compared one CHECK_CHUNK_BYTES slice at a time."""
+    tile = _tile(data.device)
+    wrong = 0
+    for start in range(0, data.numel(), CHECK_CHUNK_BYTES):
+        chunk = data[start:start + CHECK_CHUNK_BYTES]
+        full = chunk.numel() // PATTERN_PERIOD * PATTERN_PERIOD
+        if full:
+            wrong += int((chunk[:full].view(-1, PATTERN_PERIOD) != tile).sum().item())
+        if chunk.numel() > full:
+            wrong += int((chunk[full:] != tile[:chunk.numel() - full]).sum().item())
+    return wrong
+
+
+def file_pattern_mismatches(path: str, size: int) -> int:
+    """count_pattern_mismatches over the first `size` bytes of a file, read a chunk at a time;
+    bytes the file lacks count as wrong."""
+    import torch
+
+    wrong, done = 0, 0
+    with open(path, "rb") as handle:
+        while done < size:
+            data = handle.read(min(CHECK_CHUNK_BYTES, size - done))
+            if not data:
+                break
+            wrong += count_pattern_mismatches(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            done += len(data)
+    return wrong + (size - done)
 
 
 def _drop_cache(path: str) -> None:
@@ -231,12 +293,61 @@ def _drop_cache(path: str) -> None:
         os.close(fd)
 
 
+def run(spec: Any, config: Config, inv: Any) -> Any:
+    """The run's own directory under --path, created and removed here; skipped with the reason
+    before it exists when GDS cannot run."""
+    from dataclasses import replace
+
+    from ...core.units import format_bytes_human
+    from ...run.runner import run_probe, skip
+    from ...targets import checkpoint_target as ct
+
+    reason = unavailable_reason()
+    if reason:
+        skip(GdsProbe.name, f"storage gds: {reason}", replace(config, path=config.base), inv.settings,
+             json_path=inv.json_path, results_dir=inv.results_dir)
+    target = ct.parse_target(config.base)
+    if target.kind != "local":
+        raise UsageError(f"invalid --path {config.base!r}: GDS needs a local or mounted file system path, "
+                         f"e.g. /mnt/nvme")
+    run_dir = ct.RunDir(target, ct.unique_name().replace("ckpt", "gds"))
+    run_dir.create()
+    try:
+        ct.check_free_space(run_dir.root, max(config.sizes) + ct.SPACE_MARGIN_BYTES,
+                            f"a {format_bytes_human(max(config.sizes))} file")
+        config = replace(config, path=run_dir.root)
+        return run_probe(GdsProbe(config), inv.settings, config=config, json_path=inv.json_path,
+                         results_dir=inv.results_dir)
+    finally:
+        if not config.keep:
+            run_dir.remove()
+
+
+def print_report(outcome: Any, config: Config) -> str | None:
+    from tabulate import tabulate
+
+    from ...core.units import format_size
+
+    impl = outcome.record["implementation"]
+    table = [(r["op"], format_size(r["size_bytes"]), r["iters"], f"{r['time_us']['p50'] / 1e3:.1f}",
+              f"{r.get('write_gbps', r.get('read_gbps')):.2f}", "N/A" if r["nwrong"] is None else r["nwrong"])
+             for r in outcome.rows]
+    print(f"# microbench storage gds: {impl['engine']}, served by {impl['served_by']}")
+    print(tabulate(table, headers=["op", "size", "iters", "time p50 (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+    print(f"# results: {outcome.path}")
+    wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+    return f"{wrong} wrong byte(s) after GDS transfers (see #wrong)" if wrong else None
+
+
 SPEC = ProbeSpec(
     name="storage_gds", command=("storage", "gds"), order=55,
     help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
+    description="Write and read a file from GPU memory with kvikio's CuFile; the record says whether real GDS or a "
+                "compatibility mode served the bytes.",
     metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
-    row_schema=GdsRow,
-    cli="microbench.commands.storage_gds", needs=Needs(target=True, gpu=True), aliases=(),
+    row_schema=GdsRow, run=run, printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=10.0, check=True, check_flag=True),
+    needs=Needs(target=True, gpu=True), aliases=(),
     feeds=("tier",),
     suite=(),
 )

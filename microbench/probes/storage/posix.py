@@ -24,8 +24,10 @@ from ...core.probe import Case, Probe, Timed
 from ...core.units import format_size
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.options import choice, one_of, option, positive_int, size, size_list
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from .report import print_report, run_storage
 
 RW = ("read", "write")
 PATTERNS = ("seq", "rand")
@@ -36,22 +38,44 @@ MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 DATA_FILE = "data.bin"
 
 
+def _expected(text: Any, flag: str) -> dict[str, Any] | None:
+    from ...expect.overrides import override
+
+    return override(text)
+
+
 @dataclass
-class Config:
-    path: str = "/tmp"
-    rw: list[str] = field(default_factory=lambda: ["read", "write"])
-    bs: list[int] = field(default_factory=lambda: [1 << 20, 16 << 20])
-    threads: int = 1
-    qd: int = 4
-    direct: bool | None = None  # None: O_DIRECT where the filesystem allows it, else buffered
-    size: int = 1 << 30
-    pattern: str = "seq"
-    keep: bool = False
-    space_check: bool = True
+class Workload:
+    """The workload flags posix and fio share, so both describe the same I/O."""
+
+    path: str = option("/tmp", help="directory to test; a unique directory is created under it and removed "
+                                    "afterwards")
+    rw: list[str] = option(["read", "write"], parse=one_of(RW), help="read, write or both")
+    bs: list[int] = option([1 << 20, 16 << 20], parse=size_list, shown="1M,16M", help="block sizes, binary units")
+    threads: int = option(1, parse=positive_int, help="parallel workers, each its own slice of the file")
+    qd: int = option(4, parse=positive_int, help="I/Os in flight per worker (io_uring)", shown="4")
+    # None: O_DIRECT where the filesystem allows it, else buffered
+    direct: bool | None = option(None, negative="--buffered", shown="",
+                                 help="O_DIRECT (--direct) or the page cache (--buffered); default O_DIRECT where "
+                                      "the filesystem allows it")
+    size: int = option(1 << 30, parse=size, shown="1G", help="test file size")
+    pattern: str = option("seq", parse=choice(PATTERNS), help="seq or rand")
+    keep: bool = option(False, switch=True, help="keep the test directory and file afterwards")
+    expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, switch=False,
+                                   help="the throughput this hardware should reach, overriding what sysfs/NVML say, "
+                                        "with a unit: e.g. 24GB/s or 200Gbit (results then show %% of it)", shown="")
+    space_check: bool = option(True, switch=True, switch_value=False, flag="--no-space-check",
+                               help="skip the free-space check (for filesystems that misreport free space)")
     engine: str = "auto"  # auto, io_uring or threads
 
 
-def validate(config: Config) -> None:
+@dataclass
+class Config(Workload):
+    compare_fio: bool = option(False, switch=True, record=False,
+                               help="also run fio on the same file and print the ratio")
+
+
+def validate(config: Workload) -> Workload:
     """Flag checks that need no file system access."""
     check_base(config.path)
     for bs in config.bs:
@@ -67,6 +91,7 @@ def validate(config: Config) -> None:
                 raise UsageError(f"invalid --bs {format_size(bs)!r}: with O_DIRECT the block size must be a multiple "
                                  f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
                                  f"{format_size(max(align, bs // align * align))} or --buffered")
+    return config
 
 
 def expected_engine(config: Config) -> str:
@@ -264,12 +289,18 @@ class PosixProbe(Probe):
         return {"vs_fio": ratios} if ratios else {}
 
 
+def _run(spec: Any, config: Config, inv: Any) -> Any:
+    return run_storage(PosixProbe, Target, config, inv, compare_fio=config.compare_fio)
+
+
 SPEC = ProbeSpec(
     name="storage_posix", command=("storage", "posix"), order=40,
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
+    description="Read and write one test file with the native engine; fsync is inside the timed write, cached "
+                "pages are dropped before reads.",
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
-    row_schema=StorageRow,
-    cli="microbench.commands.storage_posix", needs=Needs(target=True), aliases=(),
+    row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
     case_keys=("tool", "pattern", "bs_bytes", "threads", "qd"), feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
 )

@@ -32,40 +32,12 @@ from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
 from ...targets.s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
 from ...core.stats import percentile
-from ...core.registry import Needs, ProbeSpec, SuiteStep
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from .s3_config import MAX_PART_BYTES, MAX_PARTS, OPS, Config, validate
+from .s3_run import run_s3, print_report
 
-OPS = ("put", "get")
-MAX_PARTS = 10_000          # S3's limit per multipart upload
-MAX_PART_BYTES = 5 << 30    # S3's largest part
 READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
-
-
-@dataclass
-class Config:
-    object_size: int = 64 << 20
-    part_size: int = 16 << 20
-    concurrency: int = 8
-    ops: list[str] = field(default_factory=lambda: list(OPS))
-    objects: int = 1
-    bucket: str = "microbench"
-    prefix: str = ""
-    keep: bool = False
-    timeout_s: float = 10.0
-
-
-def validate(config: Config) -> None:
-    from ...core.units import format_size
-
-    if config.part_size > MAX_PART_BYTES:
-        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
-                         f"e.g. --part-size 16M")
-    parts = -(-config.object_size // config.part_size)
-    if parts > MAX_PARTS:
-        need_mib = -(-config.object_size // (MAX_PARTS << 20))
-        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: a "
-                         f"{format_size(config.object_size)} object would need {parts} parts, S3 allows "
-                         f"{MAX_PARTS}; e.g. --part-size {need_mib}M")
 
 
 def part_plan(object_size: int, part_size: int) -> list[tuple[int, int]]:
@@ -349,9 +321,12 @@ def _same_bytes(buf: memoryview, n: int, payload: bytes, offset: int) -> bool:
 SPEC = ProbeSpec(
     name="storage_s3", command=("storage", "s3"), order=50,
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
-    metrics=("throughput_gbps",), config=Config, build=lambda config, context=None: StorageS3Probe(config),
-    row_schema=S3Row,
-    cli="microbench.commands.storage_s3", needs=Needs(target=True, s3=True), aliases=(),
+    description="PUT objects as concurrent multipart uploads and GET them back as concurrent ranged reads. Without "
+                "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
+                "Credentials come from the standard AWS environment or profile.",
+    metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
+    row_schema=S3Row, validate=validate, run=run_s3, printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
     case_keys=("part_size_bytes", "concurrency", "objects"), feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )

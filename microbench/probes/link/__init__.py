@@ -23,26 +23,67 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..targets import native
-from ..core.errors import RunError, UsageError
-from ..core.probe import Case, Probe, Timed
-from ..core.stats import percentile
-from ..core.registry import Needs, ProbeSpec, SuiteStep
-from ..results.schema import ProbeRow
+from ...targets import native
+from ...core.errors import RunError, UsageError
+from ...core.probe import Case, Probe, Timed
+from ...core.stats import percentile
+from ...core.options import one_of, option, positive, positive_int, sizes
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.units import parse_sizes
+from ...results.schema import ProbeRow
+from .run import print_report, run
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
 MAX_STREAMS = 64
 
 
+def _pair(text: Any, flag: str) -> list[int]:
+    try:
+        pair = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        pair = []
+    if len(pair) != 2 or pair[0] == pair[1] or min(pair) < 0:
+        raise UsageError(f"invalid --pair {text!r}: expected two different host indices, e.g. --pair 0,1")
+    return pair
+
+
+def _expected(text: Any, flag: str) -> dict[str, Any] | None:
+    from ...expect.overrides import override
+
+    return override(text)
+
+
 @dataclass
 class Config:
-    sizes: list[int] = field(default_factory=lambda: [1 << 20, 16 << 20, 64 << 20])
-    lat_sizes: list[int] = field(default_factory=lambda: [8, 4096, 65536])
-    ops: list[str] = field(default_factory=lambda: list(OPS))
-    streams: int = 1
-    timeout_s: float = 60.0
+    lab: str | None = option(None, metavar="NAME", record=False,
+                             help="run between two hosts of this lab (see `microbench lab`)")
+    pair: list[int] | None = option(None, parse=_pair, record=False, shown="0,1",
+                                    help="with --lab: the two host indices, e.g. 0,1")
+    streams: int = option(1, parse=positive_int, help="parallel TCP connections for uni/bidir")
+    sizes: list[int] = option(parse_sizes("1M-64M"), parse=sizes, shown="1M-64M",
+                              help="message sizes for uni/bidir, binary units")
+    lat_sizes: list[int] = option(parse_sizes("8,512,4K,64K,1M"), parse=sizes, shown="8,512,4K,64K,1M",
+                                  help="message sizes for rtt")
+    ops: list[str] = option(list(OPS), parse=one_of(OPS), shown="all", help=f"some of {','.join(OPS)}")
+    timeout_s: float = option(60.0, parse=positive, flag="--timeout", shown="60",
+                              help="seconds without progress before the run fails")
+    expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, shown="",
+                                   help="the one-way bandwidth this hardware should reach, overriding what "
+                                        "sysfs/NVML say, with a unit: e.g. 24GB/s or 200Gbit (results then show "
+                                        "%% of it)")
     hosts: list[str] = field(default_factory=list)  # lab host (or hostname) of each rank, for messages
+
+
+def validate(config: Config) -> Config:
+    from dataclasses import replace
+
+    if config.pair is not None and not config.lab:
+        raise UsageError(f"--pair {','.join(map(str, config.pair))!r} needs --lab NAME: it picks two hosts of a lab; "
+                         f"without --lab both ends run on this machine (e.g. --lab default --pair 0,1)")
+    if config.streams > MAX_STREAMS:
+        raise UsageError(f"invalid --streams {str(config.streams)!r}: at most {MAX_STREAMS}, e.g. --streams 4")
+    return replace(config, pair=config.pair or ([0, 1] if config.lab else None))
 
 
 def rtt_batch(size_bytes: int) -> int:
@@ -205,9 +246,12 @@ class LinkProbe(Probe):
 SPEC = ProbeSpec(
     name="link", command=("link",), order=30,
     help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
-    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context=None: LinkProbe(config),
-    row_schema=LinkRow,
-    cli="microbench.commands.link", needs=Needs(world=True), aliases=(),
+    description="TCP bandwidth one way (uni) and both ways (bidir) over --streams connections, and round-trip "
+                "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
+                "lab hosts.",
+    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context: LinkProbe(config, context.world),
+    row_schema=LinkRow, validate=validate, run=run, printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(world=True), aliases=(),
     case_keys=("streams", "batch"), identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
 )

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The first ten minutes on a lent GPU (issue 18): ten commands, each printing what it checked.
+# Without CUDA every GPU step is skipped with its one-line reason and the script exits 0; on a
+# GPU a failed check exits 1 at the end (every step still runs). Run from the checkout:
+#   bash benchmarks/gpu_smoke.sh [OUT_DIR]      (records and logs go to OUT_DIR, default a temp dir)
+# MICROBENCH (default: microbench on PATH) and PYTHON (default: the python next to it, else python3)
+# choose the installed package to run.
+set -u
+
+OUT=${1:-$(mktemp -d -t microbench-gpu-smoke-XXXXXX)}
+mkdir -p "$OUT"
+MB=${MICROBENCH:-microbench}
+if [ -z "${PYTHON:-}" ]; then
+    mb_path=$(command -v "$MB" || true)
+    if [ -n "$mb_path" ] && [ -x "$(dirname "$mb_path")/python" ]; then PYTHON="$(dirname "$mb_path")/python"; else PYTHON=python3; fi
+fi
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+checked=0 skipped=0 failed=0
+
+say()  { printf '%s\n' "$*"; }
+ok()   { checked=$((checked + 1)); say "  ok: $*"; }
+bad()  { failed=$((failed + 1)); say "  FAILED: $*"; }
+skip() { skipped=$((skipped + 1)); say "  skip: $*"; }
+# A field of a JSON record: jq-free, through the same Python.
+field() { "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"r": r}))' "$1" "$2" 2>/dev/null; }
+
+# One probe of the machine: why CUDA steps cannot run here, or nothing.
+NO_CUDA=$("$PYTHON" - <<'EOF' 2>&1
+try:
+    import torch
+except ImportError:
+    print("torch is not installed")
+else:
+    if not torch.cuda.is_available():
+        print(f"no CUDA device visible to torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none, a CPU wheel'})")
+EOF
+)
+GPUS=0
+[ -z "$NO_CUDA" ] && GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')
+NO_KVIKIO=$("$PYTHON" -c 'import kvikio' 2>/dev/null && true || echo "kvikio is not installed (pip install '.[gpu]': kvikio-cu13)")
+say "# microbench GPU smoke: records in $OUT; GPUs: $GPUS"
+
+say "1. env: the environment block names torch, CUDA and the GPUs"
+if "$MB" env > "$OUT/env.txt" 2>&1; then
+    ok "microbench env ran; $(grep -m1 -i 'torch' "$OUT/env.txt" | tr -s ' ' | cut -c1-100)"
+    if [ -z "$NO_CUDA" ]; then
+        # env prints "cuda  <version>" when torch sees a device, "cuda  no CUDA device" otherwise.
+        grep -qE "^cuda +[0-9]" "$OUT/env.txt" && ok "env: $(grep -m1 -E '^cuda ' "$OUT/env.txt" | tr -s ' ')" \
+            || bad "env does not show a CUDA version (see $OUT/env.txt)"
+    fi
+else
+    bad "microbench env failed (see $OUT/env.txt)"
+fi
+
+say "2. nccl, 1 rank: an NCCL world starts on cuda:0 (issue 18 item 1) and times with CUDA events (item 11)"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    if "$MB" nccl --backend nccl --nproc 1 --sizes 1M-64M --json "$OUT/nccl-1rank.json" > "$OUT/nccl-1rank.txt" 2>&1; then
+        b=$(field "$OUT/nccl-1rank.json" 'r["implementation"]["backend"] + " on " + r["implementation"]["device"]')
+        t=$(field "$OUT/nccl-1rank.json" 'sorted({x.get("timing") for x in r["rows"]})')
+        w=$(field "$OUT/nccl-1rank.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
+        [ "$b" = "nccl on cuda" ] && ok "backend $b" || bad "backend $b, expected nccl on cuda"
+        [ "$t" = "['cuda_events']" ] && ok "rows timed with $t" || bad "rows timed with $t, expected ['cuda_events']"
+        [ "$w" = "0" ] && ok "0 wrong elements" || bad "$w wrong elements"
+    else
+        bad "nccl 1 rank exited non-zero: $(tail -1 "$OUT/nccl-1rank.txt")"
+    fi
+fi
+
+say "3. nccl transport: the header's transport line vs the record vs NCCL's own log (item 2)"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    n=$(( GPUS >= 2 ? 2 : 1 ))
+    logdir="$OUT/nccl-log"; mkdir -p "$logdir"
+    if MICROBENCH_NCCL_LOG_DIR="$logdir" "$MB" nccl --backend nccl --nproc "$n" --sizes 1M-16M --json "$OUT/nccl-transport.json" \
+            > "$OUT/nccl-transport.txt" 2>&1; then
+        header=$(grep -m1 "^# microbench nccl" "$OUT/nccl-transport.txt" | sed 's/.*transport \([^,]*\),.*/\1/')
+        late=$(grep -m1 "^# transport used:" "$OUT/nccl-transport.txt" | sed 's/# transport used: //')
+        used=$(field "$OUT/nccl-transport.json" 'r["implementation"]["transport_used"]')
+        channels=$(cat "$logdir"/* 2>/dev/null | grep -o "via [A-Z]*/[^/ ]*" | sort | uniq -c | tr -s ' ' | paste -sd ';' -)
+        say "  $n rank(s): header '${header}'${late:+, then '$late'}; record '$used'; NCCL channels: ${channels:-none}"
+        if [ "$n" = "1" ]; then
+            [ "$used" = "unknown" ] && ok "one rank opens no channel: transport unknown" || bad "one rank recorded '$used'"
+        else
+            [ "$used" != "unknown" ] && [ "$used" = "${late:-$header}" ] && ok "the record and the printed line agree: $used" \
+                || bad "record '$used' vs printed '${late:-$header}'"
+        fi
+    else
+        bad "nccl transport run exited non-zero: $(tail -1 "$OUT/nccl-transport.txt")"
+    fi
+fi
+
+say "4. memory: h2d/d2h/d2d copies from pinned memory, timed with CUDA events"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    if "$MB" memory --sizes 64M,256M --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1; then
+        say "  $(field "$OUT/memory.json" '", ".join(f"{x["op"]} {x["size_bytes"]>>20}M {x["copy_gbps"]:.1f} GB/s ({x.get("timing")})" for x in r["rows"] if x["op"] in ("h2d", "d2h", "d2d"))')"
+        t=$(field "$OUT/memory.json" 'sorted({x.get("timing") for x in r["rows"] if x["op"] in ("h2d", "d2h", "d2d")})')
+        [ "$t" = "['cuda_events']" ] && ok "GPU copies timed with cuda_events" || bad "GPU copies timed with $t"
+    else
+        bad "memory exited non-zero: $(tail -1 "$OUT/memory.txt")"
+    fi
+fi
+
+say "5. compute: bf16 matmul TFLOP/s at a model's shapes on cuBLAS"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    if "$MB" compute --device cuda --json "$OUT/compute.json" > "$OUT/compute.txt" 2>&1; then
+        say "  $(field "$OUT/compute.json" '", ".join(f"{x["op"]} {x["tflops"]:.0f} TFLOP/s" for x in r["rows"])')"
+        w=$(field "$OUT/compute.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
+        [ "$w" = "0" ] && ok "compute rows checked against float64" || bad "$w wrong rows"
+    else
+        bad "compute exited non-zero: $(tail -1 "$OUT/compute.txt")"
+    fi
+fi
+
+say "6. checkpoint --async: DCP save, async save and load from GPU memory"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    mkdir -p "$OUT/ckpt"
+    if "$MB" checkpoint --size 1G --async --target "$OUT/ckpt" --json "$OUT/checkpoint.json" > "$OUT/checkpoint.txt" 2>&1; then
+        say "  $(field "$OUT/checkpoint.json" '", ".join(f"{x["op"]} {x.get("write_gbps") or x.get("read_gbps") or 0:.2f} GB/s" for x in r["rows"])')"
+        ok "device $(field "$OUT/checkpoint.json" 'r["config"]["probe"].get("device")'), $(field "$OUT/checkpoint.json" 'r["config"]["world"]["size"]') rank(s)"
+    else
+        bad "checkpoint exited non-zero: $(tail -1 "$OUT/checkpoint.txt")"
+    fi
+fi
+
+for mode in ON OFF; do
+    step=$([ "$mode" = ON ] && echo 7 || echo 8)
+    say "$step. storage gds with KVIKIO_COMPAT_MODE=$mode: the record says which path served the bytes (item 9)"
+    if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_KVIKIO" ]; then skip "$NO_KVIKIO"; else
+        mkdir -p "$OUT/gds"
+        if KVIKIO_COMPAT_MODE=$mode "$MB" storage gds --path "$OUT/gds" --size 256M --json "$OUT/gds-$mode.json" > "$OUT/gds-$mode.txt" 2>&1; then
+            served=$(field "$OUT/gds-$mode.json" 'r["implementation"]["served_by"]')
+            say "  compat_mode $(field "$OUT/gds-$mode.json" 'r["implementation"]["kvikio_compat_mode"]'), preferred $(field "$OUT/gds-$mode.json" 'r["implementation"].get("kvikio_compat_mode_preferred")'): $served"
+            if [ "$mode" = ON ]; then
+                case "$served" in "kvikio compat mode"*) ok "compat ON is recorded as POSIX";; *) bad "compat ON recorded as '$served'";; esac
+            else
+                case "$served" in "kvikio compat mode"*) bad "compat OFF recorded as kvikio compat mode";; *) ok "compat OFF served by cuFile: $served";; esac
+            fi
+        else
+            # OFF without cuFile/GDS is expected to fail in kvikio: say so, it is the answer.
+            say "  exited non-zero: $(tail -1 "$OUT/gds-$mode.txt")"
+            [ "$mode" = OFF ] && ok "compat OFF refused by kvikio (no cuFile here)" || bad "compat ON failed"
+        fi
+    fi
+done
+
+say "9. verify fsdp, 1 rank: real FSDP2 steps and DCP vs the composer (item 10: no false 'does not fit')"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    if "$MB" verify fsdp --nproc 1 --model small --steps 3 --json "$OUT/verify.json" > "$OUT/verify.txt" 2>&1; then
+        ok "verify ran: $(grep -m1 -i "verdict" "$OUT/verify.txt" | cut -c1-120)"
+    else
+        bad "verify exited non-zero: $(tail -1 "$OUT/verify.txt")"
+    fi
+fi
+
+say "10. the GPU-marked tests (pytest -m gpu)"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif ! "$PYTHON" -c 'import pytest' 2>/dev/null; then skip "pytest is not installed"; else
+    if (cd "$OUT" && "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider "$HERE/tests/test_gpu_paths.py" > "$OUT/pytest-gpu.txt" 2>&1); then
+        ok "$(grep -E "passed|skipped" "$OUT/pytest-gpu.txt" | tail -1)"
+    else
+        bad "$(tail -1 "$OUT/pytest-gpu.txt")"
+    fi
+fi
+
+say "# $checked checked, $skipped skipped, $failed failed; records and logs in $OUT"
+[ "$failed" = 0 ]

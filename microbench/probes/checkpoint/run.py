@@ -1,0 +1,134 @@
+"""Running the checkpoint probe: the launcher's checks and embedded S3 server, the ranks' shared
+run directory, and the table."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+from ...core.units import format_size, memory_shortfall
+from ...core.errors import UsageError
+from ...run import provision
+from ...run.runner import RunOutcome, run_probe
+from ...targets import checkpoint_target as ct
+from ...world import backends
+from ...world.launch import check_local_world, detect_world
+from ...world.policy import free_memory_bytes, in_world
+from .config import host_bytes_per_rank
+
+
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
+    target = ct.parse_target(config.target)
+    choice = backends.choose(config.requested_backend)
+    outcomes: list[RunOutcome] = []
+    with contextlib.ExitStack() as stack:
+        if detect_world() is None:
+            check_local_world(config.nproc)  # before the memory check, which scales with nproc
+            choice = _preflight(stack, config, target, choice)
+
+        def body(world: Any) -> int:
+            outcome = _body(spec, world, config, target, inv)
+            if outcome is not None:
+                outcomes.append(outcome)
+            return 0
+
+        in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+    return outcomes[0] if outcomes else None
+
+
+def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
+               choice: backends.BackendChoice) -> backends.BackendChoice:
+    """Checks the launching process makes once, before spawning ranks: memory, the target, and
+    for s3:// without --endpoint the embedded server the ranks will use."""
+    nproc = config.nproc
+    if choice.device == "cpu":
+        need = host_bytes_per_rank(config.size_bytes, nproc, config.async_save) * nproc
+        shortfall = memory_shortfall(need, free_memory_bytes("cpu"), "host memory")
+        if shortfall:
+            raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks {shortfall}; "
+                             f"use a smaller --size")
+    if target.kind == "local":
+        ct.preflight_local(target, config.size_bytes)
+        return choice
+    if config.endpoint:
+        ct.check_endpoint_reachable(config.endpoint)
+        access = ct.S3Access(config.endpoint)
+        probe_dir = ct.RunDir(target, ct.unique_name(), access)
+        probe_dir.create()  # the bucket exists and the credentials work
+        return choice
+    server = provision.embedded_s3(stack, target.bucket, ct.required_bytes(config.size_bytes), "a smaller --size")
+    return dataclasses.replace(choice, env={**choice.env, **provision.embedded_s3_env(server)})
+
+
+def _s3_access(config: Any) -> ct.S3Access:
+    if config.endpoint:
+        return ct.S3Access(config.endpoint)
+    server = provision.embedded_s3_from_env()
+    if server is None:
+        raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
+                         "only started for ranks microbench spawns itself)")
+    return ct.S3Access(server["endpoint"], server["key"], server["secret"], embedded=True, root_dir=server["root"])
+
+
+def _body(spec: Any, world: Any, config: Any, target: ct.Target, inv: Any) -> RunOutcome | None:
+    access = _s3_access(config) if target.kind == "s3" else None
+    run_dir = provision.shared_run_dir(world, target, access, ct.required_bytes(config.size_bytes), "the checkpoint")
+    try:
+        if config.device == "cuda":
+            need = host_bytes_per_rank(config.size_bytes, world.size, False)
+            shortfall = memory_shortfall(need, free_memory_bytes("cuda"), "GPU memory per rank")
+            if shortfall:
+                raise UsageError(f"--size {format_size(config.size_bytes)} over {world.size} ranks {shortfall}; "
+                                 f"use a smaller --size or more ranks")
+        probe = spec.build(config, provision.Context(world=world, run_dir=run_dir))
+        outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
+                            results_dir=inv.results_dir)
+    finally:
+        if world.rank == 0 and not config.keep:
+            run_dir.remove()
+    if world.rank != 0:
+        return None
+    outcome.record["implementation"]["run_dir"] = run_dir.display if config.keep else f"{run_dir.display} (removed)"
+    return outcome
+
+
+def print_report(outcome: RunOutcome, config: Any) -> str | None:
+    from tabulate import tabulate
+
+    record = outcome.record
+    impl = record["implementation"]
+    world = record["config"]["world"]
+    where = impl.get("s3_endpoint", "")
+    if impl.get("s3_embedded_server"):
+        where = "embedded S3 server (rclone serve s3)"
+    print(f"# microbench checkpoint: {world['size']} ranks, backend {impl['backend']} on {impl['device']}, "
+          f"{impl['state_dict']}, {config.dtype}")
+    print(f"# target {config.target}{' via ' + where if where else ''}; storage {impl['storage']}; "
+          f"durable = {impl['durable_when']}")
+    table = []
+    for row in record["rows"]:
+        gbps = row.get("write_gbps", row.get("read_gbps"))
+        blocked = f"{row['blocked_time_us'] / 1e3:.1f}" if "blocked_time_us" in row else "-"
+        wrong = "N/A" if row.get("nwrong") is None else row["nwrong"]
+        if row.get("checked_by"):
+            wrong = f"{'not checked' if row.get('nwrong') is None else row['nwrong']} (by {row['checked_by']})"
+        table.append((row["op"], format_size(row["size_bytes"]), format_size(row["bytes_per_rank"]), row["iters"],
+                      f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
+                      f"{gbps:.3f}", wrong))
+    print(tabulate(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
+                                   "blocked (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+    summary = record.get("summary", {})
+    if "async_blocked_fraction" in summary:
+        print(f"# async_save: training blocked for {100 * summary['async_blocked_fraction']:.0f}% of the time "
+              f"until the checkpoint was durable")
+    print(f"# time = slowest rank; GB/s = total bytes / time (1e9 B/s); page cache before load: "
+          f"{summary.get('page_cache_before_load', 'n/a')}")
+    if any(row.get("checked_by") for row in record["rows"]):
+        print("# #wrong (by load): the load case read the save's last checkpoint and checked every element")
+    print(f"# results: {outcome.path}")
+    wrong = sum(r["nwrong"] or 0 for r in outcome.rows if "checked_by" not in r)  # counted once, by the load
+    if wrong:
+        return (f"{wrong} wrong element(s) after loading the checkpoint (see #wrong); the storage or DCP "
+                f"returned different bytes than were saved")
+    return None

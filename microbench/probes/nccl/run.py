@@ -1,0 +1,191 @@
+"""Running the collective probe over a world: the launcher's memory check, NCCL's log for the
+transport it really used, the link ceiling (measured or from a `link` record), and the tables
+(streamed per size when stdout is not a terminal, as nccl-tests prints)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+from typing import Any, Callable
+
+from ...core.errors import UsageError
+from ...expect import overrides as expectations
+from ...core.units import element_size
+from ...results.store import load_record
+from ...run import provision
+from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
+from ...targets import native
+from ...world import backends
+from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
+from .ops import check_memory
+from .table import CollectiveStream, collective_table
+
+NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
+
+
+def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
+    choice, nccl_log_dir = _nccl_log(backends.choose(config.requested_backend, config.transport))
+    link_gbps = link_gbps_from(config.link_result) if config.link_result else None
+    placement = inv.placement
+    nproc = placement.nproc if placement else config.nproc
+    outcomes: list[RunOutcome] = []
+
+    def before_launch() -> None:
+        launcher_memory_check(config, choice.device, nproc)
+
+    def body(world: Any) -> int:
+        rank_memory_check(config, choice.device, world)
+        probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
+        expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
+                                              transport=choice.transport)
+        probe.expected = expect["expected"]
+        with inv.named(world):
+            ceiling = measure_link_gbps(world, config.timeout_s) if config.measure_link else link_gbps
+            # Piped or under srun there is no progress bar: print each size as it finishes instead.
+            stream, transport_at_start = None, None
+            if world.rank == 0 and not sys.stdout.isatty():
+                start_impl = {**native.implementation(), **probe.implementation()}
+                transport_at_start = start_impl.get("transport_used")
+                print(header_line(world.size, start_impl, config), flush=True)
+                stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement")) for c in probe.cases()],
+                                          element_size(config.dtype), emit=_emit, link_gbps=ceiling,
+                                          expected=expect["expected"])
+            # The table's own lines are the progress here; the generic per-case lines would repeat them.
+            settings = dataclasses.replace(inv.settings, progress=False) if stream else inv.settings
+            outcome = run_probe(probe, settings, config=config, world=world, json_path=inv.json_path,
+                                on_row=stream.on_row if stream else None, results_dir=inv.results_dir,
+                                extra_implementation={"backend_reason": choice.reason, **inv.facts},
+                                extra_summary={**expect, **({"link_gbps": ceiling,
+                                               "link_from": "measured in this run" if config.measure_link
+                                               else config.link_result} if ceiling else {})})
+        if world.rank == 0:
+            outcome.notes.update(streamed=stream is not None, transport_at_start=transport_at_start,
+                                 link_gbps=ceiling)
+            outcomes.append(outcome)
+        return 0
+
+    in_world(nproc=nproc, timeout_s=config.timeout_s, choice=choice, body=body, before_launch=before_launch,
+             argv=inv.argv, per_rank=placement.per_rank if placement else None,
+             master_addr=placement.master_addr if placement else "127.0.0.1")
+    return outcomes[0] if outcomes else None
+
+
+def launcher_memory_check(config: Any, device: str, nproc: int,
+                          gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context) -> None:
+    """Before any rank starts (exit 2). CPU ranks share this host's memory: nproc times one rank's
+    need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
+    (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
+    if device != "cuda":
+        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        return
+    for index, free in enumerate(gpu_free(nproc) or []):
+        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+
+
+def rank_memory_check(config: Any, device: str, world: Any) -> None:
+    """In the world: every rank's own free memory, gathered, so that every rank refuses alike
+    (a rank that refused alone would leave the others waiting in the first collective)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
+                                                      else device))
+    if device != "cuda":
+        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        return
+    rank = min(range(len(frees)), key=lambda r: frees[r])
+    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+
+
+def torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
+    if not outcome.notes.get("streamed"):
+        print_report(outcome.record, config, outcome.notes.get("link_gbps"))
+    elif outcome.record["implementation"].get("transport_used") != outcome.notes.get("transport_at_start"):
+        # NCCL names its transport only once it has connected, after the header went out.
+        print(f"# transport used: {outcome.record['implementation'].get('transport_used', 'unknown')}")
+    print(f"# results: {outcome.path}")
+    wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
+    if wrong:
+        return (f"{wrong} wrong element(s) in the results (see the #wrong columns); "
+                f"the fabric or the collective library corrupted data")
+    return None
+
+
+def measure_link_gbps(world: Any, timeout_s: float) -> float:
+    """The same-run link ceiling: one-way TCP between rank 0 and rank 1 at 64 MiB with the link
+    probe, before the sweep, so busbw can be stated as a share of the measured link."""
+    from .. import link
+
+    if world.size != 2:
+        raise UsageError(f"--measure-link needs exactly 2 ranks (this world has {world.size}); measure the "
+                         f"link once with `microbench link` and pass it with --link-result FILE")
+    probe = link.LinkProbe(link.Config(sizes=[64 << 20], ops=["uni"], timeout_s=timeout_s), world)
+    try:
+        (case,) = probe.cases()
+        row = measure_case(probe, case, SweepSettings(warmup=1, iters=3, budget_s_per_case=3.0, check=False), world)
+    finally:
+        probe.close()
+    return row["bw_gbps"]
+
+
+def link_gbps_from(path: str) -> float:
+    """The one-way link ceiling (GB/s) from a `microbench link` record."""
+    expected = "run e.g. `microbench link --lab NAME --ops uni --json link.json`"
+    try:
+        record = load_record(path)
+    except UsageError as exc:
+        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
+                         f"bandwidth ({exc}); {expected}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
+    summary = record.get("summary")
+    gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
+    if record.get("kind") != "link" or isinstance(gbps, bool) \
+            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
+        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
+                         f"bandwidth; {expected}")
+    return float(gbps)
+
+
+def _nccl_log(choice: backends.BackendChoice) -> tuple[backends.BackendChoice, str | None]:
+    """Turn on NCCL's INIT/NET log into a per-run directory: it is the only reliable word on
+    which transport NCCL picked. The launcher makes the directory and every rank inherits it;
+    a user's own NCCL_DEBUG setting is left alone (the transport is then "unknown")."""
+    if choice.backend != "nccl":
+        return choice, None
+    log_dir = os.environ.get(NCCL_LOG_DIR_ENV)
+    if log_dir is None:
+        if "NCCL_DEBUG" in os.environ:
+            return choice, None
+        log_dir = tempfile.mkdtemp(prefix="microbench-nccl-")
+    env = {**choice.env, NCCL_LOG_DIR_ENV: log_dir, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+           "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%h.%p.log")}
+    return dataclasses.replace(choice, env=env), log_dir
+
+
+def header_line(ranks: int, impl: dict, config: Any) -> str:
+    return (f"# microbench nccl: {ranks} ranks, backend {impl['backend']} on {impl['device']}, "
+            f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
+            f"implementation {impl['name']}")
+
+
+def _emit(text: str) -> None:
+    print(text, flush=True)
+
+
+def print_report(record: dict, config: Any, link_gbps: float | None = None) -> None:
+    print(header_line(record["config"]["world"]["size"], record["implementation"], config))
+    fits = record["summary"].get("fits", {})
+    expected = record["summary"].get("expected", {})
+    for op in config.ops:
+        rows = [r for r in record["rows"] if r["op"] == op]
+        if rows:
+            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps, expected=expected.get(op)))
+            print()
