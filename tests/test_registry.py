@@ -26,14 +26,14 @@ PROBE_SOURCE = textwrap.dedent(f'''
     """A test-only probe: how fast a bytearray fills with one byte value."""
     from dataclasses import dataclass
 
-    from microbench.core.options import option, positive_int, sizes
+    from microbench.core.options import option, positive_int, sweep
     from microbench.core.probe import Case, Probe
     from microbench.core.registry import ProbeSpec, SuiteStep
 
 
     @dataclass
     class Config:
-        sizes: list[int] = option([4096, 1 << 20], parse=sizes, help="buffer sizes")
+        sizes: list[int] = option([4096, 1 << 20], parse=sweep, help="buffer sizes")
         value: int = option(7, help="byte value to fill with")
         repeat: int = option(1, parse=positive_int, help="fills per timed iteration")
 

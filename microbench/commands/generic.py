@@ -31,7 +31,7 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
         g = p.add_argument_group("probe")
         for flag in options.flags(spec.config):
             _add_flag(g, flag)
-        if any(f.opt.parse is options.sizes or (f.opt.parse is None and f.kind == "sizes")
+        if any(f.opt.parse is options.sweep or (f.opt.parse is None and f.kind == "sizes")
                for f in options.flags(spec.config)) and "--factor" not in declared:
             g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
         if spec.sweep.check_flag and "--check" not in declared:
@@ -189,7 +189,7 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
     _lab_placement(spec, config, inv)
     outcome = run_spec(spec, config, inv)
     if outcome is None:   # a launcher or another rank: rank 0 has reported
-        return 0
+        return inv.exit_code
     failure = None
     if spec.printer is not None:
         failure = spec.printer(outcome, config)   # a printer may name what failed (wrong elements)

@@ -9,7 +9,7 @@ same default. A field without `option` metadata is not a flag: the probe's valid
 
     @dataclass
     class Config:
-        sizes: list[int] = option([1 << 20], help="1M-4G (range), 64M, or 1M,8M,64M", parse=sizes)
+        sizes: list[int] = option([1 << 20], help="1M-4G (range), 64M, or 1M,8M,64M", parse=sweep)
         streams: int = option(1, help="parallel TCP connections", parse=positive_int)
 """
 
@@ -103,8 +103,8 @@ class Flag:
         parse = self.opt.parse or _PARSERS.get(self.kind)
         if self.opt.choices is not None and self.opt.parse is None:
             parse = choice(self.opt.choices)
-        if parse is sizes:
-            return sizes(text, self.flag, factor)
+        if parse is sweep:
+            return sweep(text, self.flag, factor)
         return parse(text, self.flag) if parse is not None else str(text)
 
 
@@ -186,9 +186,11 @@ def recorded(config: Any) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- parsers
-# Each is (text, flag) -> value and quotes the flag and the text when it refuses.
+# Each is (text, flag) -> value and quotes the flag and the text when it refuses. Their names
+# are not field names (a Config's `sizes` field would hide a parser called `sizes` from the
+# fields declared after it in the class body).
 
-def size(text: Any, flag: str) -> int:
+def nbytes(text: Any, flag: str) -> int:
     return units.parse_size(text, what=flag)
 
 
@@ -248,7 +250,7 @@ class Sizes:
         return units.parse_sizes(text, factor=factor, what=flag)
 
 
-sizes = Sizes()
+sweep = Sizes()
 
 
 def size_range(text: Any, flag: str) -> list[int]:
@@ -268,5 +270,5 @@ def _ints(text: Any, flag: str) -> list[int]:
     return [units.parse_int(item, what=flag) for item in names(text, flag)]
 
 
-_PARSERS: dict[str, Parser] = {"sizes": sizes, "size": size, "int": _int, "float": _float, "int_list": _ints,
+_PARSERS: dict[str, Parser] = {"sizes": sweep, "size": nbytes, "int": _int, "float": _float, "int_list": _ints,
                                "str_list": names, "str": text}

@@ -64,7 +64,7 @@ def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list
     if half is None:
         return None
     sub = SubWorld(dist, groups[half], [participants[i] for i in halves[half]], world.rank)
-    probe = _GroupAllReduce(Config(sizes=[opts.size_bytes], ops=["all_reduce"]), sub)
+    probe = _GroupAllReduce(Config(sizes=[opts.size_bytes], ops=["all_reduce"], dtype="float32"), sub)
     settings = SweepSettings(warmup=opts.warmup, iters=opts.iters, budget_s_per_case=None, progress=False)
     return measure_case(probe, probe.cases()[0], settings, sub)
 

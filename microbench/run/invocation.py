@@ -39,6 +39,8 @@ class Invocation:
     naming: Callable[[Any], ContextManager[None]] | None = None
     diagnose: Callable[[], str | None] | None = None     # after a failure: whose fault, if known
     facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation (lab, ...)
+    # What a launcher's world ended with (its rank 0's exit code, which has printed the reason).
+    exit_code: int = 0
 
     def named(self, world: Any) -> ContextManager[None]:
         return self.naming(world) if self.naming is not None else contextlib.nullcontext()
@@ -83,6 +85,6 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
             outcomes.append(outcome)
         return 0
 
-    in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
+    inv.exit_code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
              argv=inv.argv)
     return outcomes[0] if outcomes else None

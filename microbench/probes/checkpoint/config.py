@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...core.errors import UsageError
-from ...core.options import choice, option, positive, positive_int, size
+from ...core.options import choice, nbytes, option, positive, positive_int
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .state_layout import Item
 
@@ -20,7 +20,7 @@ class Config:
     # directory lives under it.
     target: str = option(help="directory or s3://bucket/prefix; the run writes only inside a unique directory it "
                               "creates there and removes afterwards")
-    size_bytes: int = option(1 << 30, parse=size, flag="--size", shown="1G",
+    size_bytes: int = option(1 << 30, parse=nbytes, flag="--size", shown="1G",
                              help="total checkpoint bytes across all ranks, binary units")
     nproc: int | None = option(None, parse=positive_int, record=False, shown="number of GPUs, else 2",
                                help="local ranks to spawn when not launched by torchrun/srun/mpirun")

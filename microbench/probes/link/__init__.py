@@ -27,7 +27,7 @@ from ...targets import native
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
 from ...core.stats import percentile
-from ...core.options import one_of, option, positive, positive_int, sizes
+from ...core.options import one_of, option, positive, positive_int, sweep, text
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
@@ -58,12 +58,13 @@ def _expected(text: Any, flag: str) -> dict[str, Any] | None:
 class Config:
     lab: str | None = option(None, metavar="NAME", record=False,
                              help="run between two hosts of this lab (see `microbench lab`)")
-    pair: list[int] | None = option(None, parse=_pair, record=False, shown="0,1",
+    # Parsed by validate, after the check that it comes with --lab (the more useful message).
+    pair: list[int] | str | None = option(None, parse=text, record=False, shown="0,1",
                                     help="with --lab: the two host indices, e.g. 0,1")
     streams: int = option(1, parse=positive_int, help="parallel TCP connections for uni/bidir")
-    sizes: list[int] = option(parse_sizes("1M-64M"), parse=sizes, shown="1M-64M",
+    sizes: list[int] = option(parse_sizes("1M-64M"), parse=sweep, shown="1M-64M",
                               help="message sizes for uni/bidir, binary units")
-    lat_sizes: list[int] = option(parse_sizes("8,512,4K,64K,1M"), parse=sizes, shown="8,512,4K,64K,1M",
+    lat_sizes: list[int] = option(parse_sizes("8,512,4K,64K,1M"), parse=sweep, shown="8,512,4K,64K,1M",
                                   help="message sizes for rtt")
     ops: list[str] = option(list(OPS), parse=one_of(OPS), shown="all", help=f"some of {','.join(OPS)}")
     timeout_s: float = option(60.0, parse=positive, flag="--timeout", shown="60",
@@ -79,11 +80,12 @@ def validate(config: Config) -> Config:
     from dataclasses import replace
 
     if config.pair is not None and not config.lab:
-        raise UsageError(f"--pair {','.join(map(str, config.pair))!r} needs --lab NAME: it picks two hosts of a lab; "
+        raise UsageError(f"--pair {config.pair!r} needs --lab NAME: it picks two hosts of a lab; "
                          f"without --lab both ends run on this machine (e.g. --lab default --pair 0,1)")
     if config.streams > MAX_STREAMS:
         raise UsageError(f"invalid --streams {str(config.streams)!r}: at most {MAX_STREAMS}, e.g. --streams 4")
-    return replace(config, pair=config.pair or ([0, 1] if config.lab else None))
+    pair = _pair(config.pair, "--pair") if isinstance(config.pair, str) else config.pair
+    return replace(config, pair=pair or ([0, 1] if config.lab else None))
 
 
 def rtt_batch(size_bytes: int) -> int:

@@ -38,7 +38,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             outcomes.append(outcome)
         return 0
 
-    in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
+    inv.exit_code = in_world(nproc=2, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv,
              per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
     return outcomes[0] if outcomes else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...core.options import choice, one_of, option, positive, positive_int, sizes
+from ...core.options import choice, one_of, option, positive, positive_int, sweep
 from ...core.units import DTYPES, parse_sizes
 from .ops import ALGOS, DEFAULT_OPS, OPS
 
@@ -19,7 +19,7 @@ def _expected(text: Any, flag: str) -> dict[str, Any] | None:
 
 @dataclass
 class Config:
-    sizes: list[int] = option(parse_sizes("1M-256M"), parse=sizes, shown="1M-256M",
+    sizes: list[int] = option(parse_sizes("1M-256M"), parse=sweep, shown="1M-256M",
                               help="1M-4G (range), 64M, or 1M,8M,64M; binary units")
     ops: list[str] = option(list(DEFAULT_OPS), parse=one_of(tuple(OPS)), shown=f"{','.join(DEFAULT_OPS)}, the ones FSDP uses",
                             help=f"some of {','.join(OPS)}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...core.errors import ProbeUnavailable, RunError, UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.options import one_of, option, positive_int, size, size_range
+from ...core.options import nbytes, one_of, option, positive_int, size_range
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 
@@ -39,7 +39,7 @@ class Config:
     sizes: list[int] = option([1 << 30], parse=size_range, flag="--size", shown="1G",
                               help="bytes per transfer, e.g. 1G or 256M,1G")
     ops: list[str] = option(list(OPS), parse=one_of(OPS), flag="--rw", shown="write,read", help="write, read or both")
-    task_bytes: int = option(16 << 20, parse=size, flag="--bs", shown="16M",
+    task_bytes: int = option(16 << 20, parse=nbytes, flag="--bs", shown="16M",
                              help="kvikio task size: bytes per pread/pwrite")   # one pread/pwrite per task
     threads: int = option(4, parse=positive_int, help="kvikio thread pool size")
     keep: bool = option(False, switch=True, record=False, help="keep the data file")

@@ -24,7 +24,7 @@ from ...core.probe import Case, Probe, Timed
 from ...core.units import format_size
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
-from ...core.options import choice, one_of, option, positive_int, size, size_list
+from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 from .report import print_report, run_storage
@@ -58,7 +58,7 @@ class Workload:
     direct: bool | None = option(None, negative="--buffered", shown="",
                                  help="O_DIRECT (--direct) or the page cache (--buffered); default O_DIRECT where "
                                       "the filesystem allows it")
-    size: int = option(1 << 30, parse=size, shown="1G", help="test file size")
+    size: int = option(1 << 30, parse=nbytes, shown="1G", help="test file size")
     pattern: str = option("seq", parse=choice(PATTERNS), help="seq or rand")
     keep: bool = option(False, switch=True, help="keep the test directory and file afterwards")
     expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, switch=False,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import one_of, option, positive, positive_int, size
+from ...core.options import nbytes, one_of, option, positive, positive_int
 
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
@@ -31,8 +31,8 @@ class Config:
                                   help="S3 endpoint, e.g. http://10.0.0.5:9000")
     bucket: str | None = option(None, shown="'microbench' on the embedded server; required with --endpoint",
                                 help="existing bucket")
-    object_size: int = option(64 << 20, parse=size, shown="64M", help="bytes per object")
-    part_size: int = option(16 << 20, parse=size, shown="16M",
+    object_size: int = option(64 << 20, parse=nbytes, shown="64M", help="bytes per object")
+    part_size: int = option(16 << 20, parse=nbytes, shown="16M",
                             help="multipart part size, also the GET range size")
     concurrency: int = option(8, parse=positive_int, help="requests in flight at once")
     ops: list[str] = option(list(OPS), parse=one_of(OPS), shown="put,get", help="put, get or both")
