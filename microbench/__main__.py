@@ -13,9 +13,7 @@ def entry() -> None:
     interrupts.report_ready()
     try:
         from .cli import main
-        from .world import fork
 
-        fork.set_entry(entry)  # a warm suite forks its steps and ranks into this very function
         interrupts.check()  # a signal counted while the import could not raise it
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
@@ -43,11 +41,28 @@ def _leave(code: int) -> None:
     sends twice) ended runs whose line was already printed with 130 or -2 instead of their code.
     Every record is closed by now and nothing registers atexit work."""
     try:
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader left before the last buffered lines reached it: the same end as a
+            # closed stdout met inside main() (cli.EXIT_STDOUT_CLOSED), whichever write saw it.
+            code = code or 128 + 13
         sys.stderr.flush()
     finally:
         os._exit(code)
 
 
+def _register_for_forks() -> None:
+    """A warm suite forks its steps and ranks into `entry` (world/fork.py sits below the command
+    line and is handed the function rather than importing it)."""
+    from .world import fork
+
+    fork.set_entry(entry)
+
+
+_register_for_forks()
+
+
 if __name__ == "__main__":
     entry()
+

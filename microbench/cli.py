@@ -18,10 +18,11 @@ from typing import Sequence
 from . import __version__
 from .core import registry
 from .core.errors import MicrobenchError, ProbeUnavailable, UsageError
+from .core.redaction import redact_text
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
 # listed here: they come from the registry (one ProbeSpec per probe module).
-COMMAND_MODULES = ["env", "lab", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
+COMMAND_MODULES = ["env", "lab", "mount", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
 # Help for the first word of two-word probe commands (`storage posix`): the group, not its probes.
 GROUP_HELP = {
     "storage": ("file, object-store and GPU-direct storage throughput",
@@ -68,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMAND_MODULES[:2]:  # env and lab, then the probes in their order, then the other tools
+    for name in COMMAND_MODULES[:3]:  # env, lab and mount, then the probes in their order, then the other tools
         importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
     _add_probe_commands(sub)
-    for name in COMMAND_MODULES[2:]:
+    for name in COMMAND_MODULES[3:]:
         importlib.import_module(f"microbench.commands.{name}").add_parser(sub)
     return parser
 
@@ -110,16 +111,35 @@ def _signals_as_interrupt() -> None:
     interrupts.install()
 
 
+# A reader that closed our stdout (`microbench compose ... | head -1`) ends the command as it
+# ends `yes | head -1`: quietly, with the SIGPIPE convention's status 128 + 13 = 141, so a
+# script with `set -o pipefail` still sees that the output was cut short. Python ignores
+# SIGPIPE and raises BrokenPipeError instead; nothing is printed about it.
+EXIT_STDOUT_CLOSED = 128 + 13
+
+
+def _stdout_closed() -> int:
+    # Point stdout at /dev/null so the interpreter's final flush does not raise again
+    # ("Exception ignored ... BrokenPipeError") on the way out.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _quiet_torch()
     _signals_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
-        # Every command with --csv, before it measures anything (as --json is claimed up front).
-        from .commands.common import check_csv_target
+        # Every output the arguments name (--json, --csv, --results-dir), once, before any work.
+        from .results.outputs import check_outputs
 
-        check_csv_target(getattr(args, "csv", None))
+        check_outputs(args)
         _warn_if_fallback(args.command)
         return int(args.handler(args) or 0)
     except ProbeUnavailable as exc:
@@ -131,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("microbench: interrupted", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return _stdout_closed()
     except SystemExit:
         raise
     # A bug (or a library's BaseException, like torch's CheckpointException): still one line,
@@ -138,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = redact_text((str(exc).strip().splitlines() or [""])[0][:300])
         print(f"microbench: internal error: {type(exc).__name__}: {first} "
               f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
         return 1

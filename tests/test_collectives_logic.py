@@ -95,8 +95,8 @@ def test_memory_check_refuses_with_the_amount_needed():
     with pytest.raises(UsageError) as info:
         coll.check_memory(["all_reduce", "all_to_all"], [1 << 20, 64 << 30], 2, 8 << 30, "host memory")
     text = str(info.value)
-    # all_to_all holds 2S per rank plus S for the check: 3 x 64 GiB x 2 ranks.
-    assert "--sizes up to 64.0 GiB needs about 384.0 GiB of host memory for 2 rank(s)" in text
+    # all_to_all holds 2S per rank (gloo stages nothing for it) plus the process: 2 x 128.25 GiB.
+    assert "--sizes up to 64.0 GiB needs about 256.5 GiB of host memory for 2 rank(s)" in text
     assert "more than the 7.2 GiB a run may take (90% of the 8.0 GiB free)" in text
     assert "e.g. --sizes 1M-1G" in text
 
@@ -113,4 +113,5 @@ def test_memory_refusal_states_the_90_percent_rule_when_the_need_is_below_free()
 
 def test_memory_check_passes_when_it_fits():
     coll.check_memory(["all_reduce"], [1 << 20, 64 << 20], 2, 8 << 30, "host memory")
-    assert coll.bytes_needed_per_rank(["all_gather"], 1 << 30, 4) == int((1 + 1 / 4) * (1 << 30) + (1 << 30))
+    # Our buffers (1 + 1/n) S, gloo's flat staging copy S, the process.
+    assert coll.bytes_needed_per_rank(["all_gather"], 1 << 30, 4) == int((1 + 1 / 4 + 1) * (1 << 30)) + coll.PROCESS_BYTES

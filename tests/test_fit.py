@@ -59,3 +59,55 @@ def test_single_point_and_no_point():
     assert one["points"] == 1 and one["peak_busbw_gbps"] == pytest.approx(3, rel=1e-6)
     assert one["bw_bound_basis"]
     assert fit_latency_bandwidth([])["points"] == 0
+
+
+def test_an_exact_model_is_fitted():
+    fit = fit_latency_bandwidth(rows_for(25.0, 10.0, 1.0, SIZES))
+    assert fit["fitted"] is True and "not_fitted" not in fit
+
+
+def _measured(busbw_by_size):
+    """Rows as a noisy 1gbit lab run writes them (factor 1): time from the measured busbw."""
+    return [{"size_bytes": s, "placement": "out", "time_us": {"p50": s / (g * 1e9) * 1e6}, "algbw_gbps": g,
+             "busbw_gbps": g} for s, g in busbw_by_size]
+
+
+# The issue's case: busbw falling with size (a noisy 1gbit run); least squares puts the line
+# through size 0 below zero (latency clamped to 0.0 us, half of peak at 0 B) and its slope
+# under the measured maximum (0.08 vs 0.12 GB/s).
+DEGENERATE = [(1 << 20, 0.12), (4 << 20, 0.10), (16 << 20, 0.08), (64 << 20, 0.08)]
+
+
+def test_a_degenerate_fit_is_not_fitted_and_says_why():
+    fit = fit_latency_bandwidth(_measured(DEGENERATE))
+    assert fit["latency_us"] == 0.0 and fit["half_peak_size_bytes"] == 0 and fit["peak_busbw_gbps"] < 0.1
+    assert fit["fitted"] is False and fit["not_fitted"].startswith("the fitted latency is 0")
+    assert fit["measured_max_busbw_gbps"] == pytest.approx(0.12)
+
+
+def test_a_fitted_peak_below_the_measured_maximum_is_not_fitted():
+    # A positive latency, but the best point beats the model's peak by 50%.
+    rows = rows_for(100.0, 1.0, 1.0, SIZES)
+    rows[-3]["busbw_gbps"] = rows[-3]["algbw_gbps"] = 1.5
+    fit = fit_latency_bandwidth(rows)
+    assert fit["latency_us"] > 0
+    assert fit["fitted"] is False and "below the measured maximum 1.5 GB/s" in fit["not_fitted"]
+
+
+def test_a_flat_curve_and_a_single_size_are_not_fitted():
+    flat = [{"size_bytes": s, "placement": "out", "time_us": {"p50": 100.0}, "algbw_gbps": s / 1e-4 / 1e9,
+             "busbw_gbps": s / 1e-4 / 1e9} for s in (1024, 4096, 16384)]
+    assert "no size was bandwidth-bound" in fit_latency_bandwidth(flat)["not_fitted"]
+    assert "one size" in fit_latency_bandwidth(rows_for(0, 3, 1.0, [1 << 20]))["not_fitted"]
+
+
+def test_the_nccl_table_prints_not_fitted_with_why_and_no_model():
+    from microbench.probes.nccl.table import fit_lines
+
+    lines = fit_lines(fit_latency_bandwidth(_measured(DEGENERATE)))
+    assert lines[0].startswith("# fit (out-of-place): not fitted, ")
+    assert lines[1] == "# best measured busbw 0.12 GB/s at 1.0 MiB"
+    text = "\n".join(lines)
+    assert "latency 0.0 us" not in text and "half of peak" not in text
+    good = fit_lines(fit_latency_bandwidth(rows_for(25.0, 10.0, 1.0, SIZES)))
+    assert good[0].startswith("# fit (out-of-place): latency 25.0 us, peak busbw 10.00 GB/s")

@@ -14,7 +14,8 @@ from conftest import cli_env, descendants, one_error_line, rows_written, wait_fo
 from microbench.world import fork as prefork
 
 # A launcher that warms itself as the suite does, then runs the CLI: its ranks are forks.
-WARM_CLI = "from microbench import prefork; assert prefork.warm(); from microbench.__main__ import entry; entry()"
+WARM_CLI = ("import microbench.__main__; from microbench.world import fork as prefork; assert prefork.warm(); "
+            "from microbench.__main__ import entry; entry()")
 
 
 def warm_cli(tmp_path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -46,6 +47,7 @@ def test_a_warm_launcher_forks_its_ranks_and_the_record_says_so(tmp_path):
 def test_a_forked_process_exits_as_a_fresh_one_would(tmp_path):
     code = f"""
 import json, subprocess, sys, tempfile
+import microbench.__main__
 from microbench.world import fork as prefork
 assert prefork.warm()
 out = {{}}

@@ -73,7 +73,7 @@ def test_plot_progress_and_headline_show_the_registered_metric(widgets):
     row = record["rows"][1]
     assert progress.row_brief(row) == "widgets 2 GB/s"
     assert progress.row_brief(row, {"kind": "widgets"}) == "widgets 2 GB/s"
-    assert suite.headline(record) == "spin 2.00 GB/s"
+    assert suite.headline(record) == "spin 2.00 GB/s at 4M"      # the best size, named
 
 
 def test_compare_uses_the_specs_metric_case_and_identity_keys(widgets, tmp_path):

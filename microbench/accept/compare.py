@@ -9,6 +9,7 @@ said, because a ratio between a gloo run and an NCCL run is not a regression. Pu
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,10 @@ class Line:
     new: float
     ratio: float | None
     failed: list[str] = field(default_factory=list)   # texts of the rules it broke
+    lost: str | None = None   # NEW has no usable value here ("NaN in NEW", "missing in NEW")
+    # Rules whose percentage it broke, not counted because the two runs' own spread covers the
+    # change (see within_noise): printed as "within noise".
+    noise: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -196,6 +201,21 @@ def varying(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[Any, se
             for op, group in by_op.items()}
 
 
+_MISSING = object()
+
+
+def lost_value(base: Any, new: Any) -> str | None:
+    """Why NEW has no usable value where BASE has a finite one ("missing in NEW", "NaN in NEW"),
+    or None. Base values that are not finite have nothing to hold NEW to."""
+    if not _number(base) or not math.isfinite(base):
+        return None
+    if new is _MISSING:
+        return "missing in NEW"
+    if not _number(new) or not math.isfinite(new):
+        return f"{new} in NEW"
+    return None
+
+
 def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Path, dict[str, Any]],
                     rules: list[Rule]) -> tuple[PairResult | None, str | None]:
     """One pair -> (result, None), or (None, why it was skipped)."""
@@ -223,14 +243,59 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
         for rule in rules:
             shown.extend(m for m in ma if rule.matches(m) and m not in shown)
         for metric in shown:
-            if metric not in mb:
+            gated = [r.text for r in rules if r.matches(metric)]
+            lost = lost_value(ma.get(metric), mb.get(metric, _MISSING))
+            if lost:
+                # A gate that cannot measure the new run has not passed it: NaN compares false
+                # with every limit, and a dropped column has nothing to compare.
+                if gated:
+                    result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
+                                             ma[metric], math.nan, None, gated, lost=lost))
                 continue
             ratio = mb[metric] / ma[metric] if ma[metric] else None
-            failed = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
+            broken = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
+            noisy = bool(broken) and within_noise(row, rows_b[key], metric)
             result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
-                                     ma[metric], mb[metric], ratio, failed))
+                                     ma[metric], mb[metric], ratio, [] if noisy else broken, noise=broken if noisy else []))
     result.only_new = [case_label(r, differs, fields) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
     return result, None
+
+
+# --------------------------------------------------------------------------- noise
+
+NOISE_STATISTIC = "per-iteration time from its fastest iteration (min) to its slowest (max)"
+
+
+def spread_us(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A row's per-iteration time range, (min, max) of time_us, or None when the row does not
+    carry one (a record written without per-iteration times, a hand-made row)."""
+    time_us = row.get("time_us")
+    if not isinstance(time_us, dict):
+        return None
+    low, high = time_us.get("min"), time_us.get("max")
+    if not (_number(low) and _number(high)) or not (0 < low <= high) or high != high:
+        return None
+    return float(low), float(high)
+
+
+def within_noise(base_row: dict[str, Any], new_row: dict[str, Any], metric: str) -> bool:
+    """True when the change of `metric` between the two rows is within what the two runs' own
+    per-iteration spread allows: each run's range of iteration times, from its fastest to its
+    slowest iteration, overlaps the other's. A real regression moves the new run's fastest
+    iteration past every iteration of the base (and a real gain its slowest under the base's
+    fastest). Why the whole range: on a shared machine the load moves between two runs by
+    several times (back-to-back suites here differed 5x at 8 MiB while other tests ran), and
+    while any iteration of the new run was as fast as one of the base, the machine, not the
+    code, may explain the median; a 2x slower link moves every iteration (the lab test).
+
+    Only for metrics the probes compute from time_us (rates from its p50, and time_us itself):
+    a latency column such as rtt_us_p50 is its own statistic, judged by the rule alone."""
+    if not (higher_is_better(metric) or metric == "time_us"):
+        return False
+    a, b = spread_us(base_row), spread_us(new_row)
+    if a is None or b is None:
+        return False
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def _size_suffix(row: dict[str, Any]) -> str:

@@ -9,17 +9,55 @@ Pure: `build` returns the XML text; the command writes it.
 from __future__ import annotations
 
 import os
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.errors import UsageError
 from ..results.outputs import check_new_file
+
+
+# A file larger than this is no report of ours (one testcase per step and check: kilobytes).
+_MAX_OWN_REPORT_BYTES = 16 << 20
+
+
+def written_by_microbench(path: str | os.PathLike) -> bool:
+    """True if `path` is a JUnit XML document this module wrote (<testsuites name="microbench">):
+    the only existing file `--junit` may replace."""
+    try:
+        if os.path.getsize(path) > _MAX_OWN_REPORT_BYTES:
+            return False
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError, ValueError):
+        return False
+    return root.tag == "testsuites" and root.get("name") == "microbench"
 
 
 def check_writable(path: str | os.PathLike) -> Path:
     """Fail before a long run, not after it, when the report could not be written."""
-    # A CI job rewrites its JUnit file on every run: the one output that may be overwritten.
-    return check_new_file(path, "--junit", example="results/acceptance.xml", overwrite=True)
+    target = Path(path)
+    # A CI job rewrites its JUnit file on every run: the one output that may be overwritten, and
+    # only when it is such a report already (never a record or anything else under that name).
+    if target.exists() and not target.is_dir() and not written_by_microbench(target):
+        raise UsageError(f"invalid --junit {str(path)!r}: it exists and is not a JUnit report written by "
+                         f"microbench, so it is not overwritten: pick a new name, "
+                         f"e.g. --junit {target.with_suffix('')}-junit.xml")
+    checked = check_new_file(path, "--junit", example="results/acceptance.xml", overwrite=True)
+    _try_create_beside(checked)
+    return checked
+
+
+def _try_create_beside(target: Path) -> None:
+    """Make and remove a file in the report's directory: the permission bits and mount flags
+    say yes for places that refuse every new file (/proc, a FUSE mount, an immutable dir)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".check", dir=target.parent)
+    except OSError as exc:
+        raise UsageError(f"invalid --junit {str(target)!r}: cannot create a file in {str(target.parent)!r} "
+                         f"({exc.strerror or exc}); e.g. --junit results/acceptance.xml") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def _case_name(check: Any) -> str:

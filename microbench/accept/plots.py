@@ -1,5 +1,6 @@
 """Bandwidth-vs-size curves from saved records, overlaid: where a picture beats a table
-(1gbit vs unlimited, IB vs TCP, NVMe vs S3). matplotlib is an optional extra."""
+(1gbit vs unlimited, IB vs TCP, NVMe vs S3). matplotlib is a main dependency; without it a
+plot fails (exit 1), see core/pyplot.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import registry
-from ..core.errors import ProbeUnavailable, RunError, UsageError
+from ..core.errors import RunError, UsageError
+from ..core.pyplot import pyplot
 from ..results.outputs import check_new_file
 from ..core.units import format_size
 
@@ -65,13 +67,7 @@ def axis_label(metric: str) -> str:
 
 
 def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metric: str | None = None) -> Path:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ProbeUnavailable("plotting needs matplotlib: pip install 'microbench[plot]'") from None
+    plt = pyplot(f"the plot {out_path!r}")
     target = check_new_file(out_path, "--out", noun="plot file", claimed=True)
     chosen = pick_metric(records[0][1], metric)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
@@ -120,11 +116,7 @@ def render_png(records: list[tuple[str, dict[str, Any]]], metric: str | None = N
     """The same plot as PNG bytes (for embedding, e.g. in `microbench report`)."""
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("the report's plots")
     fig = draw(plt, records, pick_metric(records[0][1], metric), figsize=figsize, title=title)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

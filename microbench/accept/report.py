@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,16 +122,45 @@ def _env_rows(runs: list[Run]) -> list[list[str]]:
     return [[name, *[("-" if get(e) is None else str(get(e))) for e in envs]] for name, get in fields]
 
 
+def _row_metrics(row: dict[str, Any], record: dict[str, Any]) -> dict[str, float]:
+    values = compare.metrics_of(row, record)
+    if _own_latency(row):
+        values.pop("time_us", None)   # one p50 per size: the row's own, not its batch's
+    return values
+
+
 def _metric_columns(record: dict[str, Any]) -> list[str]:
     cols: list[str] = []
     for row in record.get("rows", []):
-        cols.extend(k for k in compare.metrics_of(row, record) if k not in cols)
+        cols.extend(k for k in _row_metrics(row, record) if k not in cols)
     return cols
 
 
+_UNITS = (("_gbit_s", "Gbit/s"), ("_gbps", "GB/s"), ("_tflops", "TFLOP/s"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"))
+
+
 def _heading(metric: str) -> str:
-    # The naming rule puts the unit last: busbw_gbps is "busbw GB/s"; time_us holds the p50.
-    return "time p50 us" if metric == "time_us" else metric.replace("_gbps", " GB/s")
+    """A column's label from the naming rule (unit last, a percentile after it): busbw_gbps is
+    "busbw GB/s", bw_gbit_s "bw Gbit/s", rtt_us_p50 "rtt p50 us"; time_us holds the p50."""
+    if metric == "time_us":
+        return "time p50 us"
+    name, pct = metric, ""
+    match = re.fullmatch(r"(.+)_(p\d+)", name)
+    if match:
+        name, pct = match.group(1), match.group(2)
+    unit = ""
+    for suffix, text in _UNITS:
+        if name.endswith(suffix):
+            name, unit = name[: -len(suffix)], text
+            break
+    name = "IOPS" if name == "iops" else name.replace("_", " ")
+    return " ".join(x for x in (name, pct, unit) if x)
+
+
+def _own_latency(row: dict[str, Any]) -> bool:
+    """A row that states its own latency percentiles (link's rtt: over every round trip) times
+    a batch per iteration, so its time_us p50 is not a latency to show beside them."""
+    return any(compare._LATENCY.search(k) for k in row if k != "time_us")
 
 
 def _probe_table(record: dict[str, Any]) -> str:
@@ -141,7 +171,7 @@ def _probe_table(record: dict[str, Any]) -> str:
     differs = compare.varying(rows, fields)
     metrics = _metric_columns(record)
     body = [[compare.case_label(r, differs, fields), format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
-             *[_num(compare.metrics_of(r, record).get(m)) for m in metrics]] for r in rows]
+             *[_num(_row_metrics(r, record).get(m)) for m in metrics]] for r in rows]
     return _table(["case", "size", *[_heading(m) for m in metrics]], body)
 
 
@@ -153,26 +183,29 @@ def _plot(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
     usable = [(label, rec) for label, rec in items if any(isinstance(r.get("size_bytes"), int) for r in rec.get("rows", []))]
     if not usable:
         return ""
-    try:
-        metric = pick_metric(usable[0][1], None)
-    except UsageError:
-        return ""
     ops: list[str] = []
     for _, rec in usable:
         ops.extend(str(r.get("op")) for r in rec.get("rows", []) if str(r.get("op")) not in ops)
     images = []
     for op in ops:
         per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]}) for label, rec in usable]
+        # Each op its own primary metric: a storage record's read rows carry read_gbps and its
+        # write rows write_gbps, so one metric for the section would plot one of them only.
+        try:
+            metric = pick_metric(next(rec for _, rec in per_op if rec["rows"]), None)
+        except (UsageError, StopIteration):
+            continue
         per_op = [(label, rec) for label, rec in per_op if series(rec, metric)]
         # A curve needs two sizes; one point per run is read better from the table.
         if not per_op or max(len(pts) for _, rec in per_op for pts in series(rec, metric).values()) < 2:
             continue
-        try:
-            png = render_png(per_op, metric, figsize=(5.6, 3.6), title=f"{name}: {op} {metric.removesuffix('_gbps')} vs size")
-        except ImportError:
-            return '<p class="note">plots skipped: matplotlib is not installed (pip install \'microbench[plot]\')</p>'
+        # No matplotlib raises RunError (exit 1): a report promised plots, not a page without them.
+        what = metric.removesuffix("_gbps")
+        # "read vs size", not "read read vs size": a storage op's metric is named after it.
+        title = f"{name}: {op if what == op else f'{op} {what}'} vs size"
+        png = render_png(per_op, metric, figsize=(5.6, 3.6), title=title)
         data = base64.b64encode(png).decode("ascii")
-        alt = f"{name}: {op} {metric.removesuffix('_gbps')} vs size"
+        alt = title
         images.append(f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{data}">')
     return f'<div class="plots">{"".join(images)}</div>' if images else ""
 
@@ -207,8 +240,9 @@ def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
                 worse = ratio is not None and (ratio < 0.95 if compare.higher_is_better(line.metric) else ratio > 1.05)
                 better = ratio is not None and (ratio > 1.05 if compare.higher_is_better(line.metric) else ratio < 0.95)
                 rows.append([f"{pair.name}: {line.case}", format_size(line.size_bytes) if line.size_bytes is not None else "-",
-                             compare.short_name(line.metric), _num(line.base), _num(line.new),
-                             f"{ratio:.3f}" if ratio is not None else "n/a", ("FAIL " + ", ".join(line.failed)) if line.failed else ""])
+                             _heading(line.metric), _num(line.base), _num(line.new),
+                             f"{ratio:.3f}" if ratio is not None else "n/a",
+                             ("FAIL " + ", ".join(line.failed)) if line.failed else "within noise" if line.noise else ""])
                 mark = "worse" if worse else "better" if better else ""
                 classes.append(["", "", "", "", "", mark, "fail" if line.failed else ""])
             parts.append(_table(["case", "size", "metric", "base", "new", "new/base", "rule"], rows, classes))
@@ -254,11 +288,8 @@ def _hunt(record: dict[str, Any]) -> str:
     out = "".join(f'<p class="{"pass" if line.startswith("OK") else "fail"}">{_e(line)}</p>' for line in lines)
     if len(matrix) == len(names) * (len(names) - 1) and names:
         out += _table(["from \\ to", *names], hunt.matrix_table(matrix, names, slow))
-        try:
-            png = hunt.heatmap_png(matrix, names, slow, f"hunt: {len(names)} hosts, GB/s sender -> receiver")
-            out += f'<img class="plot" alt="hunt heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-        except ImportError:
-            out += '<p class="note">heatmap skipped: matplotlib is not installed</p>'
+        png = hunt.heatmap_png(matrix, names, slow, f"hunt: {len(names)} hosts, GB/s sender -> receiver")
+        out += f'<img class="plot" alt="hunt heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
     elif names:
         out += f'<p class="note">matrix incomplete ({len(matrix)} of {len(names) * (len(names) - 1)} directions)</p>'
     return out

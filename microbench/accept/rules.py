@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core import registry
 from ..core.errors import UsageError
+from ..core.jsonfile import load_json, read_text
 from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
@@ -67,17 +69,15 @@ def _toml_loads(text: str) -> dict[str, Any]:
 
 def load_checks(path: str | Path) -> list[Check]:
     target = Path(path)
-    try:
-        text = target.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read thresholds file {str(path)!r}: {exc.strerror}") from None
-    try:
-        if target.suffix == ".json":
-            data = json.loads(text)
-        else:
+    expected = "acceptance thresholds in TOML or JSON, e.g. examples/acceptance-local.toml"
+    if target.suffix == ".json":
+        data = load_json(path, what="thresholds file", expected=expected)
+    else:
+        text = read_text(path, what="thresholds file", expected=expected)
+        try:
             data = _toml_loads(text)
-    except ValueError as exc:
-        raise UsageError(f"thresholds file {str(path)!r} is not valid {target.suffix.lstrip('.') or 'TOML'}: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f"thresholds file {str(path)!r} is not valid TOML: {exc}") from None
     example = 'e.g. step = "nccl", op = "all_reduce", metric = "busbw_gbps", min = 150'
     entries = data.get("check", []) if isinstance(data, dict) else None
     if not isinstance(entries, list):
@@ -94,12 +94,40 @@ def load_checks(path: str | Path) -> list[Check]:
             raise UsageError(f"{where} needs step, op, metric and min or max (or min_fraction_of_expected); "
                              f"step, op and metric as strings (without metric: the probe's primary one); {example}")
         bounds = {key: _bound(item[key], f"{where}: {key}") for key in ("min", "max") if key in item}
+        check_known(item, bounds, where)
         checks.append(Check(item["step"], item["op"], item.get("metric", ""), bounds.get("min"), bounds.get("max"),
                             parse_size(str(item["size"]), what="check size") if "size" in item else None,
                             _fraction(item, where), _expected(item, where)))
     if not checks:
         raise UsageError(f"thresholds file {str(path)!r} has no [[check]] entries")
     return checks
+
+
+KEYS = ("step", "op", "metric", "min", "max", "size", "min_fraction_of_expected", "expected")
+# Latency columns a row may carry beside its probe's declared metrics (rtt_us_p50, lat_p50_us).
+_LATENCY_COLUMN = re.compile(r"_us_p\d+$|^lat_p\d+_us$")
+
+
+def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> None:
+    """What would otherwise be found only after the whole suite ran, or never: a key no check
+    has (a typo like `mni = 150` would leave no bound), a step the suite does not run, a metric
+    its probe's rows never carry, and a min above the max that no value can meet."""
+    unknown = [k for k in item if k not in KEYS]
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in {where}: expected some of {', '.join(KEYS)}, "
+                         f"e.g. min = 150")
+    found = registry.suite_step(item["step"])
+    if found is None:
+        names = ", ".join(step.name for _, step in registry.suite_steps())
+        raise UsageError(f"unknown step {item['step']!r} in {where}: expected one of {names}, e.g. step = \"nccl\"")
+    spec = found[0]
+    metric = item.get("metric")
+    if metric and metric not in spec.metrics and not _LATENCY_COLUMN.search(metric):
+        raise UsageError(f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
+                         f"{', '.join(spec.metrics)}, e.g. metric = \"{spec.metrics[0]}\"")
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise UsageError(f"invalid bounds in {where}: min = {bounds['min']:g} is above max = {bounds['max']:g}, "
+                         f"so no value can pass; e.g. min = 100, max = 200")
 
 
 def _fraction(item: dict[str, Any], where: str) -> float | None:

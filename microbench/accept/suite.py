@@ -19,6 +19,7 @@ from ..world import fork as prefork
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.registry import SuiteStep
+from ..core.units import format_size
 from ..world.launch import package_env, self_command
 
 
@@ -131,27 +132,37 @@ def step_for_file(filename: str) -> str | None:
     return found[1].name if found else None
 
 
+# The suite table's last column: each op's value at its best size (which size it was follows
+# the value), or why a step did not pass.
+HEADLINE_COLUMN = "best size per op / reason"
+
+
 def headline(record: dict[str, Any]) -> str:
     """Best primary metric per op (the first its probe's spec declares among those the row
-    carries): a one-glance summary that needs no per-probe code. A bandwidth is named only where
-    the row carries another of its probe's bandwidths (busbw beside algbw)."""
+    carries) and the size it was reached at: a one-glance summary that needs no per-probe code.
+    A bandwidth is named only where the row carries another of its probe's bandwidths (busbw
+    beside algbw)."""
     best: dict[tuple[str, str], float] = {}
+    at: dict[tuple[str, str], Any] = {}
     named: set[tuple[str, str]] = set()
     for row in record.get("rows", []):
         key = registry.row_metric(row, record)
         if key is None:
             continue
         op = str(row.get("op", "?"))
-        best[(op, key)] = max(best.get((op, key), float("-inf")), float(row[key]))
+        if float(row[key]) > best.get((op, key), float("-inf")):
+            best[(op, key)], at[(op, key)] = float(row[key]), row.get("size_bytes")
         spec = registry.row_spec(row, record)
         if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
                                          for m in (spec.metrics if spec else registry.metric_columns())):
             named.add((op, key))
 
     def label(op: str, key: str, value: float) -> str:
+        size = at.get((op, key))
+        where = f" at {format_size(size)}" if isinstance(size, int) and not isinstance(size, bool) else ""
         if not key.endswith("_gbps"):
-            return f"{op} {value:.3g} {key}"
-        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s"
+            return f"{op} {value:.3g} {key}{where}"
+        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s{where}"
 
     parts = [label(op, key, value) for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
@@ -193,27 +204,53 @@ def run_step(step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | No
                       headline(record) if record else "", "" if code == 0 else message)
 
 
+# How long a step has, after the suite forwards it an interrupt, to save its partial record and
+# stop its ranks (their own launcher gives them --timeout + 3 s at most) before it is killed.
+INTERRUPT_GRACE_S = 60.0
+
+
 def _spawned(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-    try:
-        done = subprocess.run([*self_command(), *argv], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-        return done.returncode, done.stderr
-    except subprocess.TimeoutExpired:
-        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+    with tempfile.TemporaryFile(mode="w+") as err:
+        child = subprocess.Popen([*self_command(), *argv], stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                 stdin=subprocess.DEVNULL)
+        return _wait_step(child, err, timeout_s)
 
 
 def _forked(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
     # stdout is dropped as subprocess.run's capture dropped it: the step's record is its result.
     with tempfile.TemporaryFile(mode="w+") as err:
         child = prefork.start(argv, env, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            code = child.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            return 1, f"microbench: step did not finish within {timeout_s:g} s"
-        err.seek(0)
-        return code, err.read()
+        return _wait_step(child, err, timeout_s)
+
+
+def _wait_step(child: Any, err: Any, timeout_s: float) -> tuple[int, str]:
+    try:
+        code = child.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+    except KeyboardInterrupt:
+        # A signal to the suite's PID alone (a scheduler's SIGTERM, `kill`) never reaches the
+        # step: hand it on, so the step ends its ranks and keeps a partial record, and wait for
+        # that before the suite goes on to stop what the step still uses (the shared S3 server).
+        stop_step(child)
+        raise
+    err.seek(0)
+    return code, err.read()
+
+
+def stop_step(child: Any, grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """SIGINT to a running step, then wait for it (killed after `grace_s`). Further signals to
+    the suite meanwhile are only counted (interrupts.py), so this wait is not cut short."""
+    import signal
+
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def uses_embedded_s3(step: SuiteStep) -> bool:

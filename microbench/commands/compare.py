@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("base", metavar="BASE", help="the reference: a record (.json) or a suite directory")
     p.add_argument("new", metavar="NEW", help="the run to judge, of the same kind as BASE")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE}; "
+                   help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE.replace('%', '%%')}; "
                         f"no sign means 'worse by more than' (lower bandwidth, higher time)")
     p.set_defaults(handler=run)
 
@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         table = [(line.case, format_size(line.size_bytes) if line.size_bytes is not None else "-",
                   short_name(line.metric), _fmt(line.base), _fmt(line.new),
                   f"{line.ratio:.3f}" if line.ratio is not None else "n/a",
-                  ("FAIL " + ", ".join(line.failed)) if line.failed else "")
+                  ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else "")) if line.failed else
+                  "within noise" if line.noise else "")
                  for line in pair.lines]
         print(tabulate(table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"],
                        tablefmt="simple", disable_numparse=True))
@@ -49,10 +50,15 @@ def run(args: argparse.Namespace) -> int:
     compared = sum(len(p.lines) for p in result.pairs)
     failures = result.failures
     if failures:
-        pair, line = max(failures, key=lambda f: abs(1 - (f[1].ratio or 1)))
+        # A value NEW lost (NaN, missing) is the worst: nothing about it is known.
+        pair, line = max(failures, key=lambda f: float("inf") if f[1].lost else abs(1 - (f[1].ratio or 1)))
+        how = line.lost if line.lost else f"x{line.ratio:.3f}"
         raise RunError(f"{len(failures)} of {compared} compared value(s) broke --fail-on "
                        f"({', '.join(r.text for r in rules)}); worst: {pair.name} {line.case} "
                        f"{format_size(line.size_bytes) if line.size_bytes is not None else ''} "
-                       f"{short_name(line.metric)} x{line.ratio:.3f}")
-    print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else ""))
+                       f"{short_name(line.metric)} {how}")
+    noisy = sum(bool(line.noise) for p in result.pairs for line in p.lines)
+    print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else "")
+          + (f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to max, overlap)"
+             if noisy else ""))
     return 0

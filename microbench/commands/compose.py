@@ -12,7 +12,10 @@ from typing import Any
 from tabulate import tabulate
 
 from .. import compose as cp
+from ..compose.dataload import loading_report
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
+from ..compose import mount as mount_tier
+from ..core.units import DTYPE_BYTES
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..results.outputs import check_new_file
@@ -74,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
-                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12 (repeatable)")
+                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
+                        "adds ,direct or ,cached,drain=GB/S[,delay=5s] (repeatable)")
     s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage or checkpoint record as a tier (its best write and read), e.g. "
                         "results/suite-*/storage-posix.json (repeatable)")
@@ -82,6 +86,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed "
                    "(default 30min)")
     s.add_argument("--ckpt-overhead", default="5%", help="share of time a blocking save may cost (default 5%%)")
+    # issue 21: data loading and model loading (compose/dataload.py)
+    d = p.add_argument_group("data and model loading")
+    d.add_argument("--dataload", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a `microbench dataload` record: the loader's rate per rank (repeatable)")
+    d.add_argument("--data-rate", action="append", default=[], metavar="NAME=SAMPLES/S",
+                   help="a described loader rate per rank, prefetching, e.g. --data-rate s3=900 (repeatable)")
+    d.add_argument("--sample-bytes", metavar="SIZE", help="bytes per training sample (default: the record's)")
+    d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
+                   help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
+                        "every --tier/--storage with a read rate gives one too")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
     o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
@@ -101,7 +115,8 @@ def request(args: argparse.Namespace) -> inputs.ComposeRequest:
 
 def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
-    given = inputs.build(request(args))
+    req = request(args)
+    given = inputs.build(req)
     result = whatif.compose(given)
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
@@ -117,9 +132,15 @@ def run(args: argparse.Namespace) -> int:
     if given.tiers:
         _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
                           given.mtbf_s, rate)
+        print("\n".join(mount_tier.report_lines(given.tiers, result.checkpoint_bytes, given.interval_s,
+                                                given.overhead)))
     elif given.mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
-    record = whatif.record(result)
+    train = given.train
+    loading = loading_report(req, model.total_params * DTYPE_BYTES[train.param_dtype],   # issue 21
+                             train.micro_batch * train.grad_accum,
+                             {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
+    record = whatif.record(result, loading)
     path = RecordWriter(record, args.json, directory=args.results_dir).finish("complete")
     if args.csv:
         write_csv(args.csv, record["rows"])

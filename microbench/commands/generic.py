@@ -133,7 +133,7 @@ def build_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
     if spec.config is None:
         return {}
     factor = 2.0
-    given_factor = getattr(args, "config_factor", None) or getattr(args, "factor", None)
+    given_factor = getattr(args, "factor", None)
     if given_factor is not None:
         factor = parse_number(given_factor, what="--factor", example="2", minimum=1.0, allow_minimum=False)
     values = {}
@@ -203,12 +203,12 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
 
 
 def _with_needs(config: Any, key: str, value: Any) -> Any:
-    from ..core.units import parse_positive, parse_positive_int
+    from ..core.units import parse_positive_int, parse_timeout
 
     if key == "nproc" and value is not None:
         value = parse_positive_int(value, what="--nproc", example="2")
     if key == "timeout":
-        key, value = "timeout_s", parse_positive(value, what="--timeout", example="60")
+        key, value = "timeout_s", parse_timeout(value)
     # Generic probes' Configs are plain dataclasses: the runner reads needs from attributes.
     object.__setattr__(config, key, value) if dataclasses.is_dataclass(config) else None
     return config

@@ -10,7 +10,7 @@ import argparse
 
 from ..core.errors import UsageError
 from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_positive_int, parse_size
-from ..lab import hunt_pairs
+from ..lab import hunt, hunt_pairs
 from ..lab.hunt import HuntOptions
 from ..results.outputs import check_new_file
 from .common import parse_timeout
@@ -47,6 +47,7 @@ def options(args: argparse.Namespace) -> HuntOptions:
     for flag, value in (("--heatmap", args.heatmap), ("--json", args.json), ("--csv", args.csv)):
         if value:
             check_new_file(value, flag, parents_made=flag == "--json")
+    hunt.check_default_heatmap(args.json, args.heatmap)
     return HuntOptions(size_bytes=parse_size(args.size, what="--size"),
                        iters=parse_positive_int(args.iters, what="--iters", example="3"), warmup=int(warmup),
                        slow_ratio=slow, floor_gbps=floor, timeout_s=parse_timeout(args.timeout), lab=args.lab,

@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="the HTML file to write (never overwritten)")
     p.add_argument("--accept", default=None, metavar="THRESHOLDS", help="acceptance thresholds to show verdicts for each run")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE}")
+                   help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE.replace('%', '%%')}")
     p.set_defaults(handler=run)
 
 

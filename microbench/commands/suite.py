@@ -10,9 +10,11 @@ from tabulate import tabulate
 
 from ..accept import rules as accept, junit
 from ..core.errors import RunError
+from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
+from ..targets.workdir import check_base
 from ..accept import suite
-from ..accept.suite import default_steps
+from ..accept.suite import HEADLINE_COLUMN, default_steps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +33,14 @@ def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = suite.select_steps(args.only)
+    check_results_dir(args.results_dir)
+    if args.path is not None:
+        # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.
+        check_base(args.path, writable=True)
     out_dir = suite.new_suite_dir(Path(args.results_dir))
     results = suite.run_steps(steps, out_dir, args.path, before=lambda step: print(f"# {step.name} ...", flush=True))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
-    print(tabulate(table, headers=["step", "result", "s", "headline / reason"], tablefmt="simple"))
+    print(tabulate(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None

@@ -16,6 +16,7 @@ from typing import Any
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.fit import fit_latency_bandwidth
+from ..core.jsonfile import finite_number
 from ..core.units import bus_factor
 
 
@@ -48,6 +49,14 @@ class Curve:
             have = sorted({str(r.get("op")) for r in all_rows})
             raise UsageError(f"the collective record {source or ''} has no {op!r} rows (it has: "
                              f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
+        for index, row in enumerate(named):
+            for key in [k for k in row if k.endswith("_gbps")]:
+                # The fit divides by the bandwidths: a NaN here (a hand-edited or corrupted record)
+                # is refused as --net ib=nanGB/s is, naming the row, not met as a crash in the fit.
+                if row[key] is not None and not (finite_number(row[key]) and row[key] >= 0):
+                    raise UsageError(f"the collective record {source or ''} has {key} = {row[key]!r} in its {op} "
+                                     f"row at size_bytes {row.get('size_bytes')!r}; expected a finite number >= 0, "
+                                     f"as `microbench nccl` writes: re-run it, or remove that row")
         # A row names its op whether or not it holds a usable time: only the latter make a curve.
         rows = [r for r in named if _measured(r)]
         if not rows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import compose as cp
@@ -15,6 +15,7 @@ from .curves import Network, network_from_record, record_rows, synthetic_network
 from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
 from .tiers import tier_bandwidths
+from . import mount as mount_tier
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -57,6 +58,10 @@ class ComposeRequest:
     mtbf_hours: str | None = None
     ckpt_interval: str = "30min"
     ckpt_overhead: str = "5%"
+    dataload: list[str] = field(default_factory=list)     # dataload records' paths, [NAME=]PATH
+    data_rate: list[str] = field(default_factory=list)    # described loader rates, NAME=SAMPLES/S
+    sample_bytes: str | None = None
+    modelload: list[str] = field(default_factory=list)    # modelload records' paths, [NAME=]PATH
 
 
 def model(req: ComposeRequest) -> ModelShape | CrudeModel:
@@ -191,11 +196,15 @@ def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
     out = []
     for text in req.tier:
         name, _, rates = text.partition("=")
+        rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/mount.py)
         write, _, read = rates.partition(":")
         if not name or not write:
             raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS], e.g. nvme=6:12")
         out.append({"tier": name, "write_gbps": _tier_rate(text, write, "write"),
                     "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}"})
+        if mount_options:
+            out[-1]["mount"] = asdict(mount_tier.parse_options(text, name, out[-1]["write_gbps"],
+                                                               out[-1]["read_gbps"], mount_options))
     for text in req.storage:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
@@ -207,6 +216,9 @@ def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
         write, read = tier_bandwidths(record, path)
         out.append({"tier": name or str(record.get("kind")), "write_gbps": write, "read_gbps": read,
                     "source": f"measured: {path}"})
+        measured_mount = mount_tier.from_record(record, out[-1]["tier"], path)
+        if measured_mount is not None:
+            out[-1]["mount"] = asdict(measured_mount)
     return out
 
 

@@ -14,13 +14,13 @@ Mixtral counts the embedding table too, see the tests).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
+from ..core.jsonfile import finite_number, load_json
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def _field(cfg: dict[str, Any], path: str, names: tuple[str, ...], default: Any 
     for name in names:
         if name in cfg and cfg[name] is not None:
             value = cfg[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value != int(value):
+            if not finite_number(value) or value <= 0 or value != int(value):
                 raise UsageError(f"config {path!r}: field {name!r} is {value!r}; expected a positive whole number")
             return int(value)
     if default is not None:
@@ -239,15 +239,9 @@ def from_hf_config(path: str | Path) -> ModelShape:
     if Path(path).is_dir() and (Path(path) / "config.json").is_file():
         path = Path(path) / "config.json"   # a downloaded model directory
     path = str(path)
-    try:
-        with open(path) as handle:
-            cfg = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"--model-config {path!r} does not exist; expected a Hugging Face config.json") from None
-    except IsADirectoryError:
-        raise UsageError(f"--model-config {path!r} is a directory; expected the config.json file in it") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--model-config {path!r} is not JSON ({exc}); expected a Hugging Face config.json") from None
+    # finite: a NaN hidden_size is refused as --params nan is, not met as "cannot convert float NaN".
+    cfg = load_json(path, what="--model-config", finite=True,
+                    expected="a Hugging Face config.json (or the model directory holding it)")
     if not isinstance(cfg, dict):
         raise UsageError(f"--model-config {path!r} holds a JSON {type(cfg).__name__}, not an object; "
                          f"expected a Hugging Face config.json")
@@ -255,13 +249,20 @@ def from_hf_config(path: str | Path) -> ModelShape:
     model_type = str(text.get("model_type") or cfg.get("model_type") or "")
     hidden = _field(text, path, ("hidden_size", "d_model", "n_embd"))
     heads = _field(text, path, ("num_attention_heads", "n_head"))
+    kv_heads = _field(text, path, ("num_key_value_heads",), default=heads)
+    if heads % kv_heads:
+        # Grouped-query attention shares each KV head among heads / kv_heads query heads: a
+        # model with 32 heads and 3 KV heads cannot be built, so no step time is predicted for it.
+        good = max(d for d in range(1, kv_heads + 1) if heads % d == 0)
+        raise UsageError(f"--model-config {path!r}: num_key_value_heads {kv_heads} does not divide "
+                         f"num_attention_heads {heads}; expected a divisor of it, e.g. {good}")
     experts = _field(text, path, ("num_local_experts", "num_experts", "n_routed_experts"), default=1)
     shape = ModelShape(
         name=str(cfg.get("_name_or_path") or _name_from_path(Path(path))),
         hidden=hidden,
         layers=_field(text, path, ("num_hidden_layers", "n_layer")),
         heads=heads,
-        kv_heads=_field(text, path, ("num_key_value_heads",), default=heads),
+        kv_heads=kv_heads,
         head_dim=_field(text, path, ("head_dim",), default=max(1, hidden // heads)),
         ffn=_field(text, path, ("moe_intermediate_size", "intermediate_size", "n_inner")),
         vocab=_field(text, path, ("vocab_size",)),

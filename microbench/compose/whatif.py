@@ -39,8 +39,9 @@ def compose(inputs: ComposeInputs) -> Composition:
     return Composition(inputs, steps, memory, parts, tiers)
 
 
-def record(result: Composition) -> dict[str, Any]:
-    """The compose record (kind "compose"), ready for a RecordWriter."""
+def record(result: Composition, loading: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compose record (kind "compose"), ready for a RecordWriter; loading: the data stall and
+    model load summary (compose/dataload.loading_report), when asked for."""
     inputs, memory, parts = result.inputs, result.memory, result.parts
     model, train, rate, nets = inputs.model, inputs.train, inputs.rate, inputs.networks
     config = {"calibration": inputs.calibration.source if inputs.calibration else None, "model": model.describe(),
@@ -63,5 +64,5 @@ def record(result: Composition) -> dict[str, Any]:
     out["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
                       "required_write_gbps_blocking": required_write_gbps(
                           parts["training_checkpoint_bytes"], inputs.interval_s, inputs.overhead),
-                      "warnings": [w for n in nets for w in n.warnings]}
+                      "warnings": [w for n in nets for w in n.warnings], **(loading or {})}
     return out

@@ -1,10 +1,17 @@
 """The library raises these; only the CLI turns them into exit codes and one stderr line."""
 
+from .redaction import redact_text
+
 
 class MicrobenchError(Exception):
     """Base of every error microbench raises on purpose. exit_code is what the CLI returns."""
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        # The one place an error becomes text: a URL password quoted by any layer below
+        # (ours, botocore's, s3fs's) is hidden here, whatever message carried it.
+        return redact_text(super().__str__())
 
 
 class UsageError(MicrobenchError):

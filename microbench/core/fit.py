@@ -4,6 +4,12 @@ Fitted by least squares on relative error (weights 1/t^2), so small and large si
 alike. From it: peak bus bandwidth, latency, and the size that reaches half the peak, where
 S*factor = latency * peak. Sizes at least four times that reach >= 80% of the peak: those are
 the bandwidth-bound sizes whose measured busbw is averaged.
+
+A fit can be degenerate: a curve that does not rise like latency + size/bandwidth (noise, a
+latency-bound sweep, a link reshaped mid-run) gives a latency of 0 or below (clamped to 0), a
+half-peak size of 0 B, and a "peak" below what was measured, none of which a real link has.
+Such a fit says `fitted: False` and `not_fitted` (why); its model numbers stay in the dict (the
+composer extrapolates with them and says so) but the printers show the reason, not the model.
 """
 
 from __future__ import annotations
@@ -47,9 +53,15 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     basis = "sizes >= 4x the half-peak size"
     if not bound:
         bound, basis = [max(points, key=lambda p: p[2])], "largest size only (no size was bandwidth-bound)"
+    measured_max = max(points, key=lambda p: p[3])
+    why = _degenerate(len(points), latency_s, peak_gbps, measured_max[3], measured_max[2], latency_bound)
     return {
         "placement": placement,
         "points": len(points),
+        "fitted": why is None,
+        **({"not_fitted": why} if why else {}),
+        "measured_max_busbw_gbps": measured_max[3],
+        "measured_max_size_bytes": measured_max[2],
         "latency_us": latency_s * 1e6,
         "peak_busbw_gbps": peak_gbps,
         "half_peak_size_bytes": int(half_size),
@@ -58,6 +70,28 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "bw_bound_basis": basis,
         "peak_is_lower_bound": latency_bound,
     }
+
+
+# A least-squares peak a little under the best point is noise; more than this is a model that
+# does not describe the curve (t >= S/peak means no measured busbw can exceed the true peak).
+PEAK_BELOW_MEASURED = 0.95
+
+
+def _degenerate(points: int, latency_s: float, peak_gbps: float, measured_gbps: float, measured_size: int,
+                latency_bound: bool) -> str | None:
+    """Why this fit describes no real link, or None when it may."""
+    if points < 2:
+        return "one size cannot tell latency from bandwidth; measure a range of sizes, e.g. --sizes 1M-64M"
+    if latency_bound:
+        return (f"no size was bandwidth-bound: time hardly grows with size, so neither latency nor peak can be "
+                f"told apart (best measured busbw {measured_gbps:.3g} GB/s); measure larger sizes")
+    if latency_s <= 0:
+        return (f"the fitted latency is 0 (the line through the times meets size 0 at or below zero), which no "
+                f"real link has: the times do not follow latency + size/bandwidth; measure more sizes or more --iters")
+    if peak_gbps < PEAK_BELOW_MEASURED * measured_gbps:
+        return (f"the fitted peak {peak_gbps:.3g} GB/s is below the measured maximum {measured_gbps:.3g} GB/s "
+                f"at {measured_size} B: the times do not follow latency + size/bandwidth")
+    return None
 
 
 def _weighted_line(xs: list[float], ys: list[float]) -> tuple[float, float]:

@@ -72,7 +72,9 @@ class Flag:
 
     @property
     def dest(self) -> str:
-        return f"config_{self.name}"   # apart from the shared options' names
+        # The field's own name: a field that shares a shared option's name also shares its flag,
+        # which argparse refuses (the command then names the clash).
+        return self.name
 
     @property
     def is_bool(self) -> bool:
@@ -204,6 +206,10 @@ def nonneg_int(text: Any, flag: str) -> int:
 
 def positive(text: Any, flag: str) -> float:
     return units.parse_positive(text, what=flag, example="60")
+
+
+def timeout(text: Any, flag: str) -> float:
+    return units.parse_timeout(text, what=flag, example="60")   # more than 0, at most a day
 
 
 def text(value: Any, flag: str) -> str:

@@ -179,6 +179,18 @@ def parse_positive(text: str | float | int, *, what: str, example: str, maximum:
     return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum)
 
 
+# A timeout is how long a silent peer, endpoint or rank is waited for. Above a day it is a typo or
+# "never" (1e300), and it would reach datetime.timedelta, threading and socket calls that
+# overflow ("timestamp out of range", OverflowError) far from the flag: refused here instead.
+MAX_TIMEOUT_S = 86400.0
+
+
+def parse_timeout(text: str | float | int, *, what: str = "--timeout", example: str = "60") -> float:
+    """Seconds, more than 0 and at most MAX_TIMEOUT_S (one day), for every command's --timeout."""
+    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False,
+                        maximum=MAX_TIMEOUT_S)
+
+
 # Bandwidth units: bytes are decimal (GB/s = 1e9 B/s, as every table prints), bits too (1 Gbit = 1e9 bit).
 _RATE_UNITS = {
     "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
@@ -276,3 +288,12 @@ def bus_factor(op: str, ranks: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (ranks - 1) / ranks
     return 1.0
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """At most `limit` characters of a library's message, cut at a word and marked, never mid-word."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return cut + " ..."

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
+from ..core.pyplot import pyplot
 
 MIN_HOSTS = 3
 
@@ -95,6 +97,34 @@ def confirm_set(suspects: list[int], cleared: list[int]) -> list[int]:
     """The suspects plus cleared hosts up to CONFIRM_HOSTS: 4 hosts take 3 pair rounds, as 3 do."""
     extra = max(0, CONFIRM_HOSTS - len(suspects))
     return sorted(suspects + cleared[:extra])
+
+
+def default_heatmap(record_path: str | Path) -> Path:
+    """The heatmap beside the record: its name with .png."""
+    return Path(record_path).with_suffix(".png")
+
+
+def check_default_heatmap(json_path: str | None, heatmap: str | None) -> None:
+    """With --json and no --heatmap the heatmap's name is known before the ranks start: refuse
+    it there if taken (exit 2), not after the whole matrix was measured."""
+    if heatmap or not json_path:
+        return
+    target = default_heatmap(json_path)
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"the default heatmap {str(target)!r} (the --json name with .png) already exists; "
+                         f"files are never overwritten: give a new one, e.g. --heatmap "
+                         f"{target.with_suffix('')}-2.png")
+
+
+def free_heatmap(record_path: str | Path) -> Path:
+    """The default heatmap for a record whose name was chosen at run time (results/hunt-TIME.json):
+    its .png, or the first free -N.png beside it, so a taken name never fails a finished hunt."""
+    first = default_heatmap(record_path)
+    for i in range(1000):
+        candidate = first if i == 0 else first.with_name(f"{first.stem}-{i}.png")
+        if not candidate.exists() and not candidate.is_symlink():
+            return candidate
+    return first   # the writer's O_EXCL then says it is taken
 
 
 def check_hosts(n: int, where: str) -> None:
@@ -189,11 +219,9 @@ def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: se
                 title: str) -> bytes:
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot("the hunt heatmap")
 
     n = len(names)
     grid = np.full((n, n), np.nan)

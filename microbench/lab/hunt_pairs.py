@@ -140,7 +140,12 @@ def _body(world: Any, opts: HuntOptions) -> int:
         listener.close()
     if writer is None:
         return 0
-    return _report(writer, run, opts)
+    try:
+        return _report(writer, run, opts)
+    except (MicrobenchError, KeyboardInterrupt) as exc:
+        if writer.record["status"] == "running":   # a failure writing the heatmap or the CSV
+            writer.finish("partial", str(exc) or "interrupted")
+        raise
 
 
 class HuntRun:
@@ -243,14 +248,17 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
         "total_s": sum(round_s) + sum(step["seconds"] for step in run.steps)}
     if opts.bisect:
         writer.record["summary"].update({"bisect": run.steps, "confirm_hosts": [names[h] for h in run.confirm_hosts]})
-    heatmap = Path(opts.heatmap) if opts.heatmap else writer.path.with_suffix(".png")
+    heatmap = Path(opts.heatmap) if opts.heatmap else hunt.free_heatmap(writer.path)
+    no_picture = None
     try:
         png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
         atomic_write_new(heatmap, png, "heatmap")
         writer.record["summary"]["heatmap"] = str(heatmap)
-    except ImportError:
-        print("# heatmap skipped: matplotlib is not installed (pip install 'microbench[plot]')")
+    except RunError as exc:   # no matplotlib: the record is complete, the command still fails
+        no_picture = exc
     path = writer.finish("complete")
+    if no_picture is not None:
+        raise no_picture
     if opts.csv:
         write_csv(opts.csv, writer.record["rows"])
     halvings = f"{len(run.steps)} halving(s) and " if opts.bisect else ""

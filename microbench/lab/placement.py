@@ -98,6 +98,9 @@ def run_profiles(spec: Any, config: Any, inv: Any) -> int:
                 path = stem.with_name(f"{stem.stem}-{format_link_rate(rate)}{stem.suffix or '.json'}")
             else:
                 path = Path(inv.results_dir) / f"{spec.name}-lab-{lab.name}-{format_link_rate(rate)}-{stamp}.json"
+                # The results directory is made when missing (an explicit --json's is not): the
+                # profile's own run is told --json, whose directory must exist.
+                path.parent.mkdir(parents=True, exist_ok=True)
             print(f"# link profile {label}: every host's egress shaped to {format_link_rate(rate)}", flush=True)
             code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:

@@ -62,6 +62,17 @@ class Config:
     tokens_given: bool = field(default=True, metadata={"record": False})
 
 
+def _device_resolved(config: Config) -> Config:
+    """A Config built by a library caller (verify, a benchmark) without validate: "auto" and a
+    missing dtype resolve as the command resolves them."""
+    if config.device != "auto" and config.dtype is not None:
+        return config
+    from ..world.backends import cuda_usable
+
+    device = config.device if config.device != "auto" else ("cuda" if cuda_usable() else "cpu")
+    return replace(config, device=device, dtype=config.dtype or ("bfloat16" if device == "cuda" else "float32"))
+
+
 def validate(config: Config) -> Config:
     """Shapes from the preset or config.json, the device torch sees, its dtype and token count."""
     from ..compose.models import CrudeModel, from_hf_config, preset
@@ -139,6 +150,7 @@ class ComputeProbe(Probe):
     name = "compute"
 
     def __init__(self, config: Config):
+        config = _device_resolved(config)
         self.config = config
         self._shapes = {op: (m, n, k, w) for op, m, n, k, w in matmul_shapes(config)}
         self._ab: tuple[Any, Any] | None = None
@@ -237,6 +249,7 @@ class StepReplay:
     """
 
     def __init__(self, cfg: Config, heads: int, kv_heads: int):
+        cfg = _device_resolved(cfg)
         import torch
 
         if cfg.experts > 1:

@@ -52,6 +52,7 @@ import typing
 from typing import Any, TypedDict
 
 from .. import __version__
+from ..core.redaction import redact_text
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -102,7 +103,6 @@ def redact(value: Any) -> Any:
     return value
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@", re.IGNORECASE)
 
 
 def _is_secret_flag(flag: str) -> bool:
@@ -127,7 +127,7 @@ def redact_argv(argv: list[str]) -> list[str]:
                 out.append(arg)
                 hide_next = True
             continue
-        out.append(_URL_PASSWORD.sub(r"\g<head><redacted>@", arg))
+        out.append(redact_text(arg))
     return out
 
 

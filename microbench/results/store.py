@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
+from ..core.redaction import redact_text
+from ..core.jsonfile import load_json
+from .outputs import DEFAULT_RESULTS_DIR, check_results_dir
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
-DEFAULT_DIR = "results"
+DEFAULT_DIR = DEFAULT_RESULTS_DIR
+RECORD_EXPECTED = "a microbench record (JSON, UTF-8), e.g. results/suite-20261122-031100/nccl.json"
 # Set by a launcher for the ranks it spawns: rank 0 writes the path of the record it claimed
 # there, so that if rank 0 is killed or freezes, the launcher can still mark the record partial.
 RECORD_NOTE_ENV = "MICROBENCH_RECORD_NOTE"
@@ -37,6 +41,8 @@ class RecordWriter:
         self.record = record
         self.path: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
+        if not path:
+            check_results_dir(directory)
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
         note = os.environ.get(RECORD_NOTE_ENV)
@@ -95,7 +101,8 @@ class RecordWriter:
         if status not in STATUSES:
             raise RunError(f"bug: status {status!r} is not one of {STATUSES}")
         self.record["status"] = status
-        self.record["status_reason"] = reason
+        # Reasons come from any layer's exception text: a URL password in one never reaches disk.
+        self.record["status_reason"] = None if reason is None else redact_text(str(reason))
         self.record["ended_at"] = utc_now()
         self.flush()
         return self.path
@@ -113,7 +120,7 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
         return False
     if not isinstance(record, dict) or record.get("status") != "running":
         return False
-    record.update(status="partial", status_reason=reason, ended_at=utc_now())
+    record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
     try:
         atomic_write_text(Path(path), json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
     except OSError:
@@ -167,13 +174,7 @@ def atomic_write_new(path: str | os.PathLike, data: str | bytes, noun: str) -> P
 def load_record(path: str | os.PathLike) -> dict[str, Any]:
     """The record in `path` as the current schema version (older versions upgraded), its rows
     checked against its kind's row schema; UsageError naming the file otherwise."""
-    try:
-        with open(path) as handle:
-            record = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"results file {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"results file {str(path)!r} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    record = load_json(path, what="results file", expected=RECORD_EXPECTED)
     record = upgrade(record)
     try:
         check_record(record)

@@ -284,11 +284,19 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         except MicrobenchError as exc:
             progress.close()
             if isinstance(exc, RunError) and guard.settle():
-                # A peer that got the same signal left first and broke our operation.
-                raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+                # A peer that got the same signal left first and broke our operation. An
+                # Interrupted of the probe's own keeps its words (how far a drain got).
+                reason = str(exc) if isinstance(exc, Interrupted) else "interrupted"
+                raise Interrupted(_partial_message(reason, current, writer, rows)) from None
+            message = str(exc)
+            if world is not None and isinstance(exc, RunError):
+                # A probe's own error (a DCP save, a socket) is often how a dead peer shows: name it.
+                dead = _dead_peers(world, message)
+                if dead and dead not in message:
+                    message = f"{dead}{f' during {current.label}' if current else ''}; {message}"
             if writer:
-                writer.finish("partial", str(exc))
-            raise type(exc)(_partial_message(str(exc), None, writer, rows, finish=False)) from None
+                writer.finish("partial", message)
+            raise type(exc)(_partial_message(message, None, writer, rows, finish=False)) from None
         except (SystemExit, GeneratorExit):
             raise
         # A collective that failed because a peer died or timed out; BaseException because some
@@ -327,6 +335,17 @@ def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world:
     exc = ProbeUnavailable(reason)
     exc.recorded = True  # type: ignore[attr-defined]  # the command wrapper must not write another
     raise exc
+
+
+def _dead_peers(world: World, reason: str) -> str | None:
+    """'rank 1 died or stopped responding' when peers went silent (killed, frozen), else None.
+    This rank leaves its own note first, so peers that merely saw the same failure are told
+    apart from the dead one by theirs."""
+    noted = world.note_failure(reason)
+    missing = world.missing_ranks() if noted or world.rank == 0 else [0]
+    if not missing:
+        return None
+    return f"rank {', '.join(str(r) for r in missing)} died or stopped responding"
 
 
 def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:

@@ -9,6 +9,7 @@ run directory and removes it again, including target directories it had to creat
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -43,6 +44,17 @@ class S3Access:
     secret: str | None = field(default=None, repr=False)
     embedded: bool = False
     root_dir: str | None = None               # the embedded server's data directory
+    # --timeout: bounds each of the calls made before and after the ranks (the bucket check,
+    # the run directory's removal), so a server that accepts and never answers fails the run.
+    timeout_s: float = 300.0
+
+    def control_options(self) -> dict[str, Any]:
+        """s3fs options for rank 0's own calls around the ranks: one attempt each (botocore's and
+        s3fs's retries would multiply the wait), connect and read bounded by `timeout_s`."""
+        opts = self.storage_options()
+        opts["config_kwargs"] = {**opts["config_kwargs"], "connect_timeout": self.timeout_s,
+                                 "read_timeout": self.timeout_s, "retries": {"max_attempts": 1}}
+        return opts
 
     def storage_options(self) -> dict[str, Any]:
         """s3fs options; explicit keys only for the embedded server, otherwise the standard AWS
@@ -149,7 +161,8 @@ class RunDir:
             import s3fs
 
             assert self.s3 is not None
-            self._fs = s3fs.S3FileSystem(**self.s3.storage_options())
+            self._fs = s3fs.S3FileSystem(**self.s3.control_options())
+            self._fs.retries = 1   # s3fs's own retry loop (5 by default) around botocore's, not an __init__ option here
         return self._fs
 
     # -- DCP storage --------------------------------------------------------------------
@@ -193,6 +206,11 @@ class RunDir:
         missing = []
         path = self.target.path
         while not os.path.exists(path):
+            if os.path.lexists(path):
+                # exists() is False for a symlink loop or a dangling link, and mkdir on it
+                # would fail with a bare "File exists".
+                raise UsageError(f"invalid --target {self.target.path!r}: {_broken_link(path)}; expected a "
+                                 f"directory or a path to create, e.g. --target /tmp/ck")
             missing.append(path)
             path = os.path.dirname(path)
         if not os.path.isdir(path):
@@ -282,6 +300,15 @@ def preflight_local(target: Target, size_bytes: int) -> None:
         check_free_space(probe.root, required_bytes(size_bytes), f"a {format_bytes_human(size_bytes)} checkpoint")
     finally:
         probe.remove()
+
+
+def _broken_link(path: str) -> str:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path} is a symlink loop (too many levels of symbolic links)"
+    return f"{path} is a symlink to {os.readlink(path)!r}, which does not exist"
 
 
 def _first_line(exc: BaseException) -> str:

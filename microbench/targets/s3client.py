@@ -31,7 +31,7 @@ def s3_client_unavailable_reason() -> str | None:
     try:
         import botocore  # noqa: F401
     except ImportError:
-        return "botocore is not installed (pip install 'microbench[s3]')"
+        return "botocore is not installed (from the microbench checkout: pip install '.[s3]')"
     return None
 
 

@@ -104,8 +104,12 @@ class EmbeddedS3:
     """Context manager owning one `rclone serve s3` process and its temporary directory."""
 
     def __init__(self, bucket: str = DEFAULT_BUCKET, root: str | os.PathLike | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S):
+                 ready_timeout_s: float = READY_TIMEOUT_S, detached: bool = False, log: str | None = None):
         self.bucket = bucket
+        # detached: the server outlives the process that starts it (`microbench mount up`
+        # hands it to the mount it leaves running); whoever recorded its pid stops it.
+        self.detached = detached
+        self._log_arg = Path(log) if log is not None else None
         self.ready_timeout_s = ready_timeout_s
         self.credentials = Credentials.generate()
         self._root_arg = Path(root) if root is not None else None
@@ -193,7 +197,7 @@ class EmbeddedS3:
             self._log = Path(self._tmp) / "rclone.log"
         else:
             self.root = self._root_arg
-            self._log = Path(tempfile.mkstemp(prefix="microbench-rclone-", suffix=".log")[1])
+            self._log = self._log_arg or Path(tempfile.mkstemp(prefix="microbench-rclone-", suffix=".log")[1])
         (self.root / self.bucket).mkdir(parents=True, exist_ok=True)
         try:
             # Another process can take the free port between our probe and rclone's bind: retry.
@@ -214,7 +218,7 @@ class EmbeddedS3:
             self._proc = subprocess.Popen(
                 [self.binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}", "--etag-hash", "", str(self.root)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=None if self.detached else _die_with_parent)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -227,6 +231,10 @@ class EmbeddedS3:
             time.sleep(0.05)
         raise RunError(f"embedded S3 server (rclone serve s3) not ready after {self.ready_timeout_s:g} s: "
                        f"{self._log_tail()}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     def _answers(self) -> bool:
         # Any HTTP answer (403 without credentials) means the listener is up.

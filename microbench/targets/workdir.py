@@ -15,19 +15,35 @@ from typing import Any
 
 from ..core.errors import RunError, UsageError
 from ..core.units import format_bytes_human
+from ..results.outputs import why_unwritable
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def check_base(path: str) -> Path:
+def check_base(path: str, *, writable: bool = False) -> Path:
+    """An existing directory to write under (--path), or UsageError naming what it is instead.
+    writable: also refuse a read-only mount or a directory this user cannot write (the suite's
+    scratch, made before any step runs)."""
     if not str(path).strip():
         # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
         raise UsageError(f"--path {path!r} is empty; give an existing directory to write under, e.g. --path /tmp")
     base = Path(path)
+    from .mount_facts import check_alive
+
+    check_alive(str(path))   # a dead bucket mount: "does not exist" would send the user looking elsewhere
+    try:
+        os.stat(base)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"--path {path!r} is a symlink loop (too many levels of symbolic links); give an "
+                             f"existing directory to write under, e.g. --path /tmp") from None
     if not base.exists():
         raise UsageError(f"--path {path!r} does not exist; give an existing directory to write under, e.g. --path /tmp")
     if not base.is_dir():
         raise UsageError(f"--path {path!r} is not a directory; give a directory to write under, e.g. --path /tmp")
+    why = why_unwritable(base) if writable else None
+    if why:
+        raise UsageError(f"--path {path!r}: {why}; give a directory this user can write, e.g. --path /tmp")
     return base
 
 
@@ -143,9 +159,11 @@ class WorkDir:
             pass  # something else was put there: leave it rather than delete what isn't ours
 
     def facts(self) -> dict[str, Any]:
+        from .mount_facts import facts_for_path
+
         mount = mount_of(self.path)
         return {"workdir": str(self.path), "filesystem": mount["fstype"], "device": mount["source"],
-                "mount_point": mount["mount_point"], "kept": self.keep}
+                "mount_point": mount["mount_point"], "kept": self.keep, **(facts_for_path(str(self.path)) or {})}
 
     def __enter__(self) -> "WorkDir":
         return self

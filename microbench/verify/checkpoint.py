@@ -26,6 +26,18 @@ from .steps import error_pct, spread_pct, sync
 from .phases import RecordFile, device_of, guarded, quiet
 
 
+def check_ckpt_dir(directory: str, size_bytes: int = 64 << 20) -> None:
+    """`verify fsdp --ckpt-dir`, checked before any training: a directory that can be written
+    and has room, refused with exit 2 under the flag's own name (the checkpoint probe's
+    preflight speaks of --target, a flag verify does not have)."""
+    from ..core.errors import MicrobenchError, UsageError
+
+    try:
+        ct.preflight_local(ct.parse_target(directory), size_bytes)
+    except MicrobenchError as exc:
+        raise UsageError(str(exc).replace("--target", "--ckpt-dir")) from None
+
+
 def _checksum(model: Any) -> float:
     return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
 

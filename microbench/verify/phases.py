@@ -11,14 +11,17 @@ import traceback
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from . import model as fm
 from . import steps as vf
 from . import calibrate as vc
-from ..core.errors import MicrobenchError, RunError
+from ..core.errors import Interrupted, MicrobenchError, RunError
+from ..core.redaction import redact_text
+from ..world import interrupts
 from ..results.schema import utc_now
-from ..results.store import atomic_write_text
+from ..results.store import atomic_write_text, mark_abandoned
 from ..core.stats import percentile
 
 
@@ -43,8 +46,32 @@ class RecordFile:
 
     def finish(self, status: str, reason: str | None = None) -> dict[str, Any]:
         def change(r: dict[str, Any]) -> None:
-            r["status"], r["status_reason"], r["ended_at"] = status, reason, utc_now()
+            r["status"], r["status_reason"], r["ended_at"] = status, None if reason is None else redact_text(reason), utc_now()
         return self.update(change)
+
+
+@contextmanager
+def partial_unless_finished(path: str | Path) -> Iterator[None]:
+    """The launcher's guard over its ranks: whatever ends the run early (a signal, a failed phase,
+    an error of its own) leaves the record partial with the reason and ended_at, never "running".
+    A record already finished (a rank marked it partial with a better reason) is left alone."""
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted):
+        mark_abandoned(path, "interrupted (SIGINT or SIGTERM)")
+        raise
+    except BaseException as exc:
+        mark_abandoned(path, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        raise
+
+
+def left_partial(path: str | Path, code: int) -> int:
+    """A phase whose ranks failed without marking the record (killed, or stopped by a signal the
+    launcher took and forwarded to them): partial, saying which. Returns `code`."""
+    # The launcher forwards a signal to its ranks and returns their exit code: say which it was.
+    why = "interrupted (SIGINT or SIGTERM)" if interrupts.seen() else f"a verify phase failed (exit code {code})"
+    mark_abandoned(path, f"{why}; the rows finished before are kept")
+    return code
 
 
 def quiet() -> None:
@@ -63,16 +90,25 @@ def device_of(dev: str) -> Any:
     return torch.device("cpu")
 
 
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
 def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], Any]) -> Any:
     """Run fn; turn a peer's death into one line naming it, with the record marked partial."""
     try:
         return fn()
+    except (KeyboardInterrupt, Interrupted):
+        # Forwarded by the launcher (or a Ctrl-C to the group): the record says so and ends.
+        reason, error = f"interrupted during {what}", Interrupted(f"interrupted during {what}")
     except MicrobenchError as exc:
         reason = str(exc)
-        error: MicrobenchError = exc
+        error = exc
     except Exception as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
+        if interrupts.pending():   # a peer that got the same signal left first and broke our collective
+            return guarded(world, record, what, _raise_interrupt)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         world.note_failure(first)
         missing = world.missing_ranks()

@@ -50,6 +50,30 @@ def step_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
                     tablefmt="simple", disable_numparse=True)
 
 
+def overlap_note(rows: list[dict[str, Any]]) -> str | None:
+    """What the implied overlap means, said where a reader needs it: it is the share of the
+    hideable time the real step hid, (compute alone + collectives alone + optimizer + overhead
+    - step) / (the composer's serial bound - its pipelined step). Below 0 the step took longer
+    than its parts run one after another: they slowed each other down (on CPUs, gloo's threads
+    and the matmuls share cores), so nothing was hidden and time was lost besides. Above 1 it
+    hid more than the composer's pipeline can."""
+    implied = [r["parts"]["overlap"].get("implied_by_step") for r in rows]
+    implied = [v for v in implied if v is not None]
+    if not implied:
+        return None
+    low, high = min(implied), max(implied)
+    note = ("# overlap used/implied: implied = the share of the hideable time the real step hid, "
+            "(compute alone + collectives alone + optimizer + overhead - step) / (serial bound - pipelined step); "
+            "0 = nothing hidden, 1 = as much as the composer's pipeline hides")
+    if low < 0:
+        note += (f"; below 0 ({low:.2f}) the step took longer than its parts run one after another: they "
+                 f"slowed each other down (contention, e.g. gloo's threads and the matmuls sharing CPU cores), "
+                 f"so nothing was hidden and time was lost besides")
+    if high > 1:
+        note += f"; above 1 ({high:.2f}) the step hid more than the composer's pipeline can"
+    return note
+
+
 def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
     table = []
     for r in rows:
@@ -75,6 +99,9 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     ckpts = [r for r in record["rows"] if r.get("kind") == "checkpoint"]
     if steps:
         print(step_table(steps, verdict_.get("tolerance_pct", 10)))
+        note = overlap_note(steps)
+        if note:
+            print(note)
         print("# inputs: compute = the step's kernels (matmuls forward and backward, attention) replayed right before "
               "each step, median / calibrated efficiency; collectives = probe at the unit sizes; optimizer = AdamW "
               "probe at the shard size; all measured in this run")

@@ -14,6 +14,8 @@ from typing import Any
 
 from . import model as fm
 from .plan import VerifyOptions, calibration_from, check_memory
+from .checkpoint import check_ckpt_dir
+from .phases import left_partial, partial_unless_finished
 from .report import print_report, verdict
 from ..core.errors import RunError, UsageError
 from ..core.units import parse_positive_int
@@ -52,6 +54,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
         check_local_world(nproc)  # before the memory check, which scales with nproc
     check_memory(shape_kwargs, tokens, nproc, choice)
     checkpoint = opts.checkpoint
+    if checkpoint and opts.ckpt_dir:
+        check_ckpt_dir(opts.ckpt_dir)
     configs = [(name, t) for name in shape_kwargs for t in tokens]
     config = {"models": {n: fm.shape_from_args(**k).describe() for n, k in shape_kwargs.items()}, "tokens": tokens,
               "profiles": [p for p, _ in profs], "lab": opts.lab, "ranks": nproc, "steps": steps, "warmup": int(warmup),
@@ -71,23 +75,25 @@ def run_fsdp(opts: VerifyOptions) -> int:
     print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
           f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
           f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
-    try:
-        for label, rate in profs:
+    # A signal or a failed phase must not leave the record "running" (issue 20).
+    with partial_unless_finished(path):
+        try:
+            for label, rate in profs:
+                if lab is not None:
+                    labmod.shape(lab.name, rate, lab.delay_ms)
+                spec = {**base, "phase": "steps", "profile": label}
+                if cal is not None and label in (cal.get("profiles") or {}):
+                    spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
+                code = _launch(spec, nproc, timeout_s, choice, opts.lab)
+                if code != 0:
+                    return left_partial(path, code)
+            if checkpoint:
+                code = _checkpoint_phase(opts.ckpt_dir, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps)
+                if code != 0:
+                    return left_partial(path, code)
+        finally:
             if lab is not None:
-                labmod.shape(lab.name, rate, lab.delay_ms)
-            spec = {**base, "phase": "steps", "profile": label}
-            if cal is not None and label in (cal.get("profiles") or {}):
-                spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
-            code = _launch(spec, nproc, timeout_s, choice, opts.lab)
-            if code != 0:
-                return code
-        if checkpoint:
-            code = _checkpoint_phase(opts.ckpt_dir, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps)
-            if code != 0:
-                return code
-    finally:
-        if lab is not None:
-            labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
+                labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
     return _finish(path, tol, ckpt_tol, opts.calibrate_only, cal)
 
 

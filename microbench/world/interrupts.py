@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 hits = 0
+forwarded = 0  # taken by a handler given to take()/handled() (a launcher forwarding to its ranks)
 closed = False  # the exit code is decided: signals are counted, never raised
 
 
@@ -60,8 +61,23 @@ def take(on_signal: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
     if _main_thread():
         for sig in SIGNALS:
             previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, on_signal or handler)
+            signal.signal(sig, _noting(on_signal) if on_signal else handler)
     return previous
+
+
+def _noting(on_signal: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+    # A launcher's own handler forwards the signal to its ranks and returns their exit code;
+    # its caller still learns that the run was interrupted (`seen`), to say so in the record.
+    def noted(signum: int, frame: Any) -> None:
+        global forwarded
+        forwarded += 1
+        on_signal(signum, frame)
+    return noted
+
+
+def seen() -> bool:
+    """A signal arrived in this process, whether raised here or taken by a launcher's handler."""
+    return hits > 0 or forwarded > 0
 
 
 def restore(previous: dict[int, Any]) -> None:
@@ -95,8 +111,8 @@ def closing() -> None:
 def fresh_process() -> None:
     """In a fork (prefork.py): start as a new interpreter would, with no signal counted, none
     blocked and the default handlers; what the parent counted or blocked is its own."""
-    global hits, closed
-    hits, closed = 0, False
+    global hits, closed, forwarded
+    hits, closed, forwarded = 0, False, 0
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -26,12 +26,14 @@ from typing import Any
 
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
+from ...core.units import DTYPE_BYTES, DTYPES, clip, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
 from .run import run, print_report
 from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
+from ...targets import mount_facts
+from .durable import timed_save
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -50,6 +52,9 @@ class CheckpointRow(_CheckpointRequired, total=False):
     blocked_time_us: float          # async_save: the training loop's wait
     durable_time_us: float          # async_save: until the checkpoint is on storage
     checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
+    durable_time_us: float          # save through a bucket mount: until the store held every byte
+    durable_gbps: float             # save through a mount: total bytes / durable time
+    blocked_is_durable: bool        # a direct mount: close returned after the upload
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -84,6 +89,10 @@ class CheckpointProbe(Probe):
         self.step = 0
         self.last_step: str | None = None
         self.cache_note = "not applicable"
+        # A bucket mount under a local target: the record says so, and saves also time durability.
+        self.mount = mount_facts.facts_for_path(run_dir.root) if run_dir.target.kind == "local" else None
+        if self.mount and self.mount.get("mount_name") and self.rank == 0:
+            mount_facts.store_client(self.mount["mount_point"])   # made now, not inside a timed drain
 
     # ------------------------------------------------------------------ state dicts
     def _entries(self) -> list[tuple[str | None, str, Item]]:
@@ -172,7 +181,7 @@ class CheckpointProbe(Probe):
                 "size_meaning": "total bytes across all ranks, split evenly",
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
-                **self.run_dir.implementation()}
+                **self.run_dir.implementation(), **(self.mount or {})}
 
     def cases(self) -> list[Case]:
         ops = ["save"] + (["async_save"] if self.config.async_save else []) + ["load"]
@@ -201,6 +210,9 @@ class CheckpointProbe(Probe):
         start = time.perf_counter()
         if case.op == "save":
             self._guard("save", lambda: self.dcp.save(self.state, storage_writer=writer, process_group=self.group))
+            if self.mount is not None and self.mount.get("mount_name"):
+                return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
+                                  time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
             return Timed(time.perf_counter() - start)
         future = self._guard("async_save", lambda: self.dcp.async_save(
             self.state, storage_writer=writer, process_group=self.group))
@@ -338,9 +350,9 @@ def _dcp_cause(exc: BaseException) -> str:
         rank, err = sorted(failures.items())[0]
         inner = err[0] if isinstance(err, tuple) else err
         text = str(inner).strip().splitlines()
-        return f"rank {rank}: {type(inner).__name__}: {text[0][:200] if text else ''}"
+        return f"rank {rank}: {type(inner).__name__}: {clip(text[0]) if text else ''}"
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(exc).__name__}: {clip(text[0]) if text else ''}"
 
 
 SPEC = ProbeSpec(

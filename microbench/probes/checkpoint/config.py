@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...core.errors import UsageError
-from ...core.options import choice, nbytes, option, positive, positive_int
+from ...core.options import choice, nbytes, option, positive_int, timeout
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .state_layout import Item
 
@@ -35,7 +35,7 @@ class Config:
                                     help="auto, nccl or gloo")
     keep: bool = option(False, switch=True, help="keep the run's checkpoint directory instead of removing it")
     check: bool = option(True, record=False, shown="on", help="load what was saved and compare every element")
-    timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
+    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer fails the run")
     device: str = "cpu"
     backend: str = "gloo"

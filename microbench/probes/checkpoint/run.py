@@ -12,6 +12,7 @@ from ...core.errors import UsageError
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
+from ...targets import mount_facts
 from ...world import backends
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
@@ -49,11 +50,12 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
             raise UsageError(f"--size {format_size(config.size_bytes)} over {nproc} ranks {shortfall}; "
                              f"use a smaller --size")
     if target.kind == "local":
+        mount_facts.check_alive(target.path)   # a dead bucket mount: one line, not a hang
         ct.preflight_local(target, config.size_bytes)
         return choice
     if config.endpoint:
         ct.check_endpoint_reachable(config.endpoint)
-        access = ct.S3Access(config.endpoint)
+        access = ct.S3Access(config.endpoint, timeout_s=config.timeout_s)
         probe_dir = ct.RunDir(target, ct.unique_name(), access)
         probe_dir.create()  # the bucket exists and the credentials work
         return choice
@@ -63,7 +65,7 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
 
 def _s3_access(config: Any) -> ct.S3Access:
     if config.endpoint:
-        return ct.S3Access(config.endpoint)
+        return ct.S3Access(config.endpoint, timeout_s=config.timeout_s)
     server = provision.embedded_s3_from_env()
     if server is None:
         raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
@@ -106,6 +108,10 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
           f"{impl['state_dict']}, {config.dtype}")
     print(f"# target {config.target}{' via ' + where if where else ''}; storage {impl['storage']}; "
           f"durable = {impl['durable_when']}")
+    if impl.get("on_mount"):
+        print(f"# bucket mount {impl['mount_point']} ({impl['mount_mode']}) on {impl['backing_store']}; rclone "
+              f"{impl['rclone_version']}")
+    durable = any("durable_time_us" in row for row in record["rows"])
     table = []
     for row in record["rows"]:
         gbps = row.get("write_gbps", row.get("read_gbps"))
@@ -115,9 +121,14 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
             wrong = f"{'not checked' if row.get('nwrong') is None else row['nwrong']} (by {row['checked_by']})"
         table.append((row["op"], format_size(row["size_bytes"]), format_size(row["bytes_per_rank"]), row["iters"],
                       f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
-                      f"{gbps:.3f}", wrong))
+                      f"{gbps:.3f}", wrong)
+                     + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ()))
     print(tabulate(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
-                                   "blocked (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+                                   "blocked (ms)", "GB/s", "#wrong"] + (["durable (ms)"] if durable else []),
+                   tablefmt="simple"))
+    if durable:
+        print("# blocked = until dcp.save returned on every rank (what training waits for); durable = until the "
+              "store held every byte, polled over S3 (median per save)")
     summary = record.get("summary", {})
     if "async_blocked_fraction" in summary:
         print(f"# async_save: training blocked for {100 * summary['async_blocked_fraction']:.0f}% of the time "

@@ -27,7 +27,7 @@ from ...targets import native
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
 from ...core.stats import percentile
-from ...core.options import one_of, option, positive, positive_int, sweep, text
+from ...core.options import one_of, option, positive_int, sweep, text, timeout
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
@@ -67,7 +67,7 @@ class Config:
     lat_sizes: list[int] = option(parse_sizes("8,512,4K,64K,1M"), parse=sweep, shown="8,512,4K,64K,1M",
                                   help="message sizes for rtt")
     ops: list[str] = option(list(OPS), parse=one_of(OPS), shown="all", help=f"some of {','.join(OPS)}")
-    timeout_s: float = option(60.0, parse=positive, flag="--timeout", shown="60",
+    timeout_s: float = option(60.0, parse=timeout, flag="--timeout", shown="60",
                               help="seconds without progress before the run fails")
     expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, shown="",
                                    help="the one-way bandwidth this hardware should reach, overriding what "

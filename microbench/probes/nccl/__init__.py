@@ -26,7 +26,8 @@ from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format
 from ...results.schema import ProbeRow
 from .config import Config, validate
 from .run import run, print_outcome
-from .ops import ALGOS, DEFAULT_OPS, OPS, RING_OPS, CollOp, bytes_needed_per_rank, check_algo, check_memory
+from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, bytes_needed_per_rank,  # noqa: F401
+                  check_algo, check_memory, op_bytes_per_rank)
 
 
 
@@ -138,6 +139,20 @@ def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]])
     return wrong
 
 
+def cpu_threads_per_rank(torch: Any) -> int:
+    """Give each rank of a CPU world its share of the cores and set it. torch's default, every
+    core per rank, oversubscribes them: gloo's reduce_scatter clones and copies S and its
+    all_gather copies out S with torch's threads, so 2 ranks x 2 threads on 2 cores fought over
+    them and the probe measured 0.87-0.90x a bare loop with one thread per rank
+    (benchmarks/nccl_overhead.py, docs/BENCHMARKS.md)."""
+    import os
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    threads = max(1, (os.cpu_count() or 1) // max(local, 1))
+    torch.set_num_threads(threads)
+    return threads
+
+
 class CollectiveProbe(Probe):
     name = "nccl"
 
@@ -156,6 +171,7 @@ class CollectiveProbe(Probe):
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
+        self.cpu_threads = cpu_threads_per_rank(torch) if self.device.type == "cpu" else None
         self._buffers: dict[str, Any] = {}
         # Like nccl-tests, allocate each op's buffers once at its largest size and reuse them
         # for every size and placement: re-faulting 256 MiB per case costs seconds of CPU.
@@ -176,7 +192,9 @@ class CollectiveProbe(Probe):
         engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
                   if self.config.algo == "ring" else f"torch.distributed/{self.config.backend}")
         return {"engine": engine, "algo": self.config.algo, "backend": self.config.backend,
-                "device": self.config.device, **(self._transport() if self._transport else {})}
+                "device": self.config.device,
+                **({"cpu_threads_per_rank": self.cpu_threads} if self.cpu_threads else {}),
+                **(self._transport() if self._transport else {})}
 
     def cases(self) -> list[Case]:
         out = []
@@ -295,7 +313,7 @@ class CollectiveProbe(Probe):
             op_rows = [r for r in rows if r["op"] == name]
             if op_rows:
                 fit = fit_latency_bandwidth(op_rows)
-                if fit.get("points"):
+                if fit.get("points") and fit.get("fitted", True):
                     fit.update(_pct("peak_busbw", fit["peak_busbw_gbps"], self._expected(name)))
                 out[name] = fit
         return {"fits": out}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...core.options import choice, one_of, option, positive, positive_int, sweep
+from ...core.options import choice, one_of, option, positive_int, sweep, timeout
 from ...core.units import DTYPES, parse_sizes
 from .ops import ALGOS, DEFAULT_OPS, OPS
 
@@ -31,13 +31,13 @@ class Config:
                                     help="auto, nccl or gloo")
     # "torch": the library's own collectives (what FSDP calls); "ring": microbench's rings over
     # send/recv (probes/nccl/ring.py), the fabric's capability apart from the library's algorithm.
-    algo: str = option("torch", parse=choice(ALGOS),
+    algo: str = option("torch",   # checked by check_algo, with the ops it covers
                        help="torch: the library's collectives, what FSDP gets; ring: microbench's rings over "
                             "send/recv, the fabric's capability (reduce_scatter, all_gather, all_reduce)")
     transport: str = option("auto", record=False, help="auto, ib or tcp (ib needs NCCL and InfiniBand)")
     check: bool = option(True, record=False, shown="on",
                          help="verify every result element against the known pattern")
-    timeout_s: float = option(60.0, parse=positive, flag="--timeout", record=False, shown="60",
+    timeout_s: float = option(60.0, parse=timeout, flag="--timeout", record=False, shown="60",
                               help="seconds before a silent peer fails the run")
     lab: str | None = option(None, metavar="NAME", record=False,
                              help="place one rank per host of this lab (see `microbench lab`)")

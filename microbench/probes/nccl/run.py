@@ -12,6 +12,7 @@ import tempfile
 from typing import Any, Callable
 
 from ...core.errors import UsageError
+from ...core.jsonfile import load_json
 from ...expect import overrides as expectations
 from ...core.units import element_size
 from ...results.store import load_record
@@ -79,10 +80,10 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
     need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
     (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
     if device != "cuda":
-        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory")
+        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
         return
     for index, free in enumerate(gpu_free(nproc) or []):
-        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}")
+        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend)
 
 
 def rank_memory_check(config: Any, device: str, world: Any) -> None:
@@ -92,10 +93,10 @@ def rank_memory_check(config: Any, device: str, world: Any) -> None:
     frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
                                                       else device))
     if device != "cuda":
-        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory")
+        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory", backend=config.backend)
         return
     rank = min(range(len(frees)), key=lambda r: frees[r])
-    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}")
+    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}", backend=config.backend)
 
 
 def torch_current_device() -> int:
@@ -137,20 +138,13 @@ def measure_link_gbps(world: Any, timeout_s: float) -> float:
 
 def link_gbps_from(path: str) -> float:
     """The one-way link ceiling (GB/s) from a `microbench link` record."""
-    expected = "run e.g. `microbench link --lab NAME --ops uni --json link.json`"
-    try:
-        record = load_record(path)
-    except UsageError as exc:
-        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth ({exc}); {expected}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read --link-result {path!r}: {exc.strerror}") from None
-    summary = record.get("summary")
+    record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
+    summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
     if record.get("kind") != "link" or isinstance(gbps, bool) \
             or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
         raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth; {expected}")
+                         f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
     return float(gbps)
 
 

@@ -103,9 +103,15 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
     tail = [f"# {describe_expected(expected)}"] if expected else []
     if not fit or not fit.get("points"):
         return tail
-    if expected and expected.get("gbps"):
+    if expected and expected.get("gbps") and fit.get("fitted", True):
         tail.insert(0, f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
                        f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
+    if fit.get("fitted") is False:
+        # A degenerate model (latency 0, half of peak at 0 B, peak under the measured maximum)
+        # is worse than none: say so, with why, and what was measured.
+        return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): not fitted, {fit['not_fitted']}",
+                f"# best measured busbw {fit['measured_max_busbw_gbps']:.2f} GB/s at "
+                f"{format_bytes_human(fit['measured_max_size_bytes'])}", *tail]
     avg = fit["avg_busbw_bw_bound_gbps"]
     share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
     return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, "

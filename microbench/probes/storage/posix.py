@@ -75,9 +75,33 @@ class Config(Workload):
                                help="also run fio on the same file and print the ratio")
 
 
+# The native engine gives each worker one io_uring of `qd` entries (native/io_engine.c, ring_init):
+# io_uring_setup refuses more than the kernel's IORING_MAX_ENTRIES, 32768, with EINVAL, which
+# the engine could only report as a failed I/O (once blamed on O_DIRECT alignment). Without
+# io_uring the same qd becomes threads x qd synchronous workers, one pthread each.
+MAX_QD = 32768
+
+
 def validate(config: Workload) -> Workload:
     """Flag checks that need no file system access."""
     check_base(config.path)
+    if config.qd > MAX_QD:
+        raise UsageError(f"invalid --qd {config.qd}: the native engine takes at most {MAX_QD} I/Os in flight per "
+                         f"worker (io_uring's limit per ring); use e.g. --qd 64, or more --threads")
+    workers = config.threads * config.qd
+    limit = _thread_limit()
+    if expected_engine(config) != "io_uring" and limit is not None and workers > limit:
+        raise UsageError(f"invalid --qd {config.qd} with --threads {config.threads}: without io_uring the engine "
+                         f"runs threads x qd = {workers} synchronous workers, one thread each, more than the "
+                         f"{limit} this machine allows (half of threads-max); use e.g. --qd 64")
+    from ...targets.mount_facts import facts_for_path
+
+    on_mount = facts_for_path(config.path)
+    if on_mount and on_mount.get("mount_mode") == "direct":
+        # rclone without a write cache takes only one sequential pass per new file; the engine
+        # rewrites a file in place at offsets (EPERM there).
+        raise UsageError(f"--path {config.path!r} is a direct bucket mount, which takes only sequential writes of new "
+                         f"files; use a --mode cached mount, or `microbench storage mount --mode direct`")
     for bs in config.bs:
         if config.size < bs * config.threads * config.qd:
             raise UsageError(f"--size {format_size(config.size)} is too small for --bs {format_size(bs)} with "
@@ -92,6 +116,15 @@ def validate(config: Workload) -> Workload:
                                  f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
                                  f"{format_size(max(align, bs // align * align))} or --buffered")
     return config
+
+
+def _thread_limit() -> int | None:
+    """Half of the kernel's threads-max: the rest stays for everything else running."""
+    try:
+        with open("/proc/sys/kernel/threads-max") as handle:
+            return int(handle.read()) // 2
+    except (OSError, ValueError):
+        return None
 
 
 def expected_engine(config: Config) -> str:

@@ -50,6 +50,9 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
     print(f"# microbench storage {'/'.join(tools)}: {impl['workdir']} on {impl['filesystem']} ({impl['device']}), "
           f"{mode}, engine {impl['engine']} ({impl['name']}), {config.threads} thread(s) x qd {config.qd}, "
           f"{config.pattern}, file {format_size(config.size)}")
+    if impl.get("on_mount"):
+        print(f"# bucket mount {impl['mount_point']} ({impl['mount_mode']}) on {impl['backing_store']}; rclone "
+              f"{impl['rclone_version']}; writes timed until fsync returns (on a cached mount: into its cache)")
     rows = outcome.rows
     expected = outcome.record["summary"].get("expected")
     known = bool(expected and expected.get("gbps"))

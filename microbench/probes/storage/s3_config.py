@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import nbytes, one_of, option, positive, positive_int
+from ...core.options import nbytes, one_of, option, positive_int, timeout
 
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
@@ -39,7 +39,7 @@ class Config:
     objects: int = option(1, parse=positive_int, help="objects per iteration")
     prefix: str = ""
     keep: bool = option(False, switch=True, help="keep the objects written (under a unique prefix)")
-    timeout_s: float = option(10.0, parse=positive, flag="--timeout", shown="10",
+    timeout_s: float = option(10.0, parse=timeout, flag="--timeout", shown="10",
                               help="seconds to connect before the endpoint counts as unreachable")
     region: str | None = option(None, record=False, shown="AWS config, else us-east-1", help="region for signing")
     addressing_style: str = option("path", choices=("path", "virtual", "auto"), record=False,

@@ -1,0 +1,24 @@
+"""Passwords inside URLs (`http://user:PASSWORD@host`) never reach a message, a record or a log.
+
+A URL with credentials comes from the user (--endpoint, --target) and is then quoted by every
+layer that fails on it: our own messages, botocore's "Could not connect to the endpoint URL:
+\"http://u:PW@...\"", s3fs's listing errors. Rather than clean each call site, the places
+where an error becomes text (MicrobenchError.__str__, RecordWriter.finish, the CLI's one line)
+pass it through `redact_text`. Stdlib only: core imports nothing of microbench.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "<redacted>"
+# scheme://user:password@ (the user may be empty); the password runs to the last '@' before the
+# host, so a password holding '@' or ':' is hidden whole, and stops at whitespace or a quote.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/@:\s'\"]*:)[^/\s'\"]*@", re.IGNORECASE)
+
+
+def redact_text(text: str) -> str:
+    """`text` with every URL password replaced by <redacted> (the user name is kept)."""
+    if "@" not in text:
+        return text
+    return _URL_PASSWORD.sub(rf"\g<head>{REDACTED}@", text)

@@ -1,0 +1,181 @@
+"""Reading the dataset as a trainer does: torch.utils.data.DataLoader over a map-style dataset
+(files: one read per sample, shuffled, the rank's share as DistributedSampler deals it) or an
+iterable one (shards: the rank's shards split across the loader's workers, each shard streamed
+member by member). Every sample is checked in the worker that read it, where a trainer would
+decode it; `decode_us` adds that decode's CPU time.
+
+One pass is timed from creating the iterator (workers start then, as they do at each epoch) to
+the last batch; `first_batch_s` is the wait for the first one, `batch_wait_us` every wait the
+training loop would see in `next()`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import dataset as ds
+
+
+@dataclass
+class Source:
+    """Where the bytes are: a local directory, or an S3 bucket and prefix. S3 clients are made
+    per process (DataLoader workers are forks), lazily, as a streaming loader's are."""
+
+    root: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    s3: Any = None                      # s3client.Target
+    _clients: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_s3(self) -> bool:
+        return self.bucket is not None
+
+    def client(self) -> Any:
+        pid = os.getpid()
+        if pid not in self._clients:
+            self._clients[pid] = self.s3.client(pool=4)
+        return self._clients[pid]
+
+    def read_file(self, index: int, size: int) -> Any:
+        if self.is_s3:
+            body = self.client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{ds.file_key(index)}")["Body"]
+            return body.read()
+        with open(os.path.join(self.root, ds.file_key(index)), "rb") as handle:
+            return handle.read()
+
+    def open_shard(self, key: str) -> Any:
+        if self.is_s3:
+            return self.client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}")["Body"]
+        return open(os.path.join(self.root, key), "rb")
+
+
+def _decode(us: float) -> None:
+    """A decode's CPU time: the worker is busy, as with a JPEG decode or tokenization."""
+    if us > 0:
+        end = time.perf_counter() + us / 1e6
+        while time.perf_counter() < end:
+            pass
+
+
+def _sample(index: int, data: Any, plan: ds.Plan, decode_us: float, requests: int) -> tuple:
+    bad = ds.wrong(index, data, plan.high, plan.size(index))
+    _decode(decode_us)
+    return index, data, bad, requests
+
+
+def datasets(torch: Any) -> tuple[type, type]:
+    """The two dataset classes, made once torch is imported (this module loads without it)."""
+    from torch.utils.data import Dataset, IterableDataset
+
+    class FileSamples(Dataset):
+        def __init__(self, source: Source, plan: ds.Plan, decode_us: float):
+            self.source, self.plan, self.decode_us = source, plan, decode_us
+
+        def __len__(self) -> int:
+            return self.plan.samples
+
+        def __getitem__(self, index: int) -> tuple:
+            data = self.source.read_file(index, self.plan.size(index))
+            return _sample(index, data, self.plan, self.decode_us, 1 if self.source.is_s3 else 0)
+
+    class ShardSamples(IterableDataset):
+        def __init__(self, source: Source, plan: ds.Plan, decode_us: float, rank: int, ranks: int):
+            self.source, self.plan, self.decode_us = source, plan, decode_us
+            self.mine = list(range(len(plan.shards)))[rank::ranks]   # the rank's shards
+
+        def __iter__(self) -> Any:
+            info = torch.utils.data.get_worker_info()
+            shards = self.mine if info is None else self.mine[info.id::info.num_workers]
+            for shard in shards:
+                stream = self.source.open_shard(self.plan.shard_key(shard))
+                requests = 1 if self.source.is_s3 else 0
+                try:
+                    for name, member, handle in ds.tar_members(stream):
+                        yield _sample(ds.member_index(name), handle.read(), self.plan, self.decode_us, requests)
+                        requests = 0   # the shard's one GET, counted with its first sample
+                finally:
+                    stream.close()
+
+    return FileSamples, ShardSamples
+
+
+def collate(batch: list[tuple]) -> tuple:
+    """A batch's samples back to back as one bytes object (one copy), handed from a worker to
+    the training loop as a pickle through the worker's pipe, as a bare loop's bytes are; the loop
+    makes it a uint8 tensor (`as_tensor`). A tensor made in the worker would travel through a
+    shared-memory segment of its own per batch: measured here, 2-3x slower than the bytes for
+    16K samples, a DataLoader cost rather than the storage's. Keys and counts ride along."""
+    sizes = [len(b[1]) for b in batch]
+    return ([b[0] for b in batch], b"".join(b[1] for b in batch), sizes[0] if len(set(sizes)) == 1 else 0,
+            sum(b[2] for b in batch), sum(b[3] for b in batch))
+
+
+def as_tensor(data: bytes, size: int, pin: bool) -> Any:
+    """The batch as the model takes it: [batch, size] uint8 when the samples are one size."""
+    import torch
+
+    out = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    if size:
+        out = out.view(-1, size)
+    return out.pin_memory() if pin else out
+
+
+@dataclass
+class PassResult:
+    time_s: float
+    first_batch_s: float
+    waits_s: list[float]
+    samples: int
+    bytes: int
+    wrong: int
+    requests: int
+
+
+def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, prefetch_factor: int,
+           decode_us: float, rank: int, ranks: int, pin_memory: bool, epoch: int) -> Any:
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    files, shards = datasets(torch)
+    extra: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers > 0 else {}
+    if plan.layout == "files":
+        data = files(source, plan, decode_us)
+        sampler = DistributedSampler(data, num_replicas=ranks, rank=rank, shuffle=True, seed=ds.SEED,
+                                     drop_last=False)
+        sampler.set_epoch(epoch)
+        return DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, **extra)
+    data = shards(source, plan, decode_us, rank, ranks)
+    return DataLoader(data, batch_size=batch_size, num_workers=workers, collate_fn=collate, **extra)
+
+
+def one_pass(make: Any, pin: bool = False) -> PassResult:
+    """Iterate one loader to the end, as a training loop's `for batch in loader` does."""
+    start = time.perf_counter()
+    it = iter(make())
+    waits: list[float] = []
+    samples = nbytes = bad = requests = 0
+    first = None
+    try:
+        while True:
+            t0 = time.perf_counter()
+            try:
+                keys, data, size, wrong, reqs = next(it)
+            except StopIteration:
+                break
+            as_tensor(data, size, pin)
+            now = time.perf_counter()
+            waits.append(now - t0)
+            if first is None:
+                first = now - start
+            samples += len(keys)
+            nbytes += len(data)
+            bad += wrong
+            requests += reqs
+        elapsed = time.perf_counter() - start
+    finally:
+        del it   # shuts the workers down (untimed)
+    return PassResult(elapsed, first or 0.0, waits, samples, nbytes, bad, requests)
