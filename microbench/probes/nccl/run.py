@@ -5,17 +5,18 @@ transport it really used, the link ceiling (measured or from a `link` record), a
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.jsonfile import load_json
 from ...expect import overrides as expectations
 from ...core.units import element_size
-from ...results.store import load_record
 from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
@@ -141,7 +142,7 @@ def link_gbps_from(path: str) -> float:
     record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
     summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
-    if record.get("kind") != "link" or isinstance(gbps, bool) \
+    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
             or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
         raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
                          f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
