@@ -65,7 +65,7 @@ def raw(size: int, nproc: int, target: str) -> tuple[float, float]:
 def dcp(size: str, nproc: int, target: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
-        from microbench.world.dist import package_env, self_command
+        from microbench.world.launch import package_env, self_command
 
         subprocess.run([*self_command(), "checkpoint", "--size", size, "--nproc", str(nproc),
                         "--target", target, "--warmup", "1", "--iters", "3", "--json", path, "--no-check"],

@@ -28,7 +28,7 @@ sys.path.append(str(ROOT))
 
 from microbench.lab import namespaces as labmod  # noqa: E402
 from microbench.core.units import parse_link_rate  # noqa: E402
-from microbench.world.dist import package_env, self_command  # noqa: E402
+from microbench.world.launch import package_env, self_command  # noqa: E402
 
 LINE_GBIT = 1.0
 

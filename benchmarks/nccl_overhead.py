@@ -81,7 +81,7 @@ def bare_worker(args: argparse.Namespace) -> None:
 
 
 def run_bare(args: argparse.Namespace) -> dict[str, float]:
-    from microbench.world.dist import free_port
+    from microbench.world.launch import free_port
 
     port = free_port()
     procs = []
@@ -100,7 +100,7 @@ def run_bare(args: argparse.Namespace) -> dict[str, float]:
 
 
 def run_probe(args: argparse.Namespace, tmp: str, rnd: int) -> dict[str, float]:
-    from microbench.world.dist import package_env, self_command
+    from microbench.world.launch import package_env, self_command
 
     record = Path(tmp) / f"probe-{rnd}.json"
     done = subprocess.run([*self_command(), "nccl", "--sizes", args.sizes, "--ops", ",".join(OPS), "--nproc", str(RANKS),
@@ -145,7 +145,7 @@ def compare_probe_and_bare(args: argparse.Namespace) -> None:
 
 def time_default_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
-        from microbench.world.dist import package_env, self_command
+        from microbench.world.launch import package_env, self_command
 
         env = package_env()
         start = time.monotonic()

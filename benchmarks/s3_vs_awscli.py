@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # fallback for a machine where it is not installed.
 sys.path.append(str(ROOT))
 
-from microbench.world.dist import package_env, self_command  # noqa: E402
+from microbench.world.launch import package_env, self_command  # noqa: E402
 from microbench.targets.s3server import EmbeddedS3  # noqa: E402
 from microbench.core.units import parse_size  # noqa: E402
 

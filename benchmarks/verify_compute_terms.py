@@ -44,7 +44,8 @@ def rank_main(rounds: int, out: str) -> int:
 
     from microbench.verify import model as fm
     from microbench.verify import steps as vf
-    from microbench.world.dist import World, detect_world
+    from microbench.world.dist import World
+    from microbench.world.launch import detect_world
     from microbench.core.stats import percentile
 
     torch.set_num_threads(1)
@@ -99,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     if os.environ.get("RANK") is not None:
         return rank_main(args.rounds, args.json)
-    from microbench.world.dist import free_port
+    from microbench.world.launch import free_port
 
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "--rounds", str(args.rounds), "--json", args.json],

@@ -81,7 +81,7 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="more `verify fsdp` arguments (after --)")
     args = parser.parse_args()
     from microbench.lab import namespaces as labmod
-    from microbench.world.dist import package_env
+    from microbench.world.launch import package_env
 
     created = False
     if labmod.find(args.lab) is None:

@@ -39,7 +39,7 @@ def measuring_commands() -> set[str]:
 
 def _warn_if_fallback(command: str) -> None:
     from .targets import native
-    from .world.dist import RANK_VARIABLES, SPAWNED_ENV
+    from .world.launch import RANK_VARIABLES, SPAWNED_ENV
 
     if command not in measuring_commands() or os.environ.get(SPAWNED_ENV):
         return  # a rank we launched: the launcher has said it already, on the same package

@@ -46,7 +46,7 @@ import sys  # noqa: E402
 
 import microbench  # noqa: E402
 from microbench.targets import native  # noqa: E402
-from microbench.world.dist import package_env, self_command  # noqa: E402
+from microbench.world.launch import package_env, self_command  # noqa: E402
 
 PKG = Path(microbench.__file__).resolve().parent
 

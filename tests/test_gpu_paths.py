@@ -18,7 +18,8 @@ from conftest import last_line, one_error_line
 from microbench.world import backends, policy as session
 from microbench.expect import formulas as ex, facts as hwfacts
 from microbench.run import runner
-from microbench.world.dist import WorldSpec, World, free_port
+from microbench.world.dist import World
+from microbench.world.launch import WorldSpec, free_port
 from microbench.core.errors import RunError, UsageError
 from microbench.core.probe import Case, Probe
 
@@ -345,7 +346,7 @@ def test_gds_pattern_needs_memory_of_a_chunk_not_of_the_transfer(monkeypatch, tm
 
 def test_verify_activation_estimate_scales_by_element_size():
     from microbench.verify import model as fm
-    from microbench.commands.verify import memory_need_bytes
+    from microbench.verify.plan import memory_need_bytes
     from microbench.compose.fsdp import TrainSpec, memory_check
 
     shape = fm.PRESETS["small"]

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from microbench.lab import namespaces as labmod
+from microbench.lab.shaping import parse_shaping, shape_commands
 from microbench.core.units import format_link_rate, parse_link_rate
 from microbench.lab.placement import _without
 from microbench.core.errors import UsageError
@@ -51,7 +52,7 @@ def test_format_rate_round_trips():
 
 
 def test_shape_commands_tbf_burst_covers_a_timer_tick():
-    cmds = labmod.shape_commands("mb-x-h0", 10**9, 0.0)
+    cmds = shape_commands("mb-x-h0", 10**9, 0.0)
     tbf = cmds[-1]
     assert "tbf" in tbf and tbf[tbf.index("rate") + 1] == "1000000000bit"
     # At least 4 ms of the rate, or the shaper cannot keep the line busy between ticks.
@@ -59,18 +60,18 @@ def test_shape_commands_tbf_burst_covers_a_timer_tick():
 
 
 def test_shape_commands_delay_puts_tbf_under_netem():
-    cmds = labmod.shape_commands("mb-x-h0", 10**9, 2.0)
+    cmds = shape_commands("mb-x-h0", 10**9, 2.0)
     assert "netem" in cmds[1] and "2ms" in cmds[1]
     assert cmds[2][cmds[2].index("parent") + 1] == "1:" and "tbf" in cmds[2]
 
 
 def test_shape_commands_unlimited_only_clears():
-    assert [c for c in labmod.shape_commands("mb-x-h0", None, 0.0) if "add" in c] == []
+    assert [c for c in shape_commands("mb-x-h0", None, 0.0) if "add" in c] == []
 
 
 def test_parse_shaping_reads_tc_output():
     text = "qdisc netem 1: root refcnt 2 limit 1000 delay 2ms qdisc tbf 2: parent 1: rate 1Gbit burst 1250000b lat 20ms"
-    assert labmod._parse_shaping(text) == (10**9, 2.0)
+    assert parse_shaping(text) == (10**9, 2.0)
 
 
 def test_without_strips_option_and_value():

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from microbench.targets import native
-from microbench.probes import link as linkprobe
+from microbench.targets import fallback, native
 
 from conftest import last_line
 
@@ -30,9 +29,9 @@ def _pair():
 def test_python_loop_matches_the_protocol(mode):
     a, b = _pair()
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault(1, linkprobe._transfer_python([b], 1, mode, 300_000, 3, 10)))
+    t = threading.Thread(target=lambda: out.setdefault(1, fallback.tcp_link([b], 1, mode, 300_000, 3, 10)))
     t.start()
-    out[0] = linkprobe._transfer_python([a], 0, mode, 300_000, 3, 10)
+    out[0] = fallback.tcp_link([a], 0, mode, 300_000, 3, 10)
     t.join(20)
     assert len(out[0]) == 3 and len(out[1]) == 3 and all(x > 0 for x in out[0] + out[1])
 
@@ -42,7 +41,7 @@ def test_python_loop_matches_the_protocol(mode):
 def test_native_loop_interoperates_with_python_loop(mode):
     a, b = _pair()
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault(1, linkprobe._transfer_python([b], 1, mode, 100_000, 2, 10)))
+    t = threading.Thread(target=lambda: out.setdefault(1, fallback.tcp_link([b], 1, mode, 100_000, 2, 10)))
     t.start()
     out[0] = native.module().tcp_link([a.fileno()], 0, mode, 100_000, 2, 10.0)
     t.join(20)

@@ -299,7 +299,7 @@ def test_lookups_by_name_alias_and_record():
 
 
 def test_suite_steps_and_their_files_follow_the_registry_with_former_names():
-    from microbench.commands.suite import select_steps
+    from microbench.accept.suite import select_steps
     from microbench.accept.suite import default_steps, record_file_for, step_for_file
 
     steps = default_steps()

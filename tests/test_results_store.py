@@ -193,3 +193,22 @@ def test_a_case_whose_checker_never_ran_stays_unchecked(tmp_path):
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == "partial"
     assert [(r["op"], r["nwrong"], r["checked_by"]) for r in record["rows"]] == [("save", None, "load")]
+
+
+def test_a_new_file_is_claimed_written_whole_and_never_overwritten(tmp_path):
+    # hunt's heatmap once claimed its name and then wrote into it in place: a failed write left
+    # a truncated PNG under the final name. The store's writer leaves nothing behind instead.
+    from microbench.results.store import atomic_write_new
+
+    target = tmp_path / "heat.png"
+    atomic_write_new(target, b"\x89PNG data", "heatmap")
+    assert target.read_bytes() == b"\x89PNG data"
+    assert oct(stat.S_IMODE(os.stat(target).st_mode)) == "0o644"
+    with pytest.raises(UsageError, match=r"heatmap '.*heat.png' exists; files are never overwritten"):
+        atomic_write_new(target, b"other", "heatmap")
+    assert target.read_bytes() == b"\x89PNG data"
+
+    broken = tmp_path / "broken.png"
+    with pytest.raises(TypeError):
+        atomic_write_new(broken, object(), "heatmap")  # type: ignore[arg-type]
+    assert not broken.exists() and os.listdir(tmp_path) == ["heat.png"]

@@ -49,7 +49,8 @@ def test_a_failed_step_shows_its_reason_not_its_headline():
 
 
 def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
-    from microbench.accept.suite import Step, run_step
+    from microbench.accept.suite import run_step
+    from microbench.core.registry import SuiteStep as Step
 
     result = run_step(Step("memory", ("memory", "--sizes", "1Q")), tmp_path, str(tmp_path))
     assert result.status == "fail"
@@ -93,7 +94,7 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
 
 
 def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
-    from microbench.world.dist import detect_world
+    from microbench.world.launch import detect_world
     from microbench.accept.suite import step_env
 
     srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",

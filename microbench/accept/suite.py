@@ -1,10 +1,11 @@
 """The quickstart job: every probe once, on the embedded defaults (local ranks, local disk,
 embedded S3), each as its own `microbench` process so one probe's crash cannot take the others
-down. Pure helpers here; commands/suite.py is the printer."""
+down. The step loop and its helpers here; commands/suite.py is the printer."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 import subprocess
 import tempfile
@@ -12,28 +13,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
+from ..core.errors import UsageError
+from ..core.registry import SuiteStep
 from ..core.units import format_size
-from ..world.dist import package_env, self_command
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    argv: tuple[str, ...]   # after `microbench`; {path} and {scratch} are filled in
-    aliases: tuple[str, ...] = ()   # former names: `--only` takes them, older suite dirs use them as file names
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.name, *self.aliases)
+from ..world.launch import package_env, self_command
 
 
 @dataclass
 class StepResult:
-    step: Step
+    step: SuiteStep
     status: str              # pass | fail | skip
     seconds: float
     record: str | None
@@ -52,9 +44,13 @@ class StepResult:
         return self.message
 
 
-def default_steps() -> tuple[Step, ...]:
-    """Every registered probe's suite steps (the registry's order): its command, then the step's arguments."""
-    return tuple(Step(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps())
+def default_steps() -> tuple[SuiteStep, ...]:
+    """Every registered probe's suite steps (the registry's order), each as the suite runs it: its
+    argv the whole command after `microbench` (the probe's command, then the step's arguments;
+    {path} and {scratch} are filled in when it runs). Aliases: former names, which `--only` takes
+    and older suite directories use as file names."""
+    return tuple(SuiteStep(step.name, (*spec.command, *step.argv), step.aliases)
+                 for spec, step in registry.suite_steps())
 
 
 def __getattr__(name: str) -> Any:
@@ -64,12 +60,64 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def find_step(name: str, steps: tuple[Step, ...] | list[Step] | None = None) -> Step | None:
+def find_step(name: str, steps: tuple[SuiteStep, ...] | list[SuiteStep] | None = None) -> SuiteStep | None:
     """The step called `name` or formerly so (`collectives` is the nccl step)."""
     for step in default_steps() if steps is None else steps:
-        if name in step.names:
+        if name == step.name or name in step.aliases:
             return step
     return None
+
+
+def select_steps(only: str | None) -> list[SuiteStep]:
+    """The steps `--only` names (current names or former ones, e.g. collectives), in suite order."""
+    steps = list(default_steps())
+    if only is None:
+        return steps
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    names = sorted(s.name for s in steps)
+    example = f"e.g. --only {','.join(s.name for s in steps[:2])}"
+    if not wanted:
+        # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
+        raise UsageError(f"invalid --only {only!r}: empty; expected some of {', '.join(names)} ({example})")
+    chosen = set()
+    for name in wanted:
+        step = find_step(name, steps)
+        if step is None:
+            raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(names)} ({example})")
+        chosen.add(step.name)
+    return [s for s in steps if s.name in chosen]
+
+
+def new_suite_dir(results_dir: Path) -> Path:
+    """A fresh results/suite-TIME directory (suite-TIME+1, +2, ... when taken), created."""
+    out_dir = results_dir / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
+    suffix = 0
+    while out_dir.exists():
+        suffix += 1
+        out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
+    out_dir.mkdir(parents=True)
+    return out_dir
+
+
+def run_steps(steps: list[SuiteStep], out_dir: Path, path: str | None,
+              before: Callable[[SuiteStep], None] = lambda step: None) -> list[StepResult]:
+    """Every step in turn, each its own process, in a scratch directory under `path` (default: a
+    temp dir) removed afterwards, with what the steps share (the embedded S3) set up once."""
+    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=path) as scratch, \
+            shared_setup(steps) as shared_env:
+        child_env = {**os.environ, **shared_env}
+        results = []
+        for step in steps:
+            before(step)
+            results.append(run_step(step, out_dir, scratch, env=child_env))
+    return results
+
+
+def records_by_step_name(results: list[StepResult]) -> dict[str, dict[str, Any] | None]:
+    """Each step's record under every name of the step: thresholds written for a former name
+    (collectives) still apply. None for a step that left no record."""
+    return {name: (json.loads(Path(r.record).read_text()) if r.record else None)
+            for r in results for name in (r.step.name, *r.step.aliases)}
 
 
 def record_file_for(step_name: str) -> str:
@@ -133,7 +181,7 @@ def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
             if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")}
 
 
-def run_step(step: Step, out_dir: Path, path: str, env: dict[str, str] | None = None,
+def run_step(step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | None = None,
              timeout_s: float = 900) -> StepResult:
     record_path = out_dir / record_file_for(step.name)
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
@@ -205,7 +253,7 @@ def stop_step(child: Any, grace_s: float = INTERRUPT_GRACE_S) -> None:
         child.wait()
 
 
-def uses_embedded_s3(step: Step) -> bool:
+def uses_embedded_s3(step: SuiteStep) -> bool:
     """A step that would start its own embedded S3 server: an S3 command or an s3:// target,
     and no --endpoint of its own."""
     argv = step.argv
@@ -213,7 +261,7 @@ def uses_embedded_s3(step: Step) -> bool:
 
 
 @contextlib.contextmanager
-def shared_setup(steps: list[Step]) -> Iterator[dict[str, str]]:
+def shared_setup(steps: list[SuiteStep]) -> Iterator[dict[str, str]]:
     """Environment for every step, prepared once and concurrently before any step measures:
     the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
     each start an embedded S3 server, one server for all of them (stopped on exit). A server

@@ -5,26 +5,23 @@ saved records or described hardware. A thin printer over microbench/compose/."""
 from __future__ import annotations
 
 import argparse
-import platform
+import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from .. import __version__
 from .. import compose as cp
+from ..compose.dataload import loading_report
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose import mount as mount_tier
+from ..core.units import DTYPE_BYTES
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..results.outputs import check_new_file
-from ..results import RecordWriter, new_record, write_csv
-from ..core.units import parse_duration_s, parse_positive
-from ..compose import inputs
-from ..compose import full_save as fs
-
-DEFAULT_MFU = 0.4
+from ..results import RecordWriter, write_csv
+from ..compose import full_save as fs, inputs, whatif
+from ..compose.inputs import DEFAULT_MFU
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -118,60 +115,61 @@ def _refuse_existing(args: argparse.Namespace) -> None:
             check_new_file(path, flag, noun=flag, kept="results", parents_made=flag == "--json")
 
 
+def _print_saves(req: inputs.ComposeRequest, given: inputs.ComposeInputs, result: Any) -> None:
+    """Saves as trainers write them (issue 25): a full state dict gathered to rank 0 beside the
+    sharded save, per tier; the record keeps them as `save` rows."""
+    nets, rate = given.networks, given.rate
+    saves = fs.predict_saves(given.tiers, given.state_dicts, req.save_format, result.checkpoint_bytes,
+                             unit_bytes=4.0 * given.model.block_params, ranks=given.world, nodes=given.nodes or 1,
+                             curve=nets[0].all_gather, serialize_gbps=given.serialize_gbps,
+                             host_link_gbps=rate.gpu.host_link_gbps if rate.gpu else None,
+                             host_memory_bytes=given.host_memory_bytes)
+    if "full" in given.state_dicts:   # a sharded save alone is the table above
+        headers, rows = fs.save_table(saves, format_time)
+        print(f"\n## saves per tier: {', '.join(given.state_dicts)} (full: gathered over {nets[0].name})")
+        print(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+        result.tiers = result.tiers + saves
+    for line in fs.notes(given.tiers, given.state_dicts, given.serialize_source, given.host_memory_bytes, saves):
+        print(f"# {line}")
+
+
+def request(args: argparse.Namespace) -> inputs.ComposeRequest:
+    return inputs.ComposeRequest(**{f.name: getattr(args, f.name) for f in dataclasses.fields(inputs.ComposeRequest)})
+
+
 def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
-    model = inputs.model(args)
-    rate = inputs.compute_rate(args)
-    nets = inputs.networks(args, for_gpus=not rate.on_cpu)
-    world, nodes = inputs.ranks(args, nets)
-    cal = inputs.calibration(args)
-    train = inputs.train_spec(args, world, rate, cal)
-    tiers = inputs.tiers(args)
-    state_dicts, serialize_gbps, serialize_source, host_memory = inputs.save_inputs(args)
-    mtbf_s = parse_positive(args.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if args.mtbf_hours else None
-    interval_s = parse_duration_s(args.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)
-    overhead = inputs.overhead_fraction(args.ckpt_overhead)
+    req = request(args)
+    given = inputs.build(req)
+    result = whatif.compose(given)
+    model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
-    preds = {net.name: cp.predict_step(model, train, net.all_gather, net.reduce_scatter) for net in nets}
-    capacity = rate.gpu.usable_memory_bytes if rate.gpu else None
-    memory = cp.memory_check(model, train, capacity)
-    parts = cp.checkpoint_parts(model.total_params, cp.fsdp.DTYPE_BYTES[train.param_dtype])
-    ckpt_bytes = parts["training_checkpoint_bytes"]
-    staging = rate.gpu.host_link_gbps * world if rate.gpu else None
-    tier_preds = [cp.predict_tier(t["tier"], ckpt_bytes, t["write_gbps"], t["read_gbps"], staging_gbps=staging,
-                                  mtbf_s=mtbf_s) for t in tiers]
-
-    _print_header(model, train, world, nodes, rate)
+    _print_header(model, given.train, given.world, given.nodes, rate)
     if cal is not None:
         print(f"# calibration: {cal.source} (overlap {cal.overlap}, unit overhead "
               f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
         backends = {n.backend for n in nets if n.backend != "synthetic"}
         if cal.backend and backends and backends != {cal.backend}:
             print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
-    _print_memory(memory, rate)
-    _print_steps(nets, preds, memory)
-    if tiers:
-        _print_checkpoint(parts, tier_preds, ckpt_bytes, interval_s, overhead, mtbf_s, rate)
-        print("\n".join(mount_tier.report_lines(tiers, ckpt_bytes, interval_s, overhead)))
-        saves = fs.predict_saves(tiers, state_dicts, args.save_format, ckpt_bytes, unit_bytes=4.0 * model.block_params,
-                                 ranks=world, nodes=nodes or 1, curve=nets[0].all_gather, serialize_gbps=serialize_gbps,
-                                 host_link_gbps=rate.gpu.host_link_gbps if rate.gpu else None,
-                                 host_memory_bytes=host_memory)
-        if "full" in state_dicts:   # a sharded save alone is the table above
-            headers, rows = fs.save_table(saves, format_time)
-            print(f"\n## saves per tier: {', '.join(state_dicts)} (full: gathered over {nets[0].name})")
-            print(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
-            tier_preds = tier_preds + saves
-        for line in fs.notes(tiers, state_dicts, serialize_source, host_memory, saves):
-            print(f"# {line}")
-    elif mtbf_s:
+    _print_memory(result.memory, rate)
+    _print_steps(nets, result.steps, result.memory)
+    if given.tiers:
+        _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
+                          given.mtbf_s, rate)
+        print("\n".join(mount_tier.report_lines(given.tiers, result.checkpoint_bytes, given.interval_s,
+                                                given.overhead)))
+        _print_saves(req, given, result)
+    elif given.mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
-    from ..compose.dataload import loading_report   # issue 21: data stall and model load per tier
-    loading = loading_report(args, model.total_params * cp.fsdp.DTYPE_BYTES[train.param_dtype],
-                             train.micro_batch * train.grad_accum, {n.name: preds[n.name].step_s for n in nets},
-                             tiers, mtbf_s, format_time)
-    path = _write_record(args, model, train, rate, nets, preds, memory, parts, tiers, tier_preds,
-                         interval_s, overhead, mtbf_s, loading)
+    train = given.train
+    loading = loading_report(req, model.total_params * DTYPE_BYTES[train.param_dtype],   # issue 21
+                             train.micro_batch * train.grad_accum,
+                             {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
+    record = whatif.record(result, loading)
+    path = RecordWriter(record, args.json, directory=args.results_dir).finish("complete")
+    if args.csv:
+        write_csv(args.csv, record["rows"])
+    sys.stdout.flush()
     print(f"\n# record: {path}")
     return 0
 
@@ -270,35 +268,3 @@ def _print_checkpoint(parts: dict[str, float], tier_preds: list[Any], ckpt_bytes
         print("# async blocked time needs --gpu (the host link the staging copy crosses)")
     if mtbf_s is None:
         print("# Young/Daly interval: give --mtbf-hours")
-
-
-def _write_record(args: argparse.Namespace, model: Any, train: cp.TrainSpec, rate: inputs.ComputeRate,
-                  nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck,
-                  parts: dict[str, float], tiers: list[dict[str, Any]], tier_preds: list[Any],
-                  interval_s: float, overhead: float, mtbf_s: float | None,
-                  loading: dict[str, Any] | None = None) -> Path:
-    config = {"calibration": args.calibration, "model": model.describe(), "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
-              "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
-                          "gpu": rate.gpu.as_dict() if rate.gpu else None},
-              "networks": [n.describe() for n in nets], "tiers": tiers,
-              "checkpoint": {"interval_s": interval_s, "overhead_fraction": overhead, "mtbf_s": mtbf_s}}
-    # A prediction does not depend on the machine that computed it: no probe of the hardware here.
-    environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
-    record = new_record("compose", config, environment, {"name": "python", "engine": "microbench.compose"})
-    step_rows = [{"op": "step", "network": n.name, **preds[n.name].as_dict(), "fits_in_memory": memory.fits}
-                 for n in nets]
-    for row in step_rows:
-        row["notes"] = list(row["notes"])
-    ckpt_rows = [{"op": "save" if isinstance(t, fs.SavePrediction) else "checkpoint", **t.as_dict(), "checkpoint_bytes": parts["training_checkpoint_bytes"]}
-                 for t in tier_preds]
-    record["rows"] = step_rows + ckpt_rows
-    record["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
-                         "required_write_gbps_blocking": cp.required_write_gbps(
-                             parts["training_checkpoint_bytes"], interval_s, overhead),
-                         "warnings": [w for n in nets for w in n.warnings], **(loading or {})}
-    writer = RecordWriter(record, args.json, directory=args.results_dir)
-    path = writer.finish("complete")
-    if args.csv:
-        write_csv(args.csv, record["rows"])
-    sys.stdout.flush()
-    return path

@@ -114,7 +114,7 @@ def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> 
 
 
 def _owns_the_record() -> bool:
-    from ..world.dist import RANK_VARIABLES, SPAWNED_ENV
+    from ..world.launch import RANK_VARIABLES, SPAWNED_ENV
 
     return not os.environ.get(SPAWNED_ENV) and all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES)
 
@@ -155,7 +155,7 @@ def invocation(spec: ProbeSpec, args: argparse.Namespace, config: Any) -> Invoca
 
 def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
     """--lab: one rank per lab host (or the pair a link probe names), failures named by host."""
-    from ..world.dist import detect_world
+    from ..world.launch import detect_world
 
     name = getattr(config, "lab", None)
     if not name or not spec.needs.world:
@@ -182,7 +182,7 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
     inv = invocation(spec, args, config)
     if getattr(config, "link_profiles", None):
         from ..lab import placement
-        from ..world.dist import detect_world
+        from ..world.launch import detect_world
 
         if detect_world() is None:
             return placement.run_profiles(spec, config, inv)

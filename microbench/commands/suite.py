@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import socket
-import tempfile
-import time
 from pathlib import Path
 
 from tabulate import tabulate
 
 from ..accept import rules as accept, junit
-from ..core.errors import RunError, UsageError
+from ..core.errors import RunError
 from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
 from ..targets.workdir import check_base
-from ..accept.suite import HEADLINE_COLUMN, Step, default_steps, find_step, run_step, shared_setup
+from ..accept import suite
+from ..accept.suite import HEADLINE_COLUMN, default_steps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,57 +29,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def select_steps(only: str | None) -> list[Step]:
-    """The steps `--only` names (current names or former ones, e.g. collectives), in suite order."""
-    steps = list(default_steps())
-    if only is None:
-        return steps
-    wanted = [w.strip() for w in only.split(",") if w.strip()]
-    names = sorted(s.name for s in steps)
-    example = f"e.g. --only {','.join(s.name for s in steps[:2])}"
-    if not wanted:
-        # An empty list is not "no filter": it would run every probe, the opposite of asking for none.
-        raise UsageError(f"invalid --only {only!r}: empty; expected some of {', '.join(names)} ({example})")
-    chosen = set()
-    for name in wanted:
-        step = find_step(name, steps)
-        if step is None:
-            raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(names)} ({example})")
-        chosen.add(step.name)
-    return [s for s in steps if s.name in chosen]
-
-
 def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
-    steps = select_steps(args.only)
+    steps = suite.select_steps(args.only)
     check_results_dir(args.results_dir)
     if args.path is not None:
         # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.
         check_base(args.path, writable=True)
-    out_dir = Path(args.results_dir) / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
-    suffix = 0
-    while out_dir.exists():
-        suffix += 1
-        out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
-    out_dir.mkdir(parents=True)
-    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=args.path) as scratch, \
-            shared_setup(steps) as shared_env:
-        child_env = {**os.environ, **shared_env}
-        results = []
-        for step in steps:
-            print(f"# {step.name} ...", flush=True)
-            results.append(run_step(step, out_dir, scratch, env=child_env))
+    out_dir = suite.new_suite_dir(Path(args.results_dir))
+    results = suite.run_steps(steps, out_dir, args.path, before=lambda step: print(f"# {step.name} ...", flush=True))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
     print(tabulate(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None
     if checks is not None:
-        # Under every name of the step: thresholds written for a former name (collectives) still apply.
-        records = {name: (json.loads(Path(r.record).read_text()) if r.record else None)
-                   for r in results for name in r.step.names}
-        verdicts = accept.evaluate(checks, records)
+        verdicts = accept.evaluate(checks, suite.records_by_step_name(results))
     if junit_path is not None:
         try:
             atomic_write_text(junit_path, junit.build(results, verdicts, hostname=socket.gethostname()))

@@ -1,12 +1,12 @@
-"""Flags of `microbench compose` turned into the composer's inputs, each with where it came from.
-Every number goes through sizes.py (no NaN, no inf); every file is checked for its kind."""
+"""What `microbench compose` is asked (ComposeRequest: the values as described, each a flag of the
+command) turned into the composer's inputs (ComposeInputs), each with where it came from.
+Every number goes through core/units (no NaN, no inf); every file is checked for its kind."""
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import compose as cp
@@ -23,26 +23,70 @@ from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_n
 
 MAX_PARAMS = 1e15     # a thousand times today's largest models; beyond it a typo, not a plan
 MAX_TFLOPS = 1e5      # 100 PFLOP/s per rank
+DEFAULT_MFU = 0.4
 
 
-def model(args: argparse.Namespace) -> ModelShape | CrudeModel:
-    if args.params or args.layers:
-        if not (args.params and args.layers):
+@dataclass
+class ComposeRequest:
+    """A prediction's inputs as described: values as text (parsed here, so every caller gets the
+    same checks and messages), paths of records, or both. Field names are compose's flags."""
+    model: str = "llama-3.1-8b"
+    model_config: str | None = None
+    params: str | None = None
+    layers: str | None = None
+    nodes: str | None = None
+    gpus_per_node: str | None = None
+    ranks: str | None = None
+    micro_batch: str = "1"
+    seq_len: str = "4096"
+    grad_accum: str = "1"
+    param_dtype: str = "bfloat16"
+    reduce_dtype: str | None = None
+    activation_checkpointing: bool = False
+    no_reshard_after_forward: bool = False
+    gpu: str | None = None
+    mfu: str = str(DEFAULT_MFU)
+    tflops: str | None = None
+    compute: str | None = None          # a compute record's path
+    overlap: str | None = None
+    unit_overhead: str | None = None
+    calibration: str | None = None      # a calibration record's path
+    nccl: list[str] = field(default_factory=list)
+    net: list[str] = field(default_factory=list)
+    allow_partial: bool = False
+    tier: list[str] = field(default_factory=list)
+    storage: list[str] = field(default_factory=list)
+    state_dict: str = "sharded"
+    save_format: str | None = None
+    serialize_rate: str | None = None
+    host_memory: str | None = None
+    mtbf_hours: str | None = None
+    ckpt_interval: str = "30min"
+    ckpt_overhead: str = "5%"
+    dataload: list[str] = field(default_factory=list)     # dataload records' paths, [NAME=]PATH
+    data_rate: list[str] = field(default_factory=list)    # described loader rates, NAME=SAMPLES/S
+    sample_bytes: str | None = None
+    modelload: list[str] = field(default_factory=list)    # modelload records' paths, [NAME=]PATH
+
+
+def model(req: ComposeRequest) -> ModelShape | CrudeModel:
+    if req.params or req.layers:
+        if not (req.params and req.layers):
             raise UsageError("--params and --layers go together, e.g. --params 7e9 --layers 32")
-        if args.model_config:
+        if req.model_config:
             raise UsageError("--model-config and --params/--layers describe the model twice; give one")
-        return CrudeModel("custom", parse_positive(args.params, what="--params", example="7e9", maximum=MAX_PARAMS),
-                          parse_positive_int(args.layers, what="--layers", example="32"))
-    if args.model_config:
-        return from_hf_config(args.model_config)
-    return preset(args.model)
+        return CrudeModel("custom", parse_positive(req.params, what="--params", example="7e9", maximum=MAX_PARAMS),
+                          parse_positive_int(req.layers, what="--layers", example="32"))
+    if req.model_config:
+        return from_hf_config(req.model_config)
+    return preset(req.model)
 
 
-def ranks(args: argparse.Namespace, networks: list[Network]) -> tuple[int, int | None]:
+def ranks(req: ComposeRequest, networks: list[Network]) -> tuple[int, int | None]:
     """(world size, nodes or None)."""
-    nodes = parse_positive_int(args.nodes, what="--nodes", example="2") if args.nodes else None
-    per_node = parse_positive_int(args.gpus_per_node, what="--gpus-per-node", example="8") if args.gpus_per_node else None
-    world = parse_positive_int(args.ranks, what="--ranks", example="16") if args.ranks else None
+    nodes = parse_positive_int(req.nodes, what="--nodes", example="2") if req.nodes else None
+    per_node = parse_positive_int(req.gpus_per_node, what="--gpus-per-node", example="8") if req.gpus_per_node else None
+    world = parse_positive_int(req.ranks, what="--ranks", example="16") if req.ranks else None
     if world is not None and per_node is not None and world != (nodes or 1) * per_node:
         raise UsageError(f"--ranks {world} disagrees with --nodes {nodes or 1} x --gpus-per-node {per_node}; "
                          f"give one of them, e.g. --nodes 2 --gpus-per-node 8")
@@ -70,9 +114,9 @@ def _suite_record(directory: Path, use: str) -> Path | None:
     return None
 
 
-def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
+def networks(req: ComposeRequest, for_gpus: bool) -> list[Network]:
     out: list[Network] = []
-    for text in args.nccl:
+    for text in req.nccl:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
@@ -80,8 +124,8 @@ def networks(args: argparse.Namespace, for_gpus: bool) -> list[Network]:
             path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
         record = load_record(path)
         out.append(network_from_record(record, name or Path(path).stem, path,
-                                       allow_partial=args.allow_partial, for_gpus=for_gpus))
-    for text in args.net:
+                                       allow_partial=req.allow_partial, for_gpus=for_gpus))
+    for text in req.net:
         name, sep, spec = text.partition("=")
         if not sep or not name or not spec:
             raise UsageError(f"invalid --net {text!r}: expected NAME=BUSBW[@LATENCY], e.g. --net ib=40GB/s@30us")
@@ -108,37 +152,37 @@ class ComputeRate:
     on_cpu: bool = False             # a compute record timed on a CPU, and no --gpu: predicting that CPU
 
 
-def compute_rate(args: argparse.Namespace) -> ComputeRate:
-    device = gpu_by_name(args.gpu) if args.gpu else None
-    if args.compute:
-        record = load_record(args.compute)
+def compute_rate(req: ComposeRequest) -> ComputeRate:
+    device = gpu_by_name(req.gpu) if req.gpu else None
+    if req.compute:
+        record = load_record(req.compute)
         spec = registry.for_record(record)
         if spec is None or "compute" not in spec.feeds:
             feeders = registry.feeding("compute")
-            raise UsageError(f"--compute {args.compute!r} is a {record.get('kind')!r} record; expected one from "
+            raise UsageError(f"--compute {req.compute!r} is a {record.get('kind')!r} record; expected one from "
                              + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders))
-        if record.get("status") != "complete" and not args.allow_partial:
-            raise UsageError(f"--compute {args.compute!r} is a {record.get('status')!r} record; re-run "
+        if record.get("status") != "complete" and not req.allow_partial:
+            raise UsageError(f"--compute {req.compute!r} is a {record.get('status')!r} record; re-run "
                              f"`microbench compute`, or pass --allow-partial")
-        record_rows(record, args.compute)
+        record_rows(record, req.compute)
         tflops = (record.get("summary") or {}).get("achieved_tflops")
         if not isinstance(tflops, (int, float)) or not tflops > 0:
-            raise UsageError(f"--compute {args.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
+            raise UsageError(f"--compute {req.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
         impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
         dev = str(impl.get("gpu") or impl.get("device", "?"))
         warning = None
         if device is not None and impl.get("device") != "cuda":
-            warning = (f"--compute {args.compute} was measured on {dev}, not on a {device.name}: its rate is what "
+            warning = (f"--compute {req.compute} was measured on {dev}, not on a {device.name}: its rate is what "
                        f"the prediction uses (--gpu only sizes memory and the optimizer step)")
-        return ComputeRate(tflops * 1e12, f"measured: {args.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
+        return ComputeRate(tflops * 1e12, f"measured: {req.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
                            warning, str((record.get("summary") or {}).get("model") or ""),
                            on_cpu=device is None and impl.get("device") == "cpu")
-    if args.tflops:
-        tflops = parse_positive(args.tflops, what="--tflops", example="400", maximum=MAX_TFLOPS)
+    if req.tflops:
+        tflops = parse_positive(req.tflops, what="--tflops", example="400", maximum=MAX_TFLOPS)
         return ComputeRate(tflops * 1e12, f"--tflops {tflops:g}", device)
     if device is None:
         raise UsageError("no compute rate: give --gpu NAME (e.g. --gpu h100), --tflops 400, or --compute RECORD")
-    mfu = parse_number(args.mfu, what="--mfu", example="0.4", minimum=0, allow_minimum=False, maximum=1)
+    mfu = parse_number(req.mfu, what="--mfu", example="0.4", minimum=0, allow_minimum=False, maximum=1)
     return ComputeRate(device.peak_bf16_tflops * mfu * 1e12,
                        f"{device.name} peak {device.peak_bf16_tflops:g} TFLOP/s x MFU {mfu:g}", device)
 
@@ -153,9 +197,9 @@ def _tier_rate(text: str, rate: str, which: str) -> float:
                          f"number of GB/s, e.g. --tier nvme=6:12") from None
 
 
-def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
+def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
     out = []
-    for text in args.tier:
+    for text in req.tier:
         base, stream = split_stream(text)   # ,stream=GB/S: one writer's rate (compose/full_save.py)
         name, _, rates = base.partition("=")
         rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/mount.py)
@@ -169,13 +213,13 @@ def tiers(args: argparse.Namespace) -> list[dict[str, Any]]:
         if mount_options:
             out[-1]["mount"] = asdict(mount_tier.parse_options(text, name, out[-1]["write_gbps"],
                                                                out[-1]["read_gbps"], mount_options))
-    for text in args.storage:
+    for text in req.storage:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
             name, path = "", text
         record = load_record(path)
         record_rows(record, path)
-        if record.get("status") != "complete" and not args.allow_partial:
+        if record.get("status") != "complete" and not req.allow_partial:
             raise UsageError(f"--storage {path!r} is a {record.get('status')!r} record; re-run it, or pass --allow-partial")
         write, read = tier_bandwidths(record, path)
         out.append({"tier": name or str(record.get("kind")), "write_gbps": write, "read_gbps": read,
@@ -204,15 +248,15 @@ class Calibration:
     device: str | None = None
 
 
-def calibration(args: argparse.Namespace) -> Calibration | None:
+def calibration(req: ComposeRequest) -> Calibration | None:
     """`summary.calibration` of a `verify --calibrate-only` record: {overlap (0..1), unit_overhead_s,
     backend}; a flag given on the command line wins over it."""
-    if not args.calibration:
+    if not req.calibration:
         return None
-    record = load_record(args.calibration)
+    record = load_record(req.calibration)
     cal = (record.get("summary") or {}).get("calibration") if isinstance(record.get("summary"), dict) else None
     if record.get("kind") not in ("verify", "calibration") or not isinstance(cal, dict):
-        raise UsageError(f"--calibration {args.calibration!r} is a {record.get('kind')!r} record without "
+        raise UsageError(f"--calibration {req.calibration!r} is a {record.get('kind')!r} record without "
                          f"summary.calibration; expected one from `microbench verify --calibrate-only`")
     values = {}
     for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
@@ -220,55 +264,55 @@ def calibration(args: argparse.Namespace) -> Calibration | None:
         if value is not None:
             values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
     if values.get("compute_efficiency") == 0:
-        raise UsageError(f"--calibration {args.calibration!r} has compute_efficiency 0; expected a positive share, "
+        raise UsageError(f"--calibration {req.calibration!r} has compute_efficiency 0; expected a positive share, "
                          f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
     return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
-                       str(cal["backend"]) if cal.get("backend") else None, args.calibration,
+                       str(cal["backend"]) if cal.get("backend") else None, req.calibration,
                        values.get("compute_efficiency"), str(cal["device"]) if cal.get("device") else None)
 
 
-def train_spec(args: argparse.Namespace, world: int, rate: ComputeRate,
+def train_spec(req: ComposeRequest, world: int, rate: ComputeRate,
                cal: Calibration | None = None) -> cp.TrainSpec:
     # Predicting a CPU run (a CPU compute record, no --gpu): gloo shares the cores compute uses
     # and FSDP on a CPU reduces in float32. Anything else is a GPU with NCCL beside compute.
     cpu = rate.on_cpu
-    if args.overlap is not None:
-        overlap = parse_number(args.overlap, what="--overlap", example="1", minimum=0, maximum=1)
+    if req.overlap is not None:
+        overlap = parse_number(req.overlap, what="--overlap", example="1", minimum=0, maximum=1)
     elif cal is not None and cal.overlap is not None:
         overlap = cal.overlap
     else:
         overlap = 0.0 if cpu else 1.0
-    if args.unit_overhead is not None:
-        unit_overhead = parse_duration_s(args.unit_overhead, what="--unit-overhead", example="200us")
+    if req.unit_overhead is not None:
+        unit_overhead = parse_duration_s(req.unit_overhead, what="--unit-overhead", example="200us")
     else:
         unit_overhead = cal.unit_overhead_s if cal is not None and cal.unit_overhead_s is not None else 0.0
-    reduce_dtype = args.reduce_dtype or ("float32" if cpu else "bfloat16")
+    reduce_dtype = req.reduce_dtype or ("float32" if cpu else "bfloat16")
     flops = rate.flops_per_rank
-    if cal is not None and cal.compute_efficiency and args.compute and cal.device == ("cpu" if cpu else "cuda"):
+    if cal is not None and cal.compute_efficiency and req.compute and cal.device == ("cpu" if cpu else "cuda"):
         # A measured kernel rate on the calibration's kind of device: a real step also runs norms,
         # activations and the loss, which the calibration measured as this share of its time.
         flops *= cal.compute_efficiency
     return cp.TrainSpec(
         ranks=world,
-        micro_batch=parse_positive_int(args.micro_batch, what="--micro-batch", example="1"),
-        seq_len=parse_positive_int(args.seq_len, what="--seq-len", example="4096"),
+        micro_batch=parse_positive_int(req.micro_batch, what="--micro-batch", example="1"),
+        seq_len=parse_positive_int(req.seq_len, what="--seq-len", example="4096"),
         flops_per_rank=flops,
-        grad_accum=parse_positive_int(args.grad_accum, what="--grad-accum", example="4"),
-        param_dtype=args.param_dtype, reduce_dtype=reduce_dtype,
-        activation_checkpointing=args.activation_checkpointing,
-        reshard_after_forward=not args.no_reshard_after_forward,
+        grad_accum=parse_positive_int(req.grad_accum, what="--grad-accum", example="4"),
+        param_dtype=req.param_dtype, reduce_dtype=reduce_dtype,
+        activation_checkpointing=req.activation_checkpointing,
+        reshard_after_forward=not req.no_reshard_after_forward,
         overlap=overlap, unit_overhead_s=unit_overhead, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
 
 
-def save_inputs(args: argparse.Namespace) -> tuple[list[str], float, str, float | None]:
+def save_inputs(req: "ComposeRequest") -> tuple[list[str], float, str, float | None]:
     """(state dicts, serialization GB/s, its source, host memory bytes or None) for the saves table."""
     from .full_save import DEFAULT_SERIALIZE_GBPS, parse_state_dicts, save_format, serialize_from_record
     from ..core.units import parse_size
 
-    state_dicts = parse_state_dicts(args.state_dict)
+    state_dicts = parse_state_dicts(req.state_dict)
     for sd in state_dicts:
-        save_format(sd, args.save_format)
-    text = args.serialize_rate
+        save_format(sd, req.save_format)
+    text = req.serialize_rate
     if text and Path(text).is_file():
         gbps, source = serialize_from_record(load_record(text), text)
     elif text:
@@ -281,5 +325,44 @@ def save_inputs(args: argparse.Namespace) -> tuple[list[str], float, str, float 
     else:
         gbps, source = DEFAULT_SERIALIZE_GBPS, (f"assumed {DEFAULT_SERIALIZE_GBPS:g} GB/s (give --serialize-rate "
                                                 f"GB/S or a `checkpoint --state-dict full` record)")
-    host = parse_size(args.host_memory, what="--host-memory") if args.host_memory else None
+    host = parse_size(req.host_memory, what="--host-memory") if req.host_memory else None
     return state_dicts, gbps, source, host
+
+
+@dataclass
+class ComposeInputs:
+    """Everything the composer predicts from, parsed and checked."""
+    model: ModelShape | CrudeModel
+    rate: ComputeRate
+    networks: list[Network]
+    world: int
+    nodes: int | None
+    calibration: Calibration | None
+    train: cp.TrainSpec
+    tiers: list[dict[str, Any]]
+    mtbf_s: float | None
+    interval_s: float
+    overhead: float
+    # Saves as trainers write them (compose/full_save.py): which state dicts, one process's
+    # serialization rate and its source, host memory on rank 0's node.
+    state_dicts: list[str]
+    serialize_gbps: float
+    serialize_source: str
+    host_memory_bytes: float | None
+
+
+def build(req: ComposeRequest) -> ComposeInputs:
+    """The inputs of `req`, read and checked in the order the command's errors come in."""
+    shape = model(req)
+    rate = compute_rate(req)
+    nets = networks(req, for_gpus=not rate.on_cpu)
+    world, nodes = ranks(req, nets)
+    cal = calibration(req)
+    train = train_spec(req, world, rate, cal)
+    tier_list = tiers(req)
+    mtbf_s = parse_positive(req.mtbf_hours, what="--mtbf-hours", example="24") * 3600 if req.mtbf_hours else None
+    interval_s = parse_duration_s(req.ckpt_interval, what="--ckpt-interval", example="30min", allow_zero=False)
+    overhead = overhead_fraction(req.ckpt_overhead)
+    state_dicts, serialize_gbps, serialize_source, host_memory = save_inputs(req)
+    return ComposeInputs(shape, rate, nets, world, nodes, cal, train, tier_list, mtbf_s, interval_s, overhead,
+                         state_dicts, serialize_gbps, serialize_source, host_memory)

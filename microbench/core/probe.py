@@ -1,7 +1,8 @@
 """The probe contract (nccl-tests' testColl meets fio's ioengine ops table).
 
-A probe says what it needs (capabilities), why it can't run here (`unavailable_reason`), which
-cases it sweeps, and how to run one case once. It never loops, times, aggregates, prints or
+A probe says why it can't run here (`unavailable_reason`), which cases it sweeps, and how to
+run one case once; what it needs set up first (a world, a target, S3, a GPU) its registry
+entry says (`registry.Needs`). It never loops, times, aggregates, prints or
 writes: the runner does that once for every probe. Each probe owns its bandwidth formula and
 documents its derivation in `metrics`.
 """
@@ -10,15 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    needs_gpu: bool = False
-    needs_world: bool = False   # runs on every rank of a distributed world
-    destructive: bool = False   # writes data somewhere
-    raw_io: bool = False        # may bypass the page cache (O_DIRECT)
-    needs_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,7 +43,6 @@ class Timed:
 
 class Probe:
     name: ClassVar[str] = "probe"
-    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def unavailable_reason(self) -> str | None:
         """None when the probe can run here, else one line saying why not."""

@@ -30,7 +30,6 @@ LAB_EFFICIENCY = 1.0
 # Unidirectional GB/s per NVLink link, by NVLink generation (hwfacts.nvlink_generation maps
 # NVML's nvmlDeviceGetNvLinkVersion enum to the generation).
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
-RING_OPS = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce")
 
 
 def unknown(why: str, **inputs: Any) -> dict[str, Any]:

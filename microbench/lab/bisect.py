@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from . import hunt
+from .hunt import HuntOptions
 from ..core.errors import RunError
 from ..probes.nccl import CollectiveProbe, Config
 from ..run.runner import SweepSettings, measure_case
@@ -46,16 +47,16 @@ class _GroupAllReduce(CollectiveProbe):
         self._all_reduce = functools.partial(self.dist.all_reduce, group=world.group)
 
 
-def _groups(halves: tuple[list[int], list[int]], participants: list[int], opts: dict[str, Any]) -> list[Any]:
+def _groups(halves: tuple[list[int], list[int]], participants: list[int], opts: HuntOptions) -> list[Any]:
     import torch.distributed as dist
 
     # Every rank creates both groups (new_group waits for all of them), so the halves then run at once.
-    timeout = datetime.timedelta(seconds=opts["timeout_s"])
+    timeout = datetime.timedelta(seconds=opts.timeout_s)
     return [dist.new_group(ranks=[participants[i] for i in half], backend="gloo", timeout=timeout) for half in halves]
 
 
 def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list[int]], participants: list[int],
-                    me: int | None, opts: dict[str, Any]) -> dict[str, Any] | None:
+                    me: int | None, opts: HuntOptions) -> dict[str, Any] | None:
     """This rank's row of the all_reduce over its half, None when it is in neither."""
     import torch.distributed as dist
 
@@ -63,12 +64,12 @@ def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list
     if half is None:
         return None
     sub = SubWorld(dist, groups[half], [participants[i] for i in halves[half]], world.rank)
-    probe = _GroupAllReduce(Config(sizes=[opts["size_bytes"]], ops=["all_reduce"], dtype="float32"), sub)
-    settings = SweepSettings(warmup=opts["warmup"], iters=opts["iters"], budget_s_per_case=None, progress=False)
+    probe = _GroupAllReduce(Config(sizes=[opts.size_bytes], ops=["all_reduce"], dtype="float32"), sub)
+    settings = SweepSettings(warmup=opts.warmup, iters=opts.iters, budget_s_per_case=None, progress=False)
     return measure_case(probe, probe.cases()[0], settings, sub)
 
 
-def bisect(world: Any, participants: list[int], names: list[str], me: int | None, opts: dict[str, Any],
+def bisect(world: Any, participants: list[int], names: list[str], me: int | None, opts: HuntOptions,
            emit: Any) -> tuple[list[int], list[int], list[dict[str, Any]]]:
     """Halve until the suspects are fewer than 4 or halving cannot tell; returns (suspects,
     cleared, steps). suspects is every host when the first halving was already inconclusive."""
@@ -87,7 +88,7 @@ def bisect(world: Any, participants: list[int], names: list[str], me: int | None
         if wrong:
             raise RunError(f"hunt --bisect: the all_reduce over halves returned {wrong} wrong element(s); "
                            f"the hosts corrupt data, which is worse than slow: run `microbench verify`")
-        slow = hunt.slower_half(busbw[0], busbw[1], opts["slow_ratio"], opts["floor_gbps"])
+        slow = hunt.slower_half(busbw[0], busbw[1], opts.slow_ratio, opts.floor_gbps)
         step = {"step": len(steps) + 1, "halves": [[names[h] for h in a], [names[h] for h in b]],
                 "busbw_gbps": busbw, "slow_half": slow, "seconds": seconds}
         steps.append(step)

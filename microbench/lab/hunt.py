@@ -26,11 +26,34 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import UsageError
 from ..core.pyplot import pyplot
 
 MIN_HOSTS = 3
+
+
+@dataclass
+class HuntOptions:
+    """What `microbench hunt` was asked for, parsed and checked (commands/hunt.py builds it)."""
+    size_bytes: int
+    iters: int
+    warmup: int
+    slow_ratio: float
+    floor_gbps: float | None
+    timeout_s: float
+    lab: str | None = None
+    bisect: bool = False
+    heatmap: str | None = None
+    json: str | None = None
+    csv: str | None = None
+    results_dir: str = "results"
+
+    def measuring(self) -> dict[str, Any]:
+        """The record's config keys for how each pair is measured, in the record's order."""
+        return {"size_bytes": self.size_bytes, "iters": self.iters, "warmup": self.warmup,
+                "slow_ratio": self.slow_ratio, "floor_gbps": self.floor_gbps, "timeout_s": self.timeout_s}
 
 
 def rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -108,6 +131,12 @@ def check_hosts(n: int, where: str) -> None:
     if n < MIN_HOSTS:
         raise UsageError(f"hunt needs at least {MIN_HOSTS} hosts, {where} has {n}: with 2, a slow link "
                          f"cannot be blamed on either end; e.g. microbench lab up --hosts 4 --name h")
+
+
+def check_bisect_hosts(n: int, where: str) -> None:
+    if n < BISECT_MIN_HOSTS:
+        raise UsageError(f"hunt --bisect needs at least {BISECT_MIN_HOSTS} hosts, {where} has {n}: each half "
+                         f"needs 2 hosts for an all_reduce; drop --bisect (all pairs take {len(rounds(n))} rounds)")
 
 
 @dataclass

@@ -21,22 +21,18 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..world.dist import RankLaunch
+from ..world.launch import RankLaunch
 from . import shaping as labshape
 from ..core.units import format_link_rate
 from ..core.errors import RunError, UsageError
 from ..core.units import parse_number
 
 PREFIX = "mb-"
-IFNAME = "lab0"
+IFNAME = labshape.IFNAME
 SUBNET = "10.213.0"
 MAX_HOSTS = 64
 DEFAULT_NAME = "default"
 _NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
-# A token bucket at least this many seconds of the rate deep: the kernel refills it once per
-# timer tick (HZ 100-1000), and a bucket shallower than one tick caps a link below its rate.
-_BURST_S = 0.01
-_QUEUE_S = 0.02
 
 
 @dataclass
@@ -168,11 +164,11 @@ def find(name: str) -> Lab | None:
         return None
     if lab.hosts:
         for host in lab.hosts:
-            host.rate_bps = _parse_shaping(host.shaping)[0]
+            host.rate_bps = labshape.parse_shaping(host.shaping)[0]
         # The lab's rate is what most hosts have; --host-link exceptions are per host.
         rates = [h.rate_bps for h in lab.hosts]
         lab.rate_bps = max(rates, key=lambda r: (rates.count(r), -rates.index(r)))
-        lab.delay_ms = _parse_shaping(lab.hosts[0].shaping)[1]
+        lab.delay_ms = labshape.parse_shaping(lab.hosts[0].shaping)[1]
     return lab
 
 
@@ -191,20 +187,6 @@ def _read_host(index: int, ns: str) -> LabHost:
         filters = _run("tc", "-n", ns, "filter", "show", "dev", IFNAME, check=False).stdout
         host.links = labshape.parse_htb_links(classes, filters)
     return host
-
-
-def _parse_shaping(text: str) -> tuple[int | None, float]:
-    if " htb " in f" {text} ":
-        return labshape.parse_htb_rate(text), 0.0
-    rate = re.search(r"tbf \S+ .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", text)
-    delay = re.search(r"netem \S+ .*?delay (\d+(?:\.\d+)?)(us|ms|s)", text)
-    bps = None
-    if rate:
-        bps = int(float(rate.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[rate.group(2)])
-    delay_ms = 0.0
-    if delay:
-        delay_ms = float(delay.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[delay.group(2)]
-    return bps, delay_ms
 
 
 # --------------------------------------------------------------------------- up / down / shape
@@ -254,27 +236,6 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
     return lab, True
 
 
-def shape_commands(ns: str, rate_bps: int | None, delay_ms: float) -> list[list[str]]:
-    """tc commands that give one host's egress the rate and delay (pure: unit-tested)."""
-    cmds = [["tc", "-n", ns, "qdisc", "del", "dev", IFNAME, "root"]]
-    tbf: list[str] = []
-    if rate_bps is not None:
-        rate_Bps = rate_bps / 8
-        burst = max(256 * 1024, int(rate_Bps * _BURST_S))
-        limit = burst + int(rate_Bps * (_QUEUE_S + delay_ms / 1000))
-        tbf = ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(limit)]
-    if delay_ms > 0:
-        # netem holds the delayed packets; its queue must cover rate x delay or it drops.
-        limit = max(10000, int((rate_bps or 100 * 10**9) / 8 * delay_ms / 1000 / 1500 * 2))
-        cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", "netem",
-                     "delay", f"{delay_ms:g}ms", "limit", str(limit)])
-        if tbf:
-            cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "parent", "1:", "handle", "2:", *tbf])
-    elif tbf:
-        cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", *tbf])
-    return cmds
-
-
 def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | None = None,
           host_rates: dict[int, int | None] | None = None,
           pair_rates: dict[tuple[int, int], int | None] | None = None) -> None:
@@ -295,7 +256,7 @@ def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | N
             cmds = labshape.htb_commands(netns_name(name, i), plan.host_rate(i),
                                          [(host_address(peer), rate) for peer, rate in links])
         else:
-            cmds = shape_commands(netns_name(name, i), plan.host_rate(i), delay_ms)
+            cmds = labshape.shape_commands(netns_name(name, i), plan.host_rate(i), delay_ms)
         _run(*cmds[0], check=False)  # nothing to delete on a fresh host
         for cmd in cmds[1:]:
             proc = _run(*cmd, check=False)

@@ -4,8 +4,6 @@ sweep under several link profiles (--link-profiles), and the link ceiling a `lin
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import subprocess
 import sys
@@ -15,8 +13,9 @@ from typing import Any, Iterator
 
 from . import namespaces as labmod
 from ..core.units import format_link_rate, format_size, parse_link_rate
-from ..world.dist import package_env, self_command
+from ..world.launch import package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
+from ..results.store import load_record
 from ..run.invocation import Placement
 
 
@@ -106,7 +105,7 @@ def run_profiles(spec: Any, config: Any, inv: Any) -> int:
             code = subprocess.run([*self_command(), *base, "--json", str(path)], env=env).returncode
             if code != 0:
                 return code
-            records.append((format_link_rate(rate), json.loads(path.read_text())))
+            records.append((format_link_rate(rate), load_record(path)))
             print(flush=True)
     finally:
         labmod.restore(lab, before)

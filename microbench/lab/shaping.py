@@ -1,4 +1,6 @@
-"""Shaping one host or one link of a lab differently from the rest: the faults `hunt` finds.
+"""The tc side of a lab's links, pure (commands built, tc's output read): every host's egress
+rate and delay (tbf, netem), and one host or one link shaped differently from the rest: the
+faults `hunt` finds. lab/namespaces.py runs these commands.
 
 `--host-link h2=100mbit` gives host 2's egress its own rate (a slow NIC, a bad cable on that
 host). `--pair-link h0-h1=100mbit` slows only the path between hosts 0 and 1, both ways, while
@@ -20,6 +22,10 @@ _HOST_RE = re.compile(r"^\s*h(\d+)\s*=\s*(\S+)\s*$")
 _PAIR_RE = re.compile(r"^\s*h(\d+)\s*-\s*h(\d+)\s*=\s*(\S+)\s*$")
 # An HTB class without a rate limit still needs a rate: far above anything a veth carries.
 _UNLIMITED_BPS = 100 * 10**9
+# A token bucket at least this many seconds of the rate deep: the kernel refills it once per
+# timer tick (HZ 100-1000), and a bucket shallower than one tick caps a link below its rate.
+_BURST_S = 0.01
+_QUEUE_S = 0.02
 
 
 @dataclass
@@ -75,6 +81,27 @@ def parse_pair_links(items: list[str], hosts: int) -> dict[tuple[int, int], int 
                              f"e.g. --pair-link h0-h1=100mbit")
         out[(min(a, b), max(a, b))] = _rate(match.group(3), "--pair-link", "h0-h1=100mbit")
     return out
+
+
+def shape_commands(ns: str, rate_bps: int | None, delay_ms: float) -> list[list[str]]:
+    """tc commands that give one host's egress the rate and delay (pure: unit-tested)."""
+    cmds = [["tc", "-n", ns, "qdisc", "del", "dev", IFNAME, "root"]]
+    tbf: list[str] = []
+    if rate_bps is not None:
+        rate_Bps = rate_bps / 8
+        burst = max(256 * 1024, int(rate_Bps * _BURST_S))
+        limit = burst + int(rate_Bps * (_QUEUE_S + delay_ms / 1000))
+        tbf = ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(limit)]
+    if delay_ms > 0:
+        # netem holds the delayed packets; its queue must cover rate x delay or it drops.
+        limit = max(10000, int((rate_bps or 100 * 10**9) / 8 * delay_ms / 1000 / 1500 * 2))
+        cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", "netem",
+                     "delay", f"{delay_ms:g}ms", "limit", str(limit)])
+        if tbf:
+            cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "parent", "1:", "handle", "2:", *tbf])
+    elif tbf:
+        cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", *tbf])
+    return cmds
 
 
 def _htb_class(ns: str, classid: str, rate_bps: int | None) -> list[str]:
@@ -134,3 +161,17 @@ def current(base_bps: int | None, host_rates: dict[int, int | None],
     pairs = {(min(i, peer), max(i, peer)): rate for i, links in host_links.items() for peer, rate in links}
     return Shaping(base_bps, hosts, pairs)
 
+
+def parse_shaping(text: str) -> tuple[int | None, float]:
+    """(rate in bit/s or None, delay in ms) from `tc qdisc show` of one host (pure)."""
+    if " htb " in f" {text} ":
+        return parse_htb_rate(text), 0.0
+    rate = re.search(r"tbf \S+ .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", text)
+    delay = re.search(r"netem \S+ .*?delay (\d+(?:\.\d+)?)(us|ms|s)", text)
+    bps = None
+    if rate:
+        bps = int(float(rate.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[rate.group(2)])
+    delay_ms = 0.0
+    if delay:
+        delay_ms = float(delay.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[delay.group(2)]
+    return bps, delay_ms

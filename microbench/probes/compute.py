@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.errors import ProbeUnavailable, UsageError
 from ..core.options import option, positive_int
-from ..core.probe import Capabilities, Case, Probe
+from ..core.probe import Case, Probe
 from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..core.units import DTYPE_BYTES
 from ..results.schema import ProbeRow
@@ -148,7 +148,6 @@ def achieved_tflops(rows: list[dict[str, Any]]) -> float | None:
 
 class ComputeProbe(Probe):
     name = "compute"
-    capabilities = Capabilities()
 
     def __init__(self, config: Config):
         config = _device_resolved(config)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..targets import native
-from ..core.probe import Capabilities, Case, Probe, Timed
+from ..core.probe import Case, Probe, Timed
 from ..core.options import nonneg_int, option, size_range
 from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..results.schema import ProbeRow
@@ -71,7 +71,6 @@ def gpu_unavailable_reason() -> str | None:
 
 class MemoryProbe(Probe):
     name = "memory"
-    capabilities = Capabilities()
 
     def __init__(self, config: Config):
         self.config = config

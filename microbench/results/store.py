@@ -128,12 +128,16 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     return True
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str | bytes, *, mode: int = 0o644) -> None:
+    """Write `text` (str or bytes) to `path` through a temp file and a rename: a reader sees the
+    old content or the new, never half of it. mode: 0o600 for a file only this user's
+    processes should read."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600; results are meant to be shared like any file we create.
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as handle:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -144,6 +148,27 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def atomic_write_new(path: str | os.PathLike, data: str | bytes, noun: str) -> Path:
+    """Write a file that must not exist yet: claim the name (O_EXCL, never overwrite), then
+    fill it atomically; a failed write removes the claimed name again. `noun` names the file
+    in the refusal ("heatmap 'x.png' exists")."""
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(f"{noun} {str(target)!r} exists; files are never overwritten") from None
+    os.close(fd)
+    try:
+        atomic_write_text(target, data)
+    except BaseException:
+        try:
+            target.unlink()
+        except OSError:
+            pass
+        raise
+    return target
 
 
 def load_record(path: str | os.PathLike) -> dict[str, Any]:

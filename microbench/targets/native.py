@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
+import socket
 from typing import Any
 
 _module: Any = None
@@ -73,32 +73,9 @@ def memcpy_run(size_bytes: int, threads: int = 1, iters: int = 5, kernel: str = 
     if _module is not None:
         times, used = _module.memcpy_bandwidth(size_bytes, threads, iters, kernel)
         return list(times), used
-    return _memcpy_python(size_bytes, threads, iters), "numpy"
+    from .fallback import memcpy_run as python_memcpy_run
 
-
-def _memcpy_python(size_bytes: int, threads: int, iters: int) -> list[float]:
-    # numpy's copy releases the GIL for large arrays, so threads do run in parallel.
-    import numpy as np
-    from concurrent.futures import ThreadPoolExecutor
-
-    # Both buffers written before timing: np.zeros would map lazily-zeroed pages, and the
-    # first timed copy would pay every page fault of dst (64 MiB: ~100 ms instead of ~8).
-    # numpy advises arrays this large as transparent huge pages, as the native core does.
-    src = np.full(size_bytes, 0x5A, dtype=np.uint8)
-    dst = np.empty(size_bytes, dtype=np.uint8)
-    dst.fill(0)
-    bounds = [(size_bytes * t // threads, size_bytes * (t + 1) // threads) for t in range(threads)]
-
-    def copy(bound: tuple[int, int]) -> None:
-        np.copyto(dst[bound[0]:bound[1]], src[bound[0]:bound[1]])
-
-    times = []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for _ in range(iters):
-            start = time.perf_counter()
-            list(pool.map(copy, bounds))
-            times.append(time.perf_counter() - start)
-    return times
+    return python_memcpy_run(size_bytes, threads, iters), "numpy"
 
 
 def io_uring_available() -> bool:
@@ -118,3 +95,14 @@ def io_run(path: str, write: bool, bs: int, size: int, *, threads: int = 1, qd: 
 
     return python_io_run(path, write, bs, size, threads=threads, qd=qd, direct=direct, random_order=random_order,
                          fsync=fsync, seed=seed)
+
+
+def tcp_link(socks: list[socket.socket], role: int, mode: int, size: int, iters: int,
+             timeout_s: float) -> list[float]:
+    """Seconds per iteration over connected non-blocking sockets (the link probe's and hunt's
+    loop); native when built, else targets/fallback.py's."""
+    if _module is not None:
+        return list(_module.tcp_link([s.fileno() for s in socks], role, mode, size, iters, timeout_s))
+    from .fallback import tcp_link as python_tcp_link
+
+    return python_tcp_link(socks, role, mode, size, iters, timeout_s)

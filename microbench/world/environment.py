@@ -99,7 +99,7 @@ def torch_info_for_children() -> dict[str, str]:
 
 def _torch_info_in_child() -> dict[str, Any]:
     code = "import json, microbench.world.environment as e; print(json.dumps(e._torch_info_here()))"
-    from .dist import package_env, self_command
+    from .launch import package_env, self_command
 
     env = package_env()
     try:

@@ -1,14 +1,15 @@
-"""Running a command's body across a world: the policy on top of dist.py's mechanics.
+"""Running a command's body across a world: the policy on top of launch.py's and dist.py's mechanics.
 
 What belongs here: what a measuring command decides about its world — how many local ranks by
 default (one per GPU, else 2), how much memory they may plan on, which device each rank sets,
 the backend's environment, when start-up checks run (`in_world`'s `before_launch`), and what
 the record says about the transport. It knows `BackendChoice` and torch devices.
 
-What belongs in dist.py: the world itself, with no opinion on devices or commands — reading a
-launcher's variables, launching and supervising local ranks, joining (`World`: process group,
-gloo control group, heartbeats), bounded waits. The runner's needs (a world among them) come
-here through `in_world`; nothing else calls dist.launch_local or builds a World.
+What belongs in launch.py and dist.py: the world itself, with no opinion on devices or commands —
+reading a launcher's variables and launching local ranks (launch.py, supervised by supervisor.py),
+joining (dist.py's `World`: process group, gloo control group, heartbeats), bounded waits. The
+runner's needs (a world among them) come here through `in_world`; nothing else calls
+launch.launch_local or builds a World.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any, Callable
 
 from . import interrupts
 from .backends import BackendChoice
-from .dist import RankLaunch, World, check_local_world, detect_world, launch_local
+from .dist import World
+from .launch import RankLaunch, check_local_world, detect_world, launch_local
 from ..core.errors import Interrupted, RunError, UsageError
 
 

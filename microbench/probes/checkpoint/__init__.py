@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError, UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
 from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
 from .run import print_report, run as run_command
@@ -70,7 +70,6 @@ def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
 
 class CheckpointProbe(Probe):
     name = "checkpoint"
-    capabilities = Capabilities(needs_world=True, destructive=True)
 
     def __init__(self, config: Config, world: Any, run_dir: Any):
         import torch

@@ -56,7 +56,7 @@ def validate(config: Config) -> Config:
     """Every flag checked before any rank starts, so misuse fails fast with exit 2."""
     from ...targets import checkpoint_target as ct
     from ...world import backends
-    from ...world.dist import detect_world
+    from ...world.launch import detect_world
     from ...world.policy import local_ranks
 
     target = ct.parse_target(config.target)

@@ -14,7 +14,7 @@ from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets import mount_facts
 from ...world import backends
-from ...world.dist import check_local_world, detect_world
+from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
 from .config import full_host_bytes, host_bytes_per_rank
 

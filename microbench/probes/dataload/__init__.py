@@ -21,7 +21,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.options import choice, nonneg_int, option, positive, positive_int, nbytes
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_bytes_human, format_size, parse_number, parse_size
 from ...results.schema import ProbeRow
@@ -86,7 +86,7 @@ def validate(config: Config) -> Config:
     """Refuse misuse before anything is written: the target, a sample over a shard, the space."""
     from ...targets import checkpoint_target as ct
     from ...targets.workdir import check_base
-    from ...world.dist import detect_world
+    from ...world.launch import detect_world
 
     if config.path is not None and config.target is not None:
         raise UsageError(f"--path {config.path!r} and --target {config.target!r} both name the dataset's place; "
@@ -149,7 +149,6 @@ class DataloadRow(_DataloadRequired, total=False):
 
 class DataloadProbe(Probe):
     name = "dataload"
-    capabilities = Capabilities(needs_world=True, destructive=True)
 
     def __init__(self, config: Config, world: Any, data: Any):
         self.config, self.world, self.data = config, world, data

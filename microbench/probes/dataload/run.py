@@ -17,7 +17,7 @@ from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import mount_of
 from ...world import backends
-from ...world.dist import detect_world
+from ...world.launch import detect_world
 from ...world.policy import in_world
 from . import dataset as ds
 from .loader import Source

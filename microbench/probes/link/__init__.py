@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import errno
 import os
-import selectors
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...targets import native
 from ...core.errors import RunError, UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.stats import percentile
 from ...core.options import one_of, option, positive_int, sweep, text, timeout
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
@@ -113,7 +111,6 @@ class LinkRow(_LinkRequired, total=False):
 
 class LinkProbe(Probe):
     name = "link"
-    capabilities = Capabilities(needs_world=True)
 
     def __init__(self, config: Config, world: Any):
         if world.size != 2:
@@ -191,7 +188,7 @@ class LinkProbe(Probe):
         socks = self.socks[:1] if case.op == "rtt" else self.socks
         iters = rtt_batch(case.size_bytes) if case.op == "rtt" else 1
         try:
-            times = transfer(socks, self.rank, MODES[case.op], case.size_bytes, iters, self.config.timeout_s)
+            times = native.tcp_link(socks, self.rank, MODES[case.op], case.size_bytes, iters, self.config.timeout_s)
         except OSError as exc:
             raise RunError(self._failure(case, exc)) from None
         self.samples[(case.op, case.size_bytes)].extend(times)
@@ -246,102 +243,6 @@ class LinkProbe(Probe):
         for sock in self.socks:
             sock.close()
         self.socks = []
-
-
-# ---------------------------------------------------------------------- the loops
-
-
-def transfer(socks: list[socket.socket], role: int, mode: int, size: int, iters: int,
-             timeout_s: float) -> list[float]:
-    """Seconds per iteration over connected non-blocking sockets; native when built, else the
-    Python loop below."""
-    mod = native.module()
-    if mod is not None:
-        return list(mod.tcp_link([s.fileno() for s in socks], role, mode, size, iters, timeout_s))
-    return _transfer_python(socks, role, mode, size, iters, timeout_s)
-
-
-def _drive(fds: list[socket.socket], send_left: list[int], recv_left: list[int], timeout_s: float, buf: bytes,
-           first_rx: list[float] | None = None) -> None:
-    """Python twin of drive() in native/tcp_link.c: same protocol, same timeout semantics."""
-    last = time.perf_counter()
-    view = memoryview(buf)
-    with selectors.DefaultSelector() as sel:
-        while True:
-            moved = busy = False
-            for i, fd in enumerate(fds):
-                if send_left[i]:
-                    try:
-                        k = fd.send(view[:min(send_left[i], len(buf))])
-                    except BlockingIOError:
-                        k = 0
-                    send_left[i] -= k
-                    moved |= k > 0
-                if recv_left[i]:
-                    try:
-                        data = fd.recv(min(recv_left[i], len(buf)))
-                    except BlockingIOError:
-                        data = None
-                    if data is not None:
-                        if not data:
-                            raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
-                        if first_rx is not None and not first_rx:
-                            first_rx.append(time.perf_counter())
-                        recv_left[i] -= len(data)
-                        moved = True
-                busy |= bool(send_left[i] or recv_left[i])
-            if not busy:
-                return
-            now = time.perf_counter()
-            if moved:
-                last = now
-                continue
-            left = timeout_s - (now - last)
-            if left <= 0:
-                raise OSError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
-            for i, fd in enumerate(fds):
-                events = (selectors.EVENT_WRITE if send_left[i] else 0) | (selectors.EVENT_READ if recv_left[i] else 0)
-                if events:
-                    sel.register(fd, events)
-            sel.select(min(left, 0.1))
-            for i, fd in enumerate(fds):
-                if send_left[i] or recv_left[i]:
-                    sel.unregister(fd)
-
-
-def _transfer_python(fds: list[socket.socket], role: int, mode: int, size: int, iters: int, timeout_s: float) -> list[float]:
-    buf = b"\x5a" * min(size, 1 << 20)
-    n = len(fds)
-    parts = [size // n + (1 if i < size % n else 0) for i in range(n)]
-    zero = [0] * n
-    times, prev_end = [], 0.0
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        first: list[float] = []
-        if mode == 0 and role == 0:
-            _drive(fds, list(parts), list(zero), timeout_s, buf)
-            _drive(fds, list(zero), [1] + zero[1:], timeout_s, buf)
-            times.append(time.perf_counter() - t0)
-        elif mode == 0:
-            _drive(fds, list(zero), list(parts), timeout_s, buf, first)
-            _drive(fds, [1] + zero[1:], list(zero), timeout_s, buf)
-            times.append(time.perf_counter() - (first[0] if first else t0))
-        elif mode == 1:
-            _drive(fds, [1] + zero[1:], [1] + zero[1:], timeout_s, buf)
-            t0 = time.perf_counter()
-            _drive(fds, list(parts), list(parts), timeout_s, buf)
-            times.append(time.perf_counter() - t0)
-        elif role == 0:
-            _drive(fds[:1], [size], [0], timeout_s, buf)
-            _drive(fds[:1], [0], [size], timeout_s, buf)
-            times.append(time.perf_counter() - t0)
-        else:
-            _drive(fds[:1], [0], [size], timeout_s, buf, first)
-            _drive(fds[:1], [size], [0], timeout_s, buf)
-            end = time.perf_counter()
-            times.append(end - (prev_end or (first[0] if first else t0)))
-            prev_end = end
-    return times
 
 
 SPEC = ProbeSpec(

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.options import choice, option, positive, positive_int, nbytes
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, memory_shortfall
 from ...results.schema import ProbeRow
@@ -72,7 +72,7 @@ def validate(config: Config) -> Config:
     from ...targets import checkpoint_target as ct
     from ...targets.workdir import check_base, free_bytes
     from ...world import backends
-    from ...world.dist import detect_world
+    from ...world.launch import detect_world
     from ...world.policy import free_memory_bytes
 
     base = config.path or tempfile.gettempdir()
@@ -120,7 +120,6 @@ class ModelloadRow(_ModelloadRequired, total=False):
 
 class ModelloadProbe(Probe):
     name = "modelload"
-    capabilities = Capabilities(needs_world=True, destructive=True)
 
     def __init__(self, config: Config, world: Any, model: Any):
         import torch

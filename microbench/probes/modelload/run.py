@@ -14,7 +14,7 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe, skip
 from ...targets.workdir import mount_of
 from ...world import backends
-from ...world.dist import detect_world
+from ...world.launch import detect_world
 from ...world.policy import in_world
 from . import model_dir as md
 

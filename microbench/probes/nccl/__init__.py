@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...core.errors import UsageError
-from ...core.probe import Capabilities, Case, Probe
+from ...core.probe import Case, Probe
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
@@ -155,7 +155,6 @@ def cpu_threads_per_rank(torch: Any) -> int:
 
 class CollectiveProbe(Probe):
     name = "nccl"
-    capabilities = Capabilities(needs_world=True)
 
     def __init__(self, config: Config, world: Any, transport: Callable[[], dict[str, Any]] | None = None):
         import torch

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import ProbeUnavailable, RunError, UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.options import nbytes, one_of, option, positive_int, size_range
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
@@ -142,7 +142,6 @@ def _is_on(mode: Any) -> bool:
 
 class GdsProbe(Probe):
     name = "storage_gds"
-    capabilities = Capabilities(needs_gpu=True, destructive=True, raw_io=True)
 
     def __init__(self, config: Config):
         self.config = config

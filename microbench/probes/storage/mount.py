@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.errors import RunError
 from ...core.options import nbytes, one_of, option, positive
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size
 from ...results.schema import ProbeRow
@@ -55,7 +55,6 @@ class MountRow(ProbeRow):
 
 class MountProbe(Probe):
     name = "storage_mount"
-    capabilities = Capabilities(destructive=True)
 
     def __init__(self, config: Config):
         self.config = config

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...targets import native
 from ...core.errors import UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...core.units import format_size
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
@@ -259,7 +259,6 @@ def memory_ceilings(size_bytes: int = 64 << 20, iters: int = 8) -> tuple[float, 
 
 class PosixProbe(Probe):
     name = "storage_posix"
-    capabilities = Capabilities(destructive=True, raw_io=True)
     tools: tuple[str, ...] = ("posix",)
 
     def __init__(self, config: Config, target: Target, tools: tuple[str, ...] | None = None):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import RunError, UsageError
-from ...core.probe import Capabilities, Case, Probe, Timed
+from ...core.probe import Case, Probe, Timed
 from ...targets.s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
 from ...core.stats import percentile
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
@@ -62,7 +62,6 @@ class S3Row(_S3Required, total=False):
 
 class StorageS3Probe(Probe):
     name = "storage_s3"
-    capabilities = Capabilities(destructive=True)
 
     def __init__(self, config: Config, target: Target, client: Any | None = None, cred_source: str = "unknown"):
         self.config = config
