@@ -72,24 +72,14 @@ def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
 
 
 def mount_of(path: str | os.PathLike) -> dict[str, str]:
-    """Filesystem type, source device and mount point of the mount holding `path`."""
-    target = os.path.realpath(path)
-    best: dict[str, str] = {"fstype": "unknown", "source": "unknown", "mount_point": "/"}
-    best_len = -1
-    try:
-        with open("/proc/self/mountinfo") as handle:
-            for line in handle:
-                left, _, right = line.partition(" - ")
-                fields, rest = left.split(), right.split()
-                if len(fields) < 5 or len(rest) < 2:
-                    continue
-                point = fields[4].replace("\\040", " ")
-                inside = target == point or target.startswith(point.rstrip("/") + "/")
-                if inside and len(point) >= best_len:
-                    best, best_len = {"fstype": rest[0], "source": rest[1], "mount_point": point}, len(point)
-    except OSError:
-        pass
-    return best
+    """Filesystem type, source device and mount point of the mount holding `path` (the one
+    mountinfo reader, targets/mount_sys.py, on the real path); "unknown" where none is found."""
+    from .mount_sys import mount_of as holding
+
+    found = holding(os.path.realpath(path))
+    if found is None:
+        return {"fstype": "unknown", "source": "unknown", "mount_point": "/"}
+    return {"fstype": found["fstype"], "source": found["source"], "mount_point": found["mount_point"]}
 
 
 def logical_block_size(path: str | os.PathLike) -> int:
