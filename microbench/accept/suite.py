@@ -161,8 +161,12 @@ def headline(record: dict[str, Any]) -> str:
         size = at.get((op, key))
         where = f" at {format_size(size)}" if isinstance(size, int) and not isinstance(size, bool) else ""
         if not key.endswith("_gbps"):
-            return f"{op} {value:.3g} {key}{where}"
-        return f"{op}{' ' + key.removesuffix('_gbps') if (op, key) in named else ''} {value:.2f} GB/s{where}"
+            # Counts and rates in plain digits (35600 samples_per_s), never 3.56e+04.
+            number = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+            return f"{op} {number} {key}{where}"
+        name = key.removesuffix("_gbps")
+        shown = f" {name}" if (op, key) in named and name != op else ""   # not "write write"
+        return f"{op}{shown} {value:.2f} GB/s{where}"
 
     parts = [label(op, key, value) for (op, key), value in best.items()]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
