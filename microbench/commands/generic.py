@@ -209,8 +209,9 @@ def _with_needs(config: Any, key: str, value: Any) -> Any:
         value = parse_positive_int(value, what="--nproc", example="2")
     if key == "timeout":
         key, value = "timeout_s", parse_timeout(value)
-    # Generic probes' Configs are plain dataclasses: the runner reads needs from attributes.
-    object.__setattr__(config, key, value) if dataclasses.is_dataclass(config) else None
+    # The runner reads needs from the Config's attributes (object.__setattr__: a frozen one too).
+    if dataclasses.is_dataclass(config):
+        object.__setattr__(config, key, value)
     return config
 
 

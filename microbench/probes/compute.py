@@ -86,17 +86,15 @@ def validate(config: Config) -> Config:
         raise ProbeUnavailable("compute: torch is not installed") from None
     from ..world.backends import cuda_usable
 
-    have = cuda_usable()
-    if config.device == "cuda" and not have:
+    if config.device == "cuda" and not cuda_usable():
         raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
-    device, why_cpu = config.device, None
-    if device == "auto":
-        device, why_cpu = ("cuda", None) if have else ("cpu", "no CUDA device visible to torch: timing the CPU in float32")
-    tokens = config.tokens or (GPU_TOKENS if device == "cuda" else CPU_TOKENS)
-    return replace(config, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
+    resolved = _device_resolved(config)   # device and dtype, as a library caller gets them
+    why_cpu = ("no CUDA device visible to torch: timing the CPU in float32"
+               if config.device == "auto" and resolved.device == "cpu" else None)
+    tokens = config.tokens or (GPU_TOKENS if resolved.device == "cuda" else CPU_TOKENS)
+    return replace(resolved, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                    kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                   experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device,
-                   dtype=config.dtype or ("bfloat16" if device == "cuda" else "float32"), why_cpu=why_cpu,
+                   experts=shape.experts, top_k=shape.top_k, tokens=tokens, why_cpu=why_cpu,
                    tokens_given=config.tokens is not None)
 
 

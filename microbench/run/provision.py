@@ -92,8 +92,12 @@ def embedded_s3_from_env() -> dict[str, str | None] | None:
 
 
 def on_rank0(world: Any, action: Any) -> None:
-    """Run `action` on rank 0 only; a UsageError or RunError it raises ends every rank (rank 0
-    with the message, the others pointing at rank 0) instead of leaving them waiting."""
+    """Run `action` on rank 0 only (or here, without a world); a UsageError or RunError it raises
+    ends every rank (rank 0 with the message, the others pointing at rank 0) instead of leaving
+    them waiting."""
+    if world is None:
+        action()
+        return
     error = None
     if world.rank == 0:
         try:

@@ -129,10 +129,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, 
                  sample_bytes_range=[plan.low, plan.high])
     data = Dataset(plan, source, cache, memory, facts)
     try:
-        if world is None:
-            write()
-        else:
-            provision.on_rank0(world, write)
+        provision.on_rank0(world, write)
         probe = spec.build(config, provision.Context(world=world, run_dir=data))
         outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                             results_dir=inv.results_dir)

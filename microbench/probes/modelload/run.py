@@ -83,10 +83,7 @@ def _body(spec: Any, world: Any, config: Any, lay: md.Layout, inv: Any) -> RunOu
             raise RunError(f"writing the model under {root} failed: {exc.strerror or exc}") from None
 
     try:
-        if world is None:
-            write()
-        else:
-            provision.on_rank0(world, write)
+        provision.on_rank0(world, write)
         probe = spec.build(config, provision.Context(world=world, run_dir=model))
         outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                             results_dir=inv.results_dir)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...core.options import choice, one_of, option, positive_int, sweep, timeout
 from ...core.units import DTYPES, parse_sizes
-from .ops import ALGOS, DEFAULT_OPS, OPS
+from .ops import DEFAULT_OPS, OPS
 
 
 
