@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "unlimited (default 1gbit)")
     up.add_argument("--delay", default="0", help="one-way delay added to each host's egress, in ms (default 0)")
     up.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name, 1-8 of a-z0-9 (default {labmod.DEFAULT_NAME})")
+    up.add_argument("--ranks-per-host", default="1", help="ranks placed on each host (default 1): they talk over the "
+                    "host's own loopback, unshaped (the intra-node network), hosts over the shaped links")
     _add_overrides(up)
     shape = lsub.add_parser("shape", help="reshape a running lab: every host, one host, or one link")
     shape.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
@@ -61,11 +63,14 @@ def run(args: argparse.Namespace) -> int:
         delay = labmod.parse_delay(args.delay)
         host_rates = labshape.parse_host_links(args.host_link, hosts)
         pair_rates = labshape.parse_pair_links(args.pair_link, hosts)
-        lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay, host_rates, pair_rates)
+        per_host = labmod.parse_ranks_per_host(args.ranks_per_host, hosts)
+        lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay, host_rates, pair_rates,
+                                 ranks_per_host=per_host)
+        ranks = f" x {lab.ranks_per_host} ranks" if lab.ranks_per_host > 1 else ""
         if not created:
-            print(f"lab {lab.name!r} is already up with {len(lab.hosts)} hosts at {lab.rate}; nothing changed")
+            print(f"lab {lab.name!r} is already up with {len(lab.hosts)} hosts{ranks} at {lab.rate}; nothing changed")
             return 0
-        print(f"lab {lab.name!r} up: {len(lab.hosts)} hosts, egress {lab.rate}"
+        print(f"lab {lab.name!r} up: {len(lab.hosts)} hosts{ranks}, egress {lab.rate}"
               f"{f', delay {lab.delay_ms:g} ms' if lab.delay_ms else ''}" + _describe(host_rates, pair_rates))
         _print_hosts([lab])
         return 0
@@ -94,10 +99,10 @@ def _print_hosts(labs: list[labmod.Lab]) -> None:
     rows = []
     for lab in labs:
         for h in lab.hosts:
-            rows.append((lab.name, h.netns, h.address or "-", h.ifname, h.state, h.shaping or "none"))
+            rows.append((lab.name, h.netns, h.address or "-", lab.ranks_per_host, h.ifname, h.state, h.shaping or "none"))
         if lab.bridge is None or len(lab.veths) != len(lab.hosts):
-            rows.append((lab.name, "(incomplete)", "-", "-", "-", f"run `microbench lab down --name {lab.name}`"))
-    print(tabulate(rows, headers=["lab", "host (netns)", "address", "if", "state", "egress qdisc"], tablefmt="simple"))
+            rows.append((lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`"))
+    print(tabulate(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc"], tablefmt="simple"))
 
 
 def _describe(host_rates: dict, pair_rates: dict) -> str:

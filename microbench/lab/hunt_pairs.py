@@ -21,6 +21,7 @@ from tabulate import tabulate
 from . import hunt
 from .hunt import HuntOptions
 from . import namespaces as labmod
+from .placement import lab_ranks
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..core.units import format_size
 from ..results import RecordWriter, new_record, write_csv
@@ -43,7 +44,8 @@ def run(opts: HuntOptions) -> int:
         hunt.check_hosts(len(lab.hosts), f"lab {opts.lab!r}")
         if opts.bisect:
             hunt.check_bisect_hosts(len(lab.hosts), f"lab {opts.lab!r}")
-        nproc, master_addr, per_rank = labmod.placement(lab)
+        # The lab's ranks per host, as a launcher would start them: participants are hosts (_body).
+        nproc, master_addr, per_rank = lab_ranks(lab)
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "hunt exchanges only metadata over gloo")
     return in_world(nproc=nproc, timeout_s=opts.timeout_s, choice=choice, per_rank=per_rank, master_addr=master_addr,
                     body=lambda world: _body(world, opts))

@@ -21,7 +21,6 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..world.launch import RankLaunch
 from . import shaping as labshape
 from ..core.units import format_link_rate
 from ..core.errors import RunError, UsageError
@@ -55,6 +54,9 @@ class Lab:
     delay_ms: float = 0.0
     bridge: str | None = None
     veths: list[str] = field(default_factory=list)
+    # Ranks placed on each host (`lab up --ranks-per-host`): they share the host's namespace and
+    # talk over its loopback, unshaped, as GPUs of one node do over NVLink.
+    ranks_per_host: int = 1
 
     @property
     def rate(self) -> str:
@@ -62,7 +64,7 @@ class Lab:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps, "delay_ms": self.delay_ms,
-                "bridge": self.bridge, "hosts": [vars(h) for h in self.hosts]}
+                "bridge": self.bridge, "ranks_per_host": self.ranks_per_host, "hosts": [vars(h) for h in self.hosts]}
 
 
 # --------------------------------------------------------------------------- parsing
@@ -85,6 +87,39 @@ def parse_hosts(text: Any) -> int:
         raise UsageError(f"invalid --hosts {text!r}: a lab needs 2 to {MAX_HOSTS} hosts to have a link "
                          f"between them, e.g. --hosts 2")
     return hosts
+
+
+def parse_ranks_per_host(text: Any, hosts: int) -> int:
+    """--ranks-per-host: a whole number >= 1 whose world (hosts x ranks) this machine can run."""
+    from ..world.supervisor import local_world_limit
+
+    try:
+        per_host = int(str(text).strip())
+    except ValueError:
+        per_host = 0
+    if per_host < 1:
+        raise UsageError(f"invalid --ranks-per-host {text!r}: expected a whole number of ranks per host, 1 or "
+                         f"more, e.g. --ranks-per-host 2")
+    limit, rule = local_world_limit()
+    if hosts * per_host > limit:
+        raise UsageError(f"invalid --ranks-per-host {per_host}: {hosts} hosts x {per_host} = {hosts * per_host} "
+                         f"ranks, but this machine runs at most {limit} local ranks ({rule}); use "
+                         f"--ranks-per-host {max(1, limit // hosts)} or fewer")
+    return per_host
+
+
+# The bridge's interface alias keeps the lab's ranks per host: the lab is read back from the
+# system by its names (nothing on disk), and an alias lives and dies with the bridge.
+_ALIAS_RE = re.compile(r"microbench ranks-per-host=(\d+)")
+
+
+def _read_ranks_per_host(bridge: str) -> int:
+    try:
+        with open(f"/sys/class/net/{bridge}/ifalias") as handle:
+            found = _ALIAS_RE.search(handle.read())
+    except OSError:
+        return 1
+    return int(found.group(1)) if found else 1
 
 
 def parse_delay(text: Any) -> float:
@@ -160,6 +195,7 @@ def find(name: str) -> Lab | None:
     links = _root_links()
     lab.bridge = f"{PREFIX}{name}-br" if f"{PREFIX}{name}-br" in links else None
     lab.veths = sorted(link for link in links if re.match(rf"^{PREFIX}{name}-v\d+$", link))
+    lab.ranks_per_host = _read_ranks_per_host(lab.bridge) if lab.bridge else 1
     if not lab.hosts and not lab.bridge and not lab.veths:
         return None
     if lab.hosts:
@@ -194,7 +230,8 @@ def _read_host(index: int, ns: str) -> LabHost:
 
 def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
        host_rates: dict[int, int | None] | None = None,
-       pair_rates: dict[tuple[int, int], int | None] | None = None) -> tuple[Lab, bool]:
+       pair_rates: dict[tuple[int, int], int | None] | None = None,
+       ranks_per_host: int = 1) -> tuple[Lab, bool]:
     """Create the lab; returns (lab, created). Asking again for the same lab is a no-op
     (created False); a different lab under a taken name is a UsageError."""
     check_name(name)
@@ -205,15 +242,19 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
                          f"--host-link h2=100mbit`, or remove it first with `microbench lab down --name {name}`")
     if existing is not None:
         same = (len(existing.hosts) == hosts and existing.bridge and len(existing.veths) == hosts
-                and existing.rate_bps == rate_bps and abs(existing.delay_ms - delay_ms) < 1e-6)
+                and existing.rate_bps == rate_bps and abs(existing.delay_ms - delay_ms) < 1e-6
+                and existing.ranks_per_host == ranks_per_host)
         if same:
             return existing, False
-        raise UsageError(f"lab {name!r} already exists ({len(existing.hosts)} hosts, {existing.rate}); "
+        raise UsageError(f"lab {name!r} already exists ({len(existing.hosts)} hosts x {existing.ranks_per_host} "
+                         f"rank(s), {existing.rate}); "
                          f"remove it first with `microbench lab down --name {name}`")
     bridge = f"{PREFIX}{name}-br"
     try:
         _run("ip", "link", "add", bridge, "type", "bridge")
         _run("ip", "link", "set", bridge, "up")
+        if ranks_per_host != 1:
+            _run("ip", "link", "set", "dev", bridge, "alias", f"microbench ranks-per-host={ranks_per_host}")
         for i in range(hosts):
             ns, veth = netns_name(name, i), f"{PREFIX}{name}-v{i}"
             proc = _run("ip", "netns", "add", ns, check=False)
@@ -322,27 +363,6 @@ def get(name: str) -> Lab:
         raise UsageError(f"lab {name!r} is incomplete (a crashed run?); rebuild it with "
                          f"`microbench lab down --name {name}` and `microbench lab up --name {name} ...`")
     return lab
-
-
-# --------------------------------------------------------------------------- placing ranks
-
-
-def placement(lab: Lab, hosts: list[int] | None = None) -> tuple[int, str, Any]:
-    """(nproc, master_addr, per_rank) placing rank r on lab host hosts[r] (default: all)."""
-    chosen = [lab.hosts[i] for i in (hosts if hosts is not None else range(len(lab.hosts)))]
-    # The ranks' expected ceiling (expected.py): the slowest shaped egress among the chosen hosts
-    # bounds a ring and a pair alike (hosts may differ: --host-link).
-    rates = [h.rate_bps for h in chosen if h.rate_bps]
-    slowest = min(rates) if rates else lab.rate_bps
-
-    def per_rank(rank: int) -> RankLaunch:
-        host = chosen[rank]
-        return RankLaunch(prefix=["ip", "netns", "exec", host.netns],
-                          env={"GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
-                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
-                               "MICROBENCH_LAB_RATE_BPS": str(slowest or "")})
-
-    return len(chosen), chosen[0].address, per_rank
 
 
 def diagnose(name: str) -> str | None:

@@ -1,5 +1,6 @@
-"""Placing a world probe's ranks on a lab: one rank per host, failures named by host, the same
-sweep under several link profiles (--link-profiles), and the link ceiling a `link` record gives."""
+"""Placing a world probe's ranks on a lab: its ranks per host on each host, failures named by
+host, the same sweep under several link profiles (--link-profiles), and the link ceiling a
+`link` record gives."""
 
 from __future__ import annotations
 
@@ -13,28 +14,61 @@ from typing import Any, Iterator
 
 from . import namespaces as labmod
 from ..core.units import format_link_rate, format_size, parse_link_rate
-from ..world.launch import package_env, self_command
+from ..world.launch import RankLaunch, package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..results.store import load_record
 from ..run.invocation import Placement
 
 
 def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None) -> Placement:
-    """One rank per host of lab `name`: the first `nproc` hosts (default all), or the two hosts
-    of `pair` (the link probe's --pair)."""
+    """The lab's ranks per host on its hosts: the first `nproc` ranks (default all), or one rank
+    on each of the two hosts of `pair` (the link probe's --pair: a link is between hosts)."""
     lab = labmod.get(name)
     if pair is not None:
         if len(pair) != 2 or pair[0] == pair[1] or not all(0 <= i < len(lab.hosts) for i in pair):
             raise UsageError(f"invalid --pair {','.join(map(str, pair))!r}: expected two different host indices "
                              f"below {len(lab.hosts)}, e.g. --pair 0,1")
-        hosts = list(pair)
-    else:
-        count = len(lab.hosts) if nproc is None else nproc
-        if not 2 <= count <= len(lab.hosts):
-            raise UsageError(f"invalid --nproc {str(nproc)!r} with --lab {name}: the lab has {len(lab.hosts)} "
-                             f"hosts and places one rank per host; use 2 to {len(lab.hosts)}")
-        hosts = list(range(count))
-    return Placement(*labmod.placement(lab, hosts))
+        return Placement(*lab_ranks(lab, list(pair), ranks_per_host=1))
+    per_host = lab.ranks_per_host
+    total = len(lab.hosts) * per_host
+    count = total if nproc is None else nproc
+    if per_host == 1 and not 2 <= count <= total:
+        raise UsageError(f"invalid --nproc {str(nproc)!r} with --lab {name}: the lab has {len(lab.hosts)} "
+                         f"hosts and places one rank per host; use 2 to {len(lab.hosts)}")
+    if count % per_host or not 2 <= count <= total:
+        raise UsageError(f"invalid --nproc {count} with --lab {name}: the lab places {per_host} ranks on each of "
+                         f"its {len(lab.hosts)} hosts, and {count} is not a multiple of {per_host} from 2 to "
+                         f"{total}; use e.g. --nproc {total}")
+    return Placement(*lab_ranks(lab, list(range(count // per_host))))
+
+
+def lab_ranks(lab: labmod.Lab, hosts: list[int] | None = None, ranks_per_host: int | None = None) -> tuple[int, str, Any]:
+    """(nproc, master_addr, per_rank) placing `ranks_per_host` ranks (default the lab's) on each
+    lab host of `hosts` (default all), ranks of a host consecutive: rank r on hosts[r // per_host],
+    as torchrun and srun number a node's ranks. Each rank is told its node's local rank and size
+    (LOCAL_RANK, LOCAL_WORLD_SIZE, as a launcher on that host would) and, apart, its index among
+    all ranks of this machine (MICROBENCH_DEVICE_INDEX: its own GPU on a GPU box)."""
+    per_host = ranks_per_host or lab.ranks_per_host
+    chosen = [lab.hosts[i] for i in (hosts if hosts is not None else range(len(lab.hosts)))]
+    # The ranks' expected ceiling (expected.py): the slowest shaped egress among the chosen hosts
+    # bounds a ring and a pair alike (hosts may differ: --host-link).
+    rates = [h.rate_bps for h in chosen if h.rate_bps]
+    slowest = min(rates) if rates else lab.rate_bps
+
+    def per_rank(rank: int) -> RankLaunch:
+        host = chosen[rank // per_host]
+        return RankLaunch(prefix=["ip", "netns", "exec", host.netns],
+                          env={"GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
+                               # NCCL tells hosts apart by a hash of the host name, which namespaces
+                               # share: without its own id every lab host would be one node to NCCL,
+                               # and its ranks would meet over shared memory instead of the links.
+                               "NCCL_HOSTID": host.netns,
+                               "LOCAL_RANK": str(rank % per_host), "LOCAL_WORLD_SIZE": str(per_host),
+                               "MICROBENCH_DEVICE_INDEX": str(rank),
+                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
+                               "MICROBENCH_LAB_RATE_BPS": str(slowest or "")})
+
+    return len(chosen) * per_host, chosen[0].address, per_rank
 
 
 def lab_facts() -> dict[str, Any]:

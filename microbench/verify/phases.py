@@ -20,6 +20,7 @@ from . import calibrate as vc
 from ..core.errors import Interrupted, MicrobenchError, RunError
 from ..core.redaction import redact_text
 from ..world import interrupts
+from ..world.topology import machine_ranks
 from ..results.schema import utc_now
 from ..results.store import atomic_write_text, mark_abandoned
 from ..core.stats import percentile
@@ -85,7 +86,7 @@ def device_of(dev: str) -> Any:
     if dev == "cuda":
         return torch.device("cuda", torch.cuda.current_device())
     # Ranks share the cores: one rank per core's worth of threads, as a launcher would set.
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = machine_ranks()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
     return torch.device("cpu")
 

@@ -23,6 +23,9 @@ from ..core.errors import UsageError
 from .supervisor import Supervisor, check_local_world
 
 SPAWNED_ENV = "MICROBENCH_SPAWNED"
+# Ranks launched on this machine: on a lab with several ranks per host LOCAL_WORLD_SIZE is the
+# emulated node's, while cores and memory are shared by every rank here.
+MACHINE_RANKS_ENV = "MICROBENCH_MACHINE_RANKS"
 # A launcher's rank variables: only the process where all of them are unset or 0 prints and writes.
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
@@ -178,7 +181,9 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
                 launch = per_rank(rank) if per_rank else RankLaunch()
                 env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
                            LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
-                           **{SPAWNED_ENV: "1"}, **launch.env)
+                           **{SPAWNED_ENV: "1", MACHINE_RANKS_ENV: str(nproc)})
+                # A placement may say otherwise (a lab host's own LOCAL_RANK and LOCAL_WORLD_SIZE).
+                env.update(launch.env)
                 log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
                 logs.append(log)
                 stdout, stderr = (None, None) if rank == 0 else (subprocess.DEVNULL, log)

@@ -130,6 +130,12 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
         # device_id with index.", torch/distributed/distributed_c10d.py).
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or spec.local_rank + 1)
         index = local_gpu(spec.local_rank, local_world, torch.cuda.device_count())
+        # On a lab every rank runs on this one machine, whatever its emulated node: its own GPU
+        # is its index among them (lab/placement.py sets it).
+        machine_index = os.environ.get("MICROBENCH_DEVICE_INDEX")
+        if machine_index:
+            index = local_gpu(int(machine_index), int(os.environ.get("MICROBENCH_MACHINE_RANKS") or 0),
+                              torch.cuda.device_count())
         torch.cuda.set_device(index)
         device = f"cuda:{index}"
     try:

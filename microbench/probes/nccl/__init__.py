@@ -147,7 +147,9 @@ def cpu_threads_per_rank(torch: Any) -> int:
     (benchmarks/nccl_overhead.py, docs/BENCHMARKS.md)."""
     import os
 
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    from ...world.topology import machine_ranks
+
+    local = machine_ranks()
     threads = max(1, (os.cpu_count() or 1) // max(local, 1))
     torch.set_num_threads(threads)
     return threads

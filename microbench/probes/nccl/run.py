@@ -22,6 +22,7 @@ from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
 from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
+from ...world.topology import machine_ranks
 from .ops import check_memory
 from .table import CollectiveStream, collective_table
 
@@ -90,7 +91,7 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
 def rank_memory_check(config: Any, device: str, world: Any) -> None:
     """In the world: every rank's own free memory, gathered, so that every rank refuses alike
     (a rank that refused alone would leave the others waiting in the first collective)."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = machine_ranks()
     frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
                                                       else device))
     if device != "cuda":
