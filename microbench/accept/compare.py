@@ -230,8 +230,9 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
             result.notes.append(f"{label} record is {rec.get('status')}"
                                 + (f" ({rec['status_reason']})" if rec.get("status_reason") else ""))
     fields = case_fields(a)
-    rows_a = {_case_key(r, fields): r for r in a.get("rows", [])}
-    rows_b = {_case_key(r, fields): r for r in b.get("rows", [])}
+    defaults = registry.case_defaults(a)
+    rows_a = {_case_key({**defaults, **r}, fields): r for r in a.get("rows", [])}
+    rows_b = {_case_key({**defaults, **r}, fields): r for r in b.get("rows", [])}
     differs = varying(list(rows_a.values()) + list(rows_b.values()), fields)
     for key, row in rows_a.items():
         if key not in rows_b:

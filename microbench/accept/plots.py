@@ -48,7 +48,8 @@ def pick_metric(record: dict[str, Any], metric: str | None) -> str:
 def series(record: dict[str, Any], metric: str) -> dict[str, list[tuple[int, float]]]:
     """One (size, value) line per op and per value of the probe's case keys that split rows of
     one op and size (placement in/out, tool posix/fio), sizes ascending."""
-    rows = [r for r in record.get("rows", []) if _number(r.get(metric)) and "size_bytes" in r]
+    defaults = registry.case_defaults(record)
+    rows = [{**defaults, **r} for r in record.get("rows", []) if _number(r.get(metric)) and "size_bytes" in r]
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((str(row.get("op")), row["size_bytes"]), []).append(row)

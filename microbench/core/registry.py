@@ -84,6 +84,9 @@ class ProbeSpec:
     # Row fields besides op and size_bytes that tell two cases apart: compare pairs rows on them,
     # plot and report name a curve or a case by those that vary ("all_reduce in", "write fio").
     case_keys: tuple[str, ...] = ()
+    # A case key's value in rows written before the key existed (nccl's group: "world"), so an
+    # old record pairs and plots with a new one.
+    case_defaults: tuple[tuple[str, Any], ...] = ()
     # `implementation` fields two records must share to be compared like with like, besides
     # what every record is held to (probe, world size, dtype, device, engine).
     identity_keys: tuple[str, ...] = ()
@@ -203,6 +206,12 @@ def case_keys(record: dict[str, Any]) -> tuple[str, ...]:
     for one in specs():
         out += [k for k in one.case_keys if k not in out]
     return tuple(out)
+
+
+def case_defaults(record: dict[str, Any]) -> dict[str, Any]:
+    """The values a record's rows have for case keys they do not carry (see ProbeSpec.case_defaults)."""
+    spec = for_record(record)
+    return dict(spec.case_defaults) if spec is not None else {}
 
 
 def feeding(use: str) -> list[ProbeSpec]:

@@ -44,6 +44,8 @@ class _NcclRequired(ProbeRow):
 
 class NcclRow(_NcclRequired, total=False):
     busbw_pct_of_expected: float    # when this hardware's expectation is known
+    group: str                      # world, node or cross (--groups); a record without it: world
+    groups_at_once: int             # node and cross: how many such groups ran at once
 
 
 
@@ -170,6 +172,17 @@ class CollectiveProbe(Probe):
         self._transport = transport  # asked vs really used; NCCL says which only after connecting
         self.torch, self.dist = torch, dist
         self.n, self.rank = world.size, world.rank
+        # --groups: this rank's group of each kind (groups.py); without it, the world alone, and
+        # rows still say group "world" so that both read alike.
+        from ...world.topology import topology
+        from .groups import WORLD, check_groups, make_groups
+
+        names = list(config.groups or [WORLD])
+        self.topology = None
+        if names != [WORLD]:
+            self.topology = topology(world.size)
+            check_groups(names, self.topology)
+        self.groups = make_groups(dist, names, world.rank, world.size, self.topology)
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
@@ -181,14 +194,23 @@ class CollectiveProbe(Probe):
         self._arena_op: str | None = None
         self._case_list: list[Case] | None = None
         # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
-        self._reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        self._all_reduce = dist.all_reduce
-        if config.algo == "ring":
-            from .ring import Ring
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        for group in self.groups.values():
+            pg = group.pg
+            if config.algo == "ring":
+                from .ring import Ring
 
-            ring = Ring(dist, self.rank, self.n)
-            self._reduce_scatter, self._all_gather, self._all_reduce = ring.reduce_scatter, ring.all_gather, ring.all_reduce
+                ring = Ring(dist, group.rank, group.size, peers=group.members)
+                group.ops.update(reduce_scatter=ring.reduce_scatter, all_gather=ring.all_gather,
+                                 all_reduce=ring.all_reduce)
+            else:
+                group.ops.update(reduce_scatter=lambda out, inp, pg=pg: reduce_scatter(out, inp, group=pg),
+                                 all_gather=lambda out, inp, pg=pg: all_gather(out, inp, group=pg),
+                                 all_reduce=lambda buf, pg=pg: dist.all_reduce(buf, group=pg))
+            group.ops.update(all_to_all=lambda out, inp, pg=pg: dist.all_to_all_single(out, inp, group=pg),
+                             broadcast=lambda buf, pg=pg, root=group.members[OPS["broadcast"].root]:
+                             dist.broadcast(buf, src=root, group=pg))
 
     def implementation(self) -> dict[str, Any]:
         engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
@@ -202,20 +224,27 @@ class CollectiveProbe(Probe):
         out = []
         for name in self.config.ops:
             op = OPS[name]
-            seen = set()
-            for size in self.config.sizes:
-                size = effective_size(op, size, self.n, self.elem, chunked=op.chunked or self.config.algo == "ring")
-                if size in seen:
-                    continue
-                seen.add(size)
-                for placement in op.placements:
-                    out.append(Case(name, size, (("placement", placement),)))
+            for group in self.groups.values():
+                seen = set()
+                for size in self.config.sizes:
+                    size = effective_size(op, size, group.size, self.elem,
+                                          chunked=op.chunked or self.config.algo == "ring")
+                    if size in seen:
+                        continue
+                    seen.add(size)
+                    for placement in op.placements:
+                        out.append(Case(name, size, (("placement", placement), ("group", group.name))))
         return out
 
+    def _group(self, case: Case) -> Any:
+        return self.groups[case.param("group") or "world"]
+
     def row_fields(self, case: Case) -> dict[str, Any]:
-        op = OPS[case.op]
+        op, group = OPS[case.op], self._group(case)
         return {"count": case.size_bytes // self.elem, "dtype": self.config.dtype, "redop": op.redop,
-                "root": op.root, "ranks": self.n}
+                "root": op.root, "ranks": group.size,
+                # How many groups of this kind ran at once (node: one per node; cross: one per local rank).
+                **({"groups_at_once": group.concurrent} if group.name != "world" else {})}
 
     # ------------------------------------------------------------------ buffers and the op
     def _pattern(self, count: int, rank: int, offset: int = 0) -> Any:
@@ -227,21 +256,22 @@ class CollectiveProbe(Probe):
             self._arena, self._arena_op = {}, case.op  # free the previous op's buffers first
         buf = self._arena.get(role)
         if buf is None or buf.numel() < count:
-            largest = max(c.size_bytes for c in self._cases_of(case.op))
+            largest = max(c.size_bytes for c in self._cases_of(case.op, case.param("group")))
             capacity = max(count, -(-count * largest // case.size_bytes))
             buf = self._arena[role] = self.torch.empty(capacity, dtype=self.dtype, device=self.device)
         return buf[:count]
 
-    def _cases_of(self, op: str) -> list[Case]:
+    def _cases_of(self, op: str, case_group: str | None) -> list[Case]:
         if self._case_list is None:
             self._case_list = self.cases()
-        return [c for c in self._case_list if c.op == op]
+        return [c for c in self._case_list if c.op == op and c.param("group") == case_group]
 
     def prepare(self, case: Case) -> None:
         count = case.size_bytes // self.elem
-        chunk = count // self.n
+        group = self._group(case)
+        chunk = count // group.size
         in_place = case.param("placement") == "in"
-        name, r = case.op, self.rank
+        name, r = case.op, group.rank
         if name in ("all_reduce", "broadcast"):
             send = recv = fill_pattern(self._buffer(case, "send", count), r)
         elif name == "reduce_scatter":
@@ -262,17 +292,11 @@ class CollectiveProbe(Probe):
 
     def run_once(self, case: Case) -> None:
         send, recv = self._buffers["send"], self._buffers["recv"]
-        dist = self.dist
-        if case.op == "all_reduce":
-            self._all_reduce(recv)
-        elif case.op == "reduce_scatter":
-            self._reduce_scatter(recv, send)
-        elif case.op == "all_gather":
-            self._all_gather(recv, send)
-        elif case.op == "all_to_all":
-            dist.all_to_all_single(recv, send)
-        elif case.op == "broadcast":
-            dist.broadcast(recv, src=OPS["broadcast"].root)
+        ops = self._group(case).ops
+        if case.op in ("all_reduce", "broadcast"):
+            ops[case.op](recv)
+        else:
+            ops[case.op](recv, send)
         return None
 
     def sync(self) -> None:
@@ -291,8 +315,9 @@ class CollectiveProbe(Probe):
             self.prepare(case)
             self.run_once(case)
             self.sync()
+        group = self._group(case)
         return count_wrong(self._buffers["recv"], expected_segments(case.op, case.size_bytes // self.elem,
-                                                                     self.n, self.rank))
+                                                                     group.size, group.rank))
 
     def release(self, case: Case) -> None:
         self._buffers = {}
@@ -300,28 +325,40 @@ class CollectiveProbe(Probe):
     # ------------------------------------------------------------------ numbers
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
         algbw = case.size_bytes / time_s / 1e9
-        busbw = algbw * OPS[case.op].factor(self.n)
-        return {"algbw_gbps": algbw, "busbw_gbps": busbw, **_pct("busbw", busbw, self._expected(case.op))}
+        busbw = algbw * OPS[case.op].factor(self._group(case).size)
+        return {"algbw_gbps": algbw, "busbw_gbps": busbw,
+                **_pct("busbw", busbw, self._expected(case.op, case.param("group")))}
 
-    def _expected(self, op: str) -> dict[str, Any] | None:
-        # Set by the command (commands/expectations.py) before the sweep; absent in library use.
-        return getattr(self, "expected", {}).get(op)
+    def _expected(self, op: str, group: str | None = "world") -> dict[str, Any] | None:
+        # Set by the command (run.py) before the sweep; absent in library use.
+        if group in (None, "world"):
+            return getattr(self, "expected", {}).get(op)
+        return getattr(self, "expected_groups", {}).get(group, {}).get(op)
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         from ...core.fit import fit_latency_bandwidth
 
-        out = {}
-        for name in self.config.ops:
-            op_rows = [r for r in rows if r["op"] == name]
-            if op_rows:
-                fit = fit_latency_bandwidth(op_rows)
-                if fit.get("points") and fit.get("fitted", True):
-                    fit.update(_pct("peak_busbw", fit["peak_busbw_gbps"], self._expected(name)))
-                elif fit.get("points"):
-                    # No model to hold against the hardware: the best measured busbw is.
-                    fit.update(_pct("measured_max_busbw", fit["measured_max_busbw_gbps"], self._expected(name)))
-                out[name] = fit
-        return {"fits": out}
+        per_group: dict[str, dict[str, Any]] = {}
+        for group in self.groups.values():
+            out = per_group.setdefault(group.name, {})
+            for name in self.config.ops:
+                op_rows = [r for r in rows if r["op"] == name and r.get("group", "world") == group.name]
+                if op_rows:
+                    fit = fit_latency_bandwidth(op_rows)
+                    expected = self._expected(name, group.name)
+                    if fit.get("points") and fit.get("fitted", True):
+                        fit.update(_pct("peak_busbw", fit["peak_busbw_gbps"], expected))
+                    elif fit.get("points"):
+                        # No model to hold against the hardware: the best measured busbw is.
+                        fit.update(_pct("measured_max_busbw", fit["measured_max_busbw_gbps"], expected))
+                    out[name] = fit
+        # "fits" stays the world's curve, where readers of one-level records look for it.
+        summary: dict[str, Any] = {"fits": per_group.get("world", {})}
+        if self.topology is not None:
+            summary["topology"] = self.topology.to_dict()
+            summary["groups"] = {g.name: {"ranks": g.size, "groups_at_once": g.concurrent, "fits": per_group[g.name]}
+                                 for g in self.groups.values()}
+        return summary
 
 
 def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, Any]:
@@ -342,7 +379,7 @@ SPEC = ProbeSpec(
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
     needs=Needs(world=True), aliases=("collectives",),
-    case_keys=("placement", "dtype", "redop", "root", "algo"), identity_keys=("backend",), feeds=("network",),
+    case_keys=("placement", "dtype", "redop", "root", "algo", "group"), case_defaults=(("group", "world"),), identity_keys=("backend",), feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.

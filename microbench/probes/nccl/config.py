@@ -7,6 +7,7 @@ from typing import Any
 
 from ...core.options import choice, one_of, option, positive_int, sweep, timeout
 from ...core.units import DTYPES, parse_sizes
+from .groups import GROUPS
 from .ops import DEFAULT_OPS, OPS
 
 
@@ -53,6 +54,11 @@ class Config:
     expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, shown="",
                                    help="the busbw this hardware should reach, overriding what sysfs/NVML say, with "
                                         "a unit: e.g. 24GB/s or 200Gbit (results then show %% of it)")
+    groups: list[str] | None = option(None, parse=one_of(GROUPS), shown="world only",
+                                      help="some of world,node,cross: the collective over the whole world, within "
+                                           "each node (all nodes at once) and across nodes, one rank per node per "
+                                           "group (all such groups at once, sharing each node's NICs, as HSDP runs "
+                                           "them); nodes come from the launcher's local world size")
     backend: str = "gloo"
     device: str = "cpu"
 

@@ -24,9 +24,12 @@ import torch
 
 
 class Ring:
-    def __init__(self, dist: Any, rank: int, size: int):
+    def __init__(self, dist: Any, rank: int, size: int, peers: list[int] | None = None):
+        # rank and size within the ring; peers[i] is ring member i's global rank (a subgroup's
+        # ring talks point-to-point over the world, to its members only).
         self.dist, self.rank, self.size = dist, rank, size
-        self.right, self.left = (rank + 1) % size, (rank - 1) % size
+        peers = list(range(size)) if peers is None else peers
+        self.right, self.left = peers[(rank + 1) % size], peers[(rank - 1) % size]
         self._scratch: dict[tuple[int, Any, Any], tuple[Any, Any]] = {}
 
     def exchange_ops(self, send: Any, recv: Any) -> list[Any]:

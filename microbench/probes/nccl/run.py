@@ -22,9 +22,11 @@ from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
 from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
-from ...world.topology import machine_ranks
+from ...world.launch import detect_world
+from ...world.topology import Topology, machine_ranks, topology
+from .groups import check_groups, expected_for_group
 from .ops import check_memory
-from .table import CollectiveStream, collective_table
+from .table import CollectiveStream, collective_table, groups_side_by_side
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
@@ -34,6 +36,8 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     link_gbps = link_gbps_from(config.link_result) if config.link_result else None
     placement = inv.placement
     nproc = placement.nproc if placement else config.nproc
+    if config.groups and config.groups != ["world"]:
+        check_groups(config.groups, topology_before_launch(nproc, placement))
     outcomes: list[RunOutcome] = []
 
     def before_launch() -> None:
@@ -45,6 +49,12 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
                                               transport=choice.transport)
         probe.expected = expect["expected"]
+        if probe.topology is not None:
+            # Every rank derives the same from the facts rank 0 broadcast.
+            expect["expected_groups"] = probe.expected_groups = {
+                g: {op: expected_for_group(expect["expected_facts"], op, g, probe.topology, choice.device,
+                                           choice.transport) for op in config.ops}
+                for g in probe.groups if g != "world"}
         with inv.named(world):
             ceiling = measure_link_gbps(world, config.timeout_s) if config.measure_link else link_gbps
             # Piped or under srun there is no progress bar: print each size as it finishes instead.
@@ -53,9 +63,11 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 start_impl = {**native.implementation(), **probe.implementation()}
                 transport_at_start = start_impl.get("transport_used")
                 print(header_line(world.size, start_impl, config), flush=True)
-                stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement")) for c in probe.cases()],
+                stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement"), c.param("group"))
+                                           for c in probe.cases()],
                                           element_size(config.dtype), emit=_emit, link_gbps=ceiling,
-                                          expected=expect["expected"])
+                                          expected=expect["expected"], expected_groups=expect.get("expected_groups"),
+                                          titles=group_titles(probe))
             # The table's own lines are the progress here; the generic per-case lines would repeat them.
             settings = dataclasses.replace(inv.settings, progress=False) if stream else inv.settings
             outcome = run_probe(probe, settings, config=config, world=world, json_path=inv.json_path,
@@ -74,6 +86,25 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
              argv=inv.argv, per_rank=placement.per_rank if placement else None,
              master_addr=placement.master_addr if placement else "127.0.0.1")
     return outcomes[0] if outcomes else None
+
+
+def topology_before_launch(nproc: int, placement: Any) -> Topology:
+    """The nodes the world will have, known before any rank starts: a launcher's variables, a
+    lab's ranks per host, else one node (microbench's own local launch)."""
+    spec = detect_world()
+    if spec is not None:
+        return topology(spec.size)
+    if placement is not None:
+        return topology(nproc, placement.per_rank(0).env)
+    return topology(nproc, {"LOCAL_WORLD_SIZE": str(nproc)})
+
+
+def group_titles(probe: Any) -> dict[str, str]:
+    """What each group's table is called: how many ranks, how many groups at once."""
+    return {g.name: (f"group world ({g.size} ranks)" if g.name == "world" else
+                     f"group {g.name} ({g.concurrent} groups of {g.size} ranks at once, "
+                     f"{'within each node' if g.name == 'node' else 'one rank per node'})")
+            for g in probe.groups.values()} if probe.topology is not None else {}
 
 
 def launcher_memory_check(config: Any, device: str, nproc: int,
@@ -113,6 +144,8 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
     elif outcome.record["implementation"].get("transport_used") != outcome.notes.get("transport_at_start"):
         # NCCL names its transport only once it has connected, after the header went out.
         print(f"# transport used: {outcome.record['implementation'].get('transport_used', 'unknown')}")
+    if outcome.notes.get("streamed") and outcome.record["summary"].get("groups"):
+        print(groups_side_by_side(outcome.rows, outcome.record["summary"]))
     print(f"# results: {outcome.path}")
     wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
     if wrong:
@@ -178,10 +211,27 @@ def _emit(text: str) -> None:
 
 def print_report(record: dict, config: Any, link_gbps: float | None = None) -> None:
     print(header_line(record["config"]["world"]["size"], record["implementation"], config))
-    fits = record["summary"].get("fits", {})
-    expected = record["summary"].get("expected", {})
+    summary = record["summary"]
+    groups = summary.get("groups")
     for op in config.ops:
-        rows = [r for r in record["rows"] if r["op"] == op]
-        if rows:
-            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps, expected=expected.get(op)))
+        for group in (groups or {"world": {}}):
+            rows = [r for r in record["rows"] if r["op"] == op and r.get("group", "world") == group]
+            if not rows:
+                continue
+            fits = groups[group]["fits"] if groups else summary.get("fits", {})
+            expected = (summary.get("expected", {}) if group == "world"
+                        else summary.get("expected_groups", {}).get(group, {}))
+            title = None if not groups else f"{op}, group {group} ({_group_words(group, groups[group])})"
+            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps if group == "world" else None,
+                                   expected=expected.get(op), title=title))
             print()
+    if groups:
+        print(groups_side_by_side(record["rows"], summary))
+        print()
+
+
+def _group_words(group: str, info: dict[str, Any]) -> str:
+    if group == "world":
+        return f"{info['ranks']} ranks"
+    where = "within each node" if group == "node" else "one rank per node"
+    return f"{info['groups_at_once']} groups of {info['ranks']} ranks at once, {where}"

@@ -125,9 +125,10 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
 
 
 def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
-                     link_gbps: float | None = None, expected: dict[str, Any] | None = None) -> str:
+                     link_gbps: float | None = None, expected: dict[str, Any] | None = None,
+                     title: str | None = None) -> str:
     layout = CollectiveLayout.for_rows(rows, expected)
-    lines = [f"# {op}", layout.header()]
+    lines = [f"# {title or op}", layout.header()]
     lines += [layout.line(pair) for pair in _by_size(rows).values()]
     return "\n".join(lines + fit_lines(fit, link_gbps, expected))
 
@@ -135,36 +136,75 @@ def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | 
 class CollectiveStream:
     """The same tables, printed a line at a time as each size finishes, as nccl-tests does: under
     srun or a pipe, a long sweep shows its progress in its output rather than at the end.
-    `cases` is the sweep's (op, size_bytes, placement) in the order they run."""
+    `cases` is the sweep's (op, size_bytes, placement, group) in the order they run; each op
+    and group (--groups) is one table, titled from `titles` (group -> words)."""
 
-    def __init__(self, cases: list[tuple[str, int, str]], elem_bytes: int, emit: Any = print,
-                 link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None):
-        self._per_op_expected = expected or {}
-        self._expected: dict[tuple[str, int], set[str]] = {}
-        self._last_size: dict[str, int] = {}
-        for op, size, placement in cases:
-            self._expected.setdefault((op, size), set()).add(placement)
-            self._last_size[op] = size
-        top = max((size for _, size, _ in cases), default=0)
+    def __init__(self, cases: list[tuple[str, int, str, str]], elem_bytes: int, emit: Any = print,
+                 link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None,
+                 expected_groups: dict[str, dict[str, dict[str, Any]]] | None = None,
+                 titles: dict[str, str] | None = None):
+        self._per_curve_expected = {(op, "world"): e for op, e in (expected or {}).items()}
+        self._per_curve_expected.update({(op, g): e for g, per_op in (expected_groups or {}).items()
+                                         for op, e in per_op.items()})
+        self._titles = titles or {}
+        self._expected: dict[tuple[str, str, int], set[str]] = {}
+        self._last_size: dict[tuple[str, str], int] = {}
+        for op, size, placement, group in cases:
+            self._expected.setdefault((op, group or "world", size), set()).add(placement)
+            self._last_size[(op, group or "world")] = size
+        top = max((case[1] for case in cases), default=0)
         self._layout_args = (top, top // max(elem_bytes, 1))
-        self._layouts: dict[str, CollectiveLayout] = {}
+        self._layouts: dict[tuple[str, str], CollectiveLayout] = {}
         self._emit, self._link_gbps = emit, link_gbps
-        self._rows: dict[str, list[dict[str, Any]]] = {}
-        self._pending: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+        self._rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._pending: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
 
     def on_row(self, row: dict[str, Any]) -> None:
         op, size = row["op"], row["size_bytes"]
-        if op not in self._rows:
-            self._layouts[op] = CollectiveLayout(*self._layout_args, self._per_op_expected.get(op))
-            self._emit(f"# {op}\n{self._layouts[op].header()}")
-            self._rows[op] = []
-        self._rows[op].append(row)
-        pair = self._pending.setdefault((op, size), {})
+        curve = (op, row.get("group", "world"))
+        if curve not in self._rows:
+            self._layouts[curve] = CollectiveLayout(*self._layout_args, self._per_curve_expected.get(curve))
+            title = f"{op}, {self._titles[curve[1]]}" if curve[1] in self._titles else op
+            self._emit(f"# {title}\n{self._layouts[curve].header()}")
+            self._rows[curve] = []
+        self._rows[curve].append(row)
+        pair = self._pending.setdefault((*curve, size), {})
         pair[row.get("placement", "out")] = row
-        if set(pair) >= self._expected.get((op, size), set()):
-            self._emit(self._layouts[op].line(self._pending.pop((op, size))))
-            if size == self._last_size.get(op):
+        if set(pair) >= self._expected.get((*curve, size), set()):
+            self._emit(self._layouts[curve].line(self._pending.pop((*curve, size))))
+            if size == self._last_size.get(curve):
                 from ...core.fit import fit_latency_bandwidth
 
-                self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[op]), self._link_gbps,
-                                                 self._per_op_expected.get(op)) + [""]))
+                link = self._link_gbps if curve[1] == "world" else None
+                self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[curve]), link,
+                                                 self._per_curve_expected.get(curve)) + [""]))
+
+
+def groups_side_by_side(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """--groups: each op's busbw per size, one column per group, and the cross groups' sum (they
+    ran at once over the same NICs, so their sum is what the nodes' NICs carried)."""
+    groups = list(summary.get("groups", {}))
+    topo = summary.get("topology", {})
+    lines = [f"# busbw (GB/s) by group, {topo.get('nodes')} nodes x {topo.get('ranks_per_node')} ranks "
+             f"(from {topo.get('from')}); node and cross: one group's busbw, all groups of the kind at once"]
+    cross = summary["groups"].get("cross")
+    heads = [*groups, *(["cross x" + str(cross["groups_at_once"])] if cross else [])]
+    lines.append(f"#{'op':>15}{'size':>10}" + "".join(f"{h:>12}" for h in heads))
+    for op in dict.fromkeys(r["op"] for r in rows):
+        table: dict[int, dict[str, float]] = {}
+        for r in rows:
+            if r["op"] == op and r.get("placement", "out") == _placement_of(rows, op):
+                table.setdefault(r["size_bytes"], {})[r.get("group", "world")] = r["busbw_gbps"]
+        for size, by_group in sorted(table.items()):
+            cells = [by_group.get(g) for g in groups]
+            if cross:
+                one = by_group.get("cross")
+                cells.append(None if one is None else one * cross["groups_at_once"])
+            lines.append(f" {op:>15}{format_size(size):>10}" + "".join(f"{c:>12.3f}" if c is not None else f"{'-':>12}"
+                                                                     for c in cells))
+    return "\n".join(lines)
+
+
+def _placement_of(rows: list[dict[str, Any]], op: str) -> str:
+    # Out-of-place where the op has it, as the nccl-tests summary quotes.
+    return "out" if any(r["op"] == op and r.get("placement", "out") == "out" for r in rows) else "in"
