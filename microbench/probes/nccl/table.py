@@ -139,7 +139,7 @@ class CollectiveStream:
     `cases` is the sweep's (op, size_bytes, placement, group) in the order they run; each op
     and group (--groups) is one table, titled from `titles` (group -> words)."""
 
-    def __init__(self, cases: list[tuple[str, int, str, str]], elem_bytes: int, emit: Any = print,
+    def __init__(self, cases: list[tuple[Any, ...]], elem_bytes: int, emit: Any = print,
                  link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None,
                  expected_groups: dict[str, dict[str, dict[str, Any]]] | None = None,
                  titles: dict[str, str] | None = None):
@@ -149,7 +149,8 @@ class CollectiveStream:
         self._titles = titles or {}
         self._expected: dict[tuple[str, str, int], set[str]] = {}
         self._last_size: dict[tuple[str, str], int] = {}
-        for op, size, placement, group in cases:
+        for op, size, placement, *group_of in cases:   # (op, size, placement) alone: the world's
+            group = group_of[0] if group_of else None
             self._expected.setdefault((op, group or "world", size), set()).add(placement)
             self._last_size[(op, group or "world")] = size
         top = max((case[1] for case in cases), default=0)
