@@ -75,10 +75,12 @@ class Levels:
             intra = self.curve("intra", op)
             busbw, latency = min(share, intra.peak_busbw_gbps), max(latency, intra.latency_s)
         t = latency + size_bytes * bus_factor(op, ranks) / (busbw * 1e9)
-        per_node = f" x {ranks // nodes}" if ranks > nodes else ""
         shared = f" / {sharing} groups" if sharing > 1 else ""
-        return t, (f"two-level ring over {nodes} nodes{per_node}: busbw min(intra {self.intra_gbps(op):,.4g}, node inter "
-                   f"{self.node_inter_gbps(op):,.4g} GB/s{shared}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us")
+        inter = f"node inter {self.node_inter_gbps(op):,.4g} GB/s{shared}"
+        if ranks > nodes:
+            return t, (f"two-level ring over {nodes} nodes x {ranks // nodes}: busbw min(intra "
+                       f"{self.intra_gbps(op):,.4g}, {inter}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us")
+        return t, f"ring over {nodes} nodes, one rank each: busbw {inter} = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us"
 
     def describe(self) -> dict[str, Any]:
         return {"intra": self.intra.describe(), "inter": self.inter.describe(), "inter_groups": self.inter_groups,
