@@ -22,6 +22,8 @@ from ..results.outputs import check_new_file
 from ..results import RecordWriter, write_csv
 from ..compose import full_save as fs, inputs, whatif
 from ..compose.inputs import DEFAULT_MFU
+from ..compose import sharding_inputs
+from . import compose_sharding
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -102,6 +104,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
                         "every --tier/--storage with a read rate gives one too")
+    compose_sharding.add_arguments(p)   # issue 24: --net-intra, --net-inter, --sharding, --scale-nodes
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
     o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
     req = request(args)
     given = inputs.build(req)
+    plan = sharding_inputs.plan(req.sharding, req.scale_nodes, given.networks, given.world, given.nodes)  # issue 24
     result = whatif.compose(given)
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
@@ -166,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
                              train.micro_batch * train.grad_accum,
                              {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
     record = whatif.record(result, loading)
+    if plan is not None:   # issue 24: the sharding what-ifs
+        record["rows"] += compose_sharding.print_sharding(given, plan)
     path = RecordWriter(record, args.json, directory=args.results_dir).finish("complete")
     if args.csv:
         write_csv(args.csv, record["rows"])
