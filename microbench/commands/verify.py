@@ -41,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "plus the checkpoint to a directory and to S3")
     f.add_argument("--steps", default="6", help="timed steps per configuration (default 6)")
     f.add_argument("--warmup", default="2", help="untimed steps first (default 2)")
-    f.add_argument("--lab", default=None, metavar="NAME", help="place one rank per host of this lab")
+    f.add_argument("--lab", default=None, metavar="NAME", help="place the lab's ranks per host on each host of this lab")
+    f.add_argument("--sharding", default="full", help="full (fully_shard over the world), hybrid (HSDP: a 2-D mesh, "
+                   "sharded within a node, replicated across nodes) or full,hybrid (default full)")
     f.add_argument("--link-profiles", default=None, metavar="RATES", help="with --lab: run every configuration under "
                    "each egress rate, e.g. unlimited,1gbit")
     f.add_argument("--calibration", default=None, metavar="RECORD", help="use this `verify fsdp --calibrate-only` "
@@ -81,12 +83,13 @@ def options(args: argparse.Namespace) -> plan.VerifyOptions:
     timeout_s = parse_timeout(args.timeout)
     profiles = plan.profiles(args.link_profiles, args.lab)
     checkpoint = (args.matrix if args.checkpoint is None else args.checkpoint) and not args.calibrate_only
+    sharding = plan.shardings(args.sharding)
     return plan.VerifyOptions(shapes=shape_kwargs, tokens=tokens, steps=steps, warmup=int(warmup), tolerance_pct=tol,
                               ckpt_tolerance_pct=ckpt_tol, ckpt_reps=ckpt_reps, timeout_s=timeout_s,
                               profiles=profiles, backend=args.backend, lab=args.lab, nproc=args.nproc,
                               calibration=args.calibration, calibrate_only=args.calibrate_only,
                               checkpoint=checkpoint, ckpt_dir=args.ckpt_dir, state_dicts=state_dicts, json=args.json,
-                              results_dir=args.results_dir)
+                              results_dir=args.results_dir, shardings=sharding)
 
 
 def run_fsdp(args: argparse.Namespace) -> int:

@@ -55,12 +55,12 @@ def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: st
 
 
 def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
-                 unit_overhead_s: float, reps: int = 5) -> dict[str, Any]:
-    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend)
-    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device)
+                 unit_overhead_s: float, reps: int = 5, layout: Any = None) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend, layout)
+    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device, layout)
     probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
     steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2,
-                                            lambda: probe.time_once(world))
+                                            lambda: probe.time_once(world), layout)
     compute = vf.compute_input(CAL_SHAPE, CAL_TOKENS, replays)
     measured = percentile(steps, 50)
     serial, pipelined = (vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
@@ -125,15 +125,15 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
             "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
 
 
-def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 5, layout: Any = None) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
-    optimizer_s = vf.probe_optimizer(world, shape, device)["time_s"]
+    optimizer_s = vf.probe_optimizer(world, shape, device, layout)["time_s"]
     # The plain forward+backward and the collectives alone right before each fully_shard step,
     # so the difference is not a drift of the machine between them.
     compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
-                     vf.comm_alone_sampler(world, shape, precision, device))
+                     vf.comm_alone_sampler(world, shape, precision, device, layout))
     fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
-                                         lambda: (compute(), comm()))
+                                         lambda: (compute(), comm()), layout)
     fsdp_s = percentile(fsdp, 50)
     compute_s, comm_s = percentile([c for c, _ in parts], 50), percentile([m for _, m in parts], 50)
     units = shape.layers + 1
@@ -143,15 +143,19 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
             "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
-def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str) -> dict[str, Any]:
-    """Every rank runs this; the result (same on every rank) is summary.calibration's form."""
+def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str,
+              layout: Any = None) -> dict[str, Any]:
+    """Every rank runs this; the result (same on every rank) is summary.calibration's form. With
+    a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration)."""
     eff = compute_efficiency(world, device, precision, dev)
-    uo = unit_overhead(world, device, precision)
-    ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"])
+    uo = unit_overhead(world, device, precision, layout=layout)
+    ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"],
+                      layout=layout)
     could = backend_overlap(world, device, precision)
     return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
             "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
             "ranks": world.size, "param_dtype": precision.param_dtype,
+            "sharding": layout.sharding if layout is not None else "full",
             "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
             "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
 

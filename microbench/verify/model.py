@@ -150,7 +150,7 @@ def param_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def shard(model: Any, precision: Precision, reshard_after_forward: bool = True) -> Any:
+def shard(model: Any, precision: Precision, reshard_after_forward: bool = True, mesh: Any = None) -> Any:
     """fully_shard per block, then the root (embedding, final norm, head). Each unit prefetches
     the next one's AllGather in forward, as the composer assumes: on a GPU the CPU running ahead
     gives FSDP2 that for free, on a CPU nothing runs ahead and it must be asked for (backward
@@ -158,7 +158,8 @@ def shard(model: Any, precision: Precision, reshard_after_forward: bool = True) 
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {}
+    # A 2-D (replicate, shard) mesh makes it HSDP (verify/hybrid.py); None: the world, 1-D.
+    kwargs: dict[str, Any] = {} if mesh is None else {"mesh": mesh}
     if precision.param_dtype != "float32":
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, precision.param_dtype),
                                                    reduce_dtype=getattr(torch, precision.reduce_dtype))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 from . import model as fm
 from . import steps as vf
 from . import calibrate as vc
+from . import hybrid
 from ..core.errors import Interrupted, MicrobenchError, RunError
 from ..core.redaction import redact_text
 from ..world import interrupts
@@ -128,26 +129,27 @@ def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], A
 # --------------------------------------------------------------------------- steps
 
 def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
-             cal: vf.Calibration, steps: int, warmup: int, profile: str) -> dict[str, Any]:
-    collectives = vf.probe_collectives(world, shape, precision, dev, backend)
-    optimizer = vf.probe_optimizer(world, shape, device)
+             cal: vf.Calibration, steps: int, warmup: int, profile: str, layout: Any = None) -> dict[str, Any]:
+    collectives = vf.probe_collectives(world, shape, precision, dev, backend, layout)
+    optimizer = vf.probe_optimizer(world, shape, device, layout)
     # The compute probe (the step's kernels at its shapes) runs right before each step: one
     # sample per step, both sides summarized by their median, so the machine's drift on this
     # shared VM (tens of percent within a minute) is the same in the input and in the steps.
     probe = vf.replay(shape, tokens, dev, precision.param_dtype)
     times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup,
-                                           lambda: probe.time_once(world))
+                                           lambda: probe.time_once(world), layout)
     del probe
     compute = vf.compute_input(shape, tokens, replays)
     pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
-    comm_alone = vf.measure_comm_alone(world, shape, precision, device)
+    comm_alone = vf.measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
     pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
                            vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
     parts["overlap"]["used"] = cal.overlap
-    return {"kind": "step", "profile": profile, "model": shape.name, "tokens": tokens, "ranks": world.size,
+    return {"kind": "step", "profile": profile, "sharding": layout.sharding if layout is not None else "full",
+            **({"topology": collectives["topology"]} if "topology" in collectives else {}), "model": shape.name, "tokens": tokens, "ranks": world.size,
             "total_params": shape.total_params, "block_params": shape.block_params, "root_params": shape.root_params,
             "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
             "spread_pct": vf.spread_pct(times), "error_pct": vf.error_pct(pred["step_s"], measured),
@@ -165,10 +167,17 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
                                        "compute_efficiency": cal.compute_efficiency}}}
 
 
+def cal_key(profile: str, sharding: str | None) -> str:
+    """Where a calibration is kept: per link profile, and per sharding beside full ("1gbit hybrid")."""
+    return profile if sharding in (None, "full") else f"{profile} {sharding}"
+
+
 def run_steps(world: Any, opts: dict[str, Any]) -> int:
     """One link profile: calibrate (unless given), then every (model, tokens) configuration."""
     quiet()
     dev, backend, profile = opts["device"], opts["backend"], opts["profile"]
+    layout = hybrid.layout_for(opts.get("sharding"), world.size)
+    key = cal_key(profile, layout.sharding)
     device = device_of(dev)
     precision = fm.precision_for(dev)
     record = RecordFile(opts["record"]) if world.rank == 0 else None
@@ -176,22 +185,22 @@ def run_steps(world: Any, opts: dict[str, Any]) -> int:
     if given is not None:
         cal_dict, source = given, opts["calibration_source"]
     else:
-        cal_dict = guarded(world, record, f"the calibration ({profile})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend))
-        source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile}"
+        cal_dict = guarded(world, record, f"the calibration ({key})",
+                           lambda: vc.calibrate(world, device, precision, dev, backend, layout))
+        source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {key}"
         if record is not None:
-            record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(profile, cal_dict))
+            record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(key, cal_dict))
     if opts.get("calibrate_only"):
         return 0
     cal = vc.as_calibration(cal_dict, source)
     for i, (model_name, tokens) in enumerate(opts["configs"]):
         shape = fm.shape_from_args(**opts["shapes"][model_name])
-        label = f"{profile} {shape.name} {tokens} tokens"
+        label = f"{key} {shape.name} {tokens} tokens"
         row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,
-                                                            cal, opts["steps"], opts["warmup"], profile))
+                                                            cal, opts["steps"], opts["warmup"], profile, layout))
         if record is not None:
             record.add_row(row)
-            print(f"# [{profile}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
+            print(f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
                   f"measured {row['measured_s'] * 1e3:.1f} ms (spread {row['spread_pct']:.0f}%), "
                   f"error {row['error_pct']:+.1f}%", flush=True)
     return 0

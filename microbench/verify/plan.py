@@ -15,6 +15,25 @@ from ..world.policy import free_memory_bytes, gpu_free_bytes_without_context
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
 
+def shardings(text: str | None) -> list[str]:
+    """--sharding: full (fully_shard over the world) and/or hybrid (HSDP: shard in a node,
+    replicate across nodes), comma-separated."""
+    items = [p.strip() for p in str(text or "full").split(",") if p.strip()]
+    bad = [p for p in items if p not in ("full", "hybrid")]
+    if bad or not items:
+        raise UsageError(f"invalid --sharding {text!r}: expected full, hybrid or full,hybrid (HSDP: sharded within "
+                         f"a node, replicated across nodes), e.g. --sharding full,hybrid")
+    return list(dict.fromkeys(items))
+
+
+def check_hybrid(shardings_: list[str], nodes: int, per_node: int) -> None:
+    """Hybrid sharding needs nodes to replicate over and ranks in a node to shard over (exit 2)."""
+    if "hybrid" in shardings_ and (nodes < 2 or per_node < 2):
+        raise UsageError(f"invalid --sharding hybrid with {nodes} node(s) x {per_node} rank(s): HSDP shards within a "
+                         f"node and replicates across nodes, so it needs 2 or more of each; e.g. a lab with "
+                         f"`microbench lab up --hosts 2 --ranks-per-host 2` and --lab")
+
+
 @dataclass
 class VerifyOptions:
     """verify fsdp's flags, parsed (commands/verify.py builds it; verify.run.run_fsdp takes it)."""
@@ -37,6 +56,7 @@ class VerifyOptions:
     state_dicts: list[str] = field(default_factory=lambda: ["sharded"])   # with checkpoint: sharded, full
     json: str | None = None
     results_dir: str = "results"
+    shardings: list[str] = field(default_factory=lambda: ["full"])   # full and/or hybrid (HSDP)
 
 
 def ints(text: str, what: str, example: str) -> list[int]:

@@ -16,7 +16,7 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
         if row.get("kind") == "step":
             checked += 1
             if not abs(row["error_pct"]) <= tolerance_pct:
-                outside.append(f"{row['profile']} {row['model']} {row['tokens']} tokens {row['error_pct']:+.1f}% "
+                outside.append(f"{_where(row)} {row['model']} {row['tokens']} tokens {row['error_pct']:+.1f}% "
                                f"(> {tolerance_pct:g}%)")
         elif row.get("kind") == "checkpoint":
             for op in ("save", "load"):
@@ -30,6 +30,12 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
             "outside": outside, "pass": not outside and checked > 0}
 
 
+def _where(row: dict[str, Any]) -> str:
+    """The link profile, and the sharding where it is not full (rows before it: full)."""
+    sharding = row.get("sharding", "full")
+    return row["profile"] if sharding == "full" else f"{row['profile']} {sharding}"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else format_time(seconds)
 
@@ -38,7 +44,7 @@ def step_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
     table = []
     for r in rows:
         p = r["parts"]
-        table.append((r["profile"], r["model"], r["tokens"], _ms(r["predicted_s"]), _ms(r["measured_s"]),
+        table.append((_where(r), r["model"], r["tokens"], _ms(r["predicted_s"]), _ms(r["measured_s"]),
                       f"{r['spread_pct']:.0f}%", f"{r['error_pct']:+.1f}%",
                       "ok" if abs(r["error_pct"]) <= tolerance_pct else "OUTSIDE",
                       f"{p['compute']['error_pct']:+.0f}%",

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import model as fm
-from .plan import VerifyOptions, calibration_from, check_memory
+from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
+from .phases import cal_key
 from .checkpoint import check_ckpt_dir
 from .phases import left_partial, partial_unless_finished
 from .report import print_report, verdict
@@ -43,10 +44,14 @@ def run_fsdp(opts: VerifyOptions) -> int:
     choice = backends.choose(opts.backend)
     lab = labmod.get(opts.lab) if opts.lab else None
     given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
+    per_node = 1
     if lab is not None:
         nproc = labrun.place(lab.name, nproc=given).nproc
+        per_node = lab.ranks_per_host
     else:
         nproc = given or local_ranks()
+        per_node = nproc   # microbench's own local ranks: one node
+    check_hybrid(opts.shardings, nproc // per_node, per_node)
     cal = calibration_from(opts.calibration, choice.backend, choice.device) if opts.calibration else None
     if opts.calibrate_only and cal is not None:
         raise UsageError("--calibrate-only measures a calibration; it takes no --calibration")
@@ -58,7 +63,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
         check_ckpt_dir(opts.ckpt_dir)
     configs = [(name, t) for name in shape_kwargs for t in tokens]
     config = {"models": {n: fm.shape_from_args(**k).describe() for n, k in shape_kwargs.items()}, "tokens": tokens,
-              "profiles": [p for p, _ in profs], "lab": opts.lab, "ranks": nproc, "steps": steps, "warmup": int(warmup),
+              "profiles": [p for p, _ in profs], "lab": opts.lab, "ranks": nproc, "shardings": opts.shardings,
+              "ranks_per_node": per_node, "steps": steps, "warmup": int(warmup),
               "tolerance_pct": tol, "ckpt_tolerance_pct": ckpt_tol, "checkpoint": checkpoint,
               "calibration": opts.calibration, "backend": choice.backend, "device": choice.device,
               "precision": dataclasses.asdict(fm.precision_for(choice.device))}
@@ -74,6 +80,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
             "calibration_source": f"--calibration {opts.calibration}" if opts.calibration else None}
     print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
           f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
+          f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
           f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
     # A signal or a failed phase must not leave the record "running" (issue 20).
     with partial_unless_finished(path):
@@ -81,12 +88,14 @@ def run_fsdp(opts: VerifyOptions) -> int:
             for label, rate in profs:
                 if lab is not None:
                     labmod.shape(lab.name, rate, lab.delay_ms)
-                spec = {**base, "phase": "steps", "profile": label}
-                if cal is not None and label in (cal.get("profiles") or {}):
-                    spec["calibration"] = {**cal, **cal["profiles"][label]}   # measured under this very profile
-                code = _launch(spec, nproc, timeout_s, choice, opts.lab)
-                if code != 0:
-                    return left_partial(path, code)
+                for sharding in opts.shardings:
+                    spec = {**base, "phase": "steps", "profile": label, "sharding": sharding}
+                    key = cal_key(label, sharding)
+                    if cal is not None and key in (cal.get("profiles") or {}):
+                        spec["calibration"] = {**cal, **cal["profiles"][key]}   # measured under this very profile
+                    code = _launch(spec, nproc, timeout_s, choice, opts.lab)
+                    if code != 0:
+                        return left_partial(path, code)
             if checkpoint:
                 code = _checkpoint_phase(opts.ckpt_dir, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps,
                                          opts.state_dicts)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import hybrid
 from . import model as fm
 from ..compose.curves import Curve
 from ..compose.fsdp import TrainSpec, compute_times, predict_step
@@ -92,9 +93,13 @@ def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
             "block_rs": shape.block_params * reduce_bytes, "root_rs": shape.root_params * reduce_bytes}
 
 
-def probe_collectives(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str) -> dict[str, Any]:
+def probe_collectives(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
+                      layout: Any = None) -> dict[str, Any]:
     rows = []
     sizes = unit_sizes(shape, precision)
+    if layout is not None and layout.hybrid:   # within each node, and the all-reduce across nodes
+        return {**hybrid.probe_collectives(world, shape, precision, device, backend, sizes), "backend": backend,
+                "device": device}
     for op, dtype, keys in (("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
                             ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs"))):
         config = coll.Config(sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend, device=device)
@@ -111,11 +116,12 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
             Curve.from_record(record, "reduce_scatter", "measured in this run"))
 
 
-def probe_optimizer(world: Any, shape: ModelShape, device: Any) -> dict[str, Any]:
+def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
     """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
     import torch
 
-    n = max(1, shape.total_params // world.size)
+    shards = layout.topo.ranks_per_node if layout is not None and layout.hybrid else world.size
+    n = max(1, shape.total_params // shards)
     param = torch.nn.Parameter(torch.zeros(n, device=device))
     param.grad = torch.full_like(param, 1e-3)
     optim = torch.optim.AdamW([param], lr=1e-4)
@@ -144,8 +150,11 @@ def train_spec(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precisi
 
 def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
             collectives: dict[str, Any], optimizer: dict[str, Any], cal: Calibration) -> dict[str, Any]:
+    train = train_spec(shape, tokens, ranks, precision, compute, optimizer, cal)
+    if "topology" in collectives:   # hybrid: the composer's HSDP step over the two levels measured
+        return hybrid.predict(shape, train, collectives, collectives["backend"], collectives["device"])
     ag, rs = curves(collectives, ranks)
-    out = predict_step(shape, train_spec(shape, tokens, ranks, precision, compute, optimizer, cal), ag, rs).as_dict()
+    out = predict_step(shape, train, ag, rs).as_dict()
     out["notes"] = list(out["notes"])
     return out
 
@@ -153,13 +162,14 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
 # --------------------------------------------------------------------------- measurement
 
 def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                  steps: int, warmup: int) -> list[float]:
+                  steps: int, warmup: int, layout: Any = None) -> list[float]:
     """The slowest rank's time for each timed step of the fully_shard model."""
-    return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None)[0]
+    return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None, layout)[0]
 
 
 def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                        steps: int, warmup: int, before_each: Callable[[], Any] | None) -> tuple[list[float], list[Any]]:
+                        steps: int, warmup: int, before_each: Callable[[], Any] | None,
+                        layout: Any = None) -> tuple[list[float], list[Any]]:
     """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
     (a probe sample) run right before each one: on a shared machine its speed drifts by tens of
     percent within a minute, and alternating puts the same drift into the prediction's input
@@ -167,7 +177,8 @@ def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any,
     import torch
 
     torch.manual_seed(0)
-    model = fm.shard(fm.build(shape, device), precision)
+    model = fm.shard(fm.build(shape, device), precision,
+                     mesh=hybrid.mesh(layout, device) if layout is not None and layout.hybrid else None)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
     times, samples = [], []
@@ -229,12 +240,17 @@ def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: An
     return replays, real
 
 
-def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: Any) -> Callable[[], float]:
+def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: Any,
+                       layout: Any = None) -> Callable[[], float]:
     """The step's collectives back to back per call, nothing else: root and every block gathered
-    for forward, blocks gathered again for backward, every unit's gradients reduce-scattered."""
+    for forward, blocks gathered again for backward, every unit's gradients reduce-scattered
+    (hybrid: in the node, then all-reduced across nodes)."""
     import torch
     import torch.distributed as dist
 
+    if layout is not None and layout.hybrid:
+        run = hybrid.comm_plan(world, shape, precision, device, unit_sizes(shape, precision), layout.topo)
+        return hybrid.timed_sampler(world, device, run, sync, slowest)
     n = world.size
     if n == 1:
         return lambda: 0.0
@@ -267,8 +283,9 @@ def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, d
     return once
 
 
-def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2) -> float:
-    once = comm_alone_sampler(world, shape, precision, device)
+def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2,
+                       layout: Any = None) -> float:
+    once = comm_alone_sampler(world, shape, precision, device, layout)
     once()
     return percentile([once() for _ in range(reps)], 50)
 
@@ -278,7 +295,7 @@ def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_a
     """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
     the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
     most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
-    comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"]
+    comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"] + pred.get("allreduce_s", 0.0)
     rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
     hideable = pred["no_overlap_s"] - pipelined_s
     hidden = compute_alone_s + comm_alone_s + rest - measured_s
