@@ -111,6 +111,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             sync(dev)
             loads.append(time.perf_counter() - start)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
+        written = written_bytes(world, run_dir, f"verify-step-{reps}")
     finally:
         probe.release(load_case)
     # the first of each (probe and real) warms up; each value is the slowest rank's
@@ -132,7 +133,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
               f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
     return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
-            "wrong_loads": wrong,
+            "wrong_loads": wrong, "written_bytes": written,
             "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
                      "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s)},
             "load": {"predicted_s": pred_load_s, "measured_s": load_s, "measured_s_each": load_t,
@@ -148,20 +149,42 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
                                       "spread_pct": spread_pct(convert_t)}}}
 
 
+def written_bytes(world: Any, run_dir: ct.RunDir, sub: str) -> int:
+    """The bytes the save stored, from its DCP metadata (every stored chunk once): with HSDP, the
+    replicas hold the same shards and DCP writes each once (dedup), so this is one copy."""
+    total = None
+    if world.rank == 0:
+        metadata = run_dir.reader(sub).read_metadata()
+        total = sum(int(info.length) for info in metadata.storage_data.values())
+    return world.broadcast_object(total)
+
+
 def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
     quiet()
+    for sharding in opts.get("shardings") or ["full"]:
+        checkpoint_sharding(world, opts, sharding)
+    return 0
+
+
+def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None:
+    """Save and load the state of the model sharded one way (full, or hybrid: HSDP's 2-D mesh)."""
     import torch
+
+    from . import hybrid
 
     dev, backend = opts["device"], opts["backend"]
     device = device_of(dev)
     precision = fm.precision_for(dev)
     record = RecordFile(opts["record"]) if world.rank == 0 else None
     shape = fm.shape_from_args(**opts["shape"])
+    layout = hybrid.layout_for(sharding, world.size)
     torch.manual_seed(0)
-    model = fm.shard(fm.build(shape, device), precision)
+    model = fm.shard(fm.build(shape, device), precision, mesh=hybrid.mesh(layout, device) if layout.hybrid else None)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, 64, device, seed=world.rank)
     fm.step(model, optim, ids, targets)     # optimizer state exists only after a step
+    # A full state dict of an HSDP model is the same gather as full sharding's: only the sharded save differs.
+    state_dicts = (opts.get("state_dicts") or ["sharded"]) if not layout.hybrid else ["sharded"]
     for label, target_text in opts["targets"]:
         target = ct.parse_target(target_text)
         access = None
@@ -178,7 +201,7 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
         world.barrier()
         rows = []
         try:
-            for state_dict in opts.get("state_dicts") or ["sharded"]:
+            for state_dict in state_dicts:
                 if state_dict == "full":
                     from .full_checkpoint import run_full_target as run_one
                 else:
@@ -191,13 +214,19 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
                 run_dir.remove()
         for row in rows:
             row["model"] = shape.name
+            row["sharding"] = sharding
             row.setdefault("state_dict", "sharded")
+            if layout.hybrid and layout.topo is not None:
+                row["replicas"] = layout.topo.nodes
             if record is not None:
                 record.add_row(row)
                 parts = row["save"].get("parts") or {}
                 shown = "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
                                 for name, p in parts.items())
-                print(f"# [checkpoint {row['target']}] {row['bytes'] / 1e6:.1f} MB: save predicted "
+                where = row["target"] + (f" {sharding}" if sharding != "full" else "")
+                stored = (f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
+                          if row.get("replicas") and row.get("written_bytes") is not None else "")
+                print(f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
                       f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
                       f"({row['save']['error_pct']:+.1f}%){shown}; load predicted {row['load']['predicted_s']:.3f} s, "
                       f"measured {row['load']['measured_s']:.3f} s ({row['load']['error_pct']:+.1f}%)", flush=True)

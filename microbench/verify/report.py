@@ -19,6 +19,11 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
                 outside.append(f"{_where(row)} {row['model']} {row['tokens']} tokens {row['error_pct']:+.1f}% "
                                f"(> {tolerance_pct:g}%)")
         elif row.get("kind") == "checkpoint":
+            copies = _copies_stored(row)
+            if copies is not None and copies > 1.1:
+                checked += 1
+                outside.append(f"checkpoint save to {row['target']} {row.get('sharding')}: the {row['replicas']} "
+                               f"replicas' shards stored {copies:.2f} times, not once")
             for op in ("save", "load"):
                 checked += 1
                 err = row[op]["error_pct"]
@@ -28,6 +33,13 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
                     outside.append(f"checkpoint load from {row['target']} returned other values than were saved")
     return {"tolerance_pct": tolerance_pct, "ckpt_tolerance_pct": ckpt_tolerance_pct, "checked": checked,
             "outside": outside, "pass": not outside and checked > 0}
+
+
+def _copies_stored(row: dict[str, Any]) -> float | None:
+    """An HSDP save's stored bytes over one copy of the state (DCP writes replicated shards once)."""
+    if not row.get("replicas") or not row.get("written_bytes") or not row.get("bytes"):
+        return None
+    return row["written_bytes"] / row["bytes"]
 
 
 def _where(row: dict[str, Any]) -> str:
@@ -85,7 +97,10 @@ def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
     for r in rows:
         for op in ("save", "load"):
             part = r[op]
-            table.append((r["target"], op, f"{r['bytes'] / 1e6:.1f} MB", _ms(part["predicted_s"]),
+            copies = _copies_stored(r)
+            stored = f" (stored x{copies:.2f})" if copies is not None and op == "save" else ""
+            table.append((_where({"profile": r["target"], "sharding": r.get("sharding", "full")}), op,
+                          f"{r['bytes'] / 1e6:.1f} MB{stored}", _ms(part["predicted_s"]),
                           _ms(part["measured_s"]), f"{part['spread_pct']:.0f}%", f"{part['error_pct']:+.1f}%",
                           "ok" if abs(part["error_pct"]) <= tolerance_pct else "OUTSIDE"))
     return tabulate(table, headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error", "verdict"],

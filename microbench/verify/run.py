@@ -26,7 +26,7 @@ from ..results import RecordWriter, new_record
 from ..results.store import atomic_write_text
 from ..targets import native
 from ..world import backends, environment as envmod
-from ..world.launch import check_local_world, detect_world
+from ..world.launch import RankLaunch, check_local_world, detect_world
 from ..world.policy import in_world, local_ranks
 
 
@@ -97,8 +97,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
                     if code != 0:
                         return left_partial(path, code)
             if checkpoint:
-                code = _checkpoint_phase(opts.ckpt_dir, base, shape_kwargs, nproc, timeout_s, choice, ckpt_reps,
-                                         opts.state_dicts)
+                code = _checkpoint_phase(opts.ckpt_dir, {**base, "shardings": opts.shardings}, shape_kwargs, nproc,
+                                         timeout_s, choice, ckpt_reps, opts.state_dicts, per_node)
                 if code != 0:
                     return left_partial(path, code)
         finally:
@@ -107,7 +107,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
     return _finish(path, tol, ckpt_tol, opts.calibrate_only, cal)
 
 
-def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None) -> int:
+def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None,
+            per_node: int | None = None) -> int:
     fd, spec_path = tempfile.mkstemp(suffix=".json", prefix="microbench-verify-")
     os.close(fd)
     try:
@@ -116,6 +117,10 @@ def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab
         if lab_name and spec["phase"] == "steps":
             placed = labrun.place(lab_name, nproc=nproc)
             master, per_rank = placed.master_addr, placed.per_rank
+        elif per_node:
+            # On loopback, but with the lab's nodes (HSDP's mesh is built from them).
+            per_rank = lambda rank: RankLaunch(env={"LOCAL_RANK": str(rank % per_node),  # noqa: E731
+                                                    "LOCAL_WORLD_SIZE": str(per_node)})
         return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=lambda w: 0, per_rank=per_rank,
                         master_addr=master, argv=["verify", "fsdp", "--phase-spec", spec_path])
     finally:
@@ -123,7 +128,7 @@ def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab
 
 
 def _checkpoint_phase(ckpt_dir: str | None, base: dict[str, Any], shape_kwargs: dict[str, Any], nproc: int,
-                      timeout_s: float, choice: Any, reps: int, state_dicts: list[str]) -> int:
+                      timeout_s: float, choice: Any, reps: int, state_dicts: list[str], per_node: int = 1) -> int:
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
     from ..targets import checkpoint_target as ct
     from ..targets.s3server import EmbeddedS3
@@ -138,7 +143,8 @@ def _checkpoint_phase(ckpt_dir: str | None, base: dict[str, Any], shape_kwargs: 
                ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
         spec = {**base, "phase": "checkpoint", "shape": shape_kwargs[largest], "reps": reps, "state_dicts": state_dicts,
                 "targets": [("directory", directory), ("s3", "s3://microbench/verify")]}
-        return _launch(spec, nproc, timeout_s, dataclasses.replace(choice, env={**choice.env, **env}), None)
+        return _launch(spec, nproc, timeout_s, dataclasses.replace(choice, env={**choice.env, **env}), None,
+                       per_node if "hybrid" in base["shardings"] else None)
 
 
 def run_phase(path: str) -> int:
