@@ -121,3 +121,12 @@ def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_pa
     assert record["summary"]["fits"] == record["summary"]["groups"]["world"]["fits"]
     assert "cross x2" in results[0][0]
     assert not os.path.exists(tmp_path / "results")   # --json: nothing else written
+
+
+def test_the_report_names_each_groups_rows(run_cli, tmp_path):
+    rec = _nccl_record(tmp_path / "nccl.json", [_row(1 << 20, 1.1, group="world"), _row(1 << 20, 5.0, group="node"),
+                                                _row(1 << 20, 0.5, group="cross")])
+    done = run_cli("report", str(rec), "--out", str(tmp_path / "r.html"))
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert all(f"all_reduce group={g}" in html for g in ("world", "node", "cross"))
