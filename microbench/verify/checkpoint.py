@@ -220,14 +220,14 @@ def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None
                 row["replicas"] = layout.topo.nodes
             if record is not None:
                 record.add_row(row)
-                parts = row["save"].get("parts") or {}
-                shown = "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
-                                for name, p in parts.items())
+                def shown(op: str) -> str:
+                    return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
+                                   for name, p in (row[op].get("parts") or {}).items())
                 where = row["target"] + (f" {sharding}" if sharding != "full" else "")
                 stored = (f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
                           if row.get("replicas") and row.get("written_bytes") is not None else "")
                 print(f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
                       f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
-                      f"({row['save']['error_pct']:+.1f}%){shown}; load predicted {row['load']['predicted_s']:.3f} s, "
-                      f"measured {row['load']['measured_s']:.3f} s ({row['load']['error_pct']:+.1f}%)", flush=True)
-    return 0
+                      f"({row['save']['error_pct']:+.1f}%){shown('save')}; load predicted "
+                      f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
+                      f"({row['load']['error_pct']:+.1f}%){shown('load')}", flush=True)
