@@ -120,6 +120,12 @@ def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name
     assert expected["cross"]["all_reduce"]["gbps"] == pytest.approx(10**9 / 8 / 1e9 / 2)
     assert "cross x2" in done.stdout
 
+    # The link probe measures between two hosts, not two ranks of one host's loopback.
+    link = run_cli("link", "--lab", lab_name, "--sizes", "256K", "--ops", "uni", "--iters", "2")
+    assert link.returncode == 0, link.stderr
+    (linked,) = records(tmp_path, "link-*.json")
+    assert [h.split()[0] for h in linked["config"]["probe"]["hosts"]] == [f"mb-{lab_name}-h0", f"mb-{lab_name}-h1"]
+
 
 def test_hunt_takes_the_hosts_of_a_lab_with_two_ranks_per_host(run_cli, lab_name, tmp_path):
     from microbench.core.units import parse_link_rate

@@ -168,7 +168,12 @@ def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
     inv.diagnose = functools.partial(namespaces.diagnose, name)
     inv.facts.update(placement.lab_facts())
     if detect_world() is None:
-        inv.placement = placement.place(name, nproc=getattr(config, "nproc", None), pair=getattr(config, "pair", None))
+        pair = getattr(config, "pair", None)
+        if pair is None and hasattr(config, "pair"):
+            # A probe between two hosts (link): hosts 0 and 1, one rank each, however many
+            # ranks the lab places per host (two ranks of one host would meet over its loopback).
+            pair = [0, 1]
+        inv.placement = placement.place(name, nproc=getattr(config, "nproc", None), pair=pair)
 
 
 def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
