@@ -145,10 +145,11 @@ def test_storage_expectations():
 
 def test_lab_placement_hands_the_slowest_chosen_hosts_rate():
     from microbench.lab import namespaces as labmod
+    from microbench.lab.placement import lab_ranks
 
     hosts = [labmod.LabHost(i, f"mb-x-h{i}", f"10.213.0.{i + 1}", rate_bps=rate)
              for i, rate in enumerate((10**9, 10**8, 10**9))]
     lab = labmod.Lab("x", hosts=hosts, rate_bps=10**9)
-    rate = {tuple(pair): labmod.placement(lab, pair)[2](0).env["MICROBENCH_LAB_RATE_BPS"]
+    rate = {tuple(pair): lab_ranks(lab, pair)[2](0).env["MICROBENCH_LAB_RATE_BPS"]
             for pair in ([0, 2], [0, 1])}
     assert rate == {(0, 2): str(10**9), (0, 1): str(10**8)}

@@ -9,7 +9,6 @@ each group, and every rank reaches the same decision from the same gathered numb
 from __future__ import annotations
 
 import datetime
-import functools
 import time
 from typing import Any
 
@@ -41,12 +40,6 @@ class SubWorld:
         self._dist.barrier(group=self.group)
 
 
-class _GroupAllReduce(CollectiveProbe):
-    def __init__(self, config: Config, world: SubWorld):
-        super().__init__(config, world)
-        self._all_reduce = functools.partial(self.dist.all_reduce, group=world.group)
-
-
 def _groups(halves: tuple[list[int], list[int]], participants: list[int], opts: HuntOptions) -> list[Any]:
     import torch.distributed as dist
 
@@ -64,7 +57,8 @@ def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list
     if half is None:
         return None
     sub = SubWorld(dist, groups[half], [participants[i] for i in halves[half]], world.rank)
-    probe = _GroupAllReduce(Config(sizes=[opts.size_bytes], ops=["all_reduce"], dtype="float32"), sub)
+    # The probe's collectives run on the sub-world's own group (SubWorld.group).
+    probe = CollectiveProbe(Config(sizes=[opts.size_bytes], ops=["all_reduce"], dtype="float32"), sub)
     settings = SweepSettings(warmup=opts.warmup, iters=opts.iters, budget_s_per_case=None, progress=False)
     return measure_case(probe, probe.cases()[0], settings, sub)
 

@@ -182,7 +182,7 @@ class CollectiveProbe(Probe):
         if names != [WORLD]:
             self.topology = topology(world.size)
             check_groups(names, self.topology)
-        self.groups = make_groups(dist, names, world.rank, world.size, self.topology)
+        self.groups = make_groups(dist, names, world, self.topology)
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")

@@ -49,13 +49,17 @@ class Group:
         return len(self.members)
 
 
-def make_groups(dist: Any, names: list[str], world_rank: int, world_size: int, topo: Topology | None) -> dict[str, Group]:
+def make_groups(dist: Any, names: list[str], world: Any, topo: Topology | None) -> dict[str, Group]:
     """This rank's Group of every kind asked for. Every rank creates every subgroup, in the same
-    order (torch's new_group is collective over the whole world)."""
+    order (torch's new_group is collective over the whole world). The world group is the world's
+    own process group: the default one, or a sub-world's (`world.group`, `world.ranks`: hunt
+    --bisect measures halves of the hosts at once)."""
+    world_rank, world_size = world.rank, world.size
     out: dict[str, Group] = {}
     for name in names:
         if name == WORLD:
-            out[name] = Group(WORLD, None, list(range(world_size)), world_rank, 1)
+            members = list(getattr(world, "ranks", None) or range(world_size))
+            out[name] = Group(WORLD, getattr(world, "group", None), members, world_rank, 1)
             continue
         assert topo is not None
         layout = topo.node_groups() if name == "node" else topo.cross_groups()
