@@ -92,7 +92,8 @@ def scale(model: Any, train: TrainSpec, nets: list[Network], plan: ShardingPlan,
     out: list[ShardingRow] = []
     for nodes in plan.scale_nodes:
         at = dataclasses.replace(train, ranks=nodes * plan.ranks_per_node)
-        out += _at(model, at, nets, plan, capacity, True)
+        # the job's own node count: the rows of the what-if above, as they were predicted there
+        out += _at(model, at, nets, plan, capacity, at.ranks != train.ranks)
     return out
 
 
