@@ -53,6 +53,12 @@ def test_levels_from_a_grouped_record():
     assert levels.node_inter_gbps("all_gather") == pytest.approx(4 * 0.5, rel=1e-6)
     assert levels.intra_gbps("reduce_scatter") == pytest.approx(100.0, rel=1e-6)
     assert levels_from_record({"rows": rows("all_gather", "world", 8, 1.0)}, "x", "x.json") is None
+    # the probe's own count of cross groups that ran at once wins over the node's ranks
+    record = grouped_record()
+    for row in record["rows"]:
+        if row["group"] == "cross":
+            row["groups_at_once"] = 2
+    assert levels_from_record(record, "lab", "n.json").node_inter_gbps("all_gather") == pytest.approx(2 * 0.5, rel=1e-6)
 
 
 def test_a_collective_inside_a_node_is_the_intra_curve():

@@ -167,7 +167,7 @@ def _group_ranks(record: dict[str, Any], group: str, source: str) -> int:
 def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
                        for_gpus: bool = True) -> Levels | None:
     """The node and cross curves of a `nccl --groups ...,node,cross` record; None when it has not
-    both. The cross groups ran all at once, one per rank of a node: the node's ranks."""
+    both."""
     groups = record_groups(record, source)
     if not {"node", "cross"} <= groups:
         return None
@@ -178,4 +178,15 @@ def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_
                                   for r in record_rows(record, source) if r.get("group") == group])
         nets[group] = network_from_record(view, f"{name}:{group}", f"{source} ({group} group)",
                                           allow_partial=allow_partial, for_gpus=for_gpus)
-    return Levels(nets["node"], nets["cross"], _group_ranks(record, "node", source), f"{source} (node and cross groups)")
+    return Levels(nets["node"], nets["cross"], _groups_at_once(record, source), f"{source} (node and cross groups)")
+
+
+def _groups_at_once(record: dict[str, Any], source: str) -> int:
+    """How many cross groups shared each node's NICs: the rows' `groups_at_once` as `nccl --groups`
+    writes it, else one per rank of a node (as it runs them)."""
+    counts = {r.get("groups_at_once") for r in record_rows(record, source) if r.get("group") == "cross"}
+    if len(counts) == 1:
+        (count,) = counts
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return count
+    return _group_ranks(record, "node", source)
