@@ -203,3 +203,24 @@ def test_two_levels_seen_as_one_network():
     t, how = net.all_gather.time_s(1e9, 16)
     assert t == pytest.approx(1e9 * 15 / 16 / 1.25e9) and "two-level ring over 2 nodes x 8" in how
     assert net.describe()["levels"]["node_inter_gbps"]["all_gather"] == pytest.approx(1.25)
+
+
+def test_the_whatif_rows_ratio_to_the_best_that_fits_and_scale_without_repeats():
+    from microbench.compose.sharding_inputs import described, for_job, plan
+    from microbench.compose.sharding_whatif import scale, whatif
+
+    nets = for_job(described(["360GB/s"], ["eth=1.2GB/s"]), 16, 2)
+    model, t = preset("llama-3.1-8b"), dataclasses.replace(train(), seq_len=4096)
+    p = plan("full,hybrid,hybrid:1", "1,64", nets, 16, 2)
+    rows = {r.strategy: r for r in whatif(model, t, nets, p, 72e9)}
+    assert rows["hybrid:1"].result.memory.fits is False
+    assert rows["hybrid:8"].ratio == 1.0                       # the best that fits
+    assert rows["full"].ratio == pytest.approx(rows["full"].result.step.step_s / rows["hybrid:8"].result.step.step_s)
+    scaled = scale(model, t, nets, p, 72e9)
+    # one node: hybrid's shard group is the world, the full sharding row already there
+    assert [(r.nodes, r.strategy) for r in scaled] == [(1, "full"), (1, "hybrid:1"), (64, "full"), (64, "hybrid:8"),
+                                                       (64, "hybrid:1")]
+    at64 = {r.strategy: r.result for r in scaled if r.nodes == 64}
+    # 64 nodes: each replica group all-reduces its 1/8 over 64 nodes, 8 groups on the node's 1.2 GB/s
+    shard_bytes = (model.block_params * 32 + model.root_params) * 2 / 8
+    assert at64["hybrid:8"].allreduce_s == pytest.approx(2 * 63 / 64 * shard_bytes / (1.2e9 / 8), rel=1e-6)

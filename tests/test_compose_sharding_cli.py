@@ -54,6 +54,8 @@ def test_hybrid_that_does_not_fit_says_so_and_is_not_the_best(run_cli):
     rows = _rows(proc.stdout, "what-if: sharding x network")
     assert rows[("hybrid:1", "ib")][4].startswith("DOES NOT FIT: 153.3 GB of 72.0 GB")
     assert rows[("full", "ib")][5] == "1.00x"
+    assert ("# hybrid:1 keeps 128.5 GB of fp32 params, grads and AdamW per GPU (16x full sharding's 8.0 GB); "
+            "it DOES NOT FIT: a larger shard group") in proc.stdout
 
 
 def test_a_one_level_net_keeps_its_meaning(run_cli):

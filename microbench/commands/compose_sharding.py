@@ -43,7 +43,7 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
             lv = net.levels
             print(f"# {net.name}: intra {format_rate(lv.intra_gbps('all_gather'))} busbw, one node to the others "
                   f"{format_rate(lv.node_inter_gbps('all_gather'))} ({lv.source})")
-    for line in sw.notes(rows):
+    for line in sw.memory_notes(rows, format_bytes) + sw.notes(rows):
         print(f"# {line}")
     print("# hybrid: AllGather and ReduceScatter inside the shard group; each unit's gradient shard all-reduced "
           "across the replicas once per step behind the last micro-batch's backward (FSDP2 HSDP, "
