@@ -75,7 +75,8 @@ def test_a_grouped_record_full_on_its_world_curve_hybrid_on_its_groups(run_cli, 
                    "--nccl", "lab=n.json", "--sharding", "full,hybrid", "--scale-nodes", "2,16", "--json", "c.json",
                    timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "lab hybrid:4: allreduce on the inter level (lab:cross), cross groups as measured" in proc.stdout
+    assert ("lab hybrid:4: allreduce as a reduce_scatter and an all_gather: on the inter level (lab:cross), "
+            "cross groups as measured") in proc.stdout
     assert "one node to the others 2.00 GB/s" in proc.stdout        # 4 cross groups of 0.5 GB/s at once
     rows = _rows(proc.stdout, "what-if: sharding x network (2 nodes x 4 ranks)")
     # full sharding on the world curve (2 GB/s), as the one-level step table: 3 x 7/8 x 16 GB / 2 GB/s
