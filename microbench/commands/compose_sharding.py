@@ -35,7 +35,9 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
     capacity = given.rate.gpu.usable_memory_bytes if given.rate.gpu else None
     rows = sw.whatif(model, train, given.networks, plan, capacity)
     nodes = max(1, train.ranks // plan.ranks_per_node)
-    print(f"\n## what-if: sharding x network ({nodes} nodes x {plan.ranks_per_node} ranks)")
+    layout = (f"{train.ranks} ranks" if given.nodes is None and plan.ranks_per_node == train.ranks
+              else f"{nodes} node{'s' if nodes > 1 else ''} x {plan.ranks_per_node} ranks")
+    print(f"\n## what-if: sharding x network ({layout})")
     print(tabulate(sw.table(rows, format_time, format_bytes), headers=sw.HEADERS, tablefmt="simple",
                    disable_numparse=True))
     for net in given.networks:
