@@ -59,4 +59,4 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
         print(tabulate(sw.table(scaled, format_time, format_bytes, with_nodes=True),
                        headers=["nodes", "ranks"] + sw.HEADERS, tablefmt="simple", disable_numparse=True))
         print(f"# method: {sw.SCALE_METHOD}")
-    return [r.as_dict() for r in rows] + [dict(r.as_dict(), scaled=True) for r in scaled]
+    return [r.as_dict() for r in rows] + [dict(r.as_dict(), scaled=True, method=sw.SCALE_METHOD) for r in scaled]
