@@ -13,9 +13,9 @@ networks: the step and the memory per GPU of each.
                 last micro-batch's backward (FSDP2 with set_requires_all_reduce(False) on the
                 others; `allreduce_every_microbatch` for its default), issued after the unit's
                 ReduceScatter and run on the NICs while the earlier blocks' backward and their
-                NVLink collectives go on: a queue on the inter level, whose tail past the end of backward (the first block's and the
-                root's all-reduce, or more when the queue falls behind) is exposed, before the
-                optimizer step. When the shard group itself crosses nodes (G > ranks per node) the
+                NVLink collectives go on: a queue on the inter level, whose tail past the end of
+                backward (the first block's and the root's all-reduce, or more when the queue
+                falls behind) is exposed, before the optimizer step. When the shard group itself crosses nodes (G > ranks per node) the
                 two share the NICs, so the all-reduce is counted unhidden.
                 Memory: the sharded fp32 state is world / G times full sharding's; the optimizer
                 step runs over 1/G of the parameters.
