@@ -77,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
                         "with units, and the per-collective latency (default 0), e.g. --net ib=40GB/s@30us")
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
+    compose_sharding.add_arguments(p)   # issue 24: --net-intra, --net-inter, --sharding, --scale-nodes
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
                    help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
@@ -104,7 +105,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
                         "every --tier/--storage with a read rate gives one too")
-    compose_sharding.add_arguments(p)   # issue 24: --net-intra, --net-inter, --sharding, --scale-nodes
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
     o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
@@ -157,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
+    if plan is not None:   # issue 24: the sharding what-ifs, their rows into the record
+        result.extra_rows += compose_sharding.print_sharding(given, plan)
     if given.tiers:
         _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
                           given.mtbf_s, rate)
@@ -170,8 +172,6 @@ def run(args: argparse.Namespace) -> int:
                              train.micro_batch * train.grad_accum,
                              {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
     record = whatif.record(result, loading)
-    if plan is not None:   # issue 24: the sharding what-ifs
-        record["rows"] += compose_sharding.print_sharding(given, plan)
     path = RecordWriter(record, args.json, directory=args.results_dir).finish("complete")
     if args.csv:
         write_csv(args.csv, record["rows"])

@@ -12,12 +12,12 @@ from typing import Any
 from .. import compose as cp
 from ..core import registry
 from .curves import Network, record_rows, synthetic_network
+from . import sharding_inputs as two_level   # issue 24: two networks and sharding
 from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
 from .tiers import tier_bandwidths, tier_stream_gbps
 from .full_save import split_stream
 from . import mount as mount_tier
-from . import sharding_inputs as two_level
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -54,6 +54,11 @@ class ComposeRequest:
     calibration: str | None = None      # a calibration record's path
     nccl: list[str] = field(default_factory=list)
     net: list[str] = field(default_factory=list)
+    # issue 24: two networks and sharding (compose/sharding_inputs.py)
+    net_intra: list[str] = field(default_factory=list)    # [NAME=]BUSBW[@LATENCY] inside a node
+    net_inter: list[str] = field(default_factory=list)    # [NAME=]BW[@LATENCY]: one node's NICs
+    sharding: str | None = None                           # full,hybrid,hybrid:G
+    scale_nodes: str | None = None                        # 2,8,64
     allow_partial: bool = False
     tier: list[str] = field(default_factory=list)
     storage: list[str] = field(default_factory=list)
@@ -68,11 +73,6 @@ class ComposeRequest:
     data_rate: list[str] = field(default_factory=list)    # described loader rates, NAME=SAMPLES/S
     sample_bytes: str | None = None
     modelload: list[str] = field(default_factory=list)    # modelload records' paths, [NAME=]PATH
-    # issue 24: two networks and sharding (compose/sharding_inputs.py)
-    net_intra: list[str] = field(default_factory=list)    # [NAME=]BUSBW[@LATENCY] inside a node
-    net_inter: list[str] = field(default_factory=list)    # [NAME=]BW[@LATENCY]: one node's NICs
-    sharding: str | None = None                           # full,hybrid,hybrid:G
-    scale_nodes: str | None = None                        # 2,8,64
 
 
 def model(req: ComposeRequest) -> ModelShape | CrudeModel:
