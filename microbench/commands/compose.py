@@ -22,6 +22,8 @@ from ..results.outputs import check_new_file
 from ..results import RecordWriter, write_csv
 from ..compose import full_save as fs, inputs, whatif
 from ..compose.inputs import DEFAULT_MFU
+from ..compose import sharding_inputs
+from . import compose_sharding
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
                         "with units, and the per-collective latency (default 0), e.g. --net ib=40GB/s@30us")
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
+    compose_sharding.add_arguments(p)   # issue 24: --net-intra, --net-inter, --sharding, --scale-nodes
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
                    help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
     req = request(args)
     given = inputs.build(req)
+    plan = sharding_inputs.plan(req.sharding, req.scale_nodes, given.networks, given.world, given.nodes)  # issue 24
     result = whatif.compose(given)
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
@@ -153,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
+    if plan is not None:   # issue 24: the sharding what-ifs, their rows into the record
+        result.extra_rows += compose_sharding.print_sharding(given, plan)
     if given.tiers:
         _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
                           given.mtbf_s, rate)

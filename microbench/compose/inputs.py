@@ -11,7 +11,8 @@ from typing import Any
 
 from .. import compose as cp
 from ..core import registry
-from .curves import Network, network_from_record, record_rows, synthetic_network
+from .curves import Network, record_rows, synthetic_network
+from . import sharding_inputs as two_level   # issue 24: two networks and sharding
 from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
 from .tiers import tier_bandwidths, tier_stream_gbps
@@ -53,6 +54,11 @@ class ComposeRequest:
     calibration: str | None = None      # a calibration record's path
     nccl: list[str] = field(default_factory=list)
     net: list[str] = field(default_factory=list)
+    # issue 24: two networks and sharding (compose/sharding_inputs.py)
+    net_intra: list[str] = field(default_factory=list)    # [NAME=]BUSBW[@LATENCY] inside a node
+    net_inter: list[str] = field(default_factory=list)    # [NAME=]BW[@LATENCY]: one node's NICs
+    sharding: str | None = None                           # full,hybrid,hybrid:G
+    scale_nodes: str | None = None                        # 2,8,64
     allow_partial: bool = False
     tier: list[str] = field(default_factory=list)
     storage: list[str] = field(default_factory=list)
@@ -123,8 +129,8 @@ def networks(req: ComposeRequest, for_gpus: bool) -> list[Network]:
         if Path(path).is_dir():
             path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
         record = load_record(path)
-        out.append(network_from_record(record, name or Path(path).stem, path,
-                                       allow_partial=req.allow_partial, for_gpus=for_gpus))
+        out.append(two_level.record_network(record, name or Path(path).stem, path,   # node, cross groups: issue 24
+                                            allow_partial=req.allow_partial, for_gpus=for_gpus))
     for text in req.net:
         name, sep, spec = text.partition("=")
         if not sep or not name or not spec:
@@ -133,6 +139,7 @@ def networks(req: ComposeRequest, for_gpus: bool) -> list[Network]:
         busbw = parse_bandwidth_bytes_per_s(rate, what=f"--net {name} bus bandwidth") / 1e9
         lat = parse_duration_s(latency, what=f"--net {name} latency", example="30us") if latency else 0.0
         out.append(synthetic_network(name, busbw, lat, text))
+    out += two_level.described(req.net_intra, req.net_inter)   # issue 24
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
                          "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
@@ -357,6 +364,7 @@ def build(req: ComposeRequest) -> ComposeInputs:
     rate = compute_rate(req)
     nets = networks(req, for_gpus=not rate.on_cpu)
     world, nodes = ranks(req, nets)
+    nets = two_level.for_job(nets, world, nodes)   # issue 24: the full-sharding view at this job's ranks per node
     cal = calibration(req)
     train = train_spec(req, world, rate, cal)
     tier_list = tiers(req)
