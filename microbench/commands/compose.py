@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     req = request(args)
     given = inputs.build(req)
     result = whatif.compose(given)
+    job = job_report.run(req, given, result, load_record)   # issue 23: the whole job (--steps): refused before output
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
     _print_header(model, given.train, given.world, given.nodes, rate)
@@ -178,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
                              train.micro_batch * train.grad_accum,
                              {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
     record = whatif.record(result, loading)
-    job = job_report.run(req, given, result, load_record)   # issue 23: the whole job, with --steps/--tokens
     if job is not None:
         print("\n".join(job[0]))
         record["summary"]["job"], record["rows"] = job[1]["summary"], record["rows"] + job[1]["rows"]

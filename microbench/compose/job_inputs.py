@@ -101,7 +101,7 @@ def pick(kind: str, flag: str, available: dict[str, Any], asked: list[str] | Non
                              f"e.g. --tier {name}=W:R such as --tier {name}=1.6:6.4")
         if name not in available:
             raise UsageError(f"{flag} {name}: no such tier; expected one of {', '.join(known) or 'none given'}, "
-                             f"e.g. --tier {name}=1.6:6.4 --data {name}")
+                             f"e.g. --tier {name}=1.6:6.4 {flag} {name}")
     return asked
 
 

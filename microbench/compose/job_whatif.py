@@ -170,6 +170,8 @@ def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Config]) -> 
 
 def whatif(model: JobModel) -> WhatIf:
     outcomes = sorted((model.evaluate(c) for c in model.configs()), key=Outcome.key)
+    if not any(math.isfinite(o.total_s) for o in outcomes):
+        raise UsageError(f"no configuration ever trains: {outcomes[0].never}")
     allowed = [o for o in outcomes if o.allowed]
     best = allowed[0] if allowed else None
     worst = allowed[-1] if allowed else None
