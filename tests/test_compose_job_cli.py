@@ -94,3 +94,28 @@ def test_without_steps_compose_prints_no_job_and_takes_an_ephemeral_tier(run_cli
     assert res.returncode == 0, res.stderr
     assert "nvme    10.00 GB/s" in res.stdout
     assert "## job" not in res.stdout and "## recommendation" not in res.stdout
+
+
+def test_tokens_a_slow_loader_and_the_interval_give_the_job_by_hand(run_cli, tmp_path):
+    # One network, one tier; a described loader of 0.5 samples/s per rank: 8 samples per step take
+    # 16 s, the stall is what the step does not hide. 1e8 tokens at 1,048,576 per step: 96 steps.
+    # --ckpt-interval 20min without --ckpt-every: (1200 s - save) / (step + stall) steps.
+    res = run_cli("compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
+                  "--seq-len", "8192", "--grad-accum", "8", "--net", "ib=40GB/s", "--tier", "shared=1.6:6.4",
+                  "--data-rate", "slow=0.5", "--data", "slow", "--tokens", "1e8", "--ckpt-interval", "20min",
+                  "--json", str(tmp_path / "j.json"))
+    assert res.returncode == 0, res.stderr
+    record = json.loads((tmp_path / "j.json").read_text())
+    step = [r["step_s"] for r in record["rows"] if r["op"] == "step"][0]
+    params = record["config"]["model"]["total_params"]
+    save = 12 * params / 1.6e9
+    stall = 16.0 - step
+    assert stall > 0                                    # the loader, not the step, sets the pace here
+    every = int((1200 - save) // (step + stall))
+    (conf,) = record["summary"]["job"]["configurations"]
+    tl = conf["timeline"]
+    assert tl["plan"]["steps"] == 96 and tl["plan"]["ckpt_every"] == every
+    saves = len(range(every, 96, every)) + 1
+    assert tl["total_s"] == pytest.approx(2 * params / 6.4e9 + 96 * (step + stall) + saves * save, rel=1e-9)
+    assert tl["time_by_kind_s"]["data_stall"] == pytest.approx(96 * stall)
+    assert "--tokens 1e8: 96 steps of 1,048,576 tokens" in res.stdout and "data stall" in res.stdout

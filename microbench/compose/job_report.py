@@ -62,6 +62,8 @@ def build(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any
 def _every(model: JobModel, every: int | None) -> str:
     if model.ask.ckpt_every is not None:
         return f"a checkpoint every {model.ask.ckpt_every} steps (--ckpt-every)"
+    if every is not None and every >= model.ask.steps:
+        return f"no checkpoint before the final save (--ckpt-interval {format_time(model.interval_s)}: {every} steps)"
     return f"a checkpoint every {every} steps (--ckpt-interval {format_time(model.interval_s)})"
 
 
