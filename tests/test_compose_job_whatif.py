@@ -100,3 +100,20 @@ def test_a_cached_mount_with_nowhere_to_cache_is_refused_with_examples():
         _tiers("n=1:1,ephemeral,durable")
     with pytest.raises(UsageError, match="cache= is for a cached mount without drain="):
         _tiers("b=1:1,cached,drain=1,cache=3")
+
+
+def test_the_closed_form_total_is_the_timelines_over_random_jobs():
+    import random
+
+    from microbench.compose.job import JobPlan, PhaseCosts, timeline
+    from microbench.compose.job_whatif import total_s
+
+    rng = random.Random(23)
+    for _ in range(3000):
+        steps = rng.randint(1, 60)
+        plan = JobPlan(steps, rng.choice([None, 1, 2, 3, 5, 7, steps, steps + 4]), final_save=rng.random() > 0.2,
+                       tokens_per_step=10)
+        costs = PhaseCosts(rng.choice([0.0, rng.uniform(0, 50)]), rng.uniform(0.1, 10),
+                           rng.choice([0.0, rng.uniform(0, 3)]), rng.choice([0.0, rng.uniform(0, 30)]),
+                           rng.choice([0.0, rng.uniform(0, 80)]), rng.random() > 0.5)
+        assert total_s(plan, costs) == pytest.approx(timeline(plan, costs).total_s, rel=1e-9, abs=1e-9), (plan, costs)

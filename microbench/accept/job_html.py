@@ -39,7 +39,9 @@ def _chosen(job: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Per network (fastest first): the fastest configuration per checkpoint tier, allowed and
     marked apart (the data tier rarely changes a total: its variants would repeat one bar), and
     the recommended and the worst wherever they fall."""
-    configs = [c for c in job.get("configurations") or [] if c.get("timeline")]
+    timelines = job.get("timelines") or []
+    configs = [dict(c, timeline=timelines[c["timeline"]]) for c in job.get("configurations") or []
+               if isinstance(c.get("timeline"), int) and 0 <= c["timeline"] < len(timelines)]
     seen: set[tuple[str, str, bool]] = set()
     out: dict[str, list[dict[str, Any]]] = {}
     for c in configs:                     # sorted by total already
@@ -59,7 +61,7 @@ def timeline_svg(job: dict[str, Any]) -> str:
     rec = job.get("recommended") or {}
     rows = sum(len(g) for g in groups.values())
     height = 24 * len(groups) + ROW_H * rows + 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + BAR_W + 100}" height="{height}" '
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + BAR_W + 150}" height="{height}" '
            f'role="img" aria-label="job timelines" style="font:12px system-ui,sans-serif">']
     y = 0
     for network, configs in groups.items():
@@ -80,6 +82,9 @@ def timeline_svg(job: dict[str, Any]) -> str:
             tl = c["timeline"]
             for p in tl["phases"]:
                 x, w = LABEL_W + BAR_W * p["start_s"] / span, max(BAR_W * p["time_s"] / span, 0.5)
+                if p.get("kind") == "repeat":   # identical periods folded in the record: their first, tiled
+                    out.append(_tiled(p, x, w, y, span, f"p{len(out)}"))
+                    continue
                 top, h = (y + 13, 3) if p.get("overlapped") else (y + 2, 11)
                 out.append(f'<rect x="{x:.2f}" y="{top}" width="{w:.2f}" height="{h}" fill="{COLOURS[p["kind"]]}">'
                            f'<title>{_e(p["name"])}: {_e(format_time(p["time_s"]))}</title></rect>')
@@ -96,6 +101,19 @@ def timeline_svg(job: dict[str, Any]) -> str:
         x += 26 + 7 * len(LABELS[kind])
     out.append("</svg>")
     return "".join(out)
+
+
+def _tiled(p: dict[str, Any], x: float, w: float, y: float, span: float, ident: str) -> str:
+    """A folded run of identical periods: one rect filled with a pattern of its first period."""
+    tile = max(BAR_W * p["period_s"] / span, 1e-3)
+    cells = []
+    for q in p.get("template") or []:
+        qx, qw = BAR_W * q["start_s"] / span, max(BAR_W * q["time_s"] / span, 0.05)
+        top, h = (13, 3) if q.get("overlapped") else (2, 11)
+        cells.append(f'<rect x="{qx:.3f}" y="{top}" width="{qw:.3f}" height="{h}" fill="{COLOURS.get(q["kind"], "#999")}"/>')
+    return (f'<defs><pattern id="{ident}" patternUnits="userSpaceOnUse" x="{x:.3f}" y="{y}" width="{tile:.4f}" '
+            f'height="{ROW_H}">{"".join(cells)}</pattern></defs><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
+            f'height="16" fill="url(#{ident})"><title>{_e(p["name"])}: {_e(format_time(p["time_s"]))}</title></rect>')
 
 
 def section(record: dict[str, Any], table: Any) -> str:

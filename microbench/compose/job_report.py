@@ -5,6 +5,7 @@ the ranked what-if and the recommendation with what would change it."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any, Callable
 
 from .job import KINDS, JobTimeline, Phase
@@ -13,6 +14,7 @@ from .job_whatif import MAX_FACTOR, PHASE_FLAGS, JobModel, WhatIf, rows, whatif
 from .report import format_time
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
+RECORD_PHASES = 400       # a timeline with more is recorded with its identical periods folded
 KIND_LABELS = {"model_load": "model load", "train": "training steps", "data_stall": "data stall",
                "ckpt_blocking": "checkpoint (blocking)", "ckpt_wait": "wait for the previous checkpoint",
                "ckpt_drain": "drain (overlapped)", "final_save": "final save until durable"}
@@ -77,6 +79,39 @@ def _periods(phases: tuple[Phase, ...]) -> list[list[Phase]]:
     return out
 
 
+def _runs(periods: list[list[Phase]]) -> list[tuple[int, int]]:
+    """[start, end) runs of identical periods in a row (the same kinds and times)."""
+    out, i = [], 0
+    while i < len(periods):
+        sig = [(p.kind, round(p.time_s, 9)) for p in periods[i]]
+        j = i + 1
+        while j < len(periods) and [(p.kind, round(p.time_s, 9)) for p in periods[j]] == sig:
+            j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def timeline_dict(job: JobTimeline) -> dict[str, Any]:
+    """JobTimeline.as_dict; past RECORD_PHASES phases, each run of identical periods is kept as its
+    first period and one "repeat" entry (how many more, each period_s long, drawn from its first:
+    the "template"), so a job of 10,000 steps stays a small record and a picture."""
+    out = job.as_dict()
+    if len(job.phases) <= RECORD_PHASES:
+        return out
+    periods, phases = _periods(job.phases), []
+    for i, j in _runs(periods):
+        phases += [asdict(p) for p in periods[i]]
+        if j - i > 1:
+            first = periods[i + 1]
+            period = sum(p.time_s for p in first if not p.overlapped)
+            phases.append({"name": f"{j - i - 1} more periods like it", "kind": "repeat", "start_s": first[0].start_s,
+                           "time_s": period * (j - i - 1), "overlapped": False, "repeat": j - i - 1, "period_s": period,
+                           "template": [dict(asdict(p), start_s=p.start_s - first[0].start_s) for p in first]})
+    out["phases"] = phases
+    return out
+
+
 def job_rows(job: JobTimeline) -> list[tuple[str, str, str, str]]:
     """(phase, start, time, share) in order; identical periods in a row are folded into one line."""
     def row(p: Phase) -> tuple[str, str, str, str]:
@@ -85,19 +120,13 @@ def job_rows(job: JobTimeline) -> list[tuple[str, str, str, str]]:
 
     out: list[tuple[str, str, str, str]] = []
     periods = _periods(job.phases)
-    i = 0
-    while i < len(periods):
-        sig = [(p.kind, round(p.time_s, 9)) for p in periods[i]]
-        j = i + 1
-        while j < len(periods) and [(p.kind, round(p.time_s, 9)) for p in periods[j]] == sig:
-            j += 1
+    for i, j in _runs(periods):
         out += [row(p) for p in periods[i]]
         if j - i > 1:
             first, last = periods[i + 1][0], periods[j - 1][-1]
             span = sum(p.time_s for q in periods[i + 1:j] for p in q if not p.overlapped)
             out.append((f"... {j - i - 1} more periods like it ({first.name} .. {last.name.split(',')[0]})",
                         format_time(first.start_s), format_time(span), f"{span / job.total_s:.1%}"))
-        i = j
     return out
 
 
@@ -178,18 +207,29 @@ def recommendation_lines(result: WhatIf) -> list[str]:
 
 
 def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
-    """summary["job"]: the ask, the recommendation, the flips and each configuration's timeline."""
+    """summary["job"]: the ask, the recommendation, the flips, each configuration (by total) and its
+    timeline (an index into "timelines": JobTimeline.as_dict)."""
     def pick(o: Any) -> dict[str, Any] | None:
         return None if o is None else {**o.config.__dict__, "total_s": o.total_s}
 
+    # A timeline is a function of its plan and costs: configurations that give the same (the data
+    # tier rarely changes a total) share one entry, so a large what-if stays a small record.
+    timelines: list[dict[str, Any]] = []
+    index: dict[Any, int] = {}
+    for o in result.outcomes:
+        if o.plan is not None and (o.plan, o.costs) not in index:
+            index[(o.plan, o.costs)] = len(timelines)
+            timelines.append(timeline_dict(o.timeline))
     return {"steps": model.ask.steps, "ckpt_every": model.ask.ckpt_every, "async_ckpt": model.ask.async_ckpt,
             "tokens_per_step": model.ask.tokens_per_step, "interval_s": model.interval_s, "notes": notes,
             "recommended": pick(result.best), "worst": pick(result.worst), "end_to_end_ratio": result.end_to_end,
             "flips": [{"phase": f.phase, "recommended": f.recommended, "alternative": f.alternative,
                        "factor": f.factor, "ties": f.ties} for f in result.flips],
+            "timelines": timelines,
             "configurations": [{**o.config.__dict__, "marks": list(o.marks), "never_trains": o.never,
-                                "timeline": o.timeline.as_dict() if o.timeline else None} for o in result.outcomes
-                               if math.isfinite(o.total_s) or o.never]}
+                                "total_s": o.total_s if o.plan else None,
+                                "timeline": index[(o.plan, o.costs)] if o.plan else None}
+                               for o in result.outcomes]}
 
 
 def run(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any]]) -> tuple[list[str], dict[str, Any]] | None:

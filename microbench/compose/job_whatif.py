@@ -11,13 +11,14 @@ save never trains: shown as such (refused when that tier was named with --ckpt-t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import UsageError
 from .dataload import DataRate, ModelLoad, data_stall
-from .job import JobTimeline, PhaseCosts, every_for_interval, timeline
+from .job import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 from .job_inputs import CkptTarget, JobAsk, scaled_rate
 
 PHASES = ("data", "model_from", "ckpt_to")
@@ -37,10 +38,47 @@ class Config:
         return f"{self.network}: data {self.data}, model from {self.model_from}, checkpoints to {self.ckpt_to}"
 
 
+def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
+    """compose/job.timeline(plan, costs).total_s in closed form, without building the phases: a
+    what-if ranks hundreds of configurations and bisects on them, and a long job has thousands of
+    checkpoints (tests/test_compose_job_whatif.py holds it equal to the timeline's).
+
+    Periods of P = every x (step + stall) end in a save blocking b with a drain d after it. When the
+    next save waits for the drain, each period after the first lasts max(P, d) + b. When drains
+    queue (a mount's write-back), the last one ends at the later of the first save + n x d and the
+    last save + d. The final save lasts until durable: max(t + b, last drain's end) + d."""
+    step = costs.step_s + costs.data_stall_s
+    b, d = costs.save_blocking_s, costs.save_drain_s
+    n = (plan.steps - 1) // plan.ckpt_every if plan.ckpt_every else 0
+    load = costs.model_load_s
+    period = plan.ckpt_every * step if plan.ckpt_every else 0.0
+    drain_end = 0.0
+    if n == 0:
+        t = load
+    elif costs.drain_blocks_next:
+        t = load + period + b + (n - 1) * (max(period, d) + b)
+        drain_end = t + d if d > 0 else 0.0
+    else:
+        t = load + n * (period + b)
+        drain_end = max(load + period + b + n * d, t + d) if d > 0 else 0.0
+    t += (plan.steps - n * (plan.ckpt_every or 0)) * step
+    if not plan.final_save:
+        return t
+    if costs.drain_blocks_next:
+        t = max(t, drain_end)
+    return max(t + b, drain_end) + d
+
+
+@functools.lru_cache(maxsize=4096)
+def _timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
+    return timeline(plan, costs)
+
+
 @dataclass
 class Outcome:
     config: Config
-    timeline: JobTimeline | None
+    plan: JobPlan | None                # None: never trains
+    costs: PhaseCosts | None
     total_s: float                      # inf: never trains
     ckpt_every: int | None
     marks: tuple[str, ...]
@@ -50,6 +88,23 @@ class Outcome:
     @property
     def allowed(self) -> bool:
         return not self.marks and self.never is None
+
+    @property
+    def timeline(self) -> JobTimeline | None:
+        """The phases, built when shown or recorded (the ranking needs only the total)."""
+        return None if self.plan is None or self.costs is None else _timeline(self.plan, self.costs)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        ok = self.plan is not None and math.isfinite(self.total_s) and self.total_s > 0
+        return self.plan.steps * self.plan.tokens_per_step / self.total_s if ok and self.plan else None
+
+    @property
+    def io_share(self) -> float | None:
+        """Everything but the training steps themselves (compose/job.IO_KINDS)."""
+        if self.plan is None or self.costs is None or not self.total_s > 0 or not math.isfinite(self.total_s):
+            return None
+        return 1 - self.plan.steps * self.costs.step_s / self.total_s
 
     def key(self) -> tuple[float, ...]:
         return (self.total_s, *self.tie)
@@ -101,10 +156,10 @@ class JobModel:
         marks = self.marks(cfg)
         tie = (stall.loader_s, load_s, blocking + drain)
         if never is not None:
-            return Outcome(cfg, None, math.inf, None, marks, never, tie)
+            return Outcome(cfg, None, None, math.inf, None, marks, never, tie)
         costs = PhaseCosts(load_s, step, stall.stall_s, blocking, drain, blocks_next)
-        job = timeline(self.ask.plan(every), costs)
-        return Outcome(cfg, job, job.total_s, every, marks, None, tie)
+        plan = self.ask.plan(every)
+        return Outcome(cfg, plan, costs, total_s(plan, costs), every, marks, None, tie)
 
 
 @dataclass
@@ -187,11 +242,11 @@ def rows(result: WhatIf) -> list[dict[str, Any]]:
     base = result.base_s()
     out = []
     for rank, o in enumerate(result.outcomes, start=1):
-        job = o.timeline
+        finite = math.isfinite(o.total_s)
         out.append({"op": "job", "rank": rank, "network": o.config.network, "data": o.config.data,
                     "model_from": o.config.model_from, "ckpt_to": o.config.ckpt_to, "total_s": o.total_s
-                    if math.isfinite(o.total_s) else None, "ratio": o.total_s / base if job and base > 0 else None,
-                    "tokens_per_s": job.tokens_per_s if job else None, "io_share": job.io_share if job else None,
+                    if finite else None, "ratio": o.total_s / base if finite and base > 0 else None,
+                    "tokens_per_s": o.tokens_per_s, "io_share": o.io_share,
                     "ckpt_every": o.ckpt_every, "allowed": o.allowed, "recommended": o is result.best,
                     "marks": "; ".join(o.marks), "never_trains": o.never})
     return out
