@@ -89,8 +89,11 @@ def timeline_svg(job: dict[str, Any]) -> str:
                 out.append(f'<rect x="{x:.2f}" y="{top}" width="{w:.2f}" height="{h}" fill="{COLOURS[p["kind"]]}">'
                            f'<title>{_e(p["name"])}: {_e(format_time(p["time_s"]))}</title></rect>')
             end = LABEL_W + BAR_W * tl["total_s"] / span
-            out.append(f'</g><text x="{end + 4:.1f}" y="{y + 12}" fill="#5a6470">{_e(format_time(tl["total_s"]))}'
-                       f'{" (marked: " + _e("; ".join(c["marks"])) + ")" if marked and end < LABEL_W + BAR_W * 0.6 else " (marked)" if marked else ""}</text>')
+            # why it is marked, where there is room after the bar
+            why = ("" if not marked else f" (marked: {'; '.join(c['marks'])})" if end < LABEL_W + BAR_W * 0.6
+                   else " (marked)")
+            out.append(f'</g><text x="{end + 4:.1f}" y="{y + 12}" fill="#5a6470">'
+                       f'{_e(format_time(tl["total_s"]) + why)}</text>')
             y += ROW_H
         y += 4
     y += 8

@@ -4,7 +4,6 @@ the ranked what-if and the recommendation with what would change it."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any, Callable
 
@@ -177,7 +176,8 @@ def whatif_lines(model: JobModel, result: WhatIf) -> list[str]:
     if len(shown) < len(table):
         out.append(f"# {len(table) - len(shown)} of {len(table)} rows not printed: every row is in the record")
     out.append("# marked rows checkpoint to an ephemeral tier or resume (--model-from after a restart) from a tier "
-               "other than the checkpoint's: shown, never recommended")
+               "other than the checkpoint's: shown, never recommended; vs rec.: the total over the recommended's "
+               "(the best meeting that constraint), below 1.00x only for marked rows")
     return out
 
 
