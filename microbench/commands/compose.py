@@ -78,8 +78,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
-                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
-                        "adds ,direct or ,cached,drain=GB/S[,delay=5s] (repeatable)")
+                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; ,ephemeral: not "
+                        "durable (a node-local disk); a bucket mount adds ,direct or ,cached,drain=GB/S[,delay=5s], "
+                        "or ,cached alone: WRITE:READ are the bucket's, the cache is cache=GB/S or the fastest "
+                        "ephemeral tier (repeatable)")
     s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage or checkpoint record as a tier (its best write and read), e.g. "
                         "results/suite-*/storage-posix.json (repeatable)")
