@@ -10,12 +10,13 @@ from microbench.compose.levels import described_levels, levels_from_record, two_
 from microbench.compose.models import CrudeModel, preset
 from microbench.compose.sharding import Strategy, parse_sharding, predict_sharding
 from microbench.core.errors import UsageError
+from microbench.core.units import bus_factor
 
 GB = 1e9
 
 
 def rows(op, group, ranks, busbw_gbps, latency_s=0.0, sizes=(1 << 20, 4 << 20, 16 << 20, 64 << 20)):
-    factor = (ranks - 1) / ranks
+    factor = bus_factor(op, ranks)
     out = []
     for size in sizes:
         t = latency_s + size * factor / (busbw_gbps * GB)
@@ -53,6 +54,12 @@ def test_levels_from_a_grouped_record():
     assert levels.node_inter_gbps("all_gather") == pytest.approx(4 * 0.5, rel=1e-6)
     assert levels.intra_gbps("reduce_scatter") == pytest.approx(100.0, rel=1e-6)
     assert levels_from_record({"rows": rows("all_gather", "world", 8, 1.0)}, "x", "x.json") is None
+    # the probe's own count of cross groups that ran at once wins over the node's ranks
+    record = grouped_record()
+    for row in record["rows"]:
+        if row["group"] == "cross":
+            row["groups_at_once"] = 2
+    assert levels_from_record(record, "lab", "n.json").node_inter_gbps("all_gather") == pytest.approx(2 * 0.5, rel=1e-6)
 
 
 def test_a_collective_inside_a_node_is_the_intra_curve():
@@ -197,3 +204,40 @@ def test_two_levels_seen_as_one_network():
     t, how = net.all_gather.time_s(1e9, 16)
     assert t == pytest.approx(1e9 * 15 / 16 / 1.25e9) and "two-level ring over 2 nodes x 8" in how
     assert net.describe()["levels"]["node_inter_gbps"]["all_gather"] == pytest.approx(1.25)
+
+
+def test_the_whatif_rows_ratio_to_the_best_that_fits_and_scale_without_repeats():
+    from microbench.compose.sharding_inputs import described, for_job, plan
+    from microbench.compose.sharding_whatif import scale, whatif
+
+    nets = for_job(described(["360GB/s"], ["eth=1.2GB/s"]), 16, 2)
+    model, t = preset("llama-3.1-8b"), dataclasses.replace(train(), seq_len=4096)
+    p = plan("full,hybrid,hybrid:1", "1,64", nets, 16, 2)
+    rows = {r.strategy: r for r in whatif(model, t, nets, p, 72e9)}
+    assert rows["hybrid:1"].result.memory.fits is False
+    assert rows["hybrid:8"].ratio == 1.0                       # the best that fits
+    assert rows["full"].ratio == pytest.approx(rows["full"].result.step.step_s / rows["hybrid:8"].result.step.step_s)
+    scaled = scale(model, t, nets, p, 72e9)
+    # one node: hybrid's shard group is the world, the full sharding row already there
+    assert [(r.nodes, r.strategy) for r in scaled] == [(1, "full"), (1, "hybrid:1"), (64, "full"), (64, "hybrid:8"),
+                                                       (64, "hybrid:1")]
+    at64 = {r.strategy: r.result for r in scaled if r.nodes == 64}
+    # 64 nodes: each replica group all-reduces its 1/8 over 64 nodes, 8 groups on the node's 1.2 GB/s
+    shard_bytes = (model.block_params * 32 + model.root_params) * 2 / 8
+    assert at64["hybrid:8"].allreduce_s == pytest.approx(2 * 63 / 64 * shard_bytes / (1.2e9 / 8), rel=1e-6)
+
+
+def test_the_cross_groups_measured_all_reduce_is_what_hybrid_uses_when_they_are_as_measured():
+    record = grouped_record(nodes=2, per_node=8, cross_gbps=0.5)
+    record["rows"] += [dict(r, groups_at_once=8) for r in rows("all_reduce", "cross", 2, 0.1, 40e-6)]
+    levels = levels_from_record(record, "lab", "n.json")
+    t, how = levels.all_reduce_time_s(16 << 20, 2, 2, sharing=8)
+    assert "all_reduce as measured: measured" in how
+    assert t == pytest.approx(40e-6 + (16 << 20) * 1.0 / 0.1e9, rel=1e-6)   # the rows' own times (bus factor 1)
+    # another sharing than measured: a ReduceScatter and an AllGather on the fits
+    t, how = levels.all_reduce_time_s(16 << 20, 2, 2, sharing=4)
+    assert how.startswith("as a reduce_scatter and an all_gather") and t == pytest.approx(
+        2 * (40e-6 + (16 << 20) * 0.5 / (0.5e9 * 8 / 4)), rel=1e-6)
+    hyb = predict_sharding(MODEL, train(), levels, ranks_per_node=8, shard_ranks=8)
+    # each block's 2/8 GB shard: past the measured sizes, the all-reduce curve's own fit
+    assert hyb.allreduce_s == pytest.approx(16 * (40e-6 + 2e9 / 8 * 1.0 / 0.1e9), rel=1e-6)

@@ -35,7 +35,9 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
     capacity = given.rate.gpu.usable_memory_bytes if given.rate.gpu else None
     rows = sw.whatif(model, train, given.networks, plan, capacity)
     nodes = max(1, train.ranks // plan.ranks_per_node)
-    print(f"\n## what-if: sharding x network ({nodes} nodes x {plan.ranks_per_node} ranks)")
+    layout = (f"{train.ranks} ranks" if given.nodes is None and plan.ranks_per_node == train.ranks
+              else f"{nodes} node{'s' if nodes > 1 else ''} x {plan.ranks_per_node} ranks")
+    print(f"\n## what-if: sharding x network ({layout})")
     print(tabulate(sw.table(rows, format_time, format_bytes), headers=sw.HEADERS, tablefmt="simple",
                    disable_numparse=True))
     for net in given.networks:
@@ -43,7 +45,7 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
             lv = net.levels
             print(f"# {net.name}: intra {format_rate(lv.intra_gbps('all_gather'))} busbw, one node to the others "
                   f"{format_rate(lv.node_inter_gbps('all_gather'))} ({lv.source})")
-    for line in sw.notes(rows):
+    for line in sw.memory_notes(rows, format_bytes) + sw.notes(rows):
         print(f"# {line}")
     print("# hybrid: AllGather and ReduceScatter inside the shard group; each unit's gradient shard all-reduced "
           "across the replicas once per step behind the last micro-batch's backward (FSDP2 HSDP, "
@@ -57,4 +59,4 @@ def print_sharding(given: ComposeInputs, plan: ShardingPlan) -> list[dict[str, A
         print(tabulate(sw.table(scaled, format_time, format_bytes, with_nodes=True),
                        headers=["nodes", "ranks"] + sw.HEADERS, tablefmt="simple", disable_numparse=True))
         print(f"# method: {sw.SCALE_METHOD}")
-    return [r.as_dict() for r in rows] + [dict(r.as_dict(), scaled=True) for r in scaled]
+    return [r.as_dict() for r in rows] + [dict(r.as_dict(), scaled=True, method=sw.SCALE_METHOD) for r in scaled]

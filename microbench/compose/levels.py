@@ -45,6 +45,7 @@ class Levels:
     inter: Network
     inter_groups: int = 1                 # cross groups that shared a node's NICs when `inter` was measured
     source: str = ""
+    inter_all_reduce: Curve | None = None  # the cross groups' all-reduce, when measured
 
     def curve(self, level: str, op: str) -> Curve:
         net = self.intra if level == "intra" else self.inter
@@ -81,6 +82,18 @@ class Levels:
             return t, (f"two-level ring over {nodes} nodes x {ranks // nodes}: busbw min(intra "
                        f"{self.intra_gbps(op):,.4g}, {inter}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us")
         return t, f"ring over {nodes} nodes, one rank each: busbw {inter} = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us"
+
+    def all_reduce_time_s(self, size_bytes: float, ranks: int, nodes: int, sharing: int = 1) -> tuple[float, str]:
+        """A ring all-reduce moves one ReduceScatter and one AllGather; the cross groups' own
+        all-reduce curve where the groups are as it was measured."""
+        curve = self.inter_all_reduce
+        if (curve is not None and curve.points and ranks == nodes == curve.ranks and sharing == self.inter_groups
+                and size_bytes > 0):
+            t, how = curve.time_s(size_bytes)
+            return t, f"on the inter level ({self.inter.name}), cross groups' all_reduce as measured: {how}"
+        rs, how_rs = self.group_time_s("reduce_scatter", size_bytes, ranks, nodes, sharing)
+        ag, how_ag = self.group_time_s("all_gather", size_bytes, ranks, nodes, sharing)
+        return rs + ag, f"as a reduce_scatter and an all_gather: {how_rs}" + ("" if how_ag == how_rs else f"; {how_ag}")
 
     def describe(self) -> dict[str, Any]:
         return {"intra": self.intra.describe(), "inter": self.inter.describe(), "inter_groups": self.inter_groups,
@@ -167,7 +180,7 @@ def _group_ranks(record: dict[str, Any], group: str, source: str) -> int:
 def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
                        for_gpus: bool = True) -> Levels | None:
     """The node and cross curves of a `nccl --groups ...,node,cross` record; None when it has not
-    both. The cross groups ran all at once, one per rank of a node: the node's ranks."""
+    both."""
     groups = record_groups(record, source)
     if not {"node", "cross"} <= groups:
         return None
@@ -178,4 +191,21 @@ def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_
                                   for r in record_rows(record, source) if r.get("group") == group])
         nets[group] = network_from_record(view, f"{name}:{group}", f"{source} ({group} group)",
                                           allow_partial=allow_partial, for_gpus=for_gpus)
-    return Levels(nets["node"], nets["cross"], _group_ranks(record, "node", source), f"{source} (node and cross groups)")
+    cross_rows = [dict(r, group="world", ranks=r.get("ranks") or _group_ranks(record, "cross", source))
+                  for r in record_rows(record, source) if r.get("group") == "cross"]
+    all_reduce = None
+    if any(r.get("op") == "all_reduce" for r in cross_rows):
+        all_reduce = Curve.from_record(dict(record, rows=cross_rows), "all_reduce", f"{source} (cross group)")
+    return Levels(nets["node"], nets["cross"], _groups_at_once(record, source), f"{source} (node and cross groups)",
+                  all_reduce)
+
+
+def _groups_at_once(record: dict[str, Any], source: str) -> int:
+    """How many cross groups shared each node's NICs: the rows' `groups_at_once` as `nccl --groups`
+    writes it, else one per rank of a node (as it runs them)."""
+    counts = {r.get("groups_at_once") for r in record_rows(record, source) if r.get("group") == "cross"}
+    if len(counts) == 1:
+        (count,) = counts
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return count
+    return _group_ranks(record, "node", source)

@@ -8,13 +8,14 @@ networks: the step and the memory per GPU of each.
                 world / G groups of ranks at the same place in their shard group (HSDP).
                 AllGather and ReduceScatter run in the shard group, as full sharding does at G
                 ranks (fsdp.predict_step); then each unit's gradient shard (its bytes / G) is
-                all-reduced over the replicas, once per step, on the last micro-batch's backward
-                (FSDP2 with set_requires_all_reduce(False) on the others; `allreduce_every_microbatch`
-                for its default), issued after the unit's ReduceScatter and run on the NICs while
-                the earlier blocks' backward and their NVLink collectives go on: a queue on the
-                inter level, whose tail past the end of backward (the first block's and the
-                root's all-reduce, or more when the queue falls behind) is exposed, before the
-                optimizer step. When the shard group itself crosses nodes (G > ranks per node) the
+                all-reduced over the replicas (a ReduceScatter and an AllGather, or the cross
+                groups' measured all-reduce where they are as measured), once per step, on the
+                last micro-batch's backward (FSDP2 with set_requires_all_reduce(False) on the
+                others; `allreduce_every_microbatch` for its default), issued after the unit's
+                ReduceScatter and run on the NICs while the earlier blocks' backward and their
+                NVLink collectives go on: a queue on the inter level, whose tail past the end of
+                backward (the first block's and the root's all-reduce, or more when the queue
+                falls behind) is exposed, before the optimizer step. When the shard group itself crosses nodes (G > ranks per node) the
                 two share the NICs, so the all-reduce is counted unhidden.
                 Memory: the sharded fp32 state is world / G times full sharding's; the optimizer
                 step runs over 1/G of the parameters.
@@ -148,12 +149,9 @@ def predict_sharding(model: Any, train: TrainSpec, levels: Levels | None, *, ran
     def allreduce(params: float) -> float:
         if params <= 0:
             return 0.0
-        total = 0.0
-        for op in ("reduce_scatter", "all_gather"):   # a ring all-reduce moves one of each
-            t, how = levels.group_time_s(op, params * rd / g, m, rep_nodes, rep_sharing)
-            notes.add(f"allreduce {how}")
-            total += t
-        return total
+        t, how = levels.all_reduce_time_s(params * rd / g, m, rep_nodes, rep_sharing)
+        notes.add(f"allreduce {how}")
+        return t
 
     ar_block, ar_root = allreduce(model.block_params), allreduce(model.root_params)
     ar_total = model.layers * ar_block + ar_root

@@ -92,7 +92,8 @@ def scale(model: Any, train: TrainSpec, nets: list[Network], plan: ShardingPlan,
     out: list[ShardingRow] = []
     for nodes in plan.scale_nodes:
         at = dataclasses.replace(train, ranks=nodes * plan.ranks_per_node)
-        out += _at(model, at, nets, plan, capacity, True)
+        # the job's own node count: the rows of the what-if above, as they were predicted there
+        out += _at(model, at, nets, plan, capacity, at.ranks != train.ranks)
     return out
 
 
@@ -137,3 +138,22 @@ def notes(rows: list[ShardingRow]) -> list[str]:
                 how[text].append(op)
     return [f"{net} {strategy}: {' and '.join(ops)} {text}"
             for (net, strategy), how in how_by_row.items() for text, ops in how.items()]
+
+
+def memory_notes(rows: list[ShardingRow], fmt_bytes: Callable[[float], str]) -> list[str]:
+    """Per strategy, once: the sharded state it keeps per GPU against full sharding's, and what to
+    change when it does not fit."""
+    full = next((r.result for r in rows if r.result is not None and r.result.replicas == 1), None)
+    out: list[str] = []
+    for r in rows:
+        s = r.result
+        if s is None or s.replicas == 1 or any(line.startswith(f"{r.strategy} ") for line in out):
+            continue
+        line = (f"{r.strategy} keeps {fmt_bytes(s.memory.sharded_state_bytes)} of fp32 params, grads and AdamW per GPU "
+                f"({s.replicas}x full sharding's"
+                + (f" {fmt_bytes(full.memory.sharded_state_bytes)}" if full is not None else "") + ")")
+        if s.memory.fits is False:
+            line += ("; it DOES NOT FIT: a larger shard group (hybrid:G), activation checkpointing or a smaller "
+                     "micro-batch")
+        out.append(line)
+    return out
