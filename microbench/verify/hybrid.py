@@ -11,9 +11,8 @@ group=all_reduce_group)`), every node's and every replica group's collectives at
 The inputs are measured as those run: the collective probe's `node` groups (every node at once)
 at the units' sizes, and its `cross` groups (all at once, sharing each host's link) with the
 all-reduce at the gradient shards' sizes. The composer's hybrid step (compose/sharding.py,
-predict_sharding) costs the replicas' all-reduce as one ReduceScatter plus one AllGather on the
-inter level; the measured all-reduce is handed to it as two halves, so the time it adds is the
-all-reduce FSDP2 really issues.
+predict_sharding) takes the cross groups' measured all-reduce (Levels.inter_all_reduce), so the
+time it adds is the all-reduce FSDP2 really issues, not a ReduceScatter plus an AllGather.
 """
 
 from __future__ import annotations
@@ -97,7 +96,9 @@ def levels(collectives: dict[str, Any], backend: str, device: str) -> Levels:
     intra = Network("intra (node groups)", Curve.from_record(node, "all_gather", "measured in this run"),
                     Curve.from_record(node, "reduce_scatter", "measured in this run"), "measured in this run",
                     backend, device)
-    # The replicas' all-reduce, as two halves: the composer adds a ReduceScatter and an AllGather.
+    cross = {"rows": [dict(r, group="world") for r in rows if r["group"] == "cross"]}
+    # The inter level's AllGather and ReduceScatter, which this layout never runs across nodes,
+    # stand in as the all-reduce's halves (what a ring all-reduce is made of).
     halves = {"rows": [dict(r, group="world", time_us={"p50": r["time_us"]["p50"] / 2}, op=op,
                             busbw_gbps=r["busbw_gbps"])
                        for r in rows if r["group"] == "cross" for op in ("all_gather", "reduce_scatter")]}
@@ -105,7 +106,8 @@ def levels(collectives: dict[str, Any], backend: str, device: str) -> Levels:
                     Curve.from_record(halves, "reduce_scatter", "measured in this run"), "measured in this run",
                     backend, device)
     per_node = collectives["topology"]["ranks_per_node"]
-    return Levels(intra, inter, per_node, "node and cross groups measured in this run")
+    return Levels(intra, inter, per_node, "node and cross groups measured in this run",
+                  Curve.from_record(cross, "all_reduce", "measured in this run"))
 
 
 def predict(shape: Any, train: Any, collectives: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
