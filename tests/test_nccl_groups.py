@@ -100,8 +100,11 @@ def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_pa
     """Four ranks started as torchrun would on 2 nodes of 2 (LOCAL_WORLD_SIZE=2): every group's
     results checked element by element, the record's curves per group with the topology."""
     port, out = str(free_port()), tmp_path / "groups.json"
+    # The rings cover the three FSDP ops; torch's every op (broadcast's root: the group's first rank).
+    checked = ("all_reduce", "reduce_scatter", "all_gather") + (("all_to_all", "broadcast") if algo == "torch" else ())
+    ops = ",".join(checked)
     argv = [sys.executable, "-m", "microbench", "nccl", "--groups", "world,node,cross", "--sizes", "48K,96K",
-            "--ops", "all_reduce,reduce_scatter,all_gather", "--algo", algo, "--iters", "2", "--warmup", "1",
+            "--ops", ops, "--algo", algo, "--iters", "2", "--warmup", "1",
             "--json", str(out)]
     procs = [subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=cli_env({"RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r % 2),
@@ -112,7 +115,7 @@ def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_pa
     record = json.loads(out.read_text())
     assert record["summary"]["topology"] == {"nodes": 2, "ranks_per_node": 2, "from": "LOCAL_WORLD_SIZE"}
     assert set(record["summary"]["groups"]) == {"world", "node", "cross"}
-    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+    for op in checked:
         for group, ranks in (("world", 4), ("node", 2), ("cross", 2)):
             rows = [r for r in record["rows"] if r["op"] == op and r["group"] == group]
             assert rows and {r["ranks"] for r in rows} == {ranks}, (op, group)
