@@ -121,8 +121,8 @@ def add_job_parser(vs: argparse._SubParsersAction) -> None:
     j.add_argument("--model-from", default=None, metavar="TIER", help="where the model is loaded from (default dir)")
     j.add_argument("--ckpt-to", default=None, metavar="TIER", help="where checkpoints go (default dir)")
     j.add_argument("--matrix", action="store_true", help="every assignment of the matrix (all dir; data and model "
-                   "from s3 with checkpoints to a cached mount) x the link profiles (with --lab: unlimited,200mbit "
-                   "unless --link-profiles)")
+                   "from s3 with checkpoints to a cached mount) x the link profiles unlimited,1gbit (on --lab, or a "
+                   "two-host lab made and removed by the run)")
     j.add_argument("--batch-size", default="8", help="samples per step per rank (default 8)")
     j.add_argument("--sample-size", default="4K", help="bytes per sample (default 4K)")
     j.add_argument("--workers", default="1", help="DataLoader workers per rank (default 1)")

@@ -190,7 +190,10 @@ def probe_checkpoint(world: Any, run_dir: Any, layout: list[Any], async_ckpt: bo
     how = ("dcp.async_save: blocked until it returns, durable when its future is done" if async_ckpt else
            "dcp.save through a cached mount: blocked until it returns, durable when the store holds every byte "
            "(polled over the S3 API)" if mount else "dcp.save: durable when it returns")
+    # A cached mount's write-back delay (as `mount up` set it) runs beside earlier uploads.
+    delay = float(probe.mount.get("write_back_s") or 0.0) if mount and not async_ckpt else 0.0
     return {"blocking_s": blocking, "durable_s": max(durable, blocking), "bytes": nbytes, "mount": mount,
+            "drain_delay_s": delay,
             "drain_blocks_next": async_ckpt, "iters": row["iters"],
             "source": f"checkpoint probe on {run_dir.display.split('://')[0] if '://' in run_dir.display else 'a directory'}"
                       f" in this run: {nbytes:,} bytes in this training state's layout (model + AdamW), {how}, "

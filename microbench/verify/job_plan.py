@@ -38,7 +38,7 @@ class Assignment:
 # a published 12B finetune recommends). Without FUSE the checkpoints go to S3 instead.
 MATRIX = (Assignment("dir", "dir", "dir"), Assignment("s3", "s3", "mount"))
 MATRIX_NO_FUSE = (Assignment("dir", "dir", "dir"), Assignment("s3", "s3", "s3"))
-MATRIX_PROFILES = "unlimited,200mbit"
+MATRIX_PROFILES = "unlimited,1gbit"
 
 
 @dataclass

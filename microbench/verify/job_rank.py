@@ -7,7 +7,8 @@ time every phase:
                  into the fully_shard model (built beforehand, untimed, as from_pretrained builds
                  the model before it loads; modelload allocates its tensors untimed the same way);
   data stall     every wait in next() of the DataLoader over the job's WebDataset shards (the
-                 dataload probe's loader), including the workers' start;
+                 dataload probe's loader), including the workers' start, until every rank has its
+                 batch (a barrier: a rank waiting for data holds the others' first collective);
   train          forward, backward, AdamW step and zero_grad of each step;
   ckpt blocking  get_state_dict + dcp.save (or dcp.async_save's return) every --ckpt-every steps;
   ckpt wait      an async save waiting for the previous one's future;
@@ -53,7 +54,7 @@ def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: di
     stall_total = data["first_batch_s"] + (plan.steps - 1) * stall.stall_s
     costs = PhaseCosts(model_load_s=model["load_s"], step_s=step["step_s"], data_stall_s=stall_total / plan.steps,
                        save_blocking_s=ckpt["blocking_s"], save_drain_s=max(0.0, ckpt["durable_s"] - ckpt["blocking_s"]),
-                       drain_blocks_next=ckpt["drain_blocks_next"])
+                       drain_blocks_next=ckpt["drain_blocks_next"], drain_delay_s=ckpt["drain_delay_s"])
     return timeline(plan, costs), stall.as_dict()
 
 
@@ -72,6 +73,10 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     params = dict(model.named_parameters())
+    if not model_place.local:
+        # The S3 client made before the clock, as the modelload probe's is made in its warm-up
+        # (a botocore session takes about a second to set up, no storage time).
+        model_place.client()
     if world.spec.local_rank == 0:
         model_place.drop_cache(keys)
         data_place.drop_cache(dplan.keys())
@@ -93,6 +98,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
                 if local.numel() and rank < len(chunks):
                     local.copy_(chunks[rank].reshape(local.shape))
     sync(device)
+    world.barrier()   # the load ends when the last rank has its shards
     spent["model_load"] = time.perf_counter() - t0
     local_sum = float(sum(p.to_local().double().sum().item() for p in model.parameters()))
     progress["model_load_s"] = spent["model_load"]
@@ -100,6 +106,8 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     # -- steps, with the data stall and the checkpoints
     saves = 0
     future = None
+    saves_s: list[float] = []     # each periodic save's blocking time
+    state_s: list[float] = []     # of which get_state_dict
 
     def state() -> dict[str, Any]:
         msd, osd = get_state_dict(model, optim)
@@ -109,13 +117,18 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     it = iter(loader(data_place.data_source(), dplan, workers=workers, batch_size=batch_size, prefetch_factor=2,
                      decode_us=0.0, rank=rank, ranks=ranks, pin_memory=False, epoch=1))
     spent["data_stall"] += time.perf_counter() - start
+    waits_s: list[float] = []     # each next()'s wait
     data_wrong = 0
     marks = set(range(plan.ckpt_every, plan.steps, plan.ckpt_every)) if plan.ckpt_every else set()
     for i in range(1, plan.steps + 1):
         start = time.perf_counter()
         _keys, data, size, wrong, _reqs = next(it)
         batch = as_tensor(data, size, False)
-        spent["data_stall"] += time.perf_counter() - start
+        # Until every rank has its batch: a rank waiting for data holds the others' first
+        # collective, and that wait is the data's, not the step's.
+        world.barrier()
+        waits_s.append(time.perf_counter() - start)
+        spent["data_stall"] += waits_s[-1]
         data_wrong += wrong
         ids = (batch.reshape(-1)[:tokens + 1].long() % shape.vocab).view(1, -1).to(device)
         start = time.perf_counter()
@@ -131,11 +144,15 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
                 spent["ckpt_wait"] += time.perf_counter() - start
             start = time.perf_counter()
             writer = run_dir.writer(f"step-{i}", 1)
+            current = state()
+            state_s.append(time.perf_counter() - start)
             if plan.async_ckpt:
-                future = dcp.async_save(state(), storage_writer=writer, process_group=world.control)
+                future = dcp.async_save(current, storage_writer=writer, process_group=world.control)
             else:
-                dcp.save(state(), storage_writer=writer, process_group=world.control)
-            spent["ckpt_blocking"] += time.perf_counter() - start
+                dcp.save(current, storage_writer=writer, process_group=world.control)
+            del current
+            saves_s.append(time.perf_counter() - start)
+            spent["ckpt_blocking"] += saves_s[-1]
         progress.update(steps_done=i, checkpoints_done=saves, **{f"{k}_s": v for k, v in spent.items() if v})
     del it   # the workers shut down (a trainer's loop ends the same way)
 
@@ -155,13 +172,16 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     total = time.perf_counter() - t0
     progress.update(final_save_s=spent["final_save"], total_s=total)
 
-    every = world.all_gather_object((spent, total, steps_s, local_sum, data_wrong))
+    every = world.all_gather_object((spent, total, steps_s, local_sum, data_wrong, saves_s, state_s, waits_s))
     measured = {k: max(e[0][k] for e in every) for k in KINDS}
     loaded_sum = sum(e[3] for e in every)
     return {"phases_s": measured, "total_s": max(e[1] for e in every),
             "per_rank_total_s": [e[1] for e in every],
             "steps_s": [max(e[2][j] for e in every) for j in range(plan.steps)],
             "checkpoints": saves + 1, "durable": durable,
+            "saves_s": [max(e[5][j] for e in every) for j in range(saves)],
+            "get_state_dict_s": [max(e[6][j] for e in every) for j in range(saves)],
+            "data_waits_s": [max(e[7][j] for e in every) for j in range(plan.steps)],
             "model_wrong": int(abs(loaded_sum - expected_sum) > 1e-6 * (abs(expected_sum) + 1)),
             "data_wrong": sum(e[4] for e in every)}
 

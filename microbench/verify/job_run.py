@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import model as fm
-from .job_plan import JobOptions
+from .job_plan import MATRIX_PROFILES, JobOptions
 from .job_report import print_report, verdict
 from .phases import left_partial, partial_unless_finished
 from .plan import calibration_from, check_memory
@@ -37,6 +37,32 @@ S3_BUCKET, S3_PREFIX = "microbench", "verify-job"
 
 def run_job(opts: JobOptions) -> int:
     choice = backends.choose(opts.backend)
+    with contextlib.ExitStack() as lab_stack:
+        if opts.matrix and opts.lab is None:
+            opts = _own_lab(lab_stack, opts)
+        return _run(opts, choice)
+
+
+def _own_lab(stack: contextlib.ExitStack, opts: JobOptions) -> JobOptions:
+    """--matrix without --lab: a two-host lab of its own for the link profiles, removed at the end;
+    where namespaces are refused, the loopback profile alone, said in the record."""
+    from ..core.errors import MicrobenchError
+    from ..core.units import parse_link_rate
+
+    name = f"vjob{uuid.uuid4().hex[:4]}"
+    try:
+        labmod.require()
+        stack.callback(labmod.down, name)
+        labmod.up(name, 2, None)
+    except MicrobenchError as exc:
+        return dataclasses.replace(opts, notes=[*opts.notes, f"one link profile only (loopback): no lab ({exc})"])
+    profiles = [(label.strip(), parse_link_rate(label.strip())) for label in MATRIX_PROFILES.split(",")]
+    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or "2", profiles=profiles,
+                               notes=[*opts.notes, f"the link profiles run on lab {name} (2 hosts), made and "
+                                                   f"removed by this run"])
+
+
+def _run(opts: JobOptions, choice: Any) -> int:
     lab = labmod.get(opts.lab) if opts.lab else None
     given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
     nproc = labrun.place(lab.name, nproc=given).nproc if lab is not None else (given or local_ranks())
@@ -65,6 +91,11 @@ def run_job(opts: JobOptions) -> int:
         print(f"# note: {note}")
     with partial_unless_finished(path), contextlib.ExitStack() as stack:
         tiers, env = _tiers(stack, tiers_used, opts)
+        if lab is not None and tiers.get("ports"):
+            from ..lab.relay import LoopbackRelay
+
+            hosts = [h.netns for h in lab.hosts[:nproc]]
+            stack.enter_context(LoopbackRelay(hosts, tiers["ports"]))
         job_choice = dataclasses.replace(choice, env={**choice.env, **env})
         base = {"device": choice.device, "backend": choice.backend, "record": str(path), "timeout": opts.timeout_s,
                 "nproc": nproc, "shape": opts.shape, "tokens": opts.tokens, "steps": opts.steps,
@@ -101,6 +132,7 @@ def _tiers(stack: contextlib.ExitStack, used: list[str], opts: JobOptions) -> tu
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
         env.update(embedded_s3_env(server))
         tiers["s3"] = {"bucket": S3_BUCKET, "prefix": S3_PREFIX}
+        tiers.setdefault("ports", []).append(server.port)
     if "mount" in used:
         from ..targets import mount as mountmod
 
@@ -111,6 +143,8 @@ def _tiers(stack: contextlib.ExitStack, used: list[str], opts: JobOptions) -> tu
                                                      timeout_s=30))
         tiers["mount"] = state.path
         tiers["mount_name"] = name
+        # Rank 0 polls the mount's own server for durability: on a lab host it needs the relay too.
+        tiers.setdefault("ports", []).append(int(state.endpoint.rsplit(":", 1)[1]))
     return tiers, env
 
 

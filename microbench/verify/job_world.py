@@ -38,15 +38,18 @@ def run_profile(world: Any, spec: dict[str, Any]) -> int:
         a = Assignment(data, model_tier, ckpt)
         label = f"{profile} {a.label}"
         progress: dict[str, Any] = {}
-        try:
-            row = guarded(world, record, label, lambda: one_config(world, spec, a, shape, device, precision, cal,
-                                                                   progress))
-        except BaseException:
-            if record is not None and progress:
-                # The phases finished before the failure, as rank 0 saw them (its own times).
-                record.add_row({"kind": "job", "status": "partial", "profile": profile, "assignment": a.label,
-                                "model": shape.name, "finished_phases_rank0": dict(progress)})
-            raise
+
+        def attempt(a: Assignment = a, progress: dict[str, Any] = progress) -> dict[str, Any]:
+            try:
+                return one_config(world, spec, a, shape, device, precision, cal, progress)
+            except BaseException:
+                if record is not None and progress:
+                    # The phases finished before the failure, as rank 0 saw them (its own times).
+                    record.add_row({"kind": "job", "status": "partial", "profile": profile, "assignment": a.label,
+                                    "model": shape.name, "finished_phases_rank0": dict(progress)})
+                raise
+
+        row = guarded(world, record, label, attempt)
         if record is not None:
             record.add_row(row)
             t = row["total"]
@@ -72,6 +75,7 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
     dplan = jr.data_plan(world.size, batch, plan.steps, workers, spec["sample_bytes"])
     state = ji.model_state(shape)
     keys: list[str] = []
+    finished = False
     try:
         if world.rank == 0:
             from ..probes.dataload import dataset as ds
@@ -108,8 +112,10 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
         world.barrier()
         measured = jr.run_job(world, shape, tokens, device, precision, plan, model_place, keys, expected_sum,
                               data_place, dplan, workers, batch, job_dir, progress, spec["timeout"])
+        finished = True
     finally:
-        world.barrier()
+        if finished:
+            world.barrier()   # every rank done with the files (after a failure rank 0 cleans up alone)
         if world.rank == 0:
             for place in (model_place, probe_place, data_place):
                 place.remove()
