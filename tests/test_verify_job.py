@@ -129,8 +129,11 @@ def test_a_short_job_on_a_directory_times_and_predicts_every_phase(run_cli, tmp_
                                                    phase["measured_s"])
     total = row["total"]
     assert total["error_pct"] == pytest.approx(100 * (total["predicted_s"] - total["measured_s"]) / total["measured_s"])
-    # The prediction is compose's timeline over the probes' costs: the train phase is steps x the step.
-    assert row["phases"]["train"]["predicted_s"] == pytest.approx(3 * row["inputs"]["step"]["step_s"])
+    # The prediction is compose's timeline over the probes' costs: the train phase is steps x the
+    # step, plus a fresh model's first-step extra measured on a throwaway copy.
+    step = row["inputs"]["step"]
+    assert step["first_step_extra_s"] == row["inputs"]["fresh_model"]["first_step_extra_s"] >= 0
+    assert row["phases"]["train"]["predicted_s"] == pytest.approx(3 * step["step_s"] + step["first_step_extra_s"])
     for name in ("model_load", "data", "checkpoint"):
         assert "in this run" in row["inputs"][name]["source"]
     assert row["inputs"]["calibration"]["source"] == f"--calibration {cal}"

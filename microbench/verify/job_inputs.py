@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from . import model as fm
 from . import steps as vf
+from .steps import sync
 from ..core.stats import percentile
 from ..probes.modelload import model_dir as md
 from ..run.runner import SweepSettings, measure_case
@@ -200,9 +202,11 @@ def probe_checkpoint(world: Any, run_dir: Any, layout: list[Any], async_ckpt: bo
                       f"median of {row['iters']}"}
 
 
-def state_layout_of(shape: Any, device: Any, precision: Any, tokens: int, world: Any) -> list[Any]:
-    """The layout of the job's checkpoint: a throwaway copy of the sharded model after one step
-    (AdamW's state exists only then)."""
+def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, world: Any) -> tuple[list[Any], dict[str, Any]]:
+    """A throwaway copy of the sharded model, fresh as the job's is after its load: its first
+    steps timed (a fresh FSDP2 model's first step also initializes FSDP's buffers and AdamW's
+    state: the extra over the next steps is an input of the prediction), then the layout of its
+    training state (AdamW's state exists only after a step), which the checkpoint probe mirrors."""
     import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -211,12 +215,22 @@ def state_layout_of(shape: Any, device: Any, precision: Any, tokens: int, world:
     torch.manual_seed(0)
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
-    ids, targets = fm.batch(shape, min(tokens, 64), device, seed=world.rank)
-    fm.step(model, optim, ids, targets)
+    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
+    times = []
+    for _ in range(4):
+        world.barrier()
+        start = time.perf_counter()
+        fm.step(model, optim, ids, targets)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    times = [max(t) for t in zip(*world.all_gather_object(times))]
     msd, osd = get_state_dict(model, optim)
     layout = ckl.state_layout({"model": msd, "optim": osd})
     del model, optim, msd, osd
-    return layout
+    extra = max(0.0, times[0] - percentile(times[1:], 50))
+    return layout, {"first_step_extra_s": extra, "steps_s": times,
+                    "source": "a throwaway copy of the fully_shard model, fresh: its first step minus the median of "
+                              "the next three, slowest rank, in this run"}
 
 
 def predict_step(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: Any,

@@ -97,16 +97,14 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
         del state
         world.barrier()
         # The prediction's inputs, each a probe on this configuration's tiers.
+        # The probes' files stay until the job is done: removing a few hundred MB costs the file
+        # system work that spills into whatever runs next (verify/checkpoint.py saw the same).
         model_in = ji.probe_model_load(world, probe_place, ji.model_state(shape), dev, backend)
-        if world.rank == 0:
-            probe_place.remove()
         data_in = ji.probe_data(world, data_place, dplan, workers, batch, dev)
-        layout = ji.state_layout_of(shape, device, precision, tokens, world)
+        layout, fresh_in = ji.fresh_model_probe(shape, device, precision, tokens, world)
         ckpt_in = ji.probe_checkpoint(world, probe_dir, layout, plan.async_ckpt, dev, backend)
-        world.barrier()
-        if world.rank == 0:
-            probe_dir.remove()
         step_in = ji.predict_step(world, shape, tokens, device, dev, backend, precision, cal)
+        step_in["first_step_extra_s"] = fresh_in["first_step_extra_s"]
         tl, stall = jr.predict(plan, step_in, model_in, data_in, ckpt_in, batch, workers)
         progress["predicted_total_s"] = tl.total_s
         world.barrier()
@@ -129,7 +127,7 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
             "phases": phases, "total": total, "error_pct": total["error_pct"],
             "predicted_timeline": tl.as_dict(),
             "measured": {k: v for k, v in measured.items() if k not in ("phases_s",)},
-            "inputs": {"model_load": model_in, "data": {**data_in, "stall": stall}, "checkpoint": ckpt_in,
+            "inputs": {"fresh_model": fresh_in, "model_load": model_in, "data": {**data_in, "stall": stall}, "checkpoint": ckpt_in,
                        "step": step_in, "calibration": {"source": cal.source, "overlap": cal.overlap,
                                                         "unit_overhead_s": cal.unit_overhead_s,
                                                         "compute_efficiency": cal.compute_efficiency}}}
