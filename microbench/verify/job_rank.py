@@ -76,6 +76,13 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     params = dict(model.named_parameters())
+    group = world.control
+    if plan.async_ckpt:
+        import torch.distributed as dist
+
+        # An async save runs its collectives in a thread while training runs its own: on a group
+        # of its own, as torch asks (on the training's group the two interleave and hang).
+        group = dist.new_group(backend="gloo")
     if not model_place.local:
         # The S3 client made before the clock, as the modelload probe's is made in its warm-up
         # (a botocore session takes about a second to set up, no storage time).
@@ -150,9 +157,9 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
             current = state()
             state_s.append(time.perf_counter() - start)
             if plan.async_ckpt:
-                future = dcp.async_save(current, storage_writer=writer, process_group=world.control)
+                future = dcp.async_save(current, storage_writer=writer, process_group=group)
             else:
-                dcp.save(current, storage_writer=writer, process_group=world.control)
+                dcp.save(current, storage_writer=writer, process_group=group)
             del current
             saves_s.append(time.perf_counter() - start)
             spent["ckpt_blocking"] += saves_s[-1]
@@ -167,9 +174,9 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     start = time.perf_counter()
     writer = run_dir.writer(f"step-{plan.steps}", 1)
     if plan.async_ckpt:
-        dcp.async_save(state(), storage_writer=writer, process_group=world.control).result()
+        dcp.async_save(state(), storage_writer=writer, process_group=group).result()
     else:
-        dcp.save(state(), storage_writer=writer, process_group=world.control)
+        dcp.save(state(), storage_writer=writer, process_group=group)
     durable = _wait_durable(world, run_dir, start, timeout_s)
     spent["final_save"] = time.perf_counter() - start
     total = time.perf_counter() - t0
