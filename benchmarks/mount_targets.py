@@ -5,7 +5,10 @@
   2. direct mount: write bandwidth >= 0.8x the S3 probe's PUT bandwidth to the same server
      (`microbench storage s3 --endpoint ... --ops put --object-size SIZE`, a single stream
      like the mount's file);
-  3. durable time within 15% of bytes / (that PUT bandwidth) + the write-back delay.
+  3. durable time within 15% of bytes / (that PUT bandwidth) + the write-back delay. The delay
+     starts at close (rclone's --vfs-write-back), so the durable time compared is from the
+     close, i.e. the probe's durable time (from the write's start) less the blocked time; the
+     line also prints the whole durable time against blocked + delay + bytes / PUT.
 
     python benchmarks/mount_targets.py [--size 256M] [--rounds 3] [--write-back 1]
 
@@ -103,6 +106,7 @@ def main() -> int:
     put = med["put_gbps"]
     direct_gbps = size / med["direct"] / 1e9
     predicted = size / (put * 1e9) + args.write_back
+    after_close = statistics.median(d - b for d, b in zip(res["durable"], res["cached_blocked"]))
     print(f"# {args.size} per write, {args.rounds} interleaved rounds, medians; embedded S3 server, rclone "
           f"{cached.rclone_version}")
     for k, v in res.items():
@@ -111,8 +115,10 @@ def main() -> int:
           f"{med['cached_blocked'] / med['local']:.2f}x (target <= 1.25x)")
     print(f"2. direct mount {direct_gbps:.3f} GB/s vs S3 probe PUT {put:.3f} GB/s: {direct_gbps / put:.2f}x "
           f"(target >= 0.8x)")
-    print(f"3. durable {med['durable']:.3f} s vs bytes/PUT + write-back {predicted:.3f} s: "
-          f"{med['durable'] / predicted:.2f}x (target within 15%)")
+    print(f"3. durable after close {after_close:.3f} s vs bytes/PUT + write-back {predicted:.3f} s: "
+          f"{after_close / predicted:.2f}x (target within 15%); from the write's start {med['durable']:.3f} s vs "
+          f"blocked + write-back + bytes/PUT {med['cached_blocked'] + predicted:.3f} s: "
+          f"{med['durable'] / (med['cached_blocked'] + predicted):.2f}x")
     return 0
 
 

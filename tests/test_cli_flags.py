@@ -37,6 +37,13 @@ def flags_shown(parser: argparse.ArgumentParser, words: list[str] | None = None,
     return out
 
 
+# Defaults changed on purpose since the house move, each with its reason (anything else is drift).
+CHANGED_ON_PURPOSE = {
+    ("verify fsdp", "--ckpt-reps"): ("5", "9", "issue 25: a 60 MB cold read on a shared VM is bimodal (about 21 or "
+                                     "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
+}
+
+
 def test_every_command_keeps_its_flags_and_defaults():
     """Every flag of main's commands is still there with the default it showed; flags and
     commands added since (new probes, new composer inputs) are not compared."""
@@ -45,5 +52,7 @@ def test_every_command_keeps_its_flags_and_defaults():
     changed = {command: {flag: {"before": shown, "now": now.get(command, {}).get(flag, "(missing)")}
                          for flag, shown in flags.items() if now.get(command, {}).get(flag, "(missing)") != shown}
                for command, flags in before.items()}
+    for (command, flag), (was, now_shown, _why) in CHANGED_ON_PURPOSE.items():
+        assert changed.get(command, {}).pop(flag, None) == {"before": was, "now": now_shown}, (command, flag)
     assert {command: diff for command, diff in changed.items() if diff} == {}
 

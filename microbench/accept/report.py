@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import rules as accept, compare
+from . import job_html, rules as accept, compare
 from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
 from ..results.outputs import check_new_file
@@ -271,7 +271,7 @@ def _compose(record: dict[str, Any]) -> str:
              for r in record.get("rows", []) if r.get("op") == "checkpoint"]
     if tiers:
         out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
-    return out
+    return out + job_html.section(record, _table)    # issue 23: the job timelines and the what-if
 
 
 def _hunt(record: dict[str, Any]) -> str:

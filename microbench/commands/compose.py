@@ -19,9 +19,12 @@ from ..core.units import DTYPE_BYTES
 from ..compose.models import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..results.outputs import check_new_file
-from ..results import RecordWriter, write_csv
+from ..results import RecordWriter, load_record, write_csv
+from ..compose import job_report
 from ..compose import full_save as fs, inputs, whatif
 from ..compose.inputs import DEFAULT_MFU
+from ..compose import sharding_inputs
+from . import compose_sharding
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,10 +78,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a described network: the bus bandwidth (nccl-tests busbw) the job's collectives reach, "
                         "with units, and the per-collective latency (default 0), e.g. --net ib=40GB/s@30us")
     n.add_argument("--allow-partial", action="store_true", help="accept records whose run did not finish")
+    compose_sharding.add_arguments(p)   # issue 24: --net-intra, --net-inter, --sharding, --scale-nodes
     s = p.add_argument_group("checkpoint")
     s.add_argument("--tier", action="append", default=[], metavar="NAME=WRITE[:READ]",
-                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; a bucket mount "
-                        "adds ,direct or ,cached,drain=GB/S[,delay=5s] (repeatable)")
+                   help="a storage tier by the aggregate GB/s the job gets, e.g. --tier nvme=6:12; ,ephemeral: not "
+                        "durable (a node-local disk); a bucket mount adds ,direct or ,cached,drain=GB/S[,delay=5s], "
+                        "or ,cached alone: WRITE:READ are the bucket's, the cache is cache=GB/S or the fastest "
+                        "ephemeral tier (repeatable)")
     s.add_argument("--storage", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a storage or checkpoint record as a tier (its best write and read), e.g. "
                         "results/suite-*/storage-posix.json (repeatable)")
@@ -89,8 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "`checkpoint --state-dict full` record (default 2 GB/s, assumed)")
     s.add_argument("--host-memory", metavar="SIZE", help="host memory free on rank 0's node, for a full save, e.g. 1T")
     s.add_argument("--mtbf-hours", help="the job's mean time between failures, for the Young/Daly interval, e.g. 24")
-    s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed "
-                   "(default 30min)")
+    s.add_argument("--ckpt-interval", default="30min", help="checkpoint interval for the bandwidth needed, and "
+                   "the job's (--steps) without --ckpt-every (default 30min)")
     s.add_argument("--ckpt-overhead", default="5%", help="share of time a blocking save may cost (default 5%%)")
     # issue 21: data loading and model loading (compose/dataload.py)
     d = p.add_argument_group("data and model loading")
@@ -102,6 +108,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
                         "every --tier/--storage with a read rate gives one too")
+    # issue 23: the whole job over every storage assignment (compose/job_report.py)
+    j = p.add_argument_group("the whole job (a timeline, the what-if per storage assignment, a recommendation)")
+    j.add_argument("--steps", help="train this many optimizer steps, e.g. 80 (asks for the job)")
+    j.add_argument("--tokens", help="or train this many tokens, e.g. 1e9 (steps rounded up)")
+    j.add_argument("--ckpt-every", metavar="K", help="a checkpoint every K steps (default: from --ckpt-interval)")
+    j.add_argument("--async-ckpt", action="store_true", help="async DCP saves: the staging copy blocks, the write drains")
+    for flag, phase in (("--data", "batches"), ("--model-from", "the model at start and after a restart"),
+                        ("--ckpt-to", "checkpoints")):
+        j.add_argument(flag, metavar="TIER[,TIER]", help=f"where {phase} come from/go to: tier names, a comma list "
+                       f"(default: every tier the inputs allow)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the compose record here (default: results/compose-TIME.json)")
     o.add_argument("--csv", metavar="PATH", help="also write the predictions as CSV rows")
@@ -141,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
     _refuse_existing(args)
     req = request(args)
     given = inputs.build(req)
+    plan = sharding_inputs.plan(req.sharding, req.scale_nodes, given.networks, given.world, given.nodes)  # issue 24
     result = whatif.compose(given)
+    job = job_report.run(req, given, result, load_record)   # issue 23: the whole job (--steps): refused before output
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
 
     _print_header(model, given.train, given.world, given.nodes, rate)
@@ -153,11 +171,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
+    if plan is not None:   # issue 24: the sharding what-ifs, their rows into the record
+        result.extra_rows += compose_sharding.print_sharding(given, plan)
     if given.tiers:
         _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
                           given.mtbf_s, rate)
         print("\n".join(mount_tier.report_lines(given.tiers, result.checkpoint_bytes, given.interval_s,
                                                 given.overhead)))
+        print("\n".join(f"# {t['note']}" for t in given.tiers if t.get("note")))   # issue 23: cached, no drain=
         _print_saves(req, given, result)
     elif given.mtbf_s:
         print("\n# no --tier or --storage: the Young/Daly interval needs a save time")
@@ -166,6 +187,9 @@ def run(args: argparse.Namespace) -> int:
                              train.micro_batch * train.grad_accum,
                              {n.name: result.steps[n.name].step_s for n in nets}, given.tiers, given.mtbf_s, format_time)
     record = whatif.record(result, loading)
+    if job is not None:
+        print("\n".join(job[0]))
+        record["summary"]["job"], record["rows"] = job[1]["summary"], record["rows"] + job[1]["rows"]
     path = RecordWriter(record, args.json, directory=args.results_dir).finish("complete")
     if args.csv:
         write_csv(args.csv, record["rows"])

@@ -58,8 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "directory, removed afterwards)")
     f.add_argument("--state-dict", default="sharded", help="with --checkpoint: sharded (DCP), full (gathered to rank "
                    "0, torch.save) or full,sharded (default sharded)")
-    f.add_argument("--ckpt-reps", default="5", help="timed saves and loads per target, each beside a probe save "
-                   "and load (default 5)")
+    f.add_argument("--ckpt-reps", default="9", help="timed saves and loads per target, each beside a probe save "
+                   "and load; rows are medians, and a small checkpoint's cold reads are noisy (default 9)")
     f.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2; the lab's hosts)")
     f.add_argument("--backend", default="auto", help="auto, nccl or gloo")
     f.add_argument("--timeout", default="120", help="seconds before a silent peer fails the run")

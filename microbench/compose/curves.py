@@ -42,13 +42,17 @@ class Curve:
         return cls(op, 0, (), latency_s, busbw_gbps, source)
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], op: str, source: str = "") -> "Curve":
-        all_rows = record_rows(record, source)
+    def from_record(cls, record: dict[str, Any], op: str, source: str = "", group: str = "world") -> "Curve":
+        """The `op` rows of one group: `nccl --groups world,node,cross` keeps a curve per group
+        (a row's `group`; rows without one are the world's, as every record before groups)."""
+        all_rows = [r for r in record_rows(record, source) if r.get("group", "world") == group]
         named = [r for r in all_rows if r.get("op") == op]
         if not named:
             have = sorted({str(r.get("op")) for r in all_rows})
-            raise UsageError(f"the collective record {source or ''} has no {op!r} rows (it has: "
-                             f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`")
+            where = "" if group == "world" else f" in its {group!r} group"
+            raise UsageError(f"the collective record {source or ''} has no {op!r} rows{where} (it has: "
+                             f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`"
+                             + ("" if group == "world" else f" --groups world,{group}"))
         for index, row in enumerate(named):
             for key in [k for k in row if k.endswith("_gbps")]:
                 # The fit divides by the bandwidths: a NaN here (a hand-edited or corrupted record)
@@ -120,6 +124,9 @@ class Network:
     backend: str                      # nccl, gloo, ... or "synthetic"
     device: str                       # where the record ran: cuda, cpu, or "any"
     warnings: tuple[str, ...] = field(default=())
+    # Two networks, NVLink in a node and NICs between nodes (compose/levels.py), when known: the
+    # curves above are then the world collective (full sharding) and hybrid sharding uses these.
+    levels: Any = None
 
     @property
     def latency_s(self) -> float:
@@ -130,7 +137,8 @@ class Network:
                 "measured_ranks": self.all_gather.ranks or None, "latency_us": self.latency_s * 1e6,
                 "peak_busbw_gbps": {"all_gather": self.all_gather.peak_busbw_gbps,
                                     "reduce_scatter": self.reduce_scatter.peak_busbw_gbps},
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings),
+                **({"levels": self.levels.describe()} if self.levels is not None else {})}
 
 
 def synthetic_network(name: str, busbw_gbps: float, latency_s: float, text: str) -> Network:

@@ -11,12 +11,13 @@ from typing import Any
 
 from .. import compose as cp
 from ..core import registry
-from .curves import Network, network_from_record, record_rows, synthetic_network
+from .curves import Network, record_rows, synthetic_network
+from . import sharding_inputs as two_level   # issue 24: two networks and sharding
 from .hardware import Gpu, gpu as gpu_by_name
 from .models import CrudeModel, ModelShape, from_hf_config, preset
 from .tiers import tier_bandwidths, tier_stream_gbps
 from .full_save import split_stream
-from . import mount as mount_tier
+from . import mount as mount_tier, tier_options
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -53,6 +54,11 @@ class ComposeRequest:
     calibration: str | None = None      # a calibration record's path
     nccl: list[str] = field(default_factory=list)
     net: list[str] = field(default_factory=list)
+    # issue 24: two networks and sharding (compose/sharding_inputs.py)
+    net_intra: list[str] = field(default_factory=list)    # [NAME=]BUSBW[@LATENCY] inside a node
+    net_inter: list[str] = field(default_factory=list)    # [NAME=]BW[@LATENCY]: one node's NICs
+    sharding: str | None = None                           # full,hybrid,hybrid:G
+    scale_nodes: str | None = None                        # 2,8,64
     allow_partial: bool = False
     tier: list[str] = field(default_factory=list)
     storage: list[str] = field(default_factory=list)
@@ -67,6 +73,14 @@ class ComposeRequest:
     data_rate: list[str] = field(default_factory=list)    # described loader rates, NAME=SAMPLES/S
     sample_bytes: str | None = None
     modelload: list[str] = field(default_factory=list)    # modelload records' paths, [NAME=]PATH
+    # issue 23: the whole job (compose/job_inputs.py); no --steps/--tokens: no job
+    steps: str | None = None
+    tokens: str | None = None
+    ckpt_every: str | None = None
+    async_ckpt: bool = False
+    data: str | None = None             # comma lists of tier names; None: every tier the inputs allow
+    model_from: str | None = None
+    ckpt_to: str | None = None
 
 
 def model(req: ComposeRequest) -> ModelShape | CrudeModel:
@@ -123,8 +137,8 @@ def networks(req: ComposeRequest, for_gpus: bool) -> list[Network]:
         if Path(path).is_dir():
             path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
         record = load_record(path)
-        out.append(network_from_record(record, name or Path(path).stem, path,
-                                       allow_partial=req.allow_partial, for_gpus=for_gpus))
+        out.append(two_level.record_network(record, name or Path(path).stem, path,   # node, cross groups: issue 24
+                                            allow_partial=req.allow_partial, for_gpus=for_gpus))
     for text in req.net:
         name, sep, spec = text.partition("=")
         if not sep or not name or not spec:
@@ -133,6 +147,7 @@ def networks(req: ComposeRequest, for_gpus: bool) -> list[Network]:
         busbw = parse_bandwidth_bytes_per_s(rate, what=f"--net {name} bus bandwidth") / 1e9
         lat = parse_duration_s(latency, what=f"--net {name} latency", example="30us") if latency else 0.0
         out.append(synthetic_network(name, busbw, lat, text))
+    out += two_level.described(req.net_intra, req.net_inter)   # issue 24
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
                          "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
@@ -198,9 +213,10 @@ def _tier_rate(text: str, rate: str, which: str) -> float:
 
 
 def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
-    out = []
+    out, mounts = [], []
     for text in req.tier:
         base, stream = split_stream(text)   # ,stream=GB/S: one writer's rate (compose/full_save.py)
+        base, durable = tier_options.split_durability(text, base)   # issue 23: ,ephemeral
         name, _, rates = base.partition("=")
         rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/mount.py)
         write, _, read = rates.partition(":")
@@ -209,10 +225,12 @@ def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
         out.append({"tier": name, "write_gbps": _tier_rate(text, write, "write"),
                     "read_gbps": _tier_rate(text, read, "read") if read else None, "source": f"--tier {text}",
                     "stream_gbps": _tier_rate(text, stream, "single-stream") if stream else None,
-                    "rated_only": stream is None and not mount_options, "aggregate_is_job": True})
+                    "rated_only": stream is None and not mount_options, "aggregate_is_job": True, "durable": durable})
         if mount_options:
-            out[-1]["mount"] = asdict(mount_tier.parse_options(text, name, out[-1]["write_gbps"],
-                                                               out[-1]["read_gbps"], mount_options))
+            mounts.append((out[-1], text, mount_options))
+    local = tier_options.local_cache(out)   # where a cached mount without drain= caches (compose/tier_options.py)
+    for tier, text, mount_options in mounts:
+        tier_options.attach_mount(tier, text, mount_options, local)
     for text in req.storage:
         name, sep, path = text.partition("=")
         if not sep or "/" in name or name.endswith(".json"):
@@ -357,6 +375,7 @@ def build(req: ComposeRequest) -> ComposeInputs:
     rate = compute_rate(req)
     nets = networks(req, for_gpus=not rate.on_cpu)
     world, nodes = ranks(req, nets)
+    nets = two_level.for_job(nets, world, nodes)   # issue 24: the full-sharding view at this job's ranks per node
     cal = calibration(req)
     train = train_spec(req, world, rate, cal)
     tier_list = tiers(req)

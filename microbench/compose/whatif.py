@@ -4,7 +4,7 @@ the compose record that holds them (pure: the command prints it and writes the r
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import full_save
@@ -23,6 +23,7 @@ class Composition:
     memory: MemoryCheck
     parts: dict[str, float]              # checkpoint_parts: the bytes of each part of a checkpoint
     tiers: list[Any]                     # predict_tier per tier, in the inputs' order
+    extra_rows: list[dict[str, Any]] = field(default_factory=list)   # more rows for the record (sharding)
 
     @property
     def checkpoint_bytes(self) -> float:
@@ -61,7 +62,7 @@ def record(result: Composition, loading: dict[str, Any] | None = None) -> dict[s
         row["notes"] = list(row["notes"])
     ckpt_rows = [{"op": "save" if isinstance(t, full_save.SavePrediction) else "checkpoint", **t.as_dict(),
                   "checkpoint_bytes": parts["training_checkpoint_bytes"]} for t in result.tiers]
-    out["rows"] = step_rows + ckpt_rows
+    out["rows"] = step_rows + ckpt_rows + list(result.extra_rows)
     out["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
                       "required_write_gbps_blocking": required_write_gbps(
                           parts["training_checkpoint_bytes"], inputs.interval_s, inputs.overhead),

@@ -88,6 +88,24 @@ def embedded_s3_from_env() -> dict[str, str | None] | None:
             "root": os.environ.get(ENV_ROOT)}
 
 
+def s3_target(endpoint: str | None, server: Any) -> tuple[Any, str | None]:
+    """The S3 target a rank talks to (--endpoint, the server this process started, or the
+    launcher's embedded server handed down), and the embedded server's data directory (None for
+    a remote server, whose cache is out of reach)."""
+    from ..targets.s3client import Target
+    from ..targets.s3server import REGION, Credentials
+
+    if endpoint:
+        return Target(endpoint), None
+    if server is not None:
+        return Target.for_embedded(server), str(server.root)
+    handed = embedded_s3_from_env()
+    if handed is None:
+        raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
+                         "only started for ranks microbench spawns itself)")
+    return Target(handed["endpoint"], REGION, "path", Credentials(handed["key"], handed["secret"])), handed["root"]
+
+
 # --------------------------------------------------------------------------- a world's run directory
 
 

@@ -194,11 +194,12 @@ def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
             row.setdefault("state_dict", "sharded")
             if record is not None:
                 record.add_row(row)
-                parts = row["save"].get("parts") or {}
-                shown = "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
-                                for name, p in parts.items())
+                def shown(op: str) -> str:
+                    return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
+                                   for name, p in (row[op].get("parts") or {}).items())
                 print(f"# [checkpoint {row['target']}] {row['bytes'] / 1e6:.1f} MB: save predicted "
                       f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
-                      f"({row['save']['error_pct']:+.1f}%){shown}; load predicted {row['load']['predicted_s']:.3f} s, "
-                      f"measured {row['load']['measured_s']:.3f} s ({row['load']['error_pct']:+.1f}%)", flush=True)
+                      f"({row['save']['error_pct']:+.1f}%){shown('save')}; load predicted "
+                      f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
+                      f"({row['load']['error_pct']:+.1f}%){shown('load')}", flush=True)
     return 0

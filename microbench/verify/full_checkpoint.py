@@ -59,7 +59,8 @@ def _save(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
     return end - start, gathered - start, end - gathered
 
 
-def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> float:
+def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float]:
+    """One real full load: (total, read on rank 0) seconds; the rest is the scatter."""
     import torch
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                            set_optimizer_state_dict)
@@ -74,13 +75,14 @@ def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
     if world.rank == 0:
         source = path if local else io.BytesIO(run_dir.fs().cat_file(path))
         saved = torch.load(source, map_location="cpu", weights_only=True)
+    read = time.perf_counter()
     # Two calls, not set_state_dict: given an empty model state dict (every rank but 0) it
     # takes the call for an optimizer-only load and skips the model's broadcast, a hang.
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, saved["model"], options=options)
     set_optimizer_state_dict(model, optim, saved["optim"], options=options)
     sync(dev)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, read - start
 
 
 def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
@@ -97,7 +99,7 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
                                          save_format="torch"), world, run_dir)
     save_case, load_case = probe.cases()
     probe_parts: list[tuple[float, float, float]] = []
-    probe_loads, saves, gathers, writes, loads, wrong = [], [], [], [], [], 0
+    probe_loads, probe_reads, saves, gathers, writes, loads, reads, wrong = [], [], [], [], [], [], [], 0
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
@@ -106,7 +108,9 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
             probe_parts.append((parts.get("gather_time_us", 0.0) / 1e6, parts.get("serialize_write_time_us", 0.0) / 1e6,
                                 parts.get("fsync_time_us", 0.0) / 1e6))
             probe.prepare(load_case)
-            probe_loads.append(probe.run_once(load_case).time_s)
+            timed = probe.run_once(load_case)
+            probe_loads.append(timed.time_s)
+            probe_reads.append(timed.extra.get("read_time_us", 0.0) / 1e6 if world.rank == 0 else 0.0)
             sub = f"verify-full-step-{i}"
             world.barrier()
             if world.rank == 0 and i > 0:
@@ -119,7 +123,9 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
             with torch.no_grad():
                 for p in model.parameters():
                     p.to_local().zero_()
-            loads.append(_load(world, run_dir, sub, model, optim, dev))
+            load_s, read_s = _load(world, run_dir, sub, model, optim, dev)
+            loads.append(load_s)
+            reads.append(read_s)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
     finally:
         probe.release(load_case)
@@ -128,12 +134,13 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
     gather_in = percentile([p[0] for p in parts], 50)
     serialize_in = percentile([p[1] for p in parts], 50)
     durable_in = percentile([p[1] + p[2] for p in parts], 50)
-    per_rank = world.all_gather_object((saves[1:], gathers[1:], writes[1:], loads[1:], probe_loads[1:]))
+    per_rank = world.all_gather_object((saves[1:], gathers[1:], writes[1:], loads[1:], probe_loads[1:], reads[1:],
+                                        probe_reads[1:]))
 
     def slowest(k: int) -> list[float]:
         return [max(r[k][i] for r in per_rank) for i in range(reps)]
 
-    save_t, gather_t, write_t, load_t, probe_load_t = (slowest(k) for k in range(5))
+    save_t, gather_t, write_t, load_t, probe_load_t, read_t, probe_read_t = (slowest(k) for k in range(7))
     pred = full_save(label, probe.size, gather_time_s=gather_in, host_link_gbps=None,
                      serialize_gbps=probe.size / serialize_in / 1e9, stream_gbps=probe.size / durable_in / 1e9,
                      aggregate_gbps=probe.size / durable_in / 1e9, nodes=1, aggregate_is_job=False)
@@ -152,6 +159,10 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
                                "serialize_write_fsync": {"predicted_s": pred.write_s,
                                                          "measured_s": percentile(write_t, 50)}}},
             "load": {"predicted_s": pred_load, "measured_s": load_s, "measured_s_each": load_t,
-                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load, load_s)},
+                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load, load_s),
+                     "parts": {"read": {"predicted_s": percentile(probe_read_t, 50), "measured_s": percentile(read_t, 50),
+                                        "predicted_s_each": probe_read_t, "measured_s_each": read_t},
+                               "scatter": {"predicted_s": pred_load - percentile(probe_read_t, 50),
+                                           "measured_s": load_s - percentile(read_t, 50)}}},
             "inputs": {"storage": {"source": source, "gather_s": gather_in, "serialize_write_s": serialize_in,
                                    "serialize_write_fsync_s": durable_in, "size_bytes": probe.size}}}

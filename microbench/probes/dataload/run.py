@@ -68,24 +68,6 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     return outcomes[0] if outcomes else None
 
 
-def _s3(config: Any, server: Any) -> tuple[Any, str | None]:
-    """The S3 target this rank talks to, and the embedded server's data directory (None for
-    a remote server, whose cache is out of reach)."""
-    from ...core.errors import UsageError
-    from ...targets.s3client import Target
-    from ...targets.s3server import REGION, Credentials
-
-    if config.endpoint:
-        return Target(config.endpoint), None
-    if server is not None:
-        return Target.for_embedded(server), str(server.root)
-    handed = provision.embedded_s3_from_env()
-    if handed is None:
-        raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
-                         "only started for ranks microbench spawns itself)")
-    return Target(handed["endpoint"], REGION, "path", Credentials(handed["key"], handed["secret"])), handed["root"]
-
-
 def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, server: Any,
           inv: Any) -> RunOutcome | None:
     rank = world.rank if world is not None else 0
@@ -106,7 +88,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, 
     else:
         from ...targets.s3client import preflight
 
-        s3, server_root = _s3(config, server)
+        s3, server_root = provision.s3_target(config.endpoint, server)
         prefix = "/".join(p for p in (target.path.partition("/")[2], name) if p)
         source = Source(bucket=target.bucket, prefix=prefix, s3=s3)
         cache = [os.path.join(server_root, target.bucket, prefix, key) for key in plan.keys()] if server_root else []

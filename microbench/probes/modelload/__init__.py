@@ -2,7 +2,9 @@
 
 A Hugging Face-style directory (model_dir.py: `model-0000K-of-0000N.safetensors` shards and the
 index) of `--size` bytes, or of a composer preset's weights (`--model gemma-3-12b --dtype
-bfloat16`, capped by free space and memory), is written once with safetensors. Cases, each
+bfloat16`, capped by free space and memory), is written once with safetensors, in a directory
+(`--path`, any mount) or under an S3 prefix (`--target s3://`, the embedded server unless
+`--endpoint`; store.py: each shard fetched whole with ranged parallel GETs, then parsed). Cases, each
 timed from a barrier after the shards' cached pages were dropped to the slowest rank's end:
   raw_read         every rank reads every shard front to back, nothing parsed: raw_read_gbps.
   every-rank       every rank loads every shard with safetensors.torch.load_file (onto its GPU
@@ -49,6 +51,10 @@ def modes(text: Any, flag: str) -> list[str]:
 class Config:
     path: str | None = option(None, shown="the temp dir", help="directory (any mount) to write the model under, in "
                               "a unique directory removed afterwards")
+    target: str | None = option(None, shown="", help="s3://bucket/prefix to write the model under and load it from "
+                                "over the S3 API (or a directory, as --path)")
+    endpoint: str | None = option(None, record=False, shown="embedded server", metavar="URL",
+                                  help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
     size_bytes: int = option(1 << 30, parse=nbytes, flag="--size", shown="1G", help="model bytes (ignored with --model)")
     model: str | None = option(None, shown="", help="a composer preset whose weights to write (e.g. gemma-3-12b), "
                                "capped by free space and memory")
@@ -75,7 +81,18 @@ def validate(config: Config) -> Config:
     from ...world.launch import detect_world
     from ...world.policy import free_memory_bytes
 
-    base = config.path or tempfile.gettempdir()
+    if config.path is not None and config.target is not None:
+        raise UsageError(f"--path {config.path!r} and --target {config.target!r} both name the model's place; "
+                         f"give one, e.g. --path /models or --target s3://bucket/prefix")
+    target = ct.parse_target(config.target if config.target is not None else (config.path or tempfile.gettempdir()))
+    if config.endpoint is not None and target.kind != "s3":
+        raise UsageError(f"--endpoint only applies to s3:// targets; the model goes to {target.path!r}")
+    if target.kind == "s3" and config.endpoint is not None:
+        from ...targets.s3client import check_endpoint
+
+        check_endpoint(config.endpoint)
+    # Free space is checked where the bytes land: the directory, or the embedded server's temp dir.
+    base = target.path if target.kind == "local" else tempfile.gettempdir()
     check_base(base)
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
@@ -93,14 +110,15 @@ def validate(config: Config) -> Config:
     if size_bytes < md.COLUMNS * elem:
         raise UsageError(f"invalid --size {format_size(size_bytes)}: below one {md.COLUMNS}-element row of "
                          f"{config.dtype} ({md.COLUMNS * elem} bytes); e.g. --size 1G")
-    ct.check_free_space(base, size_bytes + (16 << 20), f"a {format_bytes_human(size_bytes)} model")
+    if target.kind == "local" or config.endpoint is None:
+        ct.check_free_space(base, size_bytes + (16 << 20), f"a {format_bytes_human(size_bytes)} model")
     need = ranks * (size_bytes + 3 * md.TENSOR_BYTES)   # every rank's loaded copy, and a check's pattern
     shortfall = memory_shortfall(need, free_mem, "host memory")
     if shortfall:
         raise UsageError(f"--size {format_size(size_bytes)} loaded by {ranks} rank(s) {shortfall}; "
                          f"use a smaller --size or fewer ranks")
     chosen = backends.choose("auto")
-    return replace(config, path=base, size_bytes=size_bytes, capped_from_bytes=capped, ranks=ranks,
+    return replace(config, path=None, target=target.display, size_bytes=size_bytes, capped_from_bytes=capped, ranks=ranks,
                    device=chosen.device, backend=chosen.backend)
 
 
@@ -138,7 +156,8 @@ class ModelloadProbe(Probe):
     def implementation(self) -> dict[str, Any]:
         import safetensors
 
-        return {"engine": f"safetensors.torch.load_file (safetensors {safetensors.__version__})",
+        engine = "load_file" if self.model.facts.get("target_kind") == "local" else "load (the fetched bytes)"
+        return {"engine": f"safetensors.torch.{engine} (safetensors {safetensors.__version__})",
                 "device": self.device, "backend": self.config.backend if self.world is not None else None,
                 "broadcast": "torch.distributed.broadcast per tensor from rank 0", **self.model.facts}
 
@@ -152,7 +171,7 @@ class ModelloadProbe(Probe):
     def _cold(self) -> None:
         # Every rank's pages on this node dropped by its first rank, then all start together.
         if self.world is None or self.world.spec.local_rank == 0:
-            md.drop_cache(self.model.paths)
+            self.model.drop_cache()
         if self.world is not None:
             self.world.barrier()
 
@@ -173,7 +192,7 @@ class ModelloadProbe(Probe):
         self._cold()
         start = time.perf_counter()
         if case.op == "raw_read":
-            md.raw_read(self.model.paths)
+            self.model.raw_read()
         elif case.op == "every-rank" or self.world is None:
             self._load()
         else:
@@ -183,11 +202,9 @@ class ModelloadProbe(Probe):
         return Timed(time.perf_counter() - start)
 
     def _load(self) -> None:
-        from safetensors.torch import load_file
-
         assert self.params is not None
-        for path in self.model.paths:   # from_pretrained's loop: one shard after another
-            for name, tensor in load_file(path).items():
+        for shard in self.model.shards():   # from_pretrained's loop: one shard after another
+            for name, tensor in shard.items():
                 self.params[name].copy_(tensor)
 
     def _broadcast(self) -> None:
@@ -231,6 +248,6 @@ SPEC = ProbeSpec(
     build=lambda config, context: ModelloadProbe(config, context.world, context.run_dir),
     row_schema=ModelloadRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
-    needs=Needs(world=True, target=True), case_keys=("dtype",), identity_keys=("device",), feeds=("modelload",),
+    needs=Needs(world=True, target=True, s3=True), case_keys=("dtype",), identity_keys=("device",), feeds=("modelload",),
     suite=(SuiteStep("modelload", ("--path", "{path}", "--size", "128M")),),
 )

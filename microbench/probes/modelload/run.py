@@ -3,30 +3,26 @@ world when there is more than one rank, and the table."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
-import shutil
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.errors import RunError
 from ...core.units import format_bytes_human
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe, skip
+from ...targets import checkpoint_target as ct
 from ...targets.workdir import mount_of
 from ...world import backends
 from ...world.launch import detect_world
 from ...world.policy import in_world
 from . import model_dir as md
+from . import store
+from .store import LocalModel, S3Model
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
-
-
-@dataclass
-class Model:
-    layout: md.Layout
-    root: str
-    paths: list[str]
-    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
@@ -34,19 +30,30 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     if reason:   # before a byte is written or a rank started
         skip(spec.name, reason, config, inv.settings, json_path=inv.json_path, results_dir=inv.results_dir)
     lay = md.layout(config.size_bytes, config.dtype, md_elem(config.dtype))
+    target = ct.parse_target(config.target)
     outcomes: list[RunOutcome] = []
+    with contextlib.ExitStack() as stack:
+        server = None
+        env: dict[str, str] = {}
+        if target.kind == "s3":
+            provision.check_s3_client()
+            if config.endpoint is None and detect_world() is None:
+                server = provision.embedded_s3(stack, target.bucket, lay.total_bytes + (16 << 20), "a smaller --size")
+                env = provision.embedded_s3_env(server)
 
-    def body(world: Any) -> int:
-        outcome = _body(spec, world, config, lay, inv)
-        if outcome is not None:
-            outcomes.append(outcome)
-        return 0
+        def body(world: Any) -> int:
+            outcome = _body(spec, world, config, lay, target, server, inv)
+            if outcome is not None:
+                outcomes.append(outcome)
+            return 0
 
-    if detect_world() is None and config.nproc == 1:
-        body(None)
-    else:
-        inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=backends.choose("auto"), body=body,
-                 argv=inv.argv)
+        if detect_world() is None and config.nproc == 1:
+            body(None)
+        else:
+            choice = backends.choose("auto")
+            choice = dataclasses.replace(choice, env={**choice.env, **env})
+            inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body,
+                                     argv=inv.argv)
     return outcomes[0] if outcomes else None
 
 
@@ -56,31 +63,43 @@ def md_elem(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def _body(spec: Any, world: Any, config: Any, lay: md.Layout, inv: Any) -> RunOutcome | None:
+def _body(spec: Any, world: Any, config: Any, lay: md.Layout, target: ct.Target, server: Any,
+          inv: Any) -> RunOutcome | None:
     import torch
 
     rank = world.rank if world is not None else 0
     name = f"microbench-modelload-{uuid.uuid4().hex[:12]}"
     if world is not None:
         name = world.broadcast_object(name if rank == 0 else None)
-    root = os.path.join(config.path, name)
-    fs = mount_of(config.path)["fstype"]
-    model = Model(lay, root, [os.path.join(root, lay.shard_name(k)) for k in range(lay.shards)],
-                  {"model_dir": root, "filesystem": fs, "model": config.model, "shard_files": lay.shards,
-                   "index": md.INDEX, "capped_from_bytes": config.capped_from_bytes,
-                   "memory_backed": fs in MEMORY_FILESYSTEMS,
-                   "cache_drop": "posix_fadvise(DONTNEED) on every shard before each case"})
-    created: list[str] = []
+    common = {"model": config.model, "shard_files": lay.shards, "index": md.INDEX,
+              "capped_from_bytes": config.capped_from_bytes}
+    model: LocalModel | S3Model
+    if target.kind == "local":
+        fs = mount_of(target.path)["fstype"]
+        root = os.path.join(target.path, name)
+        model = LocalModel(lay, root, {"target_kind": "local", "model_dir": root, "filesystem": fs, **common,
+                                       "cache_drop": "posix_fadvise(DONTNEED) on every shard before each case"})
+    else:
+        s3, server_root = provision.s3_target(config.endpoint, server)
+        prefix = "/".join(p for p in (target.path.partition("/")[2], name) if p)
+        fs = mount_of(server_root)["fstype"] if server_root else "remote"
+        model = S3Model(lay, s3, target.bucket, prefix, server_root,
+                        {"target_kind": "s3", "model_dir": f"s3://{target.bucket}/{prefix}", "filesystem": fs,
+                         "s3": s3.describe(), **common,
+                         "fetch": f"ranged GETs of {store.PART_BYTES >> 20} MiB, "
+                                  f"{store.CONCURRENCY} at a time, then safetensors.torch.load of the bytes",
+                         "cache_drop": ("posix_fadvise(DONTNEED) on the embedded server's files before each case"
+                                        if server_root else "not dropped (remote S3 server: its cache is out of "
+                                        "reach)")})
+    model.facts["memory_backed"] = fs in MEMORY_FILESYSTEMS
+    created: list[bool] = []
 
     def write() -> None:
-        os.mkdir(root)
-        created.append(root)
+        created.append(True)
         try:
-            md.write(torch, lay, root)
+            model.write(torch)
         except OSError as exc:
-            from ...core.errors import RunError
-
-            raise RunError(f"writing the model under {root} failed: {exc.strerror or exc}") from None
+            raise RunError(f"writing the model under {model.root} failed: {exc.strerror or exc}") from None
 
     try:
         provision.on_rank0(world, write)
@@ -89,10 +108,10 @@ def _body(spec: Any, world: Any, config: Any, lay: md.Layout, inv: Any) -> RunOu
                             results_dir=inv.results_dir)
     finally:
         if rank == 0 and created and not config.keep:
-            shutil.rmtree(root, ignore_errors=True)
+            model.remove()
     if rank != 0:
         return None
-    outcome.notes["kept"] = root if config.keep else None
+    outcome.notes["kept"] = model.root if config.keep else None
     return outcome
 
 
