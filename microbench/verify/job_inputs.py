@@ -4,8 +4,8 @@ configuration's own tiers before the job starts (no number is taken from the job
   model load   the modelload probe (every-rank: every rank loads every shard with safetensors
                into preallocated tensors, cold cache) on the model's tier, for a model directory
                in this model's layout (the same tensors in the same shards, each rounded up to
-               whole 1024-element rows); from S3, the same probe with each shard fetched whole
-               over the API (as the job fetches it);
+               whole 1024-element rows); from S3 each shard fetched whole with ranged GETs and
+               parsed, as the job fetches it;
   data stall   the dataload probe on the data tier over the job's own dataset (WebDataset shards,
                the job's workers and batch size): samples/s and the wait for the first batch;
                the composer's data_stall turns them into a stall per step;
@@ -91,62 +91,27 @@ def probe_model_load(world: Any, place: Any, state: dict[str, Any], dev: str, ba
     import torch
 
     from ..probes import modelload as ml
-    from ..probes.modelload.run import Model
+    from ..probes.modelload.store import LocalModel, S3Model
 
     lay = mirrored_layout(state)
-    keys = [lay.shard_name(k) for k in range(lay.shards)]
+    facts = {"target_kind": "local" if place.local else "s3", "model_dir": place.display, "tier": place.tier}
+    model = (LocalModel(lay, place.root, facts) if place.local else
+             S3Model(lay, place.s3, place.bucket, place.prefix, place.server_root, facts))
     if world.rank == 0:
-        place.create()
-        if place.local:
-            md.write(torch, lay, place.root)
-        else:
-            from safetensors.torch import save
-
-            for k in range(lay.shards):
-                part = {t.name: md.pattern(torch, lay.tensors.index(t), t, torch.float32) for t in lay.in_shard(k)}
-                place.put(keys[k], save(part, metadata={"format": "pt"}))
+        model.write(torch)
         place.settle(120)
     world.barrier()
-    model = Model(lay, place.display, place.cache_files(keys), {"model_dir": place.display, "tier": place.tier})
-    config = ml.Config(path=place.display, size_bytes=lay.total_bytes, dtype="float32", mode=["every-rank"],
+    config = ml.Config(target=place.display, size_bytes=lay.total_bytes, dtype="float32", mode=["every-rank"],
                        device=dev, backend=backend)
-    probe = (ml.ModelloadProbe if place.local else _s3_probe_class(ml.ModelloadProbe))(config, world, model)
-    if not place.local:
-        probe.place, probe.keys = place, keys
+    probe = ml.ModelloadProbe(config, world, model)
     case = next(c for c in probe.cases() if c.op == "every-rank")
     row = measure_case(probe, case, settings(), world)
+    how = "files through safetensors.load_file" if place.local else "each shard fetched whole with ranged GETs, parsed"
     return {"load_s": row["time_us"]["p50"] / 1e6, "load_gbps": row["load_gbps"], "bytes": lay.total_bytes,
             "nwrong": row["nwrong"], "iters": row["iters"],
             "source": f"modelload probe (every-rank) on {place.tier} in this run: {lay.total_bytes:,} bytes in "
-                      f"{len(lay.tensors)} tensors and {lay.shards} safetensors shards (this model's layout), "
+                      f"{len(lay.tensors)} tensors and {lay.shards} safetensors shards (this model's layout), {how}, "
                       f"cold cache, median of {row['iters']}"}
-
-
-def _s3_probe_class(base: type) -> type:
-    """The modelload probe with every shard fetched whole over the S3 API before safetensors
-    parses it (safetensors.torch.load of the bytes), as the job loads from S3."""
-    import time
-
-    from ..core.probe import Timed
-
-    class S3ModelloadProbe(base):  # type: ignore[misc, valid-type]
-        place: Any = None
-        keys: list[str] = []
-
-        def run_once(self, case: Any) -> Timed:
-            self._cold()
-            start = time.perf_counter()
-            self._load()
-            return Timed(time.perf_counter() - start)
-
-        def _load(self) -> None:
-            from safetensors.torch import load
-
-            for key in self.keys:
-                for name, tensor in load(self.place.get(key)).items():
-                    self.params[name].copy_(tensor)
-
-    return S3ModelloadProbe
 
 
 def probe_data(world: Any, place: Any, plan: Any, workers: int, batch_size: int, dev: str) -> dict[str, Any]:

@@ -62,7 +62,7 @@ class Place:
     def client(self) -> Any:
         pid = os.getpid()   # DataLoader workers are forks: a client per process
         if self._client is None or self._client[0] != pid:
-            self._client = (pid, self.s3.client(pool=4))
+            self._client = (pid, self.s3.client(pool=10))
         return self._client[1]
 
     # -- objects ------------------------------------------------------------------------
@@ -72,7 +72,9 @@ class Place:
 
     def put(self, key: str, data: bytes) -> None:
         if self.tier == "s3":
-            self.client().put_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}", Body=data)
+            from ..probes.modelload.store import upload
+
+            upload(self.client(), self.bucket, f"{self.prefix}/{key}", data)   # multipart above 8 MiB
             return
         os.makedirs(os.path.dirname(self.path(key)), exist_ok=True)
         with open(self.path(key), "xb") as handle:
@@ -80,7 +82,10 @@ class Place:
 
     def get(self, key: str) -> bytes:
         if self.tier == "s3":
-            return self.client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}")["Body"].read()
+            # Whole, with ranged parallel GETs, as object-store loaders (and modelload) fetch a shard.
+            from ..probes.modelload.store import fetch
+
+            return bytes(fetch(self.client(), self.bucket, f"{self.prefix}/{key}")[1] or b"")
         with open(self.path(key), "rb") as handle:
             return handle.read()
 
