@@ -198,18 +198,34 @@ def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, worl
                               "the next three, slowest rank, in this run"}
 
 
-def predict_step(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: Any,
-                 cal: vf.Calibration, reps: int = 5) -> dict[str, Any]:
-    collectives = vf.probe_collectives(world, shape, precision, dev, backend)
-    optimizer = vf.probe_optimizer(world, shape, device)
+def step_probes(world: Any, shape: Any, device: Any, dev: str, backend: str, precision: Any) -> dict[str, Any]:
+    """The collectives at the unit sizes and AdamW at the shard size (before the job)."""
+    return {"collectives": vf.probe_collectives(world, shape, precision, dev, backend),
+            "optimizer": vf.probe_optimizer(world, shape, device)}
+
+
+def replay_samples(world: Any, shape: Any, tokens: int, dev: str, precision: Any, reps: int) -> list[float]:
+    """The compute probe's kernels at the step's shapes, `reps` times after a warm-up (slowest rank each)."""
     replay = vf.replay(shape, tokens, dev, precision.param_dtype)
-    replay.time_once(world)   # warm-up
+    replay.time_once(world)
     samples = [replay.time_once(world) for _ in range(reps)]
     del replay
+    return samples
+
+
+def predict_step(world: Any, shape: Any, tokens: int, precision: Any, probes: dict[str, Any], before: list[float],
+                 after: list[float], cal: vf.Calibration) -> dict[str, Any]:
+    """verify fsdp's step prediction. The compute samples are taken right before and right after
+    the job, half each: the machine's speed drifts by tens of percent within a minute here, and
+    samples on both sides put the job's own stretch of that drift into the input (verify fsdp
+    interleaves them with its steps; in a job that would stop its clock and let a mount's uploads
+    run on meanwhile)."""
+    samples = before + after
     compute = vf.compute_input(shape, tokens, samples)
-    pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
-    return {"step_s": pred["step_s"], "predicted": pred,
-            "source": f"verify fsdp's step prediction: compute probe (kernel replay at the step's shapes, median of "
-                      f"{reps}: {percentile(samples, 50) * 1e3:.1f} ms), collectives at the unit sizes, AdamW at "
-                      f"the shard size ({optimizer['memory_gbps']:.2f} GB/s), all in this run; calibration: "
+    pred = vf.predict(shape, tokens, world.size, precision, compute, probes["collectives"], probes["optimizer"], cal)
+    return {"step_s": pred["step_s"], "predicted": pred, "replay_before_s": before, "replay_after_s": after,
+            "source": f"verify fsdp's step prediction: compute probe (kernel replay at the step's shapes, "
+                      f"{len(before)} right before the job and {len(after)} right after, median "
+                      f"{percentile(samples, 50) * 1e3:.1f} ms), collectives at the unit sizes, AdamW at the shard "
+                      f"size ({probes['optimizer']['memory_gbps']:.2f} GB/s), all in this run; calibration: "
                       f"{cal.source}"}

@@ -16,6 +16,8 @@ from .job_tiers import Place
 from .phases import RecordFile, device_of, guarded, quiet
 from ..compose.job import JobPlan
 
+REPLAYS = 3   # compute probe samples on each side of the job
+
 
 def run_profile(world: Any, spec: dict[str, Any]) -> int:
     quiet()
@@ -103,13 +105,16 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
         data_in = ji.probe_data(world, data_place, dplan, workers, batch, dev)
         layout, fresh_in = ji.fresh_model_probe(shape, device, precision, tokens, world)
         ckpt_in = ji.probe_checkpoint(world, probe_dir, layout, plan.async_ckpt, dev, backend)
-        step_in = ji.predict_step(world, shape, tokens, device, dev, backend, precision, cal)
-        step_in["first_step_extra_s"] = fresh_in["first_step_extra_s"]
-        tl, stall = jr.predict(plan, step_in, model_in, data_in, ckpt_in, batch, workers)
-        progress["predicted_total_s"] = tl.total_s
+        probes = ji.step_probes(world, shape, device, dev, backend, precision)
+        before = ji.replay_samples(world, shape, tokens, dev, precision, REPLAYS)
+        progress["inputs_done"] = True
         world.barrier()
         measured = jr.run_job(world, shape, tokens, device, precision, plan, model_place, keys, expected_sum,
                               data_place, dplan, workers, batch, job_dir, progress, spec["timeout"])
+        after = ji.replay_samples(world, shape, tokens, dev, precision, REPLAYS)
+        step_in = ji.predict_step(world, shape, tokens, precision, probes, before, after, cal)
+        step_in["first_step_extra_s"] = fresh_in["first_step_extra_s"]
+        tl, stall = jr.predict(plan, step_in, model_in, data_in, ckpt_in, batch, workers)
         finished = True
     finally:
         if finished:
