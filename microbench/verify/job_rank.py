@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from . import model as fm
-from .job_tiers import Place
+from .job_tiers import Place, os_threads, threads_settled
 from .steps import error_pct, sync
 from ..compose.dataload import DataRate, data_stall
 from ..compose.job import KINDS, JobPlan, PhaseCosts, timeline
@@ -92,6 +92,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     if world.spec.local_rank == 0:
         model_place.drop_cache(keys)
         data_place.drop_cache(dplan.keys())
+    threads = os_threads()
     world.barrier()
     spent = {k: 0.0 for k in KINDS}
     steps_s: list[float] = []
@@ -110,6 +111,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
                 if local.numel() and rank < len(chunks):
                     local.copy_(chunks[rank].reshape(local.shape))
     sync(device)
+    threads_settled(threads)   # the fetch pool's threads gone before the DataLoader forks
     world.barrier()   # the load ends when the last rank has its shards
     spent["model_load"] = time.perf_counter() - t0
     local_sum = float(sum(p.to_local().double().sum().item() for p in model.parameters()))
@@ -131,42 +133,49 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     starting = time.perf_counter() - start   # the workers' start, counted with the first batch
     waits_s: list[float] = []     # each batch's wait, until every rank had its own
     data_wrong = 0
-    marks = set(range(plan.ckpt_every, plan.steps, plan.ckpt_every)) if plan.ckpt_every else set()
-    for i in range(1, plan.steps + 1):
-        start = time.perf_counter()
-        _keys, data, size, wrong, _reqs = next(it)
-        batch = as_tensor(data, size, False)
-        # Until every rank has its batch: a rank waiting for data holds the others' first
-        # collective, and that wait is the data's, not the step's.
-        world.barrier()
-        waits_s.append(time.perf_counter() - start + (starting if i == 1 else 0.0))
-        spent["data_stall"] += waits_s[-1]
-        data_wrong += wrong
-        ids = (batch.reshape(-1)[:tokens + 1].long() % shape.vocab).view(1, -1).to(device)
-        start = time.perf_counter()
-        fm.step(model, optim, ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
-        sync(device)
-        steps_s.append(time.perf_counter() - start)
-        spent["train"] += steps_s[-1]
-        if i in marks:
-            saves += 1
-            if plan.async_ckpt and future is not None:
-                start = time.perf_counter()
-                future.result()
-                spent["ckpt_wait"] += time.perf_counter() - start
+    try:
+        marks = set(range(plan.ckpt_every, plan.steps, plan.ckpt_every)) if plan.ckpt_every else set()
+        for i in range(1, plan.steps + 1):
             start = time.perf_counter()
-            writer = run_dir.writer(f"step-{i}", 1)
-            current = state()
-            state_s.append(time.perf_counter() - start)
-            if plan.async_ckpt:
-                future = dcp.async_save(current, storage_writer=writer, process_group=group)
-            else:
-                dcp.save(current, storage_writer=writer, process_group=group)
-            del current
-            saves_s.append(time.perf_counter() - start)
-            spent["ckpt_blocking"] += saves_s[-1]
-        progress.update(steps_done=i, checkpoints_done=saves, **{f"{k}_s": v for k, v in spent.items() if v})
-    del it   # the workers shut down (a trainer's loop ends the same way)
+            _keys, data, size, wrong, _reqs = next(it)
+            batch = as_tensor(data, size, False)
+            # Until every rank has its batch: a rank waiting for data holds the others' first
+            # collective, and that wait is the data's, not the step's.
+            world.barrier()
+            waits_s.append(time.perf_counter() - start + (starting if i == 1 else 0.0))
+            spent["data_stall"] += waits_s[-1]
+            data_wrong += wrong
+            ids = (batch.reshape(-1)[:tokens + 1].long() % shape.vocab).view(1, -1).to(device)
+            start = time.perf_counter()
+            fm.step(model, optim, ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
+            sync(device)
+            steps_s.append(time.perf_counter() - start)
+            spent["train"] += steps_s[-1]
+            if i in marks:
+                saves += 1
+                if plan.async_ckpt and future is not None:
+                    start = time.perf_counter()
+                    future.result()
+                    spent["ckpt_wait"] += time.perf_counter() - start
+                start = time.perf_counter()
+                writer = run_dir.writer(f"step-{i}", 1)
+                current = state()
+                state_s.append(time.perf_counter() - start)
+                if plan.async_ckpt:
+                    future = dcp.async_save(current, storage_writer=writer, process_group=group)
+                else:
+                    dcp.save(current, storage_writer=writer, process_group=group)
+                del current
+                saves_s.append(time.perf_counter() - start)
+                spent["ckpt_blocking"] += saves_s[-1]
+            progress.update(steps_done=i, checkpoints_done=saves, **{f"{k}_s": v for k, v in spent.items() if v})
+    finally:
+        # The workers shut down (a trainer's loop ends the same way); after a failure too, or a
+        # worker blocked writing its next batch outlives the rank.
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        del it
 
     # -- the final save, until durable
     if plan.async_ckpt and future is not None:

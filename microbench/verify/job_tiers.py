@@ -134,3 +134,20 @@ class Place:
                              self.access)
         assert self.root is not None
         return ct.RunDir(ct.parse_target(os.path.dirname(self.root)), self.name)
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def threads_settled(baseline: int, timeout_s: float = 5.0) -> None:
+    """Wait until the threads a fetch started have ended at the OS level. A DataLoader forks its
+    workers next, and in CPython 3.11 a fork while another thread is still deleting its thread
+    state (after join() returned) deadlocks the child in PyOS_AfterFork_Child: seen here after the
+    ranged-GET pool of an S3 model load, a worker stuck until --timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while os_threads() > baseline and time.monotonic() < deadline:
+        time.sleep(0.001)
+

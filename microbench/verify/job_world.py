@@ -12,7 +12,7 @@ from . import job_inputs as ji
 from . import job_rank as jr
 from . import model as fm
 from .job_plan import Assignment
-from .job_tiers import Place
+from .job_tiers import Place, os_threads, threads_settled
 from .phases import RecordFile, device_of, guarded, quiet
 from ..compose.job import JobPlan
 
@@ -101,7 +101,9 @@ def one_config(world: Any, spec: dict[str, Any], a: Assignment, shape: Any, devi
         # The prediction's inputs, each a probe on this configuration's tiers.
         # The probes' files stay until the job is done: removing a few hundred MB costs the file
         # system work that spills into whatever runs next (verify/checkpoint.py saw the same).
+        threads = os_threads()
         model_in = ji.probe_model_load(world, probe_place, ji.model_state(shape), dev, backend)
+        threads_settled(threads)   # before the data probe's loader forks its workers
         data_in = ji.probe_data(world, data_place, dplan, workers, batch, dev)
         layout, fresh_in = ji.fresh_model_probe(shape, device, precision, tokens, world)
         ckpt_in = ji.probe_checkpoint(world, probe_dir, layout, plan.async_ckpt, dev, backend)
