@@ -11,7 +11,7 @@ from microbench.core.errors import UsageError
 
 
 def _target(name, save_s, durable=True):
-    return CkptTarget(name, durable, True, "blocking save", lambda f, s=save_s: (s / f, 0.0, True))
+    return CkptTarget(name, durable, True, "blocking save", lambda f, s=save_s: (s / f, 0.0, True, 0.0))
 
 
 def _model(targets, steps=2, every=1, data=None, loads=None, step_s=1.0):
@@ -115,5 +115,6 @@ def test_the_closed_form_total_is_the_timelines_over_random_jobs():
                        tokens_per_step=10)
         costs = PhaseCosts(rng.choice([0.0, rng.uniform(0, 50)]), rng.uniform(0.1, 10),
                            rng.choice([0.0, rng.uniform(0, 3)]), rng.choice([0.0, rng.uniform(0, 30)]),
-                           rng.choice([0.0, rng.uniform(0, 80)]), rng.random() > 0.5)
+                           rng.choice([0.0, rng.uniform(0, 80)]), rng.random() > 0.5,
+                           rng.choice([0.0, 0.0, rng.uniform(0, 20)]))   # a write-back's delay, at most the drain
         assert total_s(plan, costs) == pytest.approx(timeline(plan, costs).total_s, rel=1e-9, abs=1e-9), (plan, costs)

@@ -10,6 +10,7 @@ import argparse
 from ..core.units import parse_number, parse_positive_int
 from ..verify import model as fm
 from ..verify import plan
+from ..verify import job_plan as jplan
 from ..verify import run as vrun
 from ..verify.plan import DEFAULT_MODELS, DEFAULT_TOKENS
 from .common import parse_timeout
@@ -68,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--results-dir", default="results")
     f.add_argument("--phase-spec", default=None, help=argparse.SUPPRESS)
     f.set_defaults(handler=run_fsdp)
+    add_job_parser(vs)
 
 
 def options(args: argparse.Namespace) -> plan.VerifyOptions:
@@ -97,3 +99,87 @@ def run_fsdp(args: argparse.Namespace) -> int:
         return vrun.run_phase(args.phase_spec)
     vrun.refuse_in_world()
     return vrun.run_fsdp(options(args))
+
+
+# --------------------------------------------------------------------------- verify job (issue 23)
+
+def add_job_parser(vs: argparse._SubParsersAction) -> None:
+    j = vs.add_parser("job", help="a short real training job (model load, batches, steps, checkpoints) on chosen "
+                                  "storage tiers vs the composer's job timeline from probes run in the same invocation",
+                      description="Writes the model as modelload does and loads it, builds the FSDP2 model, streams "
+                                  "batches with a DataLoader from a tier, trains --steps steps, saves a DCP checkpoint "
+                                  "every --ckpt-every steps and a final one until durable; times every phase and the "
+                                  "total, and compares them with compose's job timeline over costs from the "
+                                  "modelload, dataload and checkpoint probes on the same tiers and verify fsdp's step "
+                                  "prediction, all run in this invocation. Tiers: dir, s3 (the embedded server), "
+                                  "mount (its bucket through a cached rclone mount). Exit 1 when a configuration's "
+                                  "total is outside --tolerance.")
+    j.add_argument("--model", default="small", help=f"a verify preset ({', '.join(fm.PRESETS)}) (default small)")
+    j.add_argument("--tokens", default="256", help="tokens per rank per step (default 256)")
+    j.add_argument("--steps", default="12", help="training steps (default 12)")
+    j.add_argument("--ckpt-every", default="4", help="steps between checkpoints (default 4; the last step's is the "
+                   "final save)")
+    j.add_argument("--async-ckpt", action="store_true", help="checkpoint with dcp.async_save")
+    j.add_argument("--data", default=None, metavar="TIER", help="where batches come from: dir, s3 or mount (default dir)")
+    j.add_argument("--model-from", default=None, metavar="TIER", help="where the model is loaded from (default dir)")
+    j.add_argument("--ckpt-to", default=None, metavar="TIER", help="where checkpoints go (default dir)")
+    j.add_argument("--matrix", action="store_true", help="every assignment of the matrix (all dir; data and model "
+                   "from s3 with checkpoints to a cached mount) x the link profiles unlimited,1gbit (on --lab, or a "
+                   "two-host lab made and removed by the run)")
+    j.add_argument("--batch-size", default="8", help="samples per step per rank (default 8)")
+    j.add_argument("--sample-size", default="4K", help="bytes per sample (default 4K)")
+    j.add_argument("--workers", default="1", help="DataLoader workers per rank (default 1)")
+    j.add_argument("--write-back", default="1s", help="mount tier: rclone's write-back delay (default 1s)")
+    j.add_argument("--dir", default=None, help="where the dir tier's files go (default: the temp dir)")
+    j.add_argument("--lab", default=None, metavar="NAME", help="place one rank per host of this lab")
+    j.add_argument("--link-profiles", default=None, metavar="RATES", help="with --lab: every configuration under "
+                   "each egress rate, e.g. unlimited,200mbit")
+    j.add_argument("--calibration", default=None, metavar="RECORD", help="a `verify fsdp --calibrate-only` record "
+                   "instead of calibrating now")
+    j.add_argument("--tolerance", default="15", help="largest |error| in percent of the total (default 15)")
+    j.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2)")
+    j.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    j.add_argument("--timeout", default="180", help="seconds before a silent peer fails the run")
+    j.add_argument("--json", default=None, metavar="PATH")
+    j.add_argument("--results-dir", default="results")
+    j.add_argument("--phase-spec", default=None, help=argparse.SUPPRESS)
+    j.set_defaults(handler=run_job)
+
+
+def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
+    from ..core.units import parse_duration_s
+    from ..targets.mount_sys import fuse_unavailable_reason
+    from ..targets.workdir import check_base
+
+    shape = {"model": args.model, "hidden": None, "layers": None, "heads": None, "vocab": None}
+    fm.check_buildable(fm.shape_from_args(**shape))
+    tokens = parse_positive_int(args.tokens, what="--tokens", example="256")
+    steps = jplan.steps(args.steps)
+    every = jplan.ckpt_every(args.ckpt_every)
+    batch = parse_positive_int(args.batch_size, what="--batch-size", example="8")
+    sample = jplan.sample_bytes(args.sample_size)
+    jplan.check_tokens_fit(tokens, batch, sample)
+    matrix_needs_fuse = args.matrix or "mount" in {str(t).strip().lower() for t in (args.data, args.model_from,
+                                                                                    args.ckpt_to) if t}
+    fuse = fuse_unavailable_reason() if matrix_needs_fuse else None
+    chosen, notes = jplan.assignments(args.data, args.model_from, args.ckpt_to, args.matrix, fuse)
+    links = args.link_profiles or (jplan.MATRIX_PROFILES if args.matrix and args.lab else None)
+    if args.dir is not None:
+        check_base(args.dir)
+    return jplan.JobOptions(
+        shape=shape, tokens=tokens, steps=steps, ckpt_every=every, async_ckpt=args.async_ckpt, assignments=chosen,
+        profiles=plan.profiles(links, args.lab), tolerance_pct=jplan.tolerance(args.tolerance), batch_size=batch,
+        sample_bytes=sample, workers=jplan.workers(args.workers),
+        write_back_s=parse_duration_s(args.write_back, what="--write-back", example="1s"),
+        timeout_s=parse_timeout(args.timeout), backend=args.backend, lab=args.lab, matrix=args.matrix,
+        nproc=args.nproc, calibration=args.calibration, base_dir=args.dir, json=args.json,
+        results_dir=args.results_dir, notes=notes)
+
+
+def run_job(args: argparse.Namespace) -> int:
+    from ..verify import job_run
+
+    if args.phase_spec:
+        return job_run.run_phase(args.phase_spec)
+    vrun.refuse_in_world()
+    return job_run.run_job(job_options(args))

@@ -51,6 +51,10 @@ class PhaseCosts:
     save_blocking_s: float = 0.0
     save_drain_s: float = 0.0
     drain_blocks_next: bool = True
+    # The part of save_drain_s that is a fixed wait before the upload starts (a cached mount's
+    # write-back delay): each checkpoint's runs on its own clock, only the uploads queue behind
+    # each other. 0: the whole drain queues (an upload at the bucket's bandwidth).
+    drain_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         for key, value in asdict(self).items():
@@ -139,18 +143,22 @@ def timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
             break
         if costs.drain_blocks_next and drain_ends_at > t:
             add(f"wait for checkpoint {n - 1} to be durable", "ckpt_wait", drain_ends_at - t)
+        delay = min(costs.drain_delay_s, costs.save_drain_s)
+        upload = costs.save_drain_s - delay
         if final:
             # The job ends when its last checkpoint is durable: nothing left to overlap with. A
             # queued write-back uploads the earlier checkpoints first.
-            queued = max(0.0, drain_ends_at - t - costs.save_blocking_s)
+            queued = max(0.0, drain_ends_at - t - costs.save_blocking_s - delay)
             add("final save until durable", "final_save", costs.save_blocking_s + queued + costs.save_drain_s)
             break
         add(f"checkpoint {n} (blocking)", "ckpt_blocking", costs.save_blocking_s)
         if costs.save_drain_s > 0:
-            # A queued write-back starts after the earlier uploads (one bucket bandwidth).
-            start = max(t, drain_ends_at)
-            phases.append(Phase(f"checkpoint {n} drain until durable", "ckpt_drain", start, costs.save_drain_s, True))
-            drain_ends_at = start + costs.save_drain_s
+            # A queued write-back starts after the earlier uploads (one bucket bandwidth); its
+            # delay, if any, runs beside them.
+            start = max(t + delay, drain_ends_at)
+            phases.append(Phase(f"checkpoint {n} drain until durable", "ckpt_drain", start - delay,
+                                costs.save_drain_s, True))
+            drain_ends_at = start + upload
     return JobTimeline(plan, costs, tuple(phases), t)
 
 

@@ -83,7 +83,7 @@ class CkptTarget:
     durable: bool
     readable: bool
     how: str
-    costs: Callable[[float], tuple[float, float, bool]]
+    costs: Callable[[float], tuple[float, float, bool, float]]   # blocking, drain, blocks next, drain's fixed delay
 
 
 def pick(kind: str, flag: str, available: dict[str, Any], asked: list[str] | None,
@@ -155,12 +155,15 @@ def ckpt_targets(tiers: list[dict[str, Any]], ckpt_bytes: float, *, state_dict: 
                                 fmt=fs.save_format("full", fmt)).save_s
 
         def costs(f: float, mount: MountTier | None = mount, cached: bool = cached,
-                  save_s: Callable[[float], float] = save_s) -> tuple[float, float, bool]:
-            upload = (mount.write_back_s + ckpt_bytes / (mount.drain_gbps * f * 1e9)) if cached and mount else 0.0
+                  save_s: Callable[[float], float] = save_s) -> tuple[float, float, bool, float]:
+            delay = mount.write_back_s if cached and mount else 0.0
+            upload = (delay + ckpt_bytes / (mount.drain_gbps * f * 1e9)) if cached and mount else 0.0
             if async_ckpt and state_dict == "sharded":
                 # DCP async_save: the staging copy blocks; the write (and a mount's upload) drains.
-                return stage_s, save_s(f) + upload, not cached
-            return save_s(f), upload, not cached    # a mount's write-back queues, it does not block the next save
+                return stage_s, save_s(f) + upload, not cached, 0.0
+            # A mount's write-back queues (it does not block the next save); its delay runs beside
+            # the earlier uploads (compose/job.PhaseCosts.drain_delay_s).
+            return save_s(f), upload, not cached, delay
 
         how = ("cached mount: blocks on the cache write, uploads queued" if cached else
                "async: staging copy blocks, the save drains" if async_ckpt and state_dict == "sharded" else "blocking save")

@@ -45,10 +45,13 @@ def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
 
     Periods of P = every x (step + stall) end in a save blocking b with a drain d after it. When the
     next save waits for the drain, each period after the first lasts max(P, d) + b. When drains
-    queue (a mount's write-back), the last one ends at the later of the first save + n x d and the
-    last save + d. The final save lasts until durable: max(t + b, last drain's end) + d."""
+    queue (a mount's write-back: a fixed delay w beside the earlier uploads, then the upload u = d - w),
+    the last one ends at the later of the first save + w + n x u and the last save + d. The final
+    save lasts until durable: max(t + b + w, last drain's end) + u."""
     step = costs.step_s + costs.data_stall_s
     b, d = costs.save_blocking_s, costs.save_drain_s
+    delay = min(costs.drain_delay_s, d)     # a write-back's fixed wait, beside the earlier uploads
+    u = d - delay
     n = (plan.steps - 1) // plan.ckpt_every if plan.ckpt_every else 0
     load = costs.model_load_s
     period = plan.ckpt_every * step if plan.ckpt_every else 0.0
@@ -60,13 +63,14 @@ def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
         drain_end = t + d if d > 0 else 0.0
     else:
         t = load + n * (period + b)
-        drain_end = max(load + period + b + n * d, t + d) if d > 0 else 0.0
+        drain_end = max(load + period + b + delay + n * u, t + delay + u) if d > 0 else 0.0
     t += (plan.steps - n * (plan.ckpt_every or 0)) * step
     if not plan.final_save:
         return t
     if costs.drain_blocks_next:
         t = max(t, drain_end)
-    return max(t + b, drain_end) + d
+        return max(t + b, drain_end) + d
+    return max(t + b + delay, drain_end) + u
 
 
 @functools.lru_cache(maxsize=4096)
@@ -144,7 +148,7 @@ class JobModel:
         rate = scaled_rate(self.data[cfg.data], f("data"))
         stall = data_stall(rate, self.samples_per_step, step, cfg.network)
         load_s = self.models[cfg.model_from].load_s / f("model_from")
-        blocking, drain, blocks_next = self.ckpt[cfg.network][cfg.ckpt_to].costs(f("ckpt_to"))
+        blocking, drain, blocks_next, delay = self.ckpt[cfg.network][cfg.ckpt_to].costs(f("ckpt_to"))
         every, never = self.ask.ckpt_every, None
         if every is None:
             try:
@@ -157,7 +161,7 @@ class JobModel:
         tie = (stall.loader_s, load_s, blocking + drain)
         if never is not None:
             return Outcome(cfg, None, None, math.inf, None, marks, never, tie)
-        costs = PhaseCosts(load_s, step, stall.stall_s, blocking, drain, blocks_next)
+        costs = PhaseCosts(load_s, step, stall.stall_s, blocking, drain, blocks_next, delay)
         plan = self.ask.plan(every)
         return Outcome(cfg, plan, costs, total_s(plan, costs), every, marks, None, tie)
 
