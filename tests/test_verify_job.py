@@ -122,6 +122,7 @@ def test_a_short_job_on_a_directory_times_and_predicts_every_phase(run_cli, tmp_
     measured = row["measured"]
     assert measured["model_wrong"] == 0 and measured["data_wrong"] == 0 and measured["checkpoints"] == 2
     assert len(measured["steps_s"]) == 3 and len(measured["saves_s"]) == 1
+    assert "automatic collection off" in measured["gc"]   # no full collection inside a save at random
     for kind in ("model_load", "train", "data_stall", "ckpt_blocking", "final_save"):
         phase = row["phases"][kind]
         assert phase["predicted_s"] > 0 and phase["measured_s"] > 0
