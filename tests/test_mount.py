@@ -243,9 +243,9 @@ def test_storage_mount_probe_direct_blocked_is_durable(state, run_cli, tmp_path)
 
 @pytest.mark.parametrize("mode", ["cached", "direct"])
 def test_what_a_write_leaves_in_the_bucket_is_the_bytes_written(state, run_cli, tmp_path, mode):
-    """Read back over the S3 API, never through the mount: with the kernel's write-back cache
-    (cached) and 16 MiB upload parts (both), the object is the file, byte for byte, at a size
-    that is neither a page nor a part multiple, written in odd-sized pieces."""
+    """Read back over the S3 API, never through the mount: with 16 MiB upload parts, the object
+    is the file, byte for byte, at a size that is neither a page nor a part multiple, written in
+    odd-sized pieces."""
     from microbench.targets import mount_facts
 
     up = run_cli("mount", "up", "--name", "m", "--mode", mode, "--write-back", "1s")

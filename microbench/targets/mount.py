@@ -219,11 +219,9 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
         if os.path.exists(cache):
             shutil.rmtree(cache)   # ours by its name: a crashed run's cache
         started["cache"] = cache
-        # --write-back-cache: the kernel gathers writes into pages before rclone sees them (FUSE
-        # writes of up to 1 MiB, not 128 KiB each); close and fsync still flush them to rclone's
-        # cache file, so the blocked time still ends with the bytes on the cache disk.
-        argv += ["--vfs-cache-mode", "full", "--cache-dir", cache, "--vfs-write-back", f"{req.write_back_s:g}s",
-                 "--write-back-cache"]
+        # Not --write-back-cache: tried on a quiet machine, the blocked write got slower (128M:
+        # 0.31 s against 0.17 s without it; docs/BENCHMARKS.md).
+        argv += ["--vfs-cache-mode", "full", "--cache-dir", cache, "--vfs-write-back", f"{req.write_back_s:g}s"]
     else:
         argv += ["--vfs-cache-mode", "off"]
     with open(home / "mount.out", "ab") as out:

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from . import model as fm
-from .job_tiers import Place, os_threads, threads_settled
+from .job_tiers import Place, steady_threads, threads_settled
 from .steps import error_pct, sync
 from ..compose.dataload import DataRate, data_stall
 from ..compose.job import KINDS, JobPlan, PhaseCosts, timeline
@@ -95,7 +95,6 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     if world.spec.local_rank == 0:
         model_place.drop_cache(keys)
         data_place.drop_cache(dplan.keys())
-    threads = os_threads()
     # Python's collector as a trainer runs it: torchtitan disables the automatic one and collects
     # generation 1 every --gc-freq steps (50), so no full collection lands in a step or a save
     # at random. Here an automatic full collection (about 0.16 s over this process's objects)
@@ -103,6 +102,9 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     gc.collect()
     gc.freeze()
     gc.disable()
+    # The baseline after the collection, once the threads it ended are gone: a DataLoader forks
+    # after the model load, and threads_settled must wait for every thread still ending.
+    threads = steady_threads()
     world.barrier()
     spent = {k: 0.0 for k in KINDS}
     steps_s: list[float] = []

@@ -140,6 +140,23 @@ def os_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def steady_threads(quiet_s: float = 0.05, timeout_s: float = 5.0) -> int:
+    """The OS thread count once it has stopped changing for `quiet_s`: threads a collection just
+    ended (a thread pool freed with its cycle) may still be deleting their state."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last, since = os_threads(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+        now = os_threads()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+    return last
+
+
 def threads_settled(baseline: int, timeout_s: float = 5.0) -> None:
     """Wait until the threads a fetch started have ended at the OS level. A DataLoader forks its
     workers next, and in CPython 3.11 a fork while another thread is still deleting its thread
