@@ -88,6 +88,39 @@ def embedded_s3_from_env() -> dict[str, str | None] | None:
             "root": os.environ.get(ENV_ROOT)}
 
 
+def embedded_s3_for_ranks(stack: contextlib.ExitStack, target: Any, endpoint: str | None, need_bytes: int,
+                          smaller: str) -> tuple[Any, dict[str, str]]:
+    """For an s3:// target: the client library checked, and, when no --endpoint is named and this
+    process spawns its ranks itself (no launcher), the embedded server started (stopped with
+    `stack`) with the variables that hand it to the ranks. (None, {}) otherwise."""
+    from ..world.launch import detect_world
+
+    if target.kind != "s3":
+        return None, {}
+    check_s3_client()
+    if endpoint is not None or detect_world() is not None:
+        return None, {}
+    server = embedded_s3(stack, target.bucket, need_bytes, smaller)
+    return server, embedded_s3_env(server)
+
+
+def ranks_or_here(inv: Any, nproc: int, timeout_s: float, backend: str, env: dict[str, str], body: Any) -> None:
+    """Run `body(world)` on every rank (a launcher's, or `nproc` spawned with `env` added), or,
+    for one rank and no launcher, `body(None)` here: no second interpreter, no process group."""
+    import dataclasses
+
+    from ..world import backends
+    from ..world.launch import detect_world
+    from ..world.policy import in_world
+
+    if detect_world() is None and nproc == 1:
+        body(None)
+        return
+    choice = backends.choose(backend)
+    choice = dataclasses.replace(choice, env={**choice.env, **env})
+    inv.exit_code = in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=body, argv=inv.argv)
+
+
 def s3_target(endpoint: str | None, server: Any) -> tuple[Any, str | None]:
     """The S3 target a rank talks to (--endpoint, the server this process started, or the
     launcher's embedded server handed down), and the embedded server's data directory (None for

@@ -4,7 +4,6 @@ removed afterwards, the world when there is more than one rank, and the table.""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import uuid
@@ -16,9 +15,6 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import mount_of
-from ...world import backends
-from ...world.launch import detect_world
-from ...world.policy import in_world
 from . import dataset as ds
 from .loader import Source
 
@@ -45,13 +41,8 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     plan = ds.plan_for(config)
     outcomes: list[RunOutcome] = []
     with contextlib.ExitStack() as stack:
-        server = None
-        env: dict[str, str] = {}
-        if target.kind == "s3":
-            provision.check_s3_client()
-            if config.endpoint is None and detect_world() is None:
-                server = provision.embedded_s3(stack, target.bucket, plan.disk_bytes(), "fewer --samples")
-                env = provision.embedded_s3_env(server)
+        server, env = provision.embedded_s3_for_ranks(stack, target, config.endpoint, plan.disk_bytes(),
+                                                      "fewer --samples")
 
         def body(world: Any) -> int:
             outcome = _body(spec, world, config, target, plan, server, inv)
@@ -59,12 +50,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 outcomes.append(outcome)
             return 0
 
-        if detect_world() is None and config.nproc == 1:
-            body(None)   # one rank needs no world: no second interpreter, no process group
-        else:
-            choice = backends.choose("gloo")
-            choice = dataclasses.replace(choice, env={**choice.env, **env})
-            inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+        provision.ranks_or_here(inv, config.nproc, config.timeout_s, "gloo", env, body)
     return outcomes[0] if outcomes else None
 
 

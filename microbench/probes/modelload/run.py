@@ -4,7 +4,6 @@ world when there is more than one rank, and the table."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import uuid
 from typing import Any
@@ -15,9 +14,6 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe, skip
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import mount_of
-from ...world import backends
-from ...world.launch import detect_world
-from ...world.policy import in_world
 from . import model_dir as md
 from . import store
 from .store import LocalModel, S3Model
@@ -33,13 +29,8 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     target = ct.parse_target(config.target)
     outcomes: list[RunOutcome] = []
     with contextlib.ExitStack() as stack:
-        server = None
-        env: dict[str, str] = {}
-        if target.kind == "s3":
-            provision.check_s3_client()
-            if config.endpoint is None and detect_world() is None:
-                server = provision.embedded_s3(stack, target.bucket, lay.total_bytes + (16 << 20), "a smaller --size")
-                env = provision.embedded_s3_env(server)
+        server, env = provision.embedded_s3_for_ranks(stack, target, config.endpoint, lay.total_bytes + (16 << 20),
+                                                      "a smaller --size")
 
         def body(world: Any) -> int:
             outcome = _body(spec, world, config, lay, target, server, inv)
@@ -47,13 +38,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 outcomes.append(outcome)
             return 0
 
-        if detect_world() is None and config.nproc == 1:
-            body(None)
-        else:
-            choice = backends.choose("auto")
-            choice = dataclasses.replace(choice, env={**choice.env, **env})
-            inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body,
-                                     argv=inv.argv)
+        provision.ranks_or_here(inv, config.nproc, config.timeout_s, "auto", env, body)
     return outcomes[0] if outcomes else None
 
 
