@@ -15,15 +15,12 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..storage.s3_parts import part_plan
 from . import model_dir as md
 
 # Ranged GETs (and multipart PUT parts) of 8 MiB, 8 at a time: `aws s3 cp`'s defaults.
 PART_BYTES = 8 << 20
 CONCURRENCY = 8
-
-
-def _parts(size: int) -> list[tuple[int, int]]:
-    return [(off, min(PART_BYTES, size - off)) for off in range(0, size, PART_BYTES)] or [(0, 0)]
 
 
 def upload(client: Any, bucket: str, key: str, body: bytes) -> None:
@@ -45,7 +42,7 @@ def upload(client: Any, bucket: str, key: str, body: bytes) -> None:
 
     try:
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
-            done = list(pool.map(put, enumerate(_parts(len(body)), start=1)))
+            done = list(pool.map(put, enumerate(part_plan(len(body), PART_BYTES), start=1)))
         client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done})
     except BaseException:
         client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
@@ -62,8 +59,6 @@ def fetch(client: Any, bucket: str, key: str, keep: bool = True) -> tuple[int, b
 
     def get(part: tuple[int, int]) -> int:
         off, n = part
-        if n == 0:
-            return 0
         body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={off}-{off + n - 1}")["Body"]
         got = 0
         while got < n:
@@ -78,7 +73,7 @@ def fetch(client: Any, bucket: str, key: str, keep: bool = True) -> tuple[int, b
         return got
 
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
-        total = sum(pool.map(get, _parts(size)))
+        total = sum(pool.map(get, part_plan(size, PART_BYTES)))
     return total, buf
 
 
