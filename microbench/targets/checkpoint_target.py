@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..core.errors import RunError, UsageError
-from .workdir import dead_mount_reason
+from .workdir import dead_mount_reason, drop_pages
 from ..core.units import format_bytes_human
 
 # Headroom over the checkpoint's bytes: DCP metadata, file system overhead, one in-flight write.
@@ -280,17 +280,7 @@ class RunDir:
             base = os.path.join(self.s3.root_dir, self.root, sub)
         else:
             return "not dropped (remote S3 server)"
-        for dirpath, _dirs, files in os.walk(base):
-            for name in files:
-                try:
-                    fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-                except OSError:
-                    continue
-                try:
-                    os.fdatasync(fd)
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
+        drop_pages((os.path.join(d, name) for d, _dirs, files in os.walk(base) for name in files), sync=True)
         return "dropped before each load (posix_fadvise DONTNEED)"
 
 

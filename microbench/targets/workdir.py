@@ -202,3 +202,20 @@ def dead_mount_reason(exc: OSError) -> str | None:
         return None
     return (f"the mount is dead: {exc.strerror} (its FUSE daemon is gone); unmount it with "
             f"`microbench mount down --name NAME` or fusermount3 -uz")
+
+
+def drop_pages(paths: Any, sync: bool = False) -> None:
+    """Evict these files' cached pages (posix_fadvise DONTNEED), so the next read goes to the
+    storage; with `sync`, write their dirty pages first (DONTNEED leaves dirty pages in place).
+    A file that is gone is skipped."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if sync:
+                os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

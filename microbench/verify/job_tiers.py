@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from ..targets import checkpoint_target as ct
+from ..targets.workdir import drop_pages
 
 
 def s3_access() -> tuple[Any, ct.S3Access, str | None]:
@@ -95,9 +96,7 @@ class Place:
         return [self.path(k) for k in keys]
 
     def drop_cache(self, keys: list[str]) -> None:
-        from ..probes.dataload import dataset as ds
-
-        ds.drop_cache(self.cache_files(keys))
+        drop_pages(self.cache_files(keys))
 
     def settle(self, timeout_s: float) -> None:
         """Written bytes flushed (so their pages can be dropped); on a mount, uploaded."""

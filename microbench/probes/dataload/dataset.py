@@ -203,19 +203,6 @@ def write_s3(p: Plan, client: Any, bucket: str, prefix: str, threads: int = 8) -
     return count
 
 
-def drop_cache(paths: list[str]) -> None:
-    """Evict the dataset's pages (posix_fadvise DONTNEED, as the storage probes do)."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def tar_members(stream: Any) -> Iterator[tuple[str, Any, Any]]:
     """(name, TarInfo, readable) for every file member of a tar read as a stream (mode "r|"), as
     WebDataset's tar iterator reads a shard from a file or an HTTP/S3 body."""

@@ -14,7 +14,7 @@ from ...core.units import format_size
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
-from ...targets.workdir import mount_of
+from ...targets.workdir import drop_pages, mount_of
 from . import dataset as ds
 from .loader import Source
 
@@ -33,7 +33,7 @@ class Dataset:
     facts: dict[str, Any] = field(default_factory=dict)
 
     def drop_cache(self) -> None:
-        ds.drop_cache(self.cache_paths)
+        drop_pages(self.cache_paths)
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:

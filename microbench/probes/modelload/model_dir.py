@@ -108,15 +108,6 @@ def count_wrong(torch: Any, lay: Layout, loaded: dict[str, Any]) -> int:
     return wrong
 
 
-def drop_cache(paths: list[str]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def raw_read(paths: list[str], chunk: int = 16 << 20) -> int:
     """Read every shard front to back into one reused buffer: the storage's sequential rate
     for the same bytes, with nothing parsed."""

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ...targets.workdir import drop_pages
 from ..storage.s3_parts import part_plan
 from . import model_dir as md
 
@@ -101,7 +102,7 @@ class LocalModel:
             yield load_file(path)
 
     def drop_cache(self) -> None:
-        md.drop_cache(self.paths)
+        drop_pages(self.paths)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -171,7 +172,7 @@ class S3Model:
         return [os.path.join(self.server_root, self.bucket, key) for key in self.keys]
 
     def drop_cache(self) -> None:
-        md.drop_cache([p for p in self.cache_paths if os.path.exists(p)])
+        drop_pages(self.cache_paths)
 
     def remove(self) -> None:
         from ...targets.s3client import delete_prefix
