@@ -13,6 +13,16 @@ def test_headline_names_the_best_bandwidth_per_op_without_ceilings():
     assert headline(record) == "read 1.60 GB/s; all_gather busbw 0.50 GB/s; uni 3.00 GB/s"
 
 
+def test_a_one_rank_collective_headlines_its_algbw_not_a_zero_busbw():
+    """Rows as the suite's nccl step wrote them on one H100 (2026-11-26): one rank moves nothing
+    between ranks, so busbw is 0 at every size and the headline falls through to algbw."""
+    record = {"kind": "nccl", "rows": [
+        {"probe": "nccl", "op": "all_reduce", "size_bytes": 1 << 20, "busbw_gbps": 0.0, "algbw_gbps": 20.0},
+        {"probe": "nccl", "op": "all_reduce", "size_bytes": 16 << 20, "busbw_gbps": 0.0, "algbw_gbps": 644.5},
+        {"probe": "nccl", "op": "all_gather", "size_bytes": 1 << 20, "busbw_gbps": 0.4, "algbw_gbps": 0.8}]}
+    assert headline(record) == "all_reduce algbw 644.50 GB/s at 16M; all_gather busbw 0.40 GB/s at 1M"
+
+
 def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     floor = tmp_path / "t.toml"
     floor.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n')

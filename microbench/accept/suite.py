@@ -149,10 +149,15 @@ def headline(record: dict[str, Any]) -> str:
         key = registry.row_metric(row, record)
         if key is None:
             continue
+        spec = registry.row_spec(row, record)
+        if row[key] == 0 and spec is not None:
+            # A one-rank collective moves nothing between ranks: its busbw is 0 by nccl-tests'
+            # definition, so the next declared metric (algbw) is the one worth a glance.
+            key = next((m for m in spec.metrics[spec.metrics.index(key) + 1:]
+                        if isinstance(row.get(m), (int, float)) and not isinstance(row.get(m), bool) and row[m] > 0), key)
         op = str(row.get("op", "?"))
         if float(row[key]) > best.get((op, key), float("-inf")):
             best[(op, key)], at[(op, key)] = float(row[key]), row.get("size_bytes")
-        spec = registry.row_spec(row, record)
         if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
                                          for m in (spec.metrics if spec else registry.metric_columns())):
             named.add((op, key))
