@@ -68,6 +68,9 @@ def test_local_save_load_async(run_cli, tmp_path):
     assert all(r["nwrong"] == 0 and r["size_bytes"] == 64 << 20 and r["bytes_per_rank"] == 32 << 20
                for r in rows.values())
     assert rows["async_save"]["blocked_time_us"] <= rows["async_save"]["durable_time_us"]
+    # A directory's durable time is the async save's own end, not a poll of an object store.
+    assert "durable = until the save's future completed (fsync of every file" in proc.stdout
+    assert "polled over S3" not in proc.stdout
     assert record["implementation"]["storage"].startswith("FileSystemWriter")
     assert not (tmp_path / "ck").exists()  # the run removed its directory and the parents it made
 

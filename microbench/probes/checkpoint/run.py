@@ -135,8 +135,12 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                                    "blocked (ms)", "GB/s", "#wrong"] + (["durable (ms)"] if durable else []),
                    tablefmt="simple"))
     if durable:
-        print("# blocked = until dcp.save returned on every rank (what training waits for); durable = until the "
-              "store held every byte, polled over S3 (median per save)")
+        # A mount's durable time is the store's word; any other target's is the async save's own
+        # end (its files fsynced or its objects uploaded), so the footnote names which.
+        until = ("the store held every byte, polled over S3" if impl.get("on_mount")
+                 else f"the save's future completed ({impl['durable_when']})")
+        print(f"# blocked = until the save call returned on every rank (what training waits for); durable = until "
+              f"{until} (median per save)")
     summary = record.get("summary", {})
     if "async_blocked_fraction" in summary:
         print(f"# async_save: training blocked for {100 * summary['async_blocked_fraction']:.0f}% of the time "
