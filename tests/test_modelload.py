@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 
 
 def test_shards_scale_down_with_the_total_and_the_index_maps_every_tensor(tmp_path):
-    pytest.importorskip("safetensors")
     lay = md.layout(256 << 20, "bfloat16", 2)
     assert lay.shards == 4 and len(lay.tensors) == 4 and lay.total_bytes == 256 << 20
     assert md.layout(30 * 10**9, "bfloat16", 2).shards == 6   # 5 GB shards past MIN_SHARDS of them
@@ -40,7 +39,6 @@ def _mb(tmp_path, *args, env=None):
 
 @pytest.mark.parametrize("nproc,modes", [("1", "every-rank"), ("2", "every-rank,rank0-broadcast")])
 def test_loads_check_every_tensor_beside_a_raw_read(tmp_path, nproc, modes):
-    pytest.importorskip("safetensors")
     done = _mb(tmp_path, "--path", str(tmp_path), "--size", "64M", "--nproc", nproc, "--mode", modes)
     assert done.returncode == 0, done.stderr
     rows = records(tmp_path)[0]["rows"]
@@ -92,7 +90,6 @@ def test_without_safetensors_the_probe_is_skipped_with_its_reason(tmp_path):
 def test_a_model_on_the_embedded_s3_loads_in_both_modes_and_is_removed(tmp_path):
     """Shards as objects (multipart above 8 MiB), fetched whole with ranged GETs and parsed; every
     tensor checked; the prefix removed afterwards."""
-    pytest.importorskip("safetensors")
     from microbench.targets.s3server import rclone_binary
 
     if rclone_binary() is None:
