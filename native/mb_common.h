@@ -44,4 +44,9 @@ enum { MB_LINK_UNI = 0, MB_LINK_BIDIR = 1, MB_LINK_PINGPONG = 2 };
 int mb_tcp_link_run(const int *fds, int nfds, int role, int mode, size_t size, int iters, double timeout_s,
                     double *times_s);
 
+/* dataload's sample check (sample_check.c): 1 when `data` is not sample `index`'s bytes. */
+int mb_sample_wrong(int64_t index, const unsigned char *data, size_t size, uint64_t low, uint64_t high,
+                    const unsigned char *base, size_t base_len, uint64_t span, uint64_t stride);
+int64_t mb_member_index(const char *name, size_t len);
+
 #endif

@@ -33,10 +33,58 @@ def test_every_sample_checks_against_its_own_index_only():
     assert ds.wrong(8, bytearray(ds.sample_bytes(7, 4096, 4096)), 4096, 4096) == 1
 
 
+def _checks():
+    """The Python twin, and the native check when the core is built (CI requires it built)."""
+    from microbench.targets import native
+
+    return [ds.check_sample] + ([native.module().check_sample] if native.available() else [])
+
+
+@pytest.mark.parametrize("check", _checks(), ids=lambda c: "native" if "built-in" in repr(c) else "python")
+def test_the_per_sample_check_refuses_every_wrong_sample(check):
+    for low, high in ((16384, 16384), (1, 70000), (3, 3)):
+        args = (low, high, ds.base_buffer(high), ds.SPAN, ds.STRIDE)
+        for index in (0, 7, 123457):
+            data = bytearray(ds.sample_bytes(index, ds.sample_size(index, low, high), high))
+            name = ds.member_name(index)
+            assert check(name, data, *args) == 0 and check(index, bytes(data), *args) == 0
+            assert check(f"shards/x/{name}", data, *args) == 0            # the last path part names it
+            assert check(ds.member_name(index + 1), data, *args) == 1     # read under another name
+            assert check(index, data[:-1], *args) == 1                    # truncated
+            assert check(index, data + b"x", *args) == 1                  # too long
+            for bad_name in ("x.bin", ".bin", "12a4.bin", "-3.bin", "", "1" * 19 + ".bin"):
+                assert check(bad_name, data, *args) == 1
+            assert check(-1, data, *args) == 1
+            flipped = bytearray(data)
+            flipped[len(flipped) // 2] ^= 1
+            assert check(index, flipped, *args) == 1
+
+
+@pytest.mark.parametrize("layout, workers", [("shards", 2), ("files", 0)])
+def test_a_corrupt_byte_on_disk_is_counted_by_the_loaders_pass(tmp_path, layout, workers):
+    import torch  # noqa: F401
+
+    from microbench.probes.dataload.loader import Source, loader, one_pass
+
+    plan = ds.plan(layout, 200, 4096, 4096, 256 << 20, 4)
+    paths = ds.write_local(plan, str(tmp_path))
+    clean = one_pass(lambda: loader(Source(root=str(tmp_path)), plan, workers=workers, batch_size=16, prefetch_factor=2,
+                                    decode_us=0, rank=0, ranks=1, pin_memory=False, epoch=1))
+    assert (clean.samples, clean.wrong, clean.bytes) == (200, 0, 200 * 4096)
+    with open(paths[1], "r+b") as handle:          # one byte inside a sample's data
+        handle.seek(600 if layout == "shards" else 100)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    bad = one_pass(lambda: loader(Source(root=str(tmp_path)), plan, workers=workers, batch_size=16, prefetch_factor=2,
+                                  decode_us=0, rank=0, ranks=1, pin_memory=False, epoch=2))
+    assert (bad.samples, bad.wrong) == (200, 1)
+
+
 def test_shards_hold_key_ext_members_in_order_and_small_datasets_get_smaller_shards():
     plan = ds.plan("shards", 1000, 4096, 4096, 256 << 20, min_shards=8)
     assert len(plan.shards) == 8 and plan.shards[0] == (0, 125) and plan.shards[-1][1] == 1000
-    names = [name for name, _info, _f in ds.tar_members(io.BytesIO(ds.shard_tar(plan, 1)))]
+    names = [name for name, _data in ds.tar_members(io.BytesIO(ds.shard_tar(plan, 1)))]
     assert names == [f"{i:08d}.bin" for i in range(125, 250)]
     big = ds.plan("shards", 100_000, 16384, 16384, 256 << 20, min_shards=8)
     assert len(big.shards) == 8   # 1.6 GB: more than 256M/shard would give 7

@@ -149,8 +149,8 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
         marks = set(range(plan.ckpt_every, plan.steps, plan.ckpt_every)) if plan.ckpt_every else set()
         for i in range(1, plan.steps + 1):
             start = time.perf_counter()
-            _keys, data, size, wrong, _reqs = next(it)
-            batch = as_tensor(data, size, False)
+            datas, wrong, _reqs, _bytes = next(it)
+            batch = as_tensor(datas, False)
             # Until every rank has its batch: a rank waiting for data holds the others' first
             # collective, and that wait is the data's, not the step's.
             world.barrier()

@@ -2,7 +2,7 @@
 (files: one read per sample, shuffled, the rank's share as DistributedSampler deals it) or an
 iterable one (shards: the rank's shards split across the loader's workers, each shard streamed
 member by member). Every sample is checked in the worker that read it, where a trainer would
-decode it; `decode_us` adds that decode's CPU time.
+decode it (per batch, in the collate function); `decode_us` adds that decode's CPU time per sample.
 
 One pass is timed from creating the iterator (workers start then, as they do at each epoch) to
 the last batch; `first_batch_s` is the wait for the first one, `batch_wait_us` every wait the
@@ -61,12 +61,6 @@ def _decode(us: float) -> None:
             pass
 
 
-def _sample(index: int, data: Any, plan: ds.Plan, decode_us: float, requests: int) -> tuple:
-    bad = ds.wrong(index, data, plan.high, plan.size(index))
-    _decode(decode_us)
-    return index, data, bad, requests
-
-
 def datasets(torch: Any) -> tuple[type, type]:
     """The two dataset classes, made once torch is imported (this module loads without it)."""
     from torch.utils.data import Dataset, IterableDataset
@@ -74,13 +68,17 @@ def datasets(torch: Any) -> tuple[type, type]:
     class FileSamples(Dataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float):
             self.source, self.plan, self.decode_us = source, plan, decode_us
+            self.check, self.check_args = ds.sample_check(plan)
 
         def __len__(self) -> int:
             return self.plan.samples
 
         def __getitem__(self, index: int) -> tuple:
             data = self.source.read_file(index, self.plan.size(index))
-            return _sample(index, data, self.plan, self.decode_us, 1 if self.source.is_s3 else 0)
+            bad = self.check(index, data, *self.check_args)
+            if self.decode_us:
+                _decode(self.decode_us)
+            return data, bad, 1 if self.source.is_s3 else 0
 
     class ShardSamples(IterableDataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float, rank: int, ranks: int):
@@ -90,12 +88,16 @@ def datasets(torch: Any) -> tuple[type, type]:
         def __iter__(self) -> Any:
             info = torch.utils.data.get_worker_info()
             shards = self.mine if info is None else self.mine[info.id::info.num_workers]
+            check, (low, high, base, span, stride) = ds.sample_check(self.plan)
             for shard in shards:
                 stream = self.source.open_shard(self.plan.shard_key(shard))
                 requests = 1 if self.source.is_s3 else 0
                 try:
-                    for name, member, handle in ds.tar_members(stream):
-                        yield _sample(ds.member_index(name), handle.read(), self.plan, self.decode_us, requests)
+                    for name, data in ds.tar_members(stream):
+                        bad = check(name, data, low, high, base, span, stride)
+                        if self.decode_us:
+                            _decode(self.decode_us)
+                        yield data, bad, requests
                         requests = 0   # the shard's one GET, counted with its first sample
                 finally:
                     stream.close()
@@ -104,23 +106,23 @@ def datasets(torch: Any) -> tuple[type, type]:
 
 
 def collate(batch: list[tuple]) -> tuple:
-    """A batch's samples back to back as one bytes object (one copy), handed from a worker to
-    the training loop as a pickle through the worker's pipe, as a bare loop's bytes are; the loop
-    makes it a uint8 tensor (`as_tensor`). A tensor made in the worker would travel through a
-    shared-memory segment of its own per batch: measured here, 2-3x slower than the bytes for
-    16K samples, a DataLoader cost rather than the storage's. Keys and counts ride along."""
-    sizes = [len(b[1]) for b in batch]
-    return ([b[0] for b in batch], b"".join(b[1] for b in batch), sizes[0] if len(set(sizes)) == 1 else 0,
-            sum(b[2] for b in batch), sum(b[3] for b in batch))
+    """A batch as the training loop receives it: the samples' bytes as read (a list, as a bare
+    loop's `collate_fn=list` hands them over, through the worker's pipe), with how many of them
+    were wrong (each checked in the worker right after its read), the GETs and the bytes."""
+    datas = [item[0] for item in batch]
+    return datas, sum(item[1] for item in batch), sum(item[2] for item in batch), sum(map(len, datas))
 
 
-def as_tensor(data: bytes, size: int, pin: bool) -> Any:
-    """The batch as the model takes it: [batch, size] uint8 when the samples are one size."""
+def as_tensor(datas: list, pin: bool) -> Any:
+    """The batch as the model takes it on a GPU host: one [batch, size] uint8 tensor (flat when
+    the samples' sizes differ), pinned for the copy to the device as a trainer's loop pins it.
+    One copy of the bytes; the CPU pass hands the bytes on as they are, as the bare loop does."""
     import torch
 
-    out = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    if size:
-        out = out.view(-1, size)
+    data = bytearray().join(datas)
+    out = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    if datas and all(len(d) == len(datas[0]) for d in datas):
+        out = out.view(len(datas), -1)
     return out.pin_memory() if pin else out
 
 
@@ -163,16 +165,17 @@ def one_pass(make: Any, pin: bool = False) -> PassResult:
         while True:
             t0 = time.perf_counter()
             try:
-                keys, data, size, wrong, reqs = next(it)
+                datas, wrong, reqs, size = next(it)
             except StopIteration:
                 break
-            as_tensor(data, size, pin)
+            if pin:
+                as_tensor(datas, pin)
             now = time.perf_counter()
             waits.append(now - t0)
             if first is None:
                 first = now - start
-            samples += len(keys)
-            nbytes += len(data)
+            samples += len(datas)
+            nbytes += size
             bad += wrong
             requests += reqs
         elapsed = time.perf_counter() - start
