@@ -112,7 +112,7 @@ def pairs(args: argparse.Namespace, workers: list[int], cold: bool) -> dict[int,
     ratios: dict[int, list[float]] = {}
     try:
         paths = ds.write_local(plan, root)
-        data = Dataset(plan, Source(root=root), paths if cold else [], False)
+        data = Dataset(plan, Source(root=root).index(plan), paths if cold else [], False)
         probe = DataloadProbe(config, None, data)
         if not cold:
             bare(root, args.layout, 0, args.batch_size, cold=False)   # the pages in, once

@@ -5,8 +5,8 @@ per sample in a directory tree (`--layout files`, an image folder) or WebDataset
 (`--layout shards`), on a directory (`--path`, any mount) or an S3 prefix (`--target s3://`, the
 embedded server unless `--endpoint`). Each case is one `--workers` count; one iteration is one
 pass over the dataset after its cached pages were dropped (loader.py): every rank reads its
-share (DistributedSampler over files, shards dealt to ranks and then to workers) and every
-sample's bytes are checked.
+share (files shuffled, by DistributedSampler over several ranks; shards dealt to ranks and then
+to workers) and every sample's bytes are checked.
 
 samples_per_s = samples read by all ranks / the slowest rank's pass time; read_gbps = their
 bytes / that time (1e9 B/s). first_batch_s and batch_wait_us_p50/p99 (the waits in `next()`
@@ -168,7 +168,8 @@ class DataloadProbe(Probe):
 
     def implementation(self) -> dict[str, Any]:
         return {"engine": "torch.utils.data.DataLoader", "layout": self.config.layout,
-                "sampler": "DistributedSampler(shuffle)" if self.config.layout == "files" else
+                "sampler": ("RandomSampler (shuffle, seeded)" if self.ranks == 1 else "DistributedSampler(shuffle)")
+                           if self.config.layout == "files" else
                            "IterableDataset: shards dealt to ranks, then to workers",
                 "pin_memory": "each batch pinned in the training loop" if self.config.device == "cuda" else False, "prefetch_factor": self.config.prefetch_factor,
                 "decode_us": self.config.decode_us, **self.data.facts}

@@ -98,6 +98,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, 
     data = Dataset(plan, source, cache, memory, facts)
     try:
         provision.on_rank0(world, write)
+        source.index(plan)
         probe = spec.build(config, provision.Context(world=world, run_dir=data))
         outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                             results_dir=inv.results_dir)
