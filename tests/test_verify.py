@@ -284,3 +284,30 @@ def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp
                     if r["op"] == "all_gather" and r["size_bytes"] == fm.PRESETS["tiny"].root_params * 4)
     assert root_gather_us(rows[1]) > root_gather_us(rows[0])
     assert labmod.find(lab.name).rate_bps == lab.rate_bps   # the lab's own shaping is back
+
+
+def test_the_collector_runs_as_a_trainers_inside_verify_and_is_restored_after():
+    """verify's timed phases run with automatic collection off and setup frozen (collector.py):
+    garbage in a cycle waits for young(), the collection a trainer's loop makes between steps;
+    everything is restored when the block ends."""
+    import gc
+    import weakref
+
+    from microbench.verify import collector
+
+    class Node:
+        pass
+
+    assert gc.isenabled()
+    with collector.as_trainer():
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        node = Node()
+        node.self = node
+        ref = weakref.ref(node)
+        del node
+        for _ in range(50_000):   # enough allocations for several automatic collections
+            [[]]
+        assert ref() is not None
+        collector.young()
+        assert ref() is None
+    assert gc.isenabled() and gc.get_freeze_count() == 0

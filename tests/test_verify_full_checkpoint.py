@@ -30,6 +30,11 @@ def test_a_full_state_verify_reports_save_and_load_parts_beside_the_probes(run_c
         assert scatter["predicted_s"] > 0 and scatter["measured_s"] > 0
         assert len(read["measured_s_each"]) == len(read["predicted_s_each"]) == 2
         assert 0 < read["measured_s"] < load["measured_s"] and 0 < read["predicted_s"] < load["predicted_s"]
+        # the load's prediction: the probe's read plus the model's own scatter timed without a file
+        assert scatter["predicted_s"] == row["inputs"]["scatter"]["time_s"] and len(scatter["predicted_s_each"]) == 2
+        assert load["predicted_s"] == pytest.approx(read["predicted_s"] + scatter["predicted_s"])
+        assert row["inputs"]["storage"]["probe_load_s"] > 0
+    assert "torchtitan" in record["implementation"]["gc"]
     # the printed line names the load's parts too
     assert "load predicted" in done.stdout and "; read predicted" in done.stdout
     assert not (tmp_path / "ck").exists()

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..targets import checkpoint_target as ct
+from . import collector
 from . import model as fm
 from ..compose.checkpoint import predict_tier
 from ..probes import checkpoint as ck
@@ -68,6 +69,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
+            collector.young()   # between repetitions, outside every clock (collector.py)
             # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
             # storage part only. The state-dict conversion around it, timed here on this model
             # with its own state (no load), is the other input: 10-40 ms here, up to a fifth of a
@@ -161,8 +163,9 @@ def written_bytes(world: Any, run_dir: ct.RunDir, sub: str) -> int:
 
 def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
     quiet()
-    for sharding in opts.get("shardings") or ["full"]:
-        checkpoint_sharding(world, opts, sharding)
+    with collector.as_trainer():
+        for sharding in opts.get("shardings") or ["full"]:
+            checkpoint_sharding(world, opts, sharding)
     return 0
 
 

@@ -6,7 +6,9 @@ Accelerate/Trainer's FULL_STATE_DICT does. Predicted by the composer (compose.fu
 from the checkpoint probe's `--state-dict full` run on the same target in this invocation: its
 gather time, its serialize+write rate (one process's serialization) and its serialize+write+fsync
 rate (the tier's single stream), a synthetic state in this state's layout, one probe save and
-load right before each real one, medians.
+load right before each real one, medians. The load is predicted as the probe's read on rank 0
+plus this model's own scatter timed without a file (the sharded load's state-dict conversion is
+timed on the model the same way).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from . import collector
 from ..compose.full_save import full_save
 from ..core.stats import percentile
 from ..probes import checkpoint as ck
@@ -85,6 +88,28 @@ def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
     return time.perf_counter() - start, read - start
 
 
+def _scatter_alone(world: Any, model: Any, optim: Any, dev: str) -> float:
+    """The full load's scatter on this model with its own state gathered to rank 0 and no file:
+    set_model_state_dict + set_optimizer_state_dict (broadcast_from_rank0), each rank's time.
+    The probe's scatter, one set_model_state_dict over a module of synthetic tensors in the
+    state's layout, skips the optimizer's own state-dict code (its FQN mapping and per-state
+    distribution), which cost this model's load 5-30 ms more (64-76 ms against 69-99 ms) in
+    seven quiet runs; the sharded load's state-dict conversion is timed on the model the same way."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                           set_optimizer_state_dict)
+
+    msd, osd = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if world.rank != 0:
+        msd, osd = {}, {}
+    world.barrier()
+    start = time.perf_counter()
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, msd, options=options)
+    set_optimizer_state_dict(model, optim, osd, options=options)
+    sync(dev)
+    return time.perf_counter() - start
+
+
 def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
                     reps: int) -> dict[str, Any]:
     import torch
@@ -100,9 +125,11 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
     save_case, load_case = probe.cases()
     probe_parts: list[tuple[float, float, float]] = []
     probe_loads, probe_reads, saves, gathers, writes, loads, reads, wrong = [], [], [], [], [], [], [], 0
+    scatters: list[float] = []
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
+            collector.young()   # between repetitions, outside every clock (collector.py)
             probe._fresh_step()
             _, parts = probe.full.save()
             probe_parts.append((parts.get("gather_time_us", 0.0) / 1e6, parts.get("serialize_write_time_us", 0.0) / 1e6,
@@ -111,6 +138,7 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
             timed = probe.run_once(load_case)
             probe_loads.append(timed.time_s)
             probe_reads.append(timed.extra.get("read_time_us", 0.0) / 1e6 if world.rank == 0 else 0.0)
+            scatters.append(_scatter_alone(world, model, optim, dev))
             sub = f"verify-full-step-{i}"
             world.barrier()
             if world.rank == 0 and i > 0:
@@ -135,16 +163,19 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
     serialize_in = percentile([p[1] for p in parts], 50)
     durable_in = percentile([p[1] + p[2] for p in parts], 50)
     per_rank = world.all_gather_object((saves[1:], gathers[1:], writes[1:], loads[1:], probe_loads[1:], reads[1:],
-                                        probe_reads[1:]))
+                                        probe_reads[1:], scatters[1:]))
 
     def slowest(k: int) -> list[float]:
         return [max(r[k][i] for r in per_rank) for i in range(reps)]
 
-    save_t, gather_t, write_t, load_t, probe_load_t, read_t, probe_read_t = (slowest(k) for k in range(7))
+    save_t, gather_t, write_t, load_t, probe_load_t, read_t, probe_read_t, scatter_t = (slowest(k) for k in range(8))
     pred = full_save(label, probe.size, gather_time_s=gather_in, host_link_gbps=None,
                      serialize_gbps=probe.size / serialize_in / 1e9, stream_gbps=probe.size / durable_in / 1e9,
                      aggregate_gbps=probe.size / durable_in / 1e9, nodes=1, aggregate_is_job=False)
-    pred_load = percentile(probe_load_t, 50)
+    # The load: the probe's read on rank 0 (the storage and torch.load) and this model's own
+    # scatter timed alone (_scatter_alone), medians.
+    pred_read, pred_scatter = percentile(probe_read_t, 50), percentile(scatter_t, 50)
+    pred_load = pred_read + pred_scatter
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     wrong = sum(world.all_gather_object(wrong))
     source = (f"checkpoint probe --state-dict full on {label} in this run: {format(probe.size, ',')} bytes in "
@@ -160,9 +191,14 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
                                                          "measured_s": percentile(write_t, 50)}}},
             "load": {"predicted_s": pred_load, "measured_s": load_s, "measured_s_each": load_t,
                      "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load, load_s),
-                     "parts": {"read": {"predicted_s": percentile(probe_read_t, 50), "measured_s": percentile(read_t, 50),
+                     "parts": {"read": {"predicted_s": pred_read, "measured_s": percentile(read_t, 50),
                                         "predicted_s_each": probe_read_t, "measured_s_each": read_t},
-                               "scatter": {"predicted_s": pred_load - percentile(probe_read_t, 50),
-                                           "measured_s": load_s - percentile(read_t, 50)}}},
+                               "scatter": {"predicted_s": pred_scatter, "measured_s": load_s - percentile(read_t, 50),
+                                           "predicted_s_each": scatter_t}}},
             "inputs": {"storage": {"source": source, "gather_s": gather_in, "serialize_write_s": serialize_in,
-                                   "serialize_write_fsync_s": durable_in, "size_bytes": probe.size}}}
+                                   "serialize_write_fsync_s": durable_in, "size_bytes": probe.size,
+                                   "probe_load_s": percentile(probe_load_t, 50), "probe_load_s_each": probe_load_t},
+                       "scatter": {"source": "set_model_state_dict + set_optimizer_state_dict (full_state_dict, "
+                                             "broadcast_from_rank0) of this model with its own state gathered to rank 0, "
+                                             "no file, timed right after each probe load, median",
+                                   "time_s": pred_scatter, "time_s_each": scatter_t}}}

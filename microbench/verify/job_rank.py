@@ -21,17 +21,16 @@ phase is the slowest rank's sum, and the total the slowest rank's."""
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Any
 
+from . import collector
 from . import model as fm
 from .job_tiers import Place, steady_threads, threads_settled
 from .steps import error_pct, sync
 from ..compose.dataload import DataRate, data_stall
 from ..compose.job import KINDS, JobPlan, PhaseCosts, timeline
 
-GC_EVERY_STEPS = 50     # torchtitan's default gc_freq
 
 
 def data_plan(ranks: int, batch_size: int, steps: int, workers: int, sample_bytes: int) -> Any:
@@ -95,13 +94,10 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     if world.spec.local_rank == 0:
         model_place.drop_cache(keys)
         data_place.drop_cache(dplan.keys())
-    # Python's collector as a trainer runs it: torchtitan disables the automatic one and collects
-    # generation 1 every --gc-freq steps (50), so no full collection lands in a step or a save
-    # at random. Here an automatic full collection (about 0.16 s over this process's objects)
-    # landed inside a DCP save now and then: 0.24 s saves beside the probe's 0.06 s.
-    gc.collect()
-    gc.freeze()
-    gc.disable()
+    # Python's collector as a trainer runs it (collector.py): here an automatic full collection
+    # (about 0.16 s over this process's objects) landed inside a DCP save now and then: 0.24 s
+    # saves beside the probe's 0.06 s.
+    collector.start()
     # The baseline after the collection, once the threads it ended are gone: a DataLoader forks
     # after the model load, and threads_settled must wait for every thread still ending.
     threads = steady_threads()
@@ -163,8 +159,8 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
             sync(device)
             steps_s.append(time.perf_counter() - start)
             spent["train"] += steps_s[-1]
-            if i % GC_EVERY_STEPS == 0:
-                gc.collect(1)   # counted as time outside the phases, as in a trainer's loop
+            if i % collector.EVERY_STEPS == 0:
+                collector.young()   # counted as time outside the phases, as in a trainer's loop
             if i in marks:
                 saves += 1
                 if plan.async_ckpt and future is not None:
@@ -206,8 +202,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
     spent["final_save"] = time.perf_counter() - start
     total = time.perf_counter() - t0
     progress.update(final_save_s=spent["final_save"], total_s=total)
-    gc.enable()
-    gc.unfreeze()
+    collector.stop()
 
     every = world.all_gather_object((spent, total, steps_s, local_sum, data_wrong, saves_s, state_s, waits_s))
     measured = {k: max(e[0][k] for e in every) for k in KINDS}
@@ -222,8 +217,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
             "per_rank_total_s": [e[1] for e in every],
             "steps_s": steps,
             "checkpoints": saves + 1, "durable": durable,
-            "gc": f"automatic collection off during the job, generation 1 collected every {GC_EVERY_STEPS} steps "
-                  f"(as torchtitan's trainer); setup objects frozen",
+            "gc": collector.NOTE,
             "saves_s": [max(e[5][j] for e in every) for j in range(saves)],
             "get_state_dict_s": [max(e[6][j] for e in every) for j in range(saves)],
             "data_waits_s": waits,

@@ -14,6 +14,7 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from . import collector
 from . import model as fm
 from . import steps as vf
 from . import calibrate as vc
@@ -173,8 +174,14 @@ def cal_key(profile: str, sharding: str | None) -> str:
 
 
 def run_steps(world: Any, opts: dict[str, Any]) -> int:
-    """One link profile: calibrate (unless given), then every (model, tokens) configuration."""
+    """One link profile: calibrate (unless given), then every (model, tokens) configuration,
+    with Python's collector as a trainer runs it (collector.py)."""
     quiet()
+    with collector.as_trainer():
+        return _run_steps(world, opts)
+
+
+def _run_steps(world: Any, opts: dict[str, Any]) -> int:
     dev, backend, profile = opts["device"], opts["backend"], opts["profile"]
     layout = hybrid.layout_for(opts.get("sharding"), world.size)
     key = cal_key(profile, layout.sharding)
@@ -194,6 +201,7 @@ def run_steps(world: Any, opts: dict[str, Any]) -> int:
         return 0
     cal = vc.as_calibration(cal_dict, source)
     for i, (model_name, tokens) in enumerate(opts["configs"]):
+        collector.young()   # between configurations, outside every clock
         shape = fm.shape_from_args(**opts["shapes"][model_name])
         label = f"{key} {shape.name} {tokens} tokens"
         row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,

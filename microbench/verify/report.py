@@ -130,8 +130,9 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
         print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
         print("# checkpoint inputs: the checkpoint probe on each target in this run (synthetic values in the "
               "real state's layout: top-level keys, tensor shapes, sharding, order), a probe save and load "
-              "right before each real one, medians; the load adds get_state_dict + set_state_dict timed on "
-              "the model")
+              "right before each real one, medians; a sharded load adds get_state_dict + set_state_dict timed "
+              "on the model, a full load is the probe's read on rank 0 plus the model's own scatter "
+              "(set_model/optimizer_state_dict, broadcast_from_rank0) timed without a file")
     if verdict_:
         print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
               f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "

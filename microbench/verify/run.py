@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import collector
 from . import model as fm
 from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
 from .phases import cal_key
@@ -71,7 +72,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
     kind = "calibration" if opts.calibrate_only else "verify"   # the kinds `compose --calibration` takes
     record = new_record(kind, config, envmod.collect(),
                         {**native.implementation(), "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
-                         "model": fm.FAMILY, "backend": choice.backend, "device": choice.device})
+                         "model": fm.FAMILY, "backend": choice.backend, "device": choice.device,
+                         "gc": collector.NOTE})
     writer = RecordWriter(record, opts.json, opts.results_dir)
     path = writer.path
     base = {"device": choice.device, "backend": choice.backend, "record": str(path), "timeout": timeout_s,
