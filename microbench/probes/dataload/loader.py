@@ -64,6 +64,12 @@ class Source:
         return open(os.path.join(self.root, key), "rb")
 
 
+class Flagged(tuple):
+    """(data, wrong, requests) for a sample that failed its check or carries a GET (an S3
+    file, a shard's first sample on S3); every other sample travels as its bytes alone, as a
+    bare loop's do, so the hand-off and the collate cost no tuple a sample."""
+
+
 def _decode(us: float) -> None:
     """A decode's CPU time: the worker is busy, as with a JPEG decode or tokenization."""
     if us > 0:
@@ -81,6 +87,7 @@ def datasets(torch: Any) -> tuple[type, type]:
             self.source, self.plan, self.decode_us = source, plan, decode_us
             self.paths = source.paths   # listed once (Source.index): an open and a read a sample
             self.check, self.check_args = ds.sample_check(plan)
+            self.requests = 1 if source.is_s3 else 0   # a GET a sample
 
         def __len__(self) -> int:
             return self.plan.samples
@@ -94,7 +101,7 @@ def datasets(torch: Any) -> tuple[type, type]:
             bad = self.check(index, data, *self.check_args)
             if self.decode_us:
                 _decode(self.decode_us)
-            return data, bad, 1 if self.source.is_s3 else 0
+            return Flagged((data, bad, self.requests)) if bad or self.requests else data
 
     class ShardSamples(IterableDataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float, rank: int, ranks: int):
@@ -113,7 +120,7 @@ def datasets(torch: Any) -> tuple[type, type]:
                         bad = check(name, data, low, high, base, span, stride)
                         if self.decode_us:
                             _decode(self.decode_us)
-                        yield data, bad, requests
+                        yield Flagged((data, bad, requests)) if bad or requests else data
                         requests = 0   # the shard's one GET, counted with its first sample
                 finally:
                     stream.close()
@@ -121,12 +128,15 @@ def datasets(torch: Any) -> tuple[type, type]:
     return FileSamples, ShardSamples
 
 
-def collate(batch: list[tuple]) -> tuple:
+def collate(batch: list) -> tuple:
     """A batch as the training loop receives it: the samples' bytes as read (a list, as a bare
     loop's `collate_fn=list` hands them over, through the worker's pipe), with how many of them
     were wrong (each checked in the worker right after its read), the GETs and the bytes."""
-    datas = [item[0] for item in batch]
-    return datas, sum(item[1] for item in batch), sum(item[2] for item in batch), sum(map(len, datas))
+    flagged = [item for item in batch if type(item) is Flagged]
+    if not flagged:
+        return batch, 0, 0, sum(map(len, batch))
+    datas = [item[0] if type(item) is Flagged else item for item in batch]
+    return datas, sum(f[1] for f in flagged), sum(f[2] for f in flagged), sum(map(len, datas))
 
 
 def as_tensor(datas: list, pin: bool) -> Any:
