@@ -118,6 +118,12 @@ def pairs(args: argparse.Namespace, workers: list[int], cold: bool) -> dict[int,
             bare(root, args.layout, 0, args.batch_size, cold=False)   # the pages in, once
         for w in workers:
             case = Case(args.layout, plan.total_bytes, (("workers", w),))
+            # One untimed pass of each side first: the first pass after the dataset was written
+            # ran 2-3x slower than any later one, whichever side it was (the written bytes' freed
+            # memory handed back to the VM's host; docs/BENCHMARKS.md), which put every first
+            # pair at 0.3-0.5.
+            probe.run_once(case)
+            bare(root, args.layout, w, args.batch_size, cold=cold)
             for i in range(args.pairs):
                 def probe_rate() -> float:
                     timed = probe.run_once(case)
