@@ -14,6 +14,10 @@ mkdir -p "$OUT"
 MB_BIN=${MICROBENCH:-microbench}
 # Every step is bounded, so one hung NCCL world cannot eat a lent machine's minutes.
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+# SMOKE_ONLY="11 15": run only these steps (the rest skip with that reason), e.g. to rerun the
+# ones a change touched on a short lease.
+SMOKE_ONLY=${SMOKE_ONLY:-}
+want() { [ -z "$SMOKE_ONLY" ] || case " $SMOKE_ONLY " in *" $1 "*) true;; *) false;; esac; }
 MB() { timeout -k 10 "$STEP_TIMEOUT" "$MB_BIN" "$@"; }
 if [ -z "${PYTHON:-}" ]; then
     mb_path=$(command -v "$MB_BIN" || true)
@@ -77,7 +81,7 @@ else
 fi
 
 say "2. nccl, 1 rank: an NCCL world starts on cuda:0 (issue 18 item 1) and times with CUDA events (item 11)"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 2; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     if MB nccl --backend nccl --nproc 1 --sizes 1M-64M --json "$OUT/nccl-1rank.json" > "$OUT/nccl-1rank.txt" 2>&1; then
         b=$(field "$OUT/nccl-1rank.json" 'r["implementation"]["backend"] + " on " + r["implementation"]["device"]')
         t=$(field "$OUT/nccl-1rank.json" 'sorted({x.get("timing") for x in r["rows"]})')
@@ -91,7 +95,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "3. nccl transport: the header's transport line vs the record vs NCCL's own log (item 2)"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 3; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     n=$(( GPUS >= 2 ? 2 : 1 ))
     logdir="$OUT/nccl-log"; mkdir -p "$logdir"
     if MICROBENCH_NCCL_LOG_DIR="$logdir" MB nccl --backend nccl --nproc "$n" --sizes 1M-16M --json "$OUT/nccl-transport.json" \
@@ -113,7 +117,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "4. memory: h2d/d2h/d2d copies from pinned memory, timed with CUDA events"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 4; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     if MB memory --sizes 64M,256M --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1; then
         say "  $(rates "$OUT/memory.json" h2d,d2h,d2d)"
         t=$(field "$OUT/memory.json" 'sorted({x.get("timing") for x in r["rows"] if x["op"] in ("h2d", "d2h", "d2d")})')
@@ -124,7 +128,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "5. compute: bf16 matmul TFLOP/s at a model's shapes on cuBLAS"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 5; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     if MB compute --device cuda --json "$OUT/compute.json" > "$OUT/compute.txt" 2>&1; then
         say "  $(rates "$OUT/compute.json")"
         w=$(field "$OUT/compute.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
@@ -135,7 +139,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "6. checkpoint --async: DCP save, async save and load from GPU memory"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 6; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     mkdir -p "$OUT/ckpt"
     if MB checkpoint --size 1G --async --target "$OUT/ckpt" --json "$OUT/checkpoint.json" > "$OUT/checkpoint.txt" 2>&1; then
         say "  $(rates "$OUT/checkpoint.json")"
@@ -148,7 +152,7 @@ fi
 for mode in ON OFF; do
     step=$([ "$mode" = ON ] && echo 7 || echo 8)
     say "$step. storage gds with KVIKIO_COMPAT_MODE=$mode: the record says which path served the bytes (item 9)"
-    if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_KVIKIO" ]; then skip "$NO_KVIKIO"; else
+    if ! want $step; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_KVIKIO" ]; then skip "$NO_KVIKIO"; else
         mkdir -p "$OUT/gds"
         if KVIKIO_COMPAT_MODE=$mode MB storage gds --path "$OUT/gds" --size 256M --json "$OUT/gds-$mode.json" > "$OUT/gds-$mode.txt" 2>&1; then
             served=$(field "$OUT/gds-$mode.json" 'r["implementation"]["served_by"]')
@@ -167,7 +171,7 @@ for mode in ON OFF; do
 done
 
 say "9. verify fsdp, 1 rank: real FSDP2 steps and DCP vs the composer (item 10: no false 'does not fit')"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 9; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     if MB verify fsdp --nproc 1 --model small --steps 3 --json "$OUT/verify.json" > "$OUT/verify.txt" 2>&1; then
         ok "verify ran: $(grep -m1 -i "verdict" "$OUT/verify.txt" | cut -c1-120)"
     else
@@ -176,7 +180,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "10. the GPU-marked tests (pytest -m gpu)"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif ! "$PYTHON" -c 'import pytest' 2>/dev/null; then skip "pytest is not installed"; else
+if ! want 10; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif ! "$PYTHON" -c 'import pytest' 2>/dev/null; then skip "pytest is not installed"; else
     if (cd "$OUT" && "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider "$HERE/tests/test_gpu_paths.py" > "$OUT/pytest-gpu.txt" 2>&1); then
         ok "$(grep -E "passed|skipped" "$OUT/pytest-gpu.txt" | tail -1)"
     else
@@ -189,7 +193,7 @@ NO_S3=$("$PYTHON" -c 'from microbench.targets.s3client import s3_client_unavaila
 wrong() { field "$1" 'sum(x.get("nwrong") or 0 for x in r["rows"])'; }
 
 say "11. dataload: batches pinned in the training loop on a GPU, every sample checked"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 11; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     mkdir -p "$OUT/dl"
     if MB dataload --path "$OUT/dl" --layout shards --samples 4000 --sample-size 16K --workers 0,2 --json "$OUT/dataload.json" > "$OUT/dataload.txt" 2>&1; then
         pin=$(field "$OUT/dataload.json" 'r["implementation"]["pin_memory"]')
@@ -202,7 +206,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "12. modelload: safetensors shards loaded onto the GPU, every tensor checked"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 12; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     mkdir -p "$OUT/ml"
     if MB modelload --path "$OUT/ml" --size 1G --nproc 1 --mode every-rank --json "$OUT/modelload.json" > "$OUT/modelload.txt" 2>&1; then
         dev=$(field "$OUT/modelload.json" 'r["implementation"].get("device") or r["status"] + ": " + str(r.get("status_reason"))')
@@ -215,7 +219,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "13. checkpoint --state-dict full: GPU state gathered to rank 0's CPU and written by torch.save"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 13; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     mkdir -p "$OUT/ckfull"
     if MB checkpoint --size 512M --nproc 1 --state-dict full --target "$OUT/ckfull" --json "$OUT/ckfull.json" > "$OUT/ckfull.txt" 2>&1; then
         say "  $(rates "$OUT/ckfull.json")"
@@ -227,7 +231,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
 fi
 
 say "14. checkpoint to the embedded S3 from GPU tensors (DCP through fsspec)"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
+if ! want 14; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
     if MB checkpoint --size 256M --nproc 1 --target s3://microbench/gpu-smoke --json "$OUT/ck-s3.json" > "$OUT/ck-s3.txt" 2>&1; then
         say "  $(rates "$OUT/ck-s3.json")"
         ok "device $(field "$OUT/ck-s3.json" 'r["implementation"]["device"]'), target $(field "$OUT/ck-s3.json" 'r["implementation"].get("target_kind")')"
@@ -237,7 +241,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO
 fi
 
 say "15. verify fsdp --checkpoint --state-dict full,sharded on the GPU: predicted vs measured"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
+if ! want 15; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO_S3"; else
     MB verify fsdp --nproc 1 --model small --steps 4 --checkpoint --state-dict full,sharded --json "$OUT/verify-ckpt.json" > "$OUT/verify-ckpt.txt" 2>&1
     rc=$?
     # Exit 1 with a verdict line is the verdict (a row outside the tolerance), not a broken path.
@@ -249,7 +253,7 @@ if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; elif [ -n "$NO_S3" ]; then skip "$NO
 fi
 
 say "16. microbench suite on the GPU: the main job, every step as its own process"
-if [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
+if ! want 16; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
     if (cd "$OUT" && STEP_TIMEOUT=${SUITE_TIMEOUT:-400} MB suite --results-dir "$OUT/suite" > "$OUT/suite.txt" 2>&1); then
         ok "suite exit 0"
     else

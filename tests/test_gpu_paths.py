@@ -502,3 +502,20 @@ def test_gpu_memory_copies_are_timed_with_cuda_events():
     case = next(c for c in probe.cases() if c.op == "h2d")
     row = runner.measure_case(probe, case, runner.SweepSettings(warmup=2, iters=10, check=False), None)
     assert row["timing"] == "cuda_events" and row["time_us"]["p50"] > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_dataload_batches_become_one_pinned_tensor():
+    """On a GPU host the loop makes each batch one pinned [batch, size] uint8 tensor (one copy of
+    the bytes the worker handed over), ready for a non-blocking copy to the device."""
+    import torch
+
+    from microbench.probes.dataload.loader import as_tensor
+
+    batch = [bytes([i]) * 16 for i in range(4)]
+    out = as_tensor(batch, True)
+    assert out.is_pinned() and out.shape == (4, 16) and out.dtype == torch.uint8
+    assert out[:, 0].tolist() == [0, 1, 2, 3]
+    mixed = as_tensor([b"a" * 3, b"b" * 5], True)
+    assert mixed.is_pinned() and mixed.shape == (8,)
