@@ -65,8 +65,6 @@ def _save(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
 def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float]:
     """One real full load: (total, read on rank 0) seconds; the rest is the scatter."""
     import torch
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                           set_optimizer_state_dict)
 
     local = run_dir.target.kind == "local"
     path = os.path.join(run_dir.sub(sub), "state.pt") if local else f"{run_dir.root}/{sub}/state.pt"
@@ -79,13 +77,21 @@ def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
         source = path if local else io.BytesIO(run_dir.fs().cat_file(path))
         saved = torch.load(source, map_location="cpu", weights_only=True)
     read = time.perf_counter()
+    _scatter(model, optim, saved["model"], saved["optim"], dev)
+    return time.perf_counter() - start, read - start
+
+
+def _scatter(model: Any, optim: Any, msd: dict[str, Any], osd: dict[str, Any], dev: str) -> None:
+    """Rank 0's full state into every rank's shards (every other rank passes empty dicts)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                           set_optimizer_state_dict)
+
     # Two calls, not set_state_dict: given an empty model state dict (every rank but 0) it
     # takes the call for an optimizer-only load and skips the model's broadcast, a hang.
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, saved["model"], options=options)
-    set_optimizer_state_dict(model, optim, saved["optim"], options=options)
+    set_model_state_dict(model, msd, options=options)
+    set_optimizer_state_dict(model, optim, osd, options=options)
     sync(dev)
-    return time.perf_counter() - start, read - start
 
 
 def _scatter_alone(world: Any, model: Any, optim: Any, dev: str) -> float:
@@ -95,18 +101,14 @@ def _scatter_alone(world: Any, model: Any, optim: Any, dev: str) -> float:
     state's layout, skips the optimizer's own state-dict code (its FQN mapping and per-state
     distribution), which cost this model's load 5-30 ms more (64-76 ms against 69-99 ms) in
     seven quiet runs; the sharded load's state-dict conversion is timed on the model the same way."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                           set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if world.rank != 0:
         msd, osd = {}, {}
     world.barrier()
     start = time.perf_counter()
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, msd, options=options)
-    set_optimizer_state_dict(model, optim, osd, options=options)
-    sync(dev)
+    _scatter(model, optim, msd, osd, dev)
     return time.perf_counter() - start
 
 
