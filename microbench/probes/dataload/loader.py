@@ -51,11 +51,11 @@ class Source:
         return self._clients[pid]
 
     def read_file(self, index: int) -> Any:
+        """A sample's bytes where no path list was made (S3, or a directory not indexed)."""
         if self.is_s3:
             body = self.client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{ds.file_key(index)}")["Body"]
             return body.read()
-        path = self.paths[index] if self.paths is not None else os.path.join(self.root, ds.file_key(index))
-        with open(path, "rb") as handle:
+        with open(os.path.join(self.root, ds.file_key(index)), "rb") as handle:
             return handle.read()
 
     def open_shard(self, key: str) -> Any:
