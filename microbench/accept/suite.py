@@ -153,8 +153,8 @@ def headline(record: dict[str, Any]) -> str:
         if row[key] == 0 and spec is not None:
             # A one-rank collective moves nothing between ranks: its busbw is 0 by nccl-tests'
             # definition, so the next declared metric (algbw) is the one worth a glance.
-            key = next((m for m in spec.metrics[spec.metrics.index(key) + 1:]
-                        if isinstance(row.get(m), (int, float)) and not isinstance(row.get(m), bool) and row[m] > 0), key)
+            later = spec.metrics[spec.metrics.index(key) + 1:]
+            key = spec.row_metric({m: row[m] for m in later if row.get(m)}) or key
         op = str(row.get("op", "?"))
         if float(row[key]) > best.get((op, key), float("-inf")):
             best[(op, key)], at[(op, key)] = float(row[key]), row.get("size_bytes")

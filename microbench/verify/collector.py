@@ -18,7 +18,7 @@ from typing import Iterator
 
 EVERY_STEPS = 50     # torchtitan's default gc_freq
 NOTE = ("automatic collection off, setup objects frozen, generation 1 collected outside the clocks "
-        "(between repetitions; every 50 steps in a job), as torchtitan's trainer runs it")
+        f"(between repetitions; every {EVERY_STEPS} steps in a job), as torchtitan's trainer runs it")
 
 
 def start() -> None:
