@@ -144,6 +144,11 @@ def test_a_short_job_on_a_directory_times_and_predicts_every_phase(run_cli, tmp_
     assert os.listdir(base) == []   # the run removed everything it wrote
 
 
+def _job_mounts() -> set[str]:
+    """verify job's mounts now on this machine (a run killed earlier may have left one: only new ones count)."""
+    return {line for line in open("/proc/self/mountinfo") if "microbench-vjob-" in line}
+
+
 def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_path, lab):
     from microbench.lab import namespaces as labmod
     from microbench.targets.mount_sys import fuse_unavailable_reason
@@ -153,6 +158,9 @@ def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_pat
         pytest.skip(f"needs rclone and FUSE: {fuse_unavailable_reason() or 'rclone is not installed'}")
     cal = calibration_record(tmp_path / "cal.json")
     out = tmp_path / "j.json"
+    # Only this run's leftovers count: a run killed earlier on this machine (SIGKILL runs no cleanup) may have left its own.
+    before = set(glob.glob("/tmp/microbench-verify-job-*"))
+    mounts_before = _job_mounts()
     done = run_cli(*SHORT, "--data", "s3", "--model-from", "s3", "--ckpt-to", "mount", "--lab", lab.name,
                    "--link-profiles", "unlimited,100mbit", "--calibration", cal, "--json", str(out), timeout=300)
     record = json.loads(out.read_text())
@@ -168,9 +176,8 @@ def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_pat
     # The shaped profile's collectives were measured under its shaping: the predicted step is slower.
     assert rows[1]["inputs"]["step"]["step_s"] > rows[0]["inputs"]["step"]["step_s"]
     assert labmod.find(lab.name).rate_bps == lab.rate_bps        # the lab's own shaping is back
-    mounts = open("/proc/self/mountinfo").read()
-    assert "microbench-vjob-" not in mounts                        # the run's mount is gone
-    assert not glob.glob("/tmp/microbench-verify-job-*")
+    assert _job_mounts() <= mounts_before                           # the run's mount is gone
+    assert set(glob.glob("/tmp/microbench-verify-job-*")) <= before   # nor its directory and spec file
 
 
 def test_a_rank_dying_mid_job_is_named_and_the_finished_phases_are_kept(tmp_path):
@@ -237,6 +244,7 @@ def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_pat
     cal = calibration_record(tmp_path / "cal.json")
     out, base = tmp_path / "j.json", tmp_path / "d"
     base.mkdir()
+    mounts_before = _job_mounts()
     done = run_cli("verify", "job", "--matrix", "--model", "tiny", "--tokens", "32", "--steps", "2", "--ckpt-every",
                    "1", "--batch-size", "2", "--sample-size", "1K", "--tolerance", "1000", "--calibration", cal,
                    "--dir", str(base), "--json", str(out), timeout=400)
@@ -249,5 +257,5 @@ def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_pat
     assert lab.startswith("vjob") and "made and removed by this run" in done.stdout
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"mb-{lab}-" not in netns                                 # the run's lab is gone
-    assert "microbench-vjob-" not in open("/proc/self/mountinfo").read()
+    assert _job_mounts() <= mounts_before
     assert os.listdir(base) == []
