@@ -159,6 +159,19 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     cal = record["summary"]["calibration"]
     assert 0 <= cal["overlap"] <= 1 and cal["unit_overhead_s"] >= 0 and cal["compute_efficiency"] > 0
     assert cal["backend"] == "gloo" and cal["model"]["family"] == fm.FAMILY
+    # Each number is the median of per-sample readings, every step read against the samples taken
+    # right before it (not a difference or ratio of medians, which carries every side's noise).
+    from microbench.core.stats import percentile
+
+    ov, uo, eff = (cal["details"][k] for k in ("overlap", "unit_overhead", "compute_efficiency"))
+    assert len(ov["raw_per_step"]) == len(ov["steps_s"]) == 9
+    assert ov["raw"] == pytest.approx(percentile(ov["raw_per_step"], 50))
+    assert cal["overlap"] == pytest.approx(min(1.0, max(0.0, ov["raw"])))
+    assert ov["raw_iqr"][0] <= ov["raw"] <= ov["raw_iqr"][1]
+    left = [f - c - m for f, (c, m) in zip(uo["fsdp_steps_s"], uo["samples_s"])]
+    assert uo["left_s"] == pytest.approx(percentile(left, 50))
+    assert cal["unit_overhead_s"] == pytest.approx(max(0.0, (uo["left_s"] - uo["optimizer_s"]) / (2 * uo["units"])))
+    assert cal["compute_efficiency"] == pytest.approx(percentile(eff["ratios"], 50))
     # The composer's reader takes it as it is.
     from types import SimpleNamespace
 
