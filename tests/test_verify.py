@@ -324,3 +324,15 @@ def test_the_collector_runs_as_a_trainers_inside_verify_and_is_restored_after():
         collector.young()
         assert ref() is None
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys):
+    from microbench.verify.report import print_report
+
+    cal = {"model": {"name": "calib", "tokens": 384}, "overlap": 0.0, "unit_overhead_s": 0.006,
+           "compute_efficiency": 0.8, "details": {"overlap": {"raw_iqr": [-0.43, 0.54]}}}
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "overlap 0.00 (steps read -0.43 to 0.54, middle half), FSDP per-unit cost" in capsys.readouterr().out
+    del cal["details"]   # a record written before the per-step readings: the line as it was
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out

@@ -107,11 +107,18 @@ def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
                     tablefmt="simple", disable_numparse=True)
 
 
+def _overlap_range(cal: dict[str, Any]) -> str:
+    """The middle half of the calibration steps' own readings: how well this run pinned the overlap
+    down (on a shared CPU box one step's noise spans more than the whole 0..1 range)."""
+    iqr = ((cal.get("details") or {}).get("overlap") or {}).get("raw_iqr")
+    return f" (steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)" if iqr else ""
+
+
 def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     summary = record.get("summary") or {}
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
         print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
-              f"{cal['overlap']:.2f}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
+              f"{cal['overlap']:.2f}{_overlap_range(cal)}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
               f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)")
     if calibrate_only:
         return
