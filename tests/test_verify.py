@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import cli_env, last_line, one_error_line, ranks_of
+from microbench.core.stats import percentile
 from microbench.verify import model as fm
 from microbench.verify import steps as vf
 from microbench.verify.report import verdict
@@ -113,7 +114,11 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert row["kind"] == "step" and row["ranks"] == 2 and len(row["measured_steps_s"]) == 2
     assert row["measured_s"] == sorted(row["measured_steps_s"])[0] + (sorted(row["measured_steps_s"])[1] -
                                                                        sorted(row["measured_steps_s"])[0]) / 2
-    assert row["error_pct"] == pytest.approx(100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"])
+    # The error is the median of the pairs' errors (each step against the prediction from the
+    # compute sample taken right before it); the error of the two medians is kept beside it.
+    pairs = [100 * (p - m) / m for p, m in zip(row["predicted_steps_s"], row["measured_steps_s"])]
+    assert len(pairs) == 2 and row["error_pct"] == pytest.approx(percentile(pairs, 50))
+    assert row["error_of_medians_pct"] == pytest.approx(100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"])
     pred = row["predicted"]
     assert pred["full_overlap_s"] <= pred["step_s"] <= pred["no_overlap_s"]
     for name in ("compute", "collectives", "optimizer"):
@@ -161,8 +166,6 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert cal["backend"] == "gloo" and cal["model"]["family"] == fm.FAMILY
     # Each number is the median of per-sample readings, every step read against the samples taken
     # right before it (not a difference or ratio of medians, which carries every side's noise).
-    from microbench.core.stats import percentile
-
     ov, uo, eff = (cal["details"][k] for k in ("overlap", "unit_overhead", "compute_efficiency"))
     assert len(ov["raw_per_step"]) == len(ov["steps_s"]) == 9
     assert ov["raw"] == pytest.approx(percentile(ov["raw_per_step"], 50))
@@ -269,7 +272,12 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
         assert row["bytes"] >= 12 * tiny.total_params and row["wrong_loads"] == 0
         for op in ("save", "load"):
             part = row[op]
-            assert part["error_pct"] == pytest.approx(100 * (part["predicted_s"] - part["measured_s"]) / part["measured_s"])
+            pairs = [100 * (p - m) / m for p, m in zip(part["predicted_s_each"], part["measured_s_each"])]
+            assert part["error_pct"] == pytest.approx(percentile(pairs, 50))
+            assert part["error_of_medians_pct"] == pytest.approx(100 * (part["predicted_s"] - part["measured_s"])
+                                                                 / part["measured_s"])
+        # a save's pair is the composer's prediction from the probe save right before it: its median is predicted_s
+        assert percentile(row["save"]["predicted_s_each"], 50) == pytest.approx(row["save"]["predicted_s"])
         assert "checkpoint probe on" in row["inputs"]["storage"]["source"]
         # the load's prediction is the probe's storage time plus the state-dict conversion timed on the model
         convert = row["inputs"]["state_dict"]["time_s"]

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from microbench.core.stats import percentile
+
 from test_verify import SHORT, calibration_record
 
 
@@ -34,6 +36,12 @@ def test_a_full_state_verify_reports_save_and_load_parts_beside_the_probes(run_c
         assert scatter["predicted_s"] == row["inputs"]["scatter"]["time_s"] and len(scatter["predicted_s_each"]) == 2
         assert load["predicted_s"] == pytest.approx(read["predicted_s"] + scatter["predicted_s"])
         assert row["inputs"]["storage"]["probe_load_s"] > 0
+        # Each real save and load is paired with the prediction from the probe timed right before it.
+        for part in (save, load):
+            pairs = [100 * (p - m) / m for p, m in zip(part["predicted_s_each"], part["measured_s_each"])]
+            assert len(pairs) == 2 and part["error_pct"] == pytest.approx(percentile(pairs, 50))
+        assert load["predicted_s_each"] == pytest.approx([r + c for r, c in zip(read["predicted_s_each"],
+                                                                                 scatter["predicted_s_each"])])
     assert "torchtitan" in record["implementation"]["gc"]
     # the printed line names the load's parts too
     assert "load predicted" in done.stdout and "; read predicted" in done.stdout

@@ -23,7 +23,7 @@ from ..compose.checkpoint import predict_tier
 from ..probes import checkpoint as ck
 from ..probes.checkpoint import state_layout as ckl
 from ..core.stats import percentile
-from .steps import error_pct, spread_pct, sync
+from .steps import error_pct, paired_error_pct, spread_pct, sync
 from .phases import RecordFile, device_of, guarded, quiet
 
 
@@ -131,15 +131,25 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
     wrong = sum(world.all_gather_object(wrong))
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
+    # Each real save and load against the composer's prediction from the probe save and load
+    # (and the state-dict conversion) timed right before it.
+    each = [predict_tier(label, probe.size, probe.size / ps / 1e9, probe.size / pl / 1e9)
+            for ps, pl in zip(probe_save_t, probe_load_t)]
+    save_each = [p.save_s for p in each]
+    load_each = [(p.load_s or 0.0) + c for p, c in zip(each, convert_t)]
     source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {probe.tensors} "
               f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
     return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
             "wrong_loads": wrong, "written_bytes": written,
             "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
-                     "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s)},
+                     "predicted_s_each": save_each, "spread_pct": spread_pct(save_t),
+                     "error_pct": paired_error_pct(save_each, save_t),
+                     "error_of_medians_pct": error_pct(pred.save_s, save_s)},
             "load": {"predicted_s": pred_load_s, "measured_s": load_s, "measured_s_each": load_t,
-                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load_s, load_s),
+                     "predicted_s_each": load_each, "spread_pct": spread_pct(load_t),
+                     "error_pct": paired_error_pct(load_each, load_t),
+                     "error_of_medians_pct": error_pct(pred_load_s, load_s),
                      "predicted_storage_s": pred.load_s, "predicted_state_dict_s": convert_s},
             "inputs": {"storage": {"source": source, "write_gbps": write_gbps, "read_gbps": read_gbps,
                                    "size_bytes": probe.size, "probe_save_s_each": probe_save_t,

@@ -24,7 +24,7 @@ from ..core.stats import percentile
 from ..probes import checkpoint as ck
 from ..probes.checkpoint import state_layout as ckl
 from ..targets import checkpoint_target as ct
-from .steps import error_pct, spread_pct, sync
+from .steps import error_pct, paired_error_pct, spread_pct, sync
 
 
 def _checksum(model: Any) -> float:
@@ -178,6 +178,13 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
     # scatter timed alone (_scatter_alone), medians.
     pred_read, pred_scatter = percentile(probe_read_t, 50), percentile(scatter_t, 50)
     pred_load = pred_read + pred_scatter
+    # Each real save and load against the composer's prediction from the probe's parts (and the
+    # scatter) timed right before it.
+    save_each = [full_save(label, probe.size, gather_time_s=g, host_link_gbps=None,
+                           serialize_gbps=probe.size / w / 1e9, stream_gbps=probe.size / (w + f) / 1e9,
+                           aggregate_gbps=probe.size / (w + f) / 1e9, nodes=1, aggregate_is_job=False).save_s
+                 for g, w, f in parts]
+    load_each = [r + c for r, c in zip(probe_read_t, scatter_t)]
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     wrong = sum(world.all_gather_object(wrong))
     source = (f"checkpoint probe --state-dict full on {label} in this run: {format(probe.size, ',')} bytes in "
@@ -187,12 +194,16 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
     return {"kind": "checkpoint", "target": f"{label} full", "state_dict": "full", "save_format": "torch",
             "bytes": nbytes, "tensors": ckl.tensor_count(layout), "ranks": world.size, "wrong_loads": wrong,
             "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
-                     "spread_pct": spread_pct(save_t), "error_pct": error_pct(pred.save_s, save_s),
+                     "predicted_s_each": save_each, "spread_pct": spread_pct(save_t),
+                     "error_pct": paired_error_pct(save_each, save_t),
+                     "error_of_medians_pct": error_pct(pred.save_s, save_s),
                      "parts": {"gather": {"predicted_s": pred.gather_s, "measured_s": percentile(gather_t, 50)},
                                "serialize_write_fsync": {"predicted_s": pred.write_s,
                                                          "measured_s": percentile(write_t, 50)}}},
             "load": {"predicted_s": pred_load, "measured_s": load_s, "measured_s_each": load_t,
-                     "spread_pct": spread_pct(load_t), "error_pct": error_pct(pred_load, load_s),
+                     "predicted_s_each": load_each, "spread_pct": spread_pct(load_t),
+                     "error_pct": paired_error_pct(load_each, load_t),
+                     "error_of_medians_pct": error_pct(pred_load, load_s),
                      "parts": {"read": {"predicted_s": pred_read, "measured_s": percentile(read_t, 50),
                                         "predicted_s_each": probe_read_t, "measured_s_each": read_t},
                                "scatter": {"predicted_s": pred_scatter, "measured_s": load_s - percentile(read_t, 50),

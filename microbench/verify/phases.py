@@ -145,6 +145,9 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = vf.measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
+    # Each step against the prediction from the compute sample taken right before it.
+    pred_each = [vf.predict(shape, tokens, world.size, precision, vf.compute_input(shape, tokens, [sample]),
+                            collectives, optimizer, cal)["step_s"] for sample in replays]
     pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
                            vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
@@ -153,7 +156,9 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
             **({"topology": collectives["topology"]} if "topology" in collectives else {}), "model": shape.name, "tokens": tokens, "ranks": world.size,
             "total_params": shape.total_params, "block_params": shape.block_params, "root_params": shape.root_params,
             "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
-            "spread_pct": vf.spread_pct(times), "error_pct": vf.error_pct(pred["step_s"], measured),
+            "predicted_steps_s": pred_each, "spread_pct": vf.spread_pct(times),
+            "error_pct": vf.paired_error_pct(pred_each, times),
+            "error_of_medians_pct": vf.error_pct(pred["step_s"], measured),
             "predicted": pred, "parts": parts,
             "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run right before each "
                                              f"measured step",

@@ -140,6 +140,11 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
               "right before each real one, medians; a sharded load adds get_state_dict + set_state_dict timed "
               "on the model, a full load is the probe's read on rank 0 plus the model's own scatter "
               "(set_model/optimizer_state_dict, broadcast_from_rank0) timed without a file")
+    if any("error_of_medians_pct" in r or "error_of_medians_pct" in (r.get("save") or {}) for r in steps + ckpts):
+        print("# error: the median of the pairs' errors, each measured step, save or load against the prediction "
+              "from the probe sample taken right before it (the machine's drift is in both); predicted and "
+              "measured p50 are each side's own median, so their ratio can differ (the record keeps both: "
+              "error_pct, error_of_medians_pct)")
     if verdict_:
         print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
               f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "
