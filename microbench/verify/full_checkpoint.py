@@ -171,19 +171,21 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
         return [max(r[k][i] for r in per_rank) for i in range(reps)]
 
     save_t, gather_t, write_t, load_t, probe_load_t, read_t, probe_read_t, scatter_t = (slowest(k) for k in range(8))
-    pred = full_save(label, probe.size, gather_time_s=gather_in, host_link_gbps=None,
-                     serialize_gbps=probe.size / serialize_in / 1e9, stream_gbps=probe.size / durable_in / 1e9,
-                     aggregate_gbps=probe.size / durable_in / 1e9, nodes=1, aggregate_is_job=False)
+
+    def composed(gather_s: float, serialize_s: float, durable_s: float) -> Any:
+        """The composer's full save from the probe's gather, serialize+write and write+fsync times."""
+        return full_save(label, probe.size, gather_time_s=gather_s, host_link_gbps=None,
+                         serialize_gbps=probe.size / serialize_s / 1e9, stream_gbps=probe.size / durable_s / 1e9,
+                         aggregate_gbps=probe.size / durable_s / 1e9, nodes=1, aggregate_is_job=False)
+
+    pred = composed(gather_in, serialize_in, durable_in)
     # The load: the probe's read on rank 0 (the storage and torch.load) and this model's own
     # scatter timed alone (_scatter_alone), medians.
     pred_read, pred_scatter = percentile(probe_read_t, 50), percentile(scatter_t, 50)
     pred_load = pred_read + pred_scatter
     # Each real save and load against the composer's prediction from the probe's parts (and the
     # scatter) timed right before it.
-    save_each = [full_save(label, probe.size, gather_time_s=g, host_link_gbps=None,
-                           serialize_gbps=probe.size / w / 1e9, stream_gbps=probe.size / (w + f) / 1e9,
-                           aggregate_gbps=probe.size / (w + f) / 1e9, nodes=1, aggregate_is_job=False).save_s
-                 for g, w, f in parts]
+    save_each = [composed(g, w, w + f).save_s for g, w, f in parts]
     load_each = [r + c for r, c in zip(probe_read_t, scatter_t)]
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     wrong = sum(world.all_gather_object(wrong))
