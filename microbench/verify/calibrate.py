@@ -14,10 +14,9 @@ measured on a configuration of its own (never one the matrix checks).
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
                       the optimizer): the calibration model's units (six of them) at 16 tokens, so
                       compute is negligible and nothing overlaps, timed as a real fully_shard
-                      step, minus the same model's plain forward+backward and its collectives
-                      alone (both run right before each step, medians) and the AdamW probe at its
-                      shard size, over 2 x units (each step less its own compute and collectives
-                      samples, then the median).
+                      step, minus the same model's plain forward+backward, its collectives alone
+                      and the AdamW probe at its shard size (the three sampled right before each
+                      step), over 2 x units: each step less its own samples, then the median.
   compute_efficiency  the compute replay's time (the step's matmuls, forward and backward, and
                       attention, at the model's shapes) over the model's real forward+backward
                       (norms, activations, residuals, the embedding, the loss, autograd: work the
@@ -141,25 +140,28 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
             "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
 
 
-def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 9, layout: Any = None) -> dict[str, Any]:
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 15, layout: Any = None) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
-    optimizer_s = vf.probe_optimizer(world, shape, device, layout)["time_s"]
-    # The plain forward+backward and the collectives alone right before each fully_shard step,
-    # so the difference is not a drift of the machine between them.
+    # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
+    # right before each fully_shard step, so the difference is not a drift of the machine between them.
     compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
                      vf.comm_alone_sampler(world, shape, precision, device, layout))
+    optimizer, _ = vf.optimizer_sampler(world, shape, device, layout)
+    optimizer(), optimizer()   # AdamW's state allocated, caches warm
     fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
-                                         lambda: (compute(), comm()), layout)
-    fsdp_s = percentile(fsdp, 50)
-    compute_s, comm_s = percentile([c for c, _ in parts], 50), percentile([m for _, m in parts], 50)
+                                         lambda: (compute(), comm(), optimizer()), layout)
     units = shape.layers + 1
-    # Each step less the compute and collectives timed right before it, then the median: the
-    # difference of three medians carried their three noises (per unit 5.5-8.2 ms in three runs).
-    left_s = percentile([f - c - m for f, (c, m) in zip(fsdp, parts)], 50)
-    per_unit = max(0.0, (left_s - optimizer_s) / (2 * units))
-    return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": fsdp_s, "compute_alone_s": compute_s, "comm_alone_s": comm_s,
-            "optimizer_s": optimizer_s, "units": units, "model": shape.name, "tokens": tokens,
-            "fsdp_steps_s": fsdp, "samples_s": parts}
+    # Each step less the samples taken right before it, then the median. The difference of
+    # medians carried each part's noise (per unit 5.5-8.2 ms in three runs), and an optimizer
+    # probe timed once, apart from the steps, moved it by up to 1.4 ms per unit between runs
+    # (AdamW read 25-46 ms in eight runs).
+    left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts)], 50)
+    per_unit = max(0.0, left_s / (2 * units))
+    return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": percentile(fsdp, 50),
+            "compute_alone_s": percentile([c for c, _, _ in parts], 50),
+            "comm_alone_s": percentile([m for _, m, _ in parts], 50),
+            "optimizer_s": percentile([o for _, _, o in parts], 50), "units": units, "model": shape.name,
+            "tokens": tokens, "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str,

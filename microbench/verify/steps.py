@@ -116,8 +116,9 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
             Curve.from_record(record, "reduce_scatter", "measured in this run"))
 
 
-def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
-    """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
+def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
+    """One AdamW step per call over one flat fp32 tensor the size of this rank's shard, every
+    rank at once: the slowest rank's seconds. Returns (sampler, shard params)."""
     import torch
 
     shards = layout.topo.ranks_per_node if layout is not None and layout.hybrid else world.size
@@ -125,15 +126,22 @@ def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = No
     param = torch.nn.Parameter(torch.zeros(n, device=device))
     param.grad = torch.full_like(param, 1e-3)
     optim = torch.optim.AdamW([param], lr=1e-4)
-    times = []
-    for i in range(6):
+
+    def once() -> float:
         world.barrier()
         start = time.perf_counter()
         optim.step()
         sync(device)
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    t = slowest(world, percentile(times, 50))
+        return slowest(world, time.perf_counter() - start)
+
+    return once, n
+
+
+def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
+    """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
+    once, n = optimizer_sampler(world, shape, device, layout)
+    # The first two steps allocate AdamW's state and warm the caches.
+    t = percentile([once() for _ in range(6)][2:], 50)
     return {"memory_gbps": n * ADAMW_BYTES_PER_PARAM / t / 1e9, "shard_params": n, "time_s": t,
             "probe": "AdamW over a flat tensor of the shard's size"}
 
