@@ -225,6 +225,8 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     (("--model", "mixtral-8x7b"), "has experts; verify builds dense decoder transformers"),
     (("--model", "gpt-9"), "unknown --model 'gpt-9'"),
     (("--hidden", "0"), "invalid --hidden '0'"),
+    (("--cal-reps", "2"), "invalid --cal-reps '2': each calibration number is a median"),
+    (("--cal-reps", "many"), "invalid --cal-reps 'many': expected a positive whole number"),
 ])
 def test_bad_input(run_cli, args, fragment):
     start = time.monotonic()

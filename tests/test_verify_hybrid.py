@@ -84,7 +84,7 @@ def test_verify_full_and_hybrid_on_a_lab_of_two_hosts_by_two_ranks(run_cli, lab_
     labmod.up(lab_name, 2, parse_link_rate("1gbit"), ranks_per_host=2)
     out = tmp_path / "v.json"
     done = run_cli("verify", "fsdp", "--lab", lab_name, "--sharding", "full,hybrid", "--model", "tiny", "--tokens",
-                   "32", "--steps", "2", "--warmup", "1", "--checkpoint", "--ckpt-reps", "1", "--tolerance", "1000",
+                   "32", "--steps", "2", "--warmup", "1", "--checkpoint", "--ckpt-reps", "1", "--cal-reps", "3", "--tolerance", "1000",
                    "--ckpt-tolerance", "1000", "--json", str(out), timeout=900)
     assert done.returncode == 0, done.stderr
     record = json.loads(out.read_text())
@@ -96,6 +96,11 @@ def test_verify_full_and_hybrid_on_a_lab_of_two_hosts_by_two_ranks(run_cli, lab_
     assert groups == {("all_gather", "node"), ("reduce_scatter", "node"), ("all_reduce", "cross")}
     profile = steps[0]["profile"]   # one profile: the lab as it is
     assert set(record["summary"]["calibration_by_profile"]) == {profile, f"{profile} hybrid"}
+    # --cal-reps: each calibration number read from that many steps (pairs), and the record says so.
+    assert record["config"]["cal_reps"] == 3
+    for cal in record["summary"]["calibration_by_profile"].values():
+        d = cal["details"]
+        assert len(d["overlap"]["steps_s"]) == len(d["unit_overhead"]["fsdp_steps_s"]) == len(d["compute_efficiency"]["ratios"]) == 3
     ckpts = [r for r in record["rows"] if r["kind"] == "checkpoint"]
     hybrid_ckpts = [r for r in ckpts if r["sharding"] == "hybrid"]
     assert {r["target"] for r in hybrid_ckpts} == {"directory", "s3"}

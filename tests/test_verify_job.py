@@ -101,11 +101,22 @@ def test_an_unknown_tier_is_refused_with_the_choices():
     (("--tolerance", "0"), "invalid --tolerance '0'"),
     (("--tokens", "4096", "--batch-size", "1", "--sample-size", "1K"), "is less than the 4097 token ids"),
     (("--link-profiles", "unlimited,1gbit"), "--link-profiles needs --lab NAME"),
+    (("--cal-reps", "1"), "invalid --cal-reps '1': each calibration number is a median"),
 ])
 def test_bad_input(run_cli, args, fragment):
     done = run_cli("verify", "job", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert fragment in one_error_line(done.stderr)
+
+
+def test_verify_job_takes_cal_reps():
+    """--cal-reps parsed into the job options (None: each calibration number keeps its default)."""
+    from microbench.cli import build_parser
+    from microbench.commands.verify import job_options
+
+    parser = build_parser()
+    assert job_options(parser.parse_args(["verify", "job", "--cal-reps", "4"])).cal_reps == 4
+    assert job_options(parser.parse_args(["verify", "job"])).cal_reps is None
 
 
 # --------------------------------------------------------------------------- real ranks

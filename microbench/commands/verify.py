@@ -49,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "each egress rate, e.g. unlimited,1gbit")
     f.add_argument("--calibration", default=None, metavar="RECORD", help="use this `verify fsdp --calibrate-only` "
                    "record instead of calibrating now (same backend and model family)")
+    f.add_argument("--cal-reps", default=None, metavar="N", help="timed steps (or pairs) behind each calibration number: 15 for FSDP's per-unit cost and 9 for the "
+                   "overlap and the compute efficiency unless given; fewer is quicker and noisier (at least 3)")
     f.add_argument("--calibrate-only", action="store_true", help="only calibrate; write the record `compose "
                    "--calibration` reads (with --json PATH)")
     f.add_argument("--tolerance", default="10", help="largest |error| in percent for a step (default 10)")
@@ -86,12 +88,13 @@ def options(args: argparse.Namespace) -> plan.VerifyOptions:
     profiles = plan.profiles(args.link_profiles, args.lab)
     checkpoint = (args.matrix if args.checkpoint is None else args.checkpoint) and not args.calibrate_only
     sharding = plan.shardings(args.sharding)
+    reps = plan.cal_reps(args.cal_reps)
     return plan.VerifyOptions(shapes=shape_kwargs, tokens=tokens, steps=steps, warmup=int(warmup), tolerance_pct=tol,
                               ckpt_tolerance_pct=ckpt_tol, ckpt_reps=ckpt_reps, timeout_s=timeout_s,
                               profiles=profiles, backend=args.backend, lab=args.lab, nproc=args.nproc,
                               calibration=args.calibration, calibrate_only=args.calibrate_only,
                               checkpoint=checkpoint, ckpt_dir=args.ckpt_dir, state_dicts=state_dicts, json=args.json,
-                              results_dir=args.results_dir, shardings=sharding)
+                              results_dir=args.results_dir, shardings=sharding, cal_reps=reps)
 
 
 def run_fsdp(args: argparse.Namespace) -> int:
@@ -136,6 +139,8 @@ def add_job_parser(vs: argparse._SubParsersAction) -> None:
                    "each egress rate, e.g. unlimited,200mbit")
     j.add_argument("--calibration", default=None, metavar="RECORD", help="a `verify fsdp --calibrate-only` record "
                    "instead of calibrating now")
+    j.add_argument("--cal-reps", default=None, metavar="N", help="timed steps (or pairs) behind each calibration number: 15 for FSDP's per-unit cost and 9 for the "
+                   "overlap and the compute efficiency unless given; fewer is quicker and noisier (at least 3)")
     j.add_argument("--tolerance", default="15", help="largest |error| in percent of the total (default 15)")
     j.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2)")
     j.add_argument("--backend", default="auto", help="auto, nccl or gloo")
@@ -172,7 +177,7 @@ def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
         sample_bytes=sample, workers=jplan.workers(args.workers),
         write_back_s=parse_duration_s(args.write_back, what="--write-back", example="1s"),
         timeout_s=parse_timeout(args.timeout), backend=args.backend, lab=args.lab, matrix=args.matrix,
-        nproc=args.nproc, calibration=args.calibration, base_dir=args.dir, json=args.json,
+        nproc=args.nproc, calibration=args.calibration, cal_reps=plan.cal_reps(args.cal_reps), base_dir=args.dir, json=args.json,
         results_dir=args.results_dir, notes=notes)
 
 

@@ -165,13 +165,15 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
 
 
 def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str,
-              layout: Any = None) -> dict[str, Any]:
+              layout: Any = None, reps: int | None = None) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form. With
-    a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration)."""
-    eff = compute_efficiency(world, device, precision, dev)
-    uo = unit_overhead(world, device, precision, layout=layout)
+    a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration).
+    reps (--cal-reps): timed steps or pairs for each of the three numbers instead of their defaults."""
+    n = {} if reps is None else {"reps": reps}
+    eff = compute_efficiency(world, device, precision, dev, **n)
+    uo = unit_overhead(world, device, precision, layout=layout, **n)
     ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"],
-                      layout=layout)
+                      layout=layout, **n)
     could = backend_overlap(world, device, precision)
     return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
             "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,

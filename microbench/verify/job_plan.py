@@ -62,6 +62,7 @@ class JobOptions:
     matrix: bool = False
     nproc: str | None = None
     calibration: str | None = None
+    cal_reps: int | None = None             # timed steps per calibration number (None: each one's default)
     base_dir: str | None = None
     json: str | None = None
     results_dir: str = "results"

@@ -198,7 +198,7 @@ def _run_steps(world: Any, opts: dict[str, Any]) -> int:
         cal_dict, source = given, opts["calibration_source"]
     else:
         cal_dict = guarded(world, record, f"the calibration ({key})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend, layout))
+                           lambda: vc.calibrate(world, device, precision, dev, backend, layout, opts.get("cal_reps")))
         source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {key}"
         if record is not None:
             record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(key, cal_dict))

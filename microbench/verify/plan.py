@@ -57,6 +57,7 @@ class VerifyOptions:
     json: str | None = None
     results_dir: str = "results"
     shardings: list[str] = field(default_factory=lambda: ["full"])   # full and/or hybrid (HSDP)
+    cal_reps: int | None = None             # timed steps per calibration number (None: each one's default)
 
 
 def ints(text: str, what: str, example: str) -> list[int]:
@@ -84,6 +85,17 @@ def shapes(model: str | None, models: str | None, dims: dict[str, str | None],
         fm.check_buildable(shape)
         out[shape.name] = kwargs
     return out
+
+
+def cal_reps(text: str | None) -> int | None:
+    """--cal-reps: None keeps each calibration number's default (15 unit steps, 9 for the rest)."""
+    if text is None:
+        return None
+    reps = parse_positive_int(text, what="--cal-reps", example="9")
+    if reps < 3:
+        raise UsageError(f"invalid --cal-reps {text!r}: each calibration number is a median with its middle half "
+                         f"beside it, which needs at least 3 readings, e.g. --cal-reps 9")
+    return reps
 
 
 def tolerance(text: str, what: str) -> float:

@@ -67,8 +67,8 @@ def run_fsdp(opts: VerifyOptions) -> int:
               "profiles": [p for p, _ in profs], "lab": opts.lab, "ranks": nproc, "shardings": opts.shardings,
               "ranks_per_node": per_node, "steps": steps, "warmup": int(warmup),
               "tolerance_pct": tol, "ckpt_tolerance_pct": ckpt_tol, "checkpoint": checkpoint,
-              "calibration": opts.calibration, "backend": choice.backend, "device": choice.device,
-              "precision": dataclasses.asdict(fm.precision_for(choice.device))}
+              "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
+              "device": choice.device, "precision": dataclasses.asdict(fm.precision_for(choice.device))}
     kind = "calibration" if opts.calibrate_only else "verify"   # the kinds `compose --calibration` takes
     record = new_record(kind, config, envmod.collect(),
                         {**native.implementation(), "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
@@ -78,7 +78,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
     path = writer.path
     base = {"device": choice.device, "backend": choice.backend, "record": str(path), "timeout": timeout_s,
             "nproc": nproc, "shapes": shape_kwargs, "configs": configs, "steps": steps, "warmup": int(warmup),
-            "calibrate_only": opts.calibrate_only, "calibration": cal,
+            "calibrate_only": opts.calibrate_only, "calibration": cal, "cal_reps": opts.cal_reps,
             "calibration_source": f"--calibration {opts.calibration}" if opts.calibration else None}
     print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
           f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
