@@ -89,6 +89,12 @@ class Probe:
     def release(self, case: Case) -> None:
         """Free what prepare allocated."""
 
+    def abandon(self, case: Case) -> None:
+        """release for a case this rank leaves early (Ctrl-C, an error): its peers may be in any
+        collective of the case, so nothing here may wait on them. By default release, which
+        frees local things only; a probe whose release synchronizes its ranks overrides this."""
+        self.release(case)
+
     def row_fields(self, case: Case) -> dict[str, Any]:
         """Extra identifying columns for the result row (count, dtype, redop, ...)."""
         return {}

@@ -144,8 +144,12 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World
                 extras.append(out.extra if isinstance(out, Timed) else {})
         later = probe.checked_by(case) if settings.check else None
         nwrong = probe.check(case) if settings.check and later is None else 0
-    finally:
-        probe.release(case)
+    except BaseException:
+        # This rank leaves the case early (Ctrl-C, an error); its peers may be inside any
+        # collective of the case, and one entered here would wait on them until the timeout.
+        probe.abandon(case)
+        raise
+    probe.release(case)
 
     per_rank = world.all_gather_object((times, nwrong)) if world is not None else [(times, nwrong)]
     stats, slowest, medians_us = aggregate_ranks([t for t, _ in per_rank])

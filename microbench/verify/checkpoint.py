@@ -114,8 +114,10 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             loads.append(time.perf_counter() - start)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
         written = written_bytes(world, run_dir, f"verify-step-{reps}")
-    finally:
-        probe.release(load_case)
+    except BaseException:
+        probe.abandon(load_case)   # no collective: a peer may be inside any of the above
+        raise
+    probe.release(load_case)
     # the first of each (probe and real) warms up; each value is the slowest rank's
     per_rank_probe = world.all_gather_object((probe_saves[1:], probe_loads[1:], converts[1:]))
     probe_save_t = [max(r[0][i] for r in per_rank_probe) for i in range(reps)]

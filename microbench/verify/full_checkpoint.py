@@ -157,8 +157,10 @@ def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, opti
             loads.append(load_s)
             reads.append(read_s)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
-    finally:
-        probe.release(load_case)
+    except BaseException:
+        probe.abandon(load_case)   # no collective: a peer may be inside any of the above
+        raise
+    probe.release(load_case)
     # The first of each warms up. The probe's parts are rank 0's (the writer); times the slowest rank's.
     parts = world.broadcast_object(probe_parts[1:] if world.rank == 0 else None)
     gather_in = percentile([p[0] for p in parts], 50)
