@@ -17,6 +17,11 @@ from .common import parse_timeout
 from ..compose.full_save import parse_state_dicts
 
 
+# verify fsdp and verify job calibrate the same way: one help text for both.
+CAL_REPS_HELP = ("timed steps (or pairs) behind each calibration number: 15 for FSDP's per-unit cost and 9 for the "
+                 "overlap and the compute efficiency unless given; fewer is quicker and noisier (at least 3)")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="real FSDP2 steps and checkpoints vs the composer's prediction, with a verdict")
     vs = p.add_subparsers(dest="what", metavar="WHAT")
@@ -49,8 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "each egress rate, e.g. unlimited,1gbit")
     f.add_argument("--calibration", default=None, metavar="RECORD", help="use this `verify fsdp --calibrate-only` "
                    "record instead of calibrating now (same backend and model family)")
-    f.add_argument("--cal-reps", default=None, metavar="N", help="timed steps (or pairs) behind each calibration number: 15 for FSDP's per-unit cost and 9 for the "
-                   "overlap and the compute efficiency unless given; fewer is quicker and noisier (at least 3)")
+    f.add_argument("--cal-reps", default=None, metavar="N", help=CAL_REPS_HELP)
     f.add_argument("--calibrate-only", action="store_true", help="only calibrate; write the record `compose "
                    "--calibration` reads (with --json PATH)")
     f.add_argument("--tolerance", default="10", help="largest |error| in percent for a step (default 10)")
@@ -139,8 +143,7 @@ def add_job_parser(vs: argparse._SubParsersAction) -> None:
                    "each egress rate, e.g. unlimited,200mbit")
     j.add_argument("--calibration", default=None, metavar="RECORD", help="a `verify fsdp --calibrate-only` record "
                    "instead of calibrating now")
-    j.add_argument("--cal-reps", default=None, metavar="N", help="timed steps (or pairs) behind each calibration number: 15 for FSDP's per-unit cost and 9 for the "
-                   "overlap and the compute efficiency unless given; fewer is quicker and noisier (at least 3)")
+    j.add_argument("--cal-reps", default=None, metavar="N", help=CAL_REPS_HELP)
     j.add_argument("--tolerance", default="15", help="largest |error| in percent of the total (default 15)")
     j.add_argument("--nproc", default=None, help="local ranks when not launched (default: GPUs, else 2)")
     j.add_argument("--backend", default="auto", help="auto, nccl or gloo")
@@ -177,7 +180,8 @@ def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
         sample_bytes=sample, workers=jplan.workers(args.workers),
         write_back_s=parse_duration_s(args.write_back, what="--write-back", example="1s"),
         timeout_s=parse_timeout(args.timeout), backend=args.backend, lab=args.lab, matrix=args.matrix,
-        nproc=args.nproc, calibration=args.calibration, cal_reps=plan.cal_reps(args.cal_reps), base_dir=args.dir, json=args.json,
+        nproc=args.nproc, calibration=args.calibration, cal_reps=plan.cal_reps(args.cal_reps), base_dir=args.dir,
+        json=args.json,
         results_dir=args.results_dir, notes=notes)
 
 

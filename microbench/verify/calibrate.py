@@ -140,7 +140,8 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
             "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
 
 
-def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 15, layout: Any = None) -> dict[str, Any]:
+def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 15,
+                  layout: Any = None) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
     # right before each fully_shard step, so the difference is not a drift of the machine between them.

@@ -77,7 +77,8 @@ def _run(opts: JobOptions, choice: Any) -> int:
               "tiers": tiers_used, "profiles": [p for p, _ in opts.profiles], "lab": opts.lab, "ranks": nproc,
               "batch_size": opts.batch_size, "sample_bytes": opts.sample_bytes, "workers": opts.workers,
               "write_back_s": opts.write_back_s, "tolerance_pct": opts.tolerance_pct, "matrix": opts.matrix,
-              "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend, "device": choice.device, "notes": opts.notes}
+              "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
+              "device": choice.device, "notes": opts.notes}
     record = new_record("verify", config, envmod.collect(),
                         {**native.implementation(), "engine": "a short FSDP2 training job (safetensors load, "
                          "DataLoader over WebDataset shards, DCP checkpoints) vs compose/job.timeline",
