@@ -148,7 +148,6 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
     compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
                      vf.comm_alone_sampler(world, shape, precision, device, layout))
     optimizer, _ = vf.optimizer_sampler(world, shape, device, layout)
-    optimizer(), optimizer()   # AdamW's state allocated, caches warm
     fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
                                          lambda: (compute(), comm(), optimizer()), layout)
     units = shape.layers + 1

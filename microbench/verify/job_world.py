@@ -29,8 +29,7 @@ def run_profile(world: Any, spec: dict[str, Any]) -> int:
         cal_dict, source = spec["calibration"], spec["calibration_source"]
     else:
         cal_dict = guarded(world, record, f"the calibration ({profile})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend,
-                                                                reps=spec.get("cal_reps")))
+                           lambda: vc.calibrate(world, device, precision, dev, backend, reps=spec.get("cal_reps")))
         source = (f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile} "
                   f"(another model than the job's)")
         if record is not None:

@@ -118,7 +118,8 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
 
 def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
     """One AdamW step per call over one flat fp32 tensor the size of this rank's shard, every
-    rank at once: the slowest rank's seconds. Returns (sampler, shard params)."""
+    rank at once: the slowest rank's seconds. Returns (sampler, shard params), the sampler warm:
+    two untimed steps first allocate AdamW's state and warm the caches."""
     import torch
 
     shards = layout.topo.ranks_per_node if layout is not None and layout.hybrid else world.size
@@ -134,14 +135,14 @@ def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = 
         sync(device)
         return slowest(world, time.perf_counter() - start)
 
+    once(), once()
     return once, n
 
 
 def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
     """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
     once, n = optimizer_sampler(world, shape, device, layout)
-    # The first two steps allocate AdamW's state and warm the caches.
-    t = percentile([once() for _ in range(6)][2:], 50)
+    t = percentile([once() for _ in range(4)], 50)
     return {"memory_gbps": n * ADAMW_BYTES_PER_PARAM / t / 1e9, "shard_params": n, "time_s": t,
             "probe": "AdamW over a flat tensor of the shard's size"}
 
