@@ -83,6 +83,19 @@ def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency()
     assert total == pytest.approx(0.26 / 0.8)
 
 
+def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep_it():
+    from microbench.verify.calibrate import compute_in_step
+
+    # A step 20 ms past its serial prediction, of which 80 ms is compute: compute ran at 80/100
+    # of the rate the unsharded model showed.
+    got = compute_in_step(0.8, {"beyond_serial_s": 0.020, "predicted_compute_s": 0.080})
+    assert got["compute_efficiency"] == pytest.approx(0.8 * 0.080 / 0.100)
+    assert (got["unsharded"], got["beyond_serial_s"]) == (0.8, 0.020)
+    # At or under serial, the overlap reads the difference and the efficiency stays.
+    for beyond in (0.0, -0.010):
+        assert compute_in_step(0.8, {"beyond_serial_s": beyond, "predicted_compute_s": 0.08})["compute_efficiency"] == 0.8
+
+
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
     from types import SimpleNamespace
 
@@ -176,7 +189,14 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     left = [f - c - m - o for f, (c, m, o) in zip(uo["fsdp_steps_s"], uo["samples_s"])]
     assert uo["left_s"] == pytest.approx(percentile(left, 50))
     assert cal["unit_overhead_s"] == pytest.approx(max(0.0, uo["left_s"] / (2 * uo["units"])))
-    assert cal["compute_efficiency"] == pytest.approx(percentile(eff["ratios"], 50))
+    assert eff["compute_efficiency"] == pytest.approx(percentile(eff["ratios"], 50))
+    # The efficiency used is the unsharded one, lowered by what the steps took beyond serial.
+    beyond = percentile([m - s for m, s in zip(ov["steps_s"], ov["predicted_serial_per_step_s"])], 50)
+    assert ov["beyond_serial_s"] == pytest.approx(beyond)
+    in_step = cal["details"]["compute_in_step"]
+    assert in_step["unsharded"] == eff["compute_efficiency"]
+    assert cal["compute_efficiency"] == pytest.approx(
+        eff["compute_efficiency"] * ov["predicted_compute_s"] / (ov["predicted_compute_s"] + max(0.0, beyond)))
     # The composer's reader takes it as it is.
     from types import SimpleNamespace
 
@@ -348,3 +368,19 @@ def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys
     del cal["details"]   # a record written before the per-step readings: the line as it was
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out
+
+
+def test_the_calibration_line_says_when_the_steps_lowered_the_efficiency(capsys):
+    from microbench.verify.report import print_report
+
+    cal = {"model": {"name": "calib", "tokens": 384}, "overlap": 0.0, "unit_overhead_s": 0.006,
+           "compute_efficiency": 0.64, "details": {"compute_in_step": {
+               "compute_efficiency": 0.64, "unsharded": 0.8, "beyond_serial_s": 0.02}}}
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    out = capsys.readouterr().out
+    assert "compute efficiency 0.64 (kernel replay / real forward+backward; 0.80 unsharded, lowered by" in out
+    assert "the fully_shard steps took beyond serial)" in out
+    cal["details"]["compute_in_step"]["compute_efficiency"] = 0.8   # within serial: nothing to add
+    cal["compute_efficiency"] = 0.8
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "compute efficiency 0.80 (kernel replay / real forward+backward)" in capsys.readouterr().out

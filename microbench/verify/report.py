@@ -114,12 +114,21 @@ def _overlap_range(cal: dict[str, Any]) -> str:
     return f" (steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)" if iqr else ""
 
 
+def _in_step(cal: dict[str, Any]) -> str:
+    """Whether the calibration steps lowered the unsharded model's efficiency, and from what."""
+    d = (cal.get("details") or {}).get("compute_in_step") or {}
+    if not d or d.get("compute_efficiency") == d.get("unsharded"):
+        return ""
+    return (f"; {d['unsharded']:.2f} unsharded, lowered by the {format_time(d['beyond_serial_s'])} the "
+            f"fully_shard steps took beyond serial")
+
+
 def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     summary = record.get("summary") or {}
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
         print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
               f"{cal['overlap']:.2f}{_overlap_range(cal)}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
-              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)")
+              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward{_in_step(cal)})")
     if calibrate_only:
         return
     verdict_ = summary.get("verdict") or {}
