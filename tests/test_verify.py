@@ -83,7 +83,7 @@ def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency()
     assert total == pytest.approx(0.26 / 0.8)
 
 
-def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep_it():
+def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep_it_on_a_gpu():
     from microbench.verify.calibrate import compute_in_step
 
     # A step 20 ms past its serial prediction, of which 80 ms is compute: compute ran at 80/100
@@ -91,9 +91,15 @@ def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep
     got = compute_in_step(0.8, {"beyond_serial_s": 0.020, "predicted_compute_s": 0.080})
     assert got["compute_efficiency"] == pytest.approx(0.8 * 0.080 / 0.100)
     assert (got["unsharded"], got["beyond_serial_s"]) == (0.8, 0.020)
-    # At or under serial, the overlap reads the difference and the efficiency stays.
+    # At or under serial where FSDP overlaps (a GPU), the overlap reads the difference and the
+    # efficiency stays; where it cannot (a CPU), a step under serial had faster compute.
     for beyond in (0.0, -0.010):
         assert compute_in_step(0.8, {"beyond_serial_s": beyond, "predicted_compute_s": 0.08})["compute_efficiency"] == 0.8
+    got = compute_in_step(0.8, {"beyond_serial_s": -0.010, "predicted_compute_s": 0.08}, overlaps=False)
+    assert got["compute_efficiency"] == pytest.approx(0.8 * 0.080 / 0.070)
+    # A reading that would leave compute nothing (or less) is noise, not a rate: it is not taken.
+    got = compute_in_step(0.8, {"beyond_serial_s": -0.090, "predicted_compute_s": 0.08}, overlaps=False)
+    assert got["compute_efficiency"] == 0.8
 
 
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
@@ -182,7 +188,8 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     ov, uo, eff = (cal["details"][k] for k in ("overlap", "unit_overhead", "compute_efficiency"))
     assert len(ov["raw_per_step"]) == len(ov["steps_s"]) == 9
     assert ov["raw"] == pytest.approx(percentile(ov["raw_per_step"], 50))
-    assert cal["overlap"] == pytest.approx(min(1.0, max(0.0, ov["raw"])))
+    assert ov["overlap"] == pytest.approx(min(1.0, max(0.0, ov["raw"])))
+    assert cal["overlap"] == 0.0   # FSDP2 on a CPU hides nothing: the readings are a diagnostic
     assert ov["raw_iqr"][0] <= ov["raw"] <= ov["raw_iqr"][1]
     # FSDP's per-unit cost: each step less its compute, collectives and AdamW samples.
     assert len(uo["samples_s"]) == len(uo["fsdp_steps_s"]) == 15
@@ -190,13 +197,13 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert uo["left_s"] == pytest.approx(percentile(left, 50))
     assert cal["unit_overhead_s"] == pytest.approx(max(0.0, uo["left_s"] / (2 * uo["units"])))
     assert eff["compute_efficiency"] == pytest.approx(percentile(eff["ratios"], 50))
-    # The efficiency used is the unsharded one, lowered by what the steps took beyond serial.
+    # The efficiency used is the unsharded one over what the steps took beyond (or under) serial.
     beyond = percentile([m - s for m, s in zip(ov["steps_s"], ov["predicted_serial_per_step_s"])], 50)
     assert ov["beyond_serial_s"] == pytest.approx(beyond)
     in_step = cal["details"]["compute_in_step"]
     assert in_step["unsharded"] == eff["compute_efficiency"]
     assert cal["compute_efficiency"] == pytest.approx(
-        eff["compute_efficiency"] * ov["predicted_compute_s"] / (ov["predicted_compute_s"] + max(0.0, beyond)))
+        eff["compute_efficiency"] * ov["predicted_compute_s"] / (ov["predicted_compute_s"] + beyond))
     # The composer's reader takes it as it is.
     from types import SimpleNamespace
 
@@ -365,6 +372,9 @@ def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys
            "compute_efficiency": 0.8, "details": {"overlap": {"raw_iqr": [-0.43, 0.54]}}}
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00 (steps read -0.43 to 0.54, middle half), FSDP per-unit cost" in capsys.readouterr().out
+    cal["device"], cal["details"]["compute_in_step"] = "cpu", {}
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "overlap 0.00 (FSDP2 on a CPU hides nothing; steps read -0.43 to 0.54, middle half)" in capsys.readouterr().out
     del cal["details"]   # a record written before the per-step readings: the line as it was
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out

@@ -6,7 +6,8 @@ measured on a configuration of its own (never one the matrix checks).
                       shows on this backend and link: (P0 - measured) / (P0 - P1) for each step,
                       P0 and P1 predicted at 0 and 1 from this run's probes and the compute sample
                       taken right before that step, after the two numbers below are known; the
-                      median over the steps, clamped to 0..1. Beside it, as a diagnostic, what the backend
+                      median over the steps, clamped to 0..1, on a GPU. On a CPU it is 0 (FSDP2
+                      hides nothing there, below) and the readings stay as a diagnostic. Beside it, as a diagnostic, what the backend
                       itself could hide: an async AllGather of a unit with matmuls meanwhile,
                       (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
                       issues its collectives synchronously (no streams), so it hides nothing
@@ -184,9 +185,13 @@ def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backen
     uo = unit_overhead(world, device, precision, layout=layout, **n)
     ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"],
                       layout=layout, **n)
-    in_step = compute_in_step(eff["compute_efficiency"], ov)
+    # FSDP2 overlaps its collectives with compute only on a GPU (its own streams); on a CPU it
+    # issues them synchronously, so a step there hides nothing, and an overlap read from its
+    # steps would only carry their noise into every prediction.
+    overlaps = dev != "cpu"
+    in_step = compute_in_step(eff["compute_efficiency"], ov, overlaps)
     could = backend_overlap(world, device, precision)
-    return {"overlap": ov["overlap"], "unit_overhead_s": uo["unit_overhead_s"],
+    return {"overlap": ov["overlap"] if overlaps else 0.0, "unit_overhead_s": uo["unit_overhead_s"],
             "compute_efficiency": in_step["compute_efficiency"], "backend": backend, "device": dev,
             "ranks": world.size, "param_dtype": precision.param_dtype,
             "sharding": layout.sharding if layout is not None else "full",
@@ -195,7 +200,7 @@ def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backen
                         "compute_in_step": in_step}}
 
 
-def compute_in_step(unsharded: float, ov: dict[str, Any]) -> dict[str, Any]:
+def compute_in_step(unsharded: float, ov: dict[str, Any], overlaps: bool = True) -> dict[str, Any]:
     """The compute efficiency a fully_shard step shows. The overlap cannot take a step past its serial
     prediction (0 is all parts one after another), yet the calibration step ran past it in most runs
     on this VM: the model's compute inside a fully_shard step costs more than the same model's
@@ -203,9 +208,11 @@ def compute_in_step(unsharded: float, ov: dict[str, Any]) -> dict[str, Any]:
     steps took beyond serial (the median of each step less its own serial prediction) is put on
     compute, the one part that grows with tokens: verify's step errors fell with the token count as
     the FSDP step outgrew its predicted compute (+6 % at 16 tokens, +8.5 % at 64, -5.4 % at 256).
-    A step at or under serial leaves the unsharded efficiency as it is; the overlap reads it."""
+    Where FSDP overlaps (a GPU), a step under serial leaves the efficiency as it is and the overlap
+    reads it; where it cannot (a CPU), the difference either way is compute's."""
     beyond, compute = float(ov["beyond_serial_s"]), float(ov["predicted_compute_s"])
-    value = unsharded * compute / (compute + beyond) if beyond > 0 and compute > 0 else unsharded
+    taken = beyond if (beyond > 0 or not overlaps) and compute + beyond > 0 else 0.0
+    value = unsharded * compute / (compute + taken) if compute > 0 else unsharded
     return {"compute_efficiency": value, "unsharded": unsharded, "beyond_serial_s": beyond,
             "predicted_compute_s": compute}
 

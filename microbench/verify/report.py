@@ -111,7 +111,11 @@ def _overlap_range(cal: dict[str, Any]) -> str:
     """The middle half of the calibration steps' own readings: how well this run pinned the overlap
     down (on a shared CPU box one step's noise spans more than the whole 0..1 range)."""
     iqr = ((cal.get("details") or {}).get("overlap") or {}).get("raw_iqr")
-    return f" (steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)" if iqr else ""
+    if not iqr:
+        return ""
+    # A CPU calibration's overlap is 0 by FSDP2's mechanism; its steps' readings stay a diagnostic.
+    cpu = cal.get("device") == "cpu" and "compute_in_step" in (cal.get("details") or {})
+    return f" ({'FSDP2 on a CPU hides nothing; ' if cpu else ''}steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)"
 
 
 def _in_step(cal: dict[str, Any]) -> str:
