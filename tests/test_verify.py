@@ -390,6 +390,9 @@ def test_the_calibration_line_says_when_the_steps_lowered_the_efficiency(capsys)
     out = capsys.readouterr().out
     assert "compute efficiency 0.64 (kernel replay / real forward+backward; 0.80 unsharded, lowered by" in out
     assert "the fully_shard steps took beyond serial)" in out
+    cal["details"]["compute_in_step"].update(compute_efficiency=0.9, beyond_serial_s=-0.01)   # a CPU's step under serial
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "0.80 unsharded, raised by the 10.0 ms the fully_shard steps came in under serial)" in capsys.readouterr().out
     cal["details"]["compute_in_step"]["compute_efficiency"] = 0.8   # within serial: nothing to add
     cal["compute_efficiency"] = 0.8
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)

@@ -7,8 +7,8 @@ measured on a configuration of its own (never one the matrix checks).
                       P0 and P1 predicted at 0 and 1 from this run's probes and the compute sample
                       taken right before that step, after the two numbers below are known; the
                       median over the steps, clamped to 0..1, on a GPU. On a CPU it is 0 (FSDP2
-                      hides nothing there, below) and the readings stay as a diagnostic. Beside it, as a diagnostic, what the backend
-                      itself could hide: an async AllGather of a unit with matmuls meanwhile,
+                      hides nothing there, below) and the readings stay as a diagnostic. Beside
+                      it, as a diagnostic, what the backend itself could hide: an async AllGather of a unit with matmuls meanwhile,
                       (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
                       issues its collectives synchronously (no streams), so it hides nothing
                       there whatever the backend could; NCCL on a GPU runs beside compute.
@@ -78,11 +78,12 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     # The hideable span (serial - pipelined) is a tenth of a CPU step: one step's noise moves the
     # overlap by more than its whole range. Each step is read against the compute sample taken
     # right before it (the machine's drift is in both), and the median of those readings is kept.
-    raws = [_overlap_of(*bounds([r]), s) for s, r in zip(steps, replays)]
+    each = [bounds([r]) for r in replays]
+    raws = [_overlap_of(*b, s) for s, b in zip(steps, each)]
     value = percentile(raws, 50)
     serial, pipelined = bounds(replays)
     # What each step took beyond its serial prediction; compute_in_step reads the median.
-    serial_each = [bounds([r])[0] for r in replays]
+    serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each)]
     return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
             "beyond_serial_s": percentile(beyond, 50), "predicted_serial_per_step_s": serial_each,

@@ -119,12 +119,14 @@ def _overlap_range(cal: dict[str, Any]) -> str:
 
 
 def _in_step(cal: dict[str, Any]) -> str:
-    """Whether the calibration steps lowered the unsharded model's efficiency, and from what."""
+    """Whether the calibration steps moved the unsharded model's efficiency, which way and by what."""
     d = (cal.get("details") or {}).get("compute_in_step") or {}
     if not d or d.get("compute_efficiency") == d.get("unsharded"):
         return ""
-    return (f"; {d['unsharded']:.2f} unsharded, lowered by the {format_time(d['beyond_serial_s'])} the "
-            f"fully_shard steps took beyond serial")
+    beyond = d["beyond_serial_s"]
+    how = (f"lowered by the {format_time(beyond)} the fully_shard steps took beyond serial" if beyond > 0 else
+           f"raised by the {format_time(-beyond)} the fully_shard steps came in under serial")
+    return f"; {d['unsharded']:.2f} unsharded, {how}"
 
 
 def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
