@@ -41,8 +41,6 @@ def flags_shown(parser: argparse.ArgumentParser, words: list[str] | None = None,
 CHANGED_ON_PURPOSE = {
     ("verify fsdp", "--ckpt-reps"): ("5", "9", "issue 25: a 60 MB cold read on a shared VM is bimodal (about 21 or "
                                      "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
-    ("verify fsdp", "--steps"): ("6", "12", "issue 25: with the step's bias gone, a row's miss was the median "
-                                 "of 6 pairs whose errors scattered by 3-13 % (sd); 12 halves its variance"),
 }
 
 

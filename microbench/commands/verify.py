@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    f"(default 256; with --matrix: {DEFAULT_TOKENS})")
     f.add_argument("--matrix", action="store_true", help="the held-out grid: models x token counts x link profiles, "
                    "plus the checkpoint to a directory and to S3")
-    f.add_argument("--steps", default="12", help="timed steps per configuration (default 12)")
+    f.add_argument("--steps", default="6", help="timed steps per configuration (default 6)")
     f.add_argument("--warmup", default="2", help="untimed steps first (default 2)")
     f.add_argument("--lab", default=None, metavar="NAME", help="place the lab's ranks per host on each host of this lab")
     f.add_argument("--sharding", default="full", help="full (fully_shard over the world), hybrid (HSDP: a 2-D mesh, "
