@@ -181,8 +181,7 @@ def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
         write_back_s=parse_duration_s(args.write_back, what="--write-back", example="1s"),
         timeout_s=parse_timeout(args.timeout), backend=args.backend, lab=args.lab, matrix=args.matrix,
         nproc=args.nproc, calibration=args.calibration, cal_reps=plan.cal_reps(args.cal_reps), base_dir=args.dir,
-        json=args.json,
-        results_dir=args.results_dir, notes=notes)
+        json=args.json, results_dir=args.results_dir, notes=notes)
 
 
 def run_job(args: argparse.Namespace) -> int:

@@ -8,8 +8,9 @@ measured on a configuration of its own (never one the matrix checks).
                       taken right before that step, after the two numbers below are known; the
                       median over the steps, clamped to 0..1, on a GPU. On a CPU it is 0 (FSDP2
                       hides nothing there, below) and the readings stay as a diagnostic. Beside
-                      it, as a diagnostic, what the backend itself could hide: an async AllGather of a unit with matmuls meanwhile,
-                      (C + M - T) / min(C, M) from the times alone and together. FSDP2 on a CPU
+                      it, as a diagnostic, what the backend itself could hide: an async
+                      AllGather of a unit with matmuls meanwhile, (C + M - T) / min(C, M) from
+                      the times alone and together. FSDP2 on a CPU
                       issues its collectives synchronously (no streams), so it hides nothing
                       there whatever the backend could; NCCL on a GPU runs beside compute.
   unit_overhead_s     FSDP's own cost per unit per pass (hooks, copy-in/out, DTensor dispatch in
@@ -81,13 +82,14 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     each = [bounds([r]) for r in replays]
     raws = [_overlap_of(*b, s) for s, b in zip(steps, each)]
     value = percentile(raws, 50)
-    serial, pipelined = bounds(replays)
+    at_median = predicted(replays, 0.0)
+    serial, pipelined = at_median["step_s"], predicted(replays, 1.0)["step_s"]
     # What each step took beyond its serial prediction; compute_in_step reads the median.
     serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each)]
     return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
             "beyond_serial_s": percentile(beyond, 50), "predicted_serial_per_step_s": serial_each,
-            "predicted_compute_s": predicted(replays, 0.0)["compute_s"],
+            "predicted_compute_s": at_median["compute_s"],
             "raw_iqr": [percentile(raws, 25), percentile(raws, 75)], "measured_s": percentile(steps, 50),
             "steps_s": steps, "predicted_serial_s": serial, "predicted_pipelined_s": pipelined,
             "model": CAL_SHAPE.name, "tokens": CAL_TOKENS}
