@@ -100,6 +100,11 @@ def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep
     # A reading that would leave compute nothing (or less) is noise, not a rate: it is not taken.
     got = compute_in_step(0.8, {"beyond_serial_s": -0.090, "predicted_compute_s": 0.08}, overlaps=False)
     assert got["compute_efficiency"] == 0.8
+    # An H100 calibration's own numbers (NCCL, one rank, 2026-11-26): its steps came in 1.0 ms under
+    # serial, so the efficiency is kept exactly; x * c / (c + 0) had made it differ in the last bit.
+    unsharded = 0.44961081090422544
+    ov = {"beyond_serial_s": -0.0010177905152510686, "predicted_compute_s": 0.005950499710237858}
+    assert compute_in_step(unsharded, ov)["compute_efficiency"] == unsharded
 
 
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
@@ -393,7 +398,13 @@ def test_the_calibration_line_says_when_the_steps_lowered_the_efficiency(capsys)
     cal["details"]["compute_in_step"].update(compute_efficiency=0.9, beyond_serial_s=-0.01)   # a CPU's step under serial
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "0.80 unsharded, raised by the 10.0 ms the fully_shard steps came in under serial)" in capsys.readouterr().out
-    cal["details"]["compute_in_step"]["compute_efficiency"] = 0.8   # within serial: nothing to add
+    # That H100 record as written before the exact keep: kept, though its two values differ in the last bit.
+    cal["compute_efficiency"] = 0.4496108109042254
+    cal["details"]["compute_in_step"] = {"compute_efficiency": 0.4496108109042254, "unsharded": 0.44961081090422544,
+                                         "beyond_serial_s": -0.0010177905152510686}
+    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
+    assert "compute efficiency 0.45 (kernel replay / real forward+backward)" in capsys.readouterr().out
+    cal["details"]["compute_in_step"].update(compute_efficiency=0.8, unsharded=0.8)   # within serial: nothing to add
     cal["compute_efficiency"] = 0.8
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "compute efficiency 0.80 (kernel replay / real forward+backward)" in capsys.readouterr().out

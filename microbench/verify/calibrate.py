@@ -215,7 +215,9 @@ def compute_in_step(unsharded: float, ov: dict[str, Any], overlaps: bool = True)
     reads it; where it cannot (a CPU), the difference either way is compute's."""
     beyond, compute = float(ov["beyond_serial_s"]), float(ov["predicted_compute_s"])
     taken = beyond if (beyond > 0 or not overlaps) and compute + beyond > 0 else 0.0
-    value = unsharded * compute / (compute + taken) if compute > 0 else unsharded
+    # Untaken, the unsharded value itself: x * c / c is not always x in floating point, and the
+    # report tells "moved" from "kept" by equality (an H100 run's line said "raised" at 0.45 -> 0.45).
+    value = unsharded * compute / (compute + taken) if compute > 0 and taken else unsharded
     return {"compute_efficiency": value, "unsharded": unsharded, "beyond_serial_s": beyond,
             "predicted_compute_s": compute}
 
