@@ -107,6 +107,31 @@ def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep
     assert compute_in_step(unsharded, ov)["compute_efficiency"] == unsharded
 
 
+def test_inputs_read_before_each_step_make_the_row_input_from_their_medians():
+    from microbench.verify import paired
+
+    def reading(block_us: float, root_us: float) -> dict:
+        rows = [{"op": "all_gather", "size_bytes": 1 << 20, "busbw_gbps": 1e-3 * (1 << 20) / block_us,
+                 "time_us": {"p50": block_us, "p95": 2 * block_us}},
+                {"op": "all_gather", "size_bytes": 8 << 20, "busbw_gbps": 1e-3 * (8 << 20) / root_us,
+                 "time_us": {"p50": root_us}}]
+        return {"probe": "collectives at the unit sizes (out of place)", "rows": rows}
+
+    samples = [paired.Inputs(0.08, reading(1000, 7000), {"time_s": 0.012, "shard_params": 1000}),
+               paired.Inputs(0.10, reading(3000, 6000), {"time_s": 0.020, "shard_params": 1000}),
+               paired.Inputs(0.09, reading(2000, 9000), {"time_s": 0.016, "shard_params": 1000})]
+    compute, collectives, optimizer = paired.median_inputs(fm.PRESETS["tiny"], 32, samples)
+    assert compute["replay_s"] == 0.09 and compute["samples_s"] == [0.08, 0.10, 0.09]
+    block, root = collectives["rows"]
+    # Each row's own median over the readings (not one reading's row): 2000 and 7000 us.
+    assert block["time_us"] == {"p50": 2000, "samples_p50": [1000, 3000, 2000]}
+    assert root["time_us"] == {"p50": 7000, "samples_p50": [7000, 6000, 9000]}
+    assert block["busbw_gbps"] == pytest.approx(1e-3 * (1 << 20) / 2000)
+    assert collectives["probe"] == "collectives at the unit sizes (out of place)"
+    assert optimizer["time_s"] == 0.016 and optimizer["samples_s"] == [0.012, 0.020, 0.016]
+    assert optimizer["memory_gbps"] == pytest.approx(1000 * 28 / 0.016 / 1e9)
+
+
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
     from types import SimpleNamespace
 
@@ -139,14 +164,20 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert row["measured_s"] == sorted(row["measured_steps_s"])[0] + (sorted(row["measured_steps_s"])[1] -
                                                                        sorted(row["measured_steps_s"])[0]) / 2
     # The error is the median of the pairs' errors (each step against the prediction from the
-    # compute sample taken right before it); the error of the two medians is kept beside it.
+    # inputs sampled right before it); the error of the two medians is kept beside it.
     pairs = [100 * (p - m) / m for p, m in zip(row["predicted_steps_s"], row["measured_steps_s"])]
     assert len(pairs) == 2 and row["error_pct"] == pytest.approx(percentile(pairs, 50))
     assert row["error_of_medians_pct"] == pytest.approx(100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"])
     pred = row["predicted"]
     assert pred["full_overlap_s"] <= pred["step_s"] <= pred["no_overlap_s"]
+    # Every input is read right before each step: a row's collectives and AdamW keep each step's
+    # reading, and the row's input is their median.
     for name in ("compute", "collectives", "optimizer"):
-        assert "measured in this run" in row["inputs"][name]["source"]
+        assert "measured in this run right before each measured step" in row["inputs"][name]["source"]
+    for r in row["inputs"]["collectives"]["rows"]:
+        assert len(r["time_us"]["samples_p50"]) == 2
+        assert r["time_us"]["p50"] == pytest.approx(percentile(r["time_us"]["samples_p50"], 50))
+    assert len(row["inputs"]["optimizer"]["samples_s"]) == 2
     assert row["inputs"]["calibration"]["source"] == f"--calibration {cal}"
     sizes = {(r["op"], r["size_bytes"]) for r in row["inputs"]["collectives"]["rows"]}
     tiny = fm.PRESETS["tiny"]

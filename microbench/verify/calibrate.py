@@ -4,8 +4,8 @@ measured on a configuration of its own (never one the matrix checks).
   overlap             the composer's blend between its pipelined step (overlap 1) and the serial
                       sum of its parts (0) that the calibration model's real fully_shard step
                       shows on this backend and link: (P0 - measured) / (P0 - P1) for each step,
-                      P0 and P1 predicted at 0 and 1 from this run's probes and the compute sample
-                      taken right before that step, after the two numbers below are known; the
+                      P0 and P1 predicted at 0 and 1 from the compute replay, collectives and
+                      AdamW sampled right before that step, after the two numbers below are known; the
                       median over the steps, clamped to 0..1, on a GPU. On a CPU it is 0 (FSDP2
                       hides nothing there, below) and the readings stay as a diagnostic. Beside
                       it, as a diagnostic, what the backend itself could hide: an async
@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import model as fm
+from . import paired
 from . import steps as vf
 from ..core.stats import percentile
 
@@ -61,29 +62,30 @@ def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: st
 
 def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
                  unit_overhead_s: float, reps: int = 9, layout: Any = None) -> dict[str, Any]:
-    collectives = vf.probe_collectives(world, CAL_SHAPE, precision, dev, backend, layout)
-    optimizer = vf.probe_optimizer(world, CAL_SHAPE, device, layout)
-    probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
-    steps, replays = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2,
-                                            lambda: probe.time_once(world), layout)
+    # The compute replay, the collective probe and AdamW right before each step, as verify's rows read them.
+    sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
+    steps, samples = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
+    del sample
     cal = vf.Calibration(0.0, unit_overhead_s, efficiency, "")
 
-    def predicted(samples: list[float], overlap: float) -> dict[str, Any]:
-        compute = vf.compute_input(CAL_SHAPE, CAL_TOKENS, samples)
+    def predicted(inputs: tuple[dict[str, Any], ...], overlap: float) -> dict[str, Any]:
+        compute, collectives, optimizer = inputs
         return vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
                           replace(cal, overlap=overlap))
 
-    def bounds(samples: list[float]) -> tuple[float, float]:
-        return tuple(predicted(samples, o)["step_s"] for o in (0.0, 1.0))
+    def bounds(s: paired.Inputs) -> tuple[float, float]:
+        inputs = (vf.compute_input(CAL_SHAPE, CAL_TOKENS, [s.replay_s]), s.collectives, s.optimizer)
+        return tuple(predicted(inputs, o)["step_s"] for o in (0.0, 1.0))
 
     # The hideable span (serial - pipelined) is a tenth of a CPU step: one step's noise moves the
-    # overlap by more than its whole range. Each step is read against the compute sample taken
-    # right before it (the machine's drift is in both), and the median of those readings is kept.
-    each = [bounds([r]) for r in replays]
+    # overlap by more than its whole range. Each step is read against the inputs sampled right
+    # before it (the machine's drift is in both), and the median of those readings is kept.
+    each = [bounds(s) for s in samples]
     raws = [_overlap_of(*b, s) for s, b in zip(steps, each)]
     value = percentile(raws, 50)
-    at_median = predicted(replays, 0.0)
-    serial, pipelined = at_median["step_s"], predicted(replays, 1.0)["step_s"]
+    medians = paired.median_inputs(CAL_SHAPE, CAL_TOKENS, samples)
+    at_median = predicted(medians, 0.0)
+    serial, pipelined = at_median["step_s"], predicted(medians, 1.0)["step_s"]
     # What each step took beyond its serial prediction; compute_in_step reads the median.
     serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each)]

@@ -26,7 +26,6 @@ from ..compose.curves import Curve, Network
 from ..compose.levels import Levels
 from ..compose.sharding import predict_sharding
 from ..probes import nccl as coll
-from ..run.runner import SweepSettings, measure_case
 from ..world.topology import Topology, topology
 
 SHARDINGS = ("full", "hybrid")
@@ -60,20 +59,17 @@ def mesh(layout: Layout, device: Any) -> Any:
                             mesh_dim_names=("replicate", "shard"))
 
 
-def _settings(budget_s: float = 0.6) -> SweepSettings:
-    return SweepSettings(warmup=2, iters=6, budget_s_per_case=budget_s, min_iters=3, check=False, progress=False)
-
-
 KEEP = ("op", "group", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
 
 
-def probe_collectives(world: Any, shape: Any, precision: fm.Precision, device: str, backend: str,
-                      sizes: dict[str, int]) -> dict[str, Any]:
+def collective_cases(world: Any, precision: fm.Precision, device: str, backend: str,
+                     sizes: dict[str, int]) -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     """Within each node: AllGather and ReduceScatter at the unit sizes (`sizes`, steps.unit_sizes);
-    across nodes: the all-reduce at the gradient shards' sizes (a unit's reduced bytes / shard)."""
+    across nodes: the all-reduce at the gradient shards' sizes (a unit's reduced bytes / shard).
+    The probes (their groups made once) and their cases, to measure as often as needed."""
     topo = topology(world.size)
     g = topo.ranks_per_node
-    rows = []
+    cases = []
     plan = (("all_gather", precision.param_dtype, "node", sorted({sizes["block_ag"], sizes["root_ag"]})),
             ("reduce_scatter", precision.reduce_dtype, "node", sorted({sizes["block_rs"], sizes["root_rs"]})),
             ("all_reduce", precision.reduce_dtype, "cross", sorted({max(4, sizes["block_rs"] // g),
@@ -82,11 +78,10 @@ def probe_collectives(world: Any, shape: Any, precision: fm.Precision, device: s
         config = coll.Config(sizes=op_sizes, ops=[op], dtype=dtype, backend=backend, device=device, groups=[group])
         probe = coll.CollectiveProbe(config, world)
         placement = "in" if op == "all_reduce" else "out"
-        rows += [measure_case(probe, case, _settings(), world) for case in probe.cases()
-                 if case.param("placement") == placement]
-    return {"rows": [{k: r[k] for k in KEEP} for r in rows], "topology": topo.to_dict(),
-            "probe": "collectives within each node at the unit sizes and the all-reduce across nodes at the "
-                     "gradient shards' sizes, every group at once"}
+        cases += [(probe, case) for case in probe.cases() if case.param("placement") == placement]
+    return cases, {"topology": topo.to_dict(),
+                   "probe": "collectives within each node at the unit sizes and the all-reduce across nodes at the "
+                            "gradient shards' sizes, every group at once"}
 
 
 def levels(collectives: dict[str, Any], backend: str, device: str) -> Levels:

@@ -19,6 +19,7 @@ from . import model as fm
 from . import steps as vf
 from . import calibrate as vc
 from . import hybrid
+from . import paired
 from ..core.errors import Interrupted, MicrobenchError, RunError
 from ..core.redaction import redact_text
 from ..world import interrupts
@@ -131,23 +132,19 @@ def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], A
 
 def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
              cal: vf.Calibration, steps: int, warmup: int, profile: str, layout: Any = None) -> dict[str, Any]:
-    collectives = vf.probe_collectives(world, shape, precision, dev, backend, layout)
-    optimizer = vf.probe_optimizer(world, shape, device, layout)
-    # The compute probe (the step's kernels at its shapes) runs right before each step: one
-    # sample per step, both sides summarized by their median, so the machine's drift on this
-    # shared VM (tens of percent within a minute) is the same in the input and in the steps.
-    probe = vf.replay(shape, tokens, dev, precision.param_dtype)
-    times, replays = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup,
-                                           lambda: probe.time_once(world), layout)
-    del probe
-    compute = vf.compute_input(shape, tokens, replays)
+    # The compute replay (the step's kernels at its shapes), the collective probe at the unit sizes
+    # and AdamW at the shard size run right before each step (paired.py): each step is predicted
+    # from the inputs read at its own moment, and the row from their medians.
+    sample = paired.inputs_sampler(world, shape, tokens, device, dev, backend, precision, layout)
+    times, samples = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup, sample, layout)
+    del sample
+    compute, collectives, optimizer = paired.median_inputs(shape, tokens, samples)
     pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = vf.measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
-    # Each step against the prediction from the compute sample taken right before it.
-    pred_each = [vf.predict(shape, tokens, world.size, precision, vf.compute_input(shape, tokens, [sample]),
-                            collectives, optimizer, cal)["step_s"] for sample in replays]
+    pred_each = [vf.predict(shape, tokens, world.size, precision, vf.compute_input(shape, tokens, [s.replay_s]),
+                            s.collectives, s.optimizer, cal)["step_s"] for s in samples]
     pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
                            vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
@@ -164,10 +161,12 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
                                              f"measured step",
                                    "tflops_per_rank": compute["tflops"], "replay_s": compute["replay_s"],
                                    "samples_s": compute["samples_s"], "spread_pct": compute["spread_pct"]},
-                       "collectives": {"source": f"{collectives['probe']}, measured in this run",
+                       "collectives": {"source": f"{collectives['probe']}, measured in this run right before "
+                                                 f"each measured step",
                                        "rows": collectives["rows"]},
-                       "optimizer": {"source": f"{optimizer['probe']}, measured in this run",
-                                     "memory_gbps": optimizer["memory_gbps"]},
+                       "optimizer": {"source": f"{optimizer['probe']}, measured in this run right before each "
+                                               f"measured step",
+                                     "memory_gbps": optimizer["memory_gbps"], "samples_s": optimizer["samples_s"]},
                        "calibration": {"source": cal.source, "overlap": cal.overlap,
                                        "unit_overhead_s": cal.unit_overhead_s,
                                        "compute_efficiency": cal.compute_efficiency}}}

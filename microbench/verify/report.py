@@ -146,9 +146,9 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
         note = overlap_note(steps)
         if note:
             print(note)
-        print("# inputs: compute = the step's kernels (matmuls forward and backward, attention) replayed right before "
-              "each step, median / calibrated efficiency; collectives = probe at the unit sizes; optimizer = AdamW "
-              "probe at the shard size; all measured in this run")
+        print("# inputs, each read right before every step (a step against its own, the row from their medians): "
+              "compute = the step's kernels (matmuls forward and backward, attention) replayed / calibrated "
+              "efficiency; collectives = the probe at the unit sizes; optimizer = AdamW at the shard size")
     if ckpts:
         print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
         print("# checkpoint inputs: the checkpoint probe on each target in this run (synthetic values in the "

@@ -93,21 +93,42 @@ def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
             "block_rs": shape.block_params * reduce_bytes, "root_rs": shape.root_params * reduce_bytes}
 
 
+# One reading of the collective probe taken right before a step: every case once more, few
+# iterations (a step's prediction needs this moment's level, the median of pairs the rest).
+PAIRED = SweepSettings(warmup=1, iters=3, budget_s_per_case=0.2, min_iters=3, check=False, progress=False)
+KEEP = ("op", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
+
+
+def collectives_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
+                        layout: Any = None) -> Callable[[SweepSettings], dict[str, Any]]:
+    """The collective probe at the unit sizes (hybrid: within each node, and the all-reduce across
+    nodes), built once: its groups and buffers. Each call measures every case again with the
+    settings given and returns the collectives input predict() takes."""
+    sizes = unit_sizes(shape, precision)
+    if layout is not None and layout.hybrid:
+        cases, extra = hybrid.collective_cases(world, precision, device, backend, sizes)
+        keep = hybrid.KEEP
+        extra = {**extra, "backend": backend, "device": device}
+    else:
+        cases, keep = [], KEEP
+        for op, dtype, keys in (("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
+                                ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs"))):
+            config = coll.Config(sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend,
+                                 device=device)
+            probe = coll.CollectiveProbe(config, world)
+            cases += [(probe, case) for case in probe.cases() if case.param("placement") == "out"]
+        extra = {"probe": "collectives at the unit sizes (out of place)"}
+
+    def once(settings: SweepSettings) -> dict[str, Any]:
+        rows = [measure_case(probe, case, settings, world) for probe, case in cases]
+        return {**extra, "rows": [{k: r[k] for k in keep} for r in rows]}
+
+    return once
+
+
 def probe_collectives(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
                       layout: Any = None) -> dict[str, Any]:
-    rows = []
-    sizes = unit_sizes(shape, precision)
-    if layout is not None and layout.hybrid:   # within each node, and the all-reduce across nodes
-        return {**hybrid.probe_collectives(world, shape, precision, device, backend, sizes), "backend": backend,
-                "device": device}
-    for op, dtype, keys in (("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
-                            ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs"))):
-        config = coll.Config(sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend, device=device)
-        probe = coll.CollectiveProbe(config, world)
-        rows += [measure_case(probe, case, _settings(budget_s=0.6), world) for case in probe.cases()
-                 if case.param("placement") == "out"]
-    keep = ("op", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
-    return {"rows": [{k: r[k] for k in keep} for r in rows], "probe": "collectives at the unit sizes (out of place)"}
+    return collectives_sampler(world, shape, precision, device, backend, layout)(_settings(budget_s=0.6))
 
 
 def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
@@ -139,12 +160,16 @@ def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = 
     return once, n
 
 
+def optimizer_input(time_s: float, shard_params: int) -> dict[str, Any]:
+    """AdamW's time over the shard as the composer takes it: bytes moved per second."""
+    return {"memory_gbps": shard_params * ADAMW_BYTES_PER_PARAM / time_s / 1e9, "shard_params": shard_params,
+            "time_s": time_s, "probe": "AdamW over a flat tensor of the shard's size"}
+
+
 def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
     """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
     once, n = optimizer_sampler(world, shape, device, layout)
-    t = percentile([once() for _ in range(4)], 50)
-    return {"memory_gbps": n * ADAMW_BYTES_PER_PARAM / t / 1e9, "shard_params": n, "time_s": t,
-            "probe": "AdamW over a flat tensor of the shard's size"}
+    return optimizer_input(percentile([once() for _ in range(4)], 50), n)
 
 
 # --------------------------------------------------------------------------- prediction
