@@ -83,30 +83,6 @@ def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency()
     assert total == pytest.approx(0.26 / 0.8)
 
 
-def test_steps_past_serial_lower_the_compute_efficiency_and_steps_within_it_keep_it_on_a_gpu():
-    from microbench.verify.calibrate import compute_in_step
-
-    # A step 20 ms past its serial prediction, of which 80 ms is compute: compute ran at 80/100
-    # of the rate the unsharded model showed.
-    got = compute_in_step(0.8, {"beyond_serial_s": 0.020, "predicted_compute_s": 0.080})
-    assert got["compute_efficiency"] == pytest.approx(0.8 * 0.080 / 0.100)
-    assert (got["unsharded"], got["beyond_serial_s"]) == (0.8, 0.020)
-    # At or under serial where FSDP overlaps (a GPU), the overlap reads the difference and the
-    # efficiency stays; where it cannot (a CPU), a step under serial had faster compute.
-    for beyond in (0.0, -0.010):
-        assert compute_in_step(0.8, {"beyond_serial_s": beyond, "predicted_compute_s": 0.08})["compute_efficiency"] == 0.8
-    got = compute_in_step(0.8, {"beyond_serial_s": -0.010, "predicted_compute_s": 0.08}, overlaps=False)
-    assert got["compute_efficiency"] == pytest.approx(0.8 * 0.080 / 0.070)
-    # A reading that would leave compute nothing (or less) is noise, not a rate: it is not taken.
-    got = compute_in_step(0.8, {"beyond_serial_s": -0.090, "predicted_compute_s": 0.08}, overlaps=False)
-    assert got["compute_efficiency"] == 0.8
-    # An H100 calibration's own numbers (NCCL, one rank, 2026-11-26): its steps came in 1.0 ms under
-    # serial, so the efficiency is kept exactly; x * c / (c + 0) had made it differ in the last bit.
-    unsharded = 0.44961081090422544
-    ov = {"beyond_serial_s": -0.0010177905152510686, "predicted_compute_s": 0.005950499710237858}
-    assert compute_in_step(unsharded, ov)["compute_efficiency"] == unsharded
-
-
 def test_inputs_read_before_each_step_make_the_row_input_from_their_medians():
     from microbench.verify import paired
 
@@ -233,13 +209,10 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert uo["left_s"] == pytest.approx(percentile(left, 50))
     assert cal["unit_overhead_s"] == pytest.approx(max(0.0, uo["left_s"] / (2 * uo["units"])))
     assert eff["compute_efficiency"] == pytest.approx(percentile(eff["ratios"], 50))
-    # The efficiency used is the unsharded one over what the steps took beyond (or under) serial.
+    # The efficiency used is the unsharded one; what the steps took beyond serial is a diagnostic.
     beyond = percentile([m - s for m, s in zip(ov["steps_s"], ov["predicted_serial_per_step_s"])], 50)
     assert ov["beyond_serial_s"] == pytest.approx(beyond)
-    in_step = cal["details"]["compute_in_step"]
-    assert in_step["unsharded"] == eff["compute_efficiency"]
-    assert cal["compute_efficiency"] == pytest.approx(
-        eff["compute_efficiency"] * ov["predicted_compute_s"] / (ov["predicted_compute_s"] + beyond))
+    assert cal["compute_efficiency"] == eff["compute_efficiency"] and "compute_in_step" not in cal["details"]
     # The composer's reader takes it as it is.
     from types import SimpleNamespace
 
@@ -408,34 +381,11 @@ def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys
            "compute_efficiency": 0.8, "details": {"overlap": {"raw_iqr": [-0.43, 0.54]}}}
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00 (steps read -0.43 to 0.54, middle half), FSDP per-unit cost" in capsys.readouterr().out
-    cal["device"], cal["details"]["compute_in_step"] = "cpu", {}
+    cal["device"], cal["details"]["overlap"]["beyond_serial_s"] = "cpu", 0.004
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
-    assert "overlap 0.00 (FSDP2 on a CPU hides nothing; steps read -0.43 to 0.54, middle half)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "overlap 0.00 (FSDP2 on a CPU hides nothing; steps read -0.43 to 0.54, middle half)" in out
+    assert "compute efficiency 0.80 (kernel replay / real forward+backward)" in out
     del cal["details"]   # a record written before the per-step readings: the line as it was
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out
-
-
-def test_the_calibration_line_says_when_the_steps_lowered_the_efficiency(capsys):
-    from microbench.verify.report import print_report
-
-    cal = {"model": {"name": "calib", "tokens": 384}, "overlap": 0.0, "unit_overhead_s": 0.006,
-           "compute_efficiency": 0.64, "details": {"compute_in_step": {
-               "compute_efficiency": 0.64, "unsharded": 0.8, "beyond_serial_s": 0.02}}}
-    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
-    out = capsys.readouterr().out
-    assert "compute efficiency 0.64 (kernel replay / real forward+backward; 0.80 unsharded, lowered by" in out
-    assert "the fully_shard steps took beyond serial)" in out
-    cal["details"]["compute_in_step"].update(compute_efficiency=0.9, beyond_serial_s=-0.01)   # a CPU's step under serial
-    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
-    assert "0.80 unsharded, raised by the 10.0 ms the fully_shard steps came in under serial)" in capsys.readouterr().out
-    # That H100 record as written before the exact keep: kept, though its two values differ in the last bit.
-    cal["compute_efficiency"] = 0.4496108109042254
-    cal["details"]["compute_in_step"] = {"compute_efficiency": 0.4496108109042254, "unsharded": 0.44961081090422544,
-                                         "beyond_serial_s": -0.0010177905152510686}
-    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
-    assert "compute efficiency 0.45 (kernel replay / real forward+backward)" in capsys.readouterr().out
-    cal["details"]["compute_in_step"].update(compute_efficiency=0.8, unsharded=0.8)   # within serial: nothing to add
-    cal["compute_efficiency"] = 0.8
-    print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
-    assert "compute efficiency 0.80 (kernel replay / real forward+backward)" in capsys.readouterr().out

@@ -23,9 +23,12 @@ measured on a configuration of its own (never one the matrix checks).
                       attention, at the model's shapes) over the model's real forward+backward
                       (norms, activations, residuals, the embedding, the loss, autograd: work the
                       replay does not do), on the calibration model unsharded, the two
-                      alternating: the median of the pairs' ratios; then lowered by what the
-                      overlap's fully_shard steps took beyond their serial prediction
-                      (compute_in_step), which no overlap can explain.
+                      alternating: the median of the pairs' ratios. What the overlap's
+                      fully_shard steps took beyond their serial prediction is recorded beside
+                      it (details.overlap.beyond_serial_s) and not applied: with every input read
+                      right before each step its median of 9 steps carried about 10 ms of noise
+                      (standard error) against a mean of 4.4 ms, and the held-out rows came out
+                      no better with it (docs/verify.md).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     medians = paired.median_inputs(CAL_SHAPE, CAL_TOKENS, samples)
     at_median = predicted(medians, 0.0)
     serial, pipelined = at_median["step_s"], predicted(medians, 1.0)["step_s"]
-    # What each step took beyond its serial prediction; compute_in_step reads the median.
+    # What each step took beyond its serial prediction: a diagnostic of the compute inside a fully_shard step.
     serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each)]
     return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
@@ -194,34 +197,13 @@ def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backen
     # issues them synchronously, so a step there hides nothing, and an overlap read from its
     # steps would only carry their noise into every prediction.
     overlaps = dev != "cpu"
-    in_step = compute_in_step(eff["compute_efficiency"], ov, overlaps)
     could = backend_overlap(world, device, precision)
     return {"overlap": ov["overlap"] if overlaps else 0.0, "unit_overhead_s": uo["unit_overhead_s"],
-            "compute_efficiency": in_step["compute_efficiency"], "backend": backend, "device": dev,
+            "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
             "ranks": world.size, "param_dtype": precision.param_dtype,
             "sharding": layout.sharding if layout is not None else "full",
             "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
-            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff,
-                        "compute_in_step": in_step}}
-
-
-def compute_in_step(unsharded: float, ov: dict[str, Any], overlaps: bool = True) -> dict[str, Any]:
-    """The compute efficiency a fully_shard step shows. The overlap cannot take a step past its serial
-    prediction (0 is all parts one after another), yet the calibration step ran past it in most runs
-    on this VM: the model's compute inside a fully_shard step costs more than the same model's
-    unsharded forward+backward (the gathered parameters land in fresh buffers each step). What the
-    steps took beyond serial (the median of each step less its own serial prediction) is put on
-    compute, the one part that grows with tokens: verify's step errors fell with the token count as
-    the FSDP step outgrew its predicted compute (+6 % at 16 tokens, +8.5 % at 64, -5.4 % at 256).
-    Where FSDP overlaps (a GPU), a step under serial leaves the efficiency as it is and the overlap
-    reads it; where it cannot (a CPU), the difference either way is compute's."""
-    beyond, compute = float(ov["beyond_serial_s"]), float(ov["predicted_compute_s"])
-    taken = beyond if (beyond > 0 or not overlaps) and compute + beyond > 0 else 0.0
-    # Untaken, the unsharded value itself: x * c / c is not always x in floating point, and the
-    # report tells "moved" from "kept" by equality (an H100 run's line said "raised" at 0.45 -> 0.45).
-    value = unsharded * compute / (compute + taken) if compute > 0 and taken else unsharded
-    return {"compute_efficiency": value, "unsharded": unsharded, "beyond_serial_s": beyond,
-            "predicted_compute_s": compute}
+            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
 
 
 def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:

@@ -113,21 +113,11 @@ def _overlap_range(cal: dict[str, Any]) -> str:
     iqr = ((cal.get("details") or {}).get("overlap") or {}).get("raw_iqr")
     if not iqr:
         return ""
-    # A CPU calibration's overlap is 0 by FSDP2's mechanism; its steps' readings stay a diagnostic.
-    cpu = cal.get("device") == "cpu" and "compute_in_step" in (cal.get("details") or {})
+    # A CPU calibration's overlap is 0 by FSDP2's mechanism; its steps' readings stay a diagnostic
+    # (records since then also hold beyond_serial_s; an older CPU record read its overlap from them).
+    details = (cal.get("details") or {}).get("overlap") or {}
+    cpu = cal.get("device") == "cpu" and "beyond_serial_s" in details
     return f" ({'FSDP2 on a CPU hides nothing; ' if cpu else ''}steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)"
-
-
-def _in_step(cal: dict[str, Any]) -> str:
-    """Whether the calibration steps moved the unsharded model's efficiency, which way and by what."""
-    d = (cal.get("details") or {}).get("compute_in_step") or {}
-    # Within a part in a million is kept: records from before the exact keep differ in the last bits.
-    if not d or abs(d["compute_efficiency"] - d["unsharded"]) <= 1e-6 * abs(d["unsharded"]):
-        return ""
-    beyond = d["beyond_serial_s"]
-    how = (f"lowered by the {format_time(beyond)} the fully_shard steps took beyond serial" if beyond > 0 else
-           f"raised by the {format_time(-beyond)} the fully_shard steps came in under serial")
-    return f"; {d['unsharded']:.2f} unsharded, {how}"
 
 
 def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
@@ -135,7 +125,7 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
         print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
               f"{cal['overlap']:.2f}{_overlap_range(cal)}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
-              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward{_in_step(cal)})")
+              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)")
     if calibrate_only:
         return
     verdict_ = summary.get("verdict") or {}
