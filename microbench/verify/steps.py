@@ -6,9 +6,10 @@ Inputs, all measured in this invocation and none from the steps being predicted:
                attention), replayed in step order right before each measured step, every rank
                at once from a barrier (ranks share the cores as in training); the median;
   collectives  the collective probe's AllGather and ReduceScatter at the block's and the root's
-               unit sizes, in the dtypes FSDP moves;
+               unit sizes, in the dtypes FSDP moves; one reading right before each measured step;
   optimizer    AdamW over one flat tensor of this rank's shard size, as bytes moved per second
-               (the composer's memory bandwidth term);
+               (the composer's memory bandwidth term); one step right before each measured step
+               (paired.py reads the three together; a step is predicted from its own);
   calibration  overlap, FSDP's per-unit cost and the compute efficiency of the non-matmul work,
                from `verify_calibrate` on a configuration of its own (or a --calibration record).
 Measured: forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
