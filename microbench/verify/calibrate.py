@@ -71,30 +71,23 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     del sample
     cal = vf.Calibration(0.0, unit_overhead_s, efficiency, "")
 
-    def predicted(inputs: tuple[dict[str, Any], ...], overlap: float) -> dict[str, Any]:
-        compute, collectives, optimizer = inputs
-        return vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, compute, collectives, optimizer,
-                          replace(cal, overlap=overlap))
-
-    def bounds(s: paired.Inputs) -> tuple[float, float]:
-        inputs = (vf.compute_input(CAL_SHAPE, CAL_TOKENS, [s.replay_s]), s.collectives, s.optimizer)
-        return tuple(predicted(inputs, o)["step_s"] for o in (0.0, 1.0))
+    def bounds(inputs: tuple[dict[str, Any], ...]) -> tuple[float, float]:
+        """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
+        return tuple(vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, *inputs,
+                                replace(cal, overlap=o))["step_s"] for o in (0.0, 1.0))
 
     # The hideable span (serial - pipelined) is a tenth of a CPU step: one step's noise moves the
     # overlap by more than its whole range. Each step is read against the inputs sampled right
     # before it (the machine's drift is in both), and the median of those readings is kept.
-    each = [bounds(s) for s in samples]
+    each = [bounds(s.for_predict(CAL_SHAPE, CAL_TOKENS)) for s in samples]
     raws = [_overlap_of(*b, s) for s, b in zip(steps, each)]
     value = percentile(raws, 50)
-    medians = paired.median_inputs(CAL_SHAPE, CAL_TOKENS, samples)
-    at_median = predicted(medians, 0.0)
-    serial, pipelined = at_median["step_s"], predicted(medians, 1.0)["step_s"]
+    serial, pipelined = bounds(paired.median_inputs(CAL_SHAPE, CAL_TOKENS, samples))
     # What each step took beyond its serial prediction: a diagnostic of the compute inside a fully_shard step.
     serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each)]
     return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
             "beyond_serial_s": percentile(beyond, 50), "predicted_serial_per_step_s": serial_each,
-            "predicted_compute_s": at_median["compute_s"],
             "raw_iqr": [percentile(raws, 25), percentile(raws, 75)], "measured_s": percentile(steps, 50),
             "steps_s": steps, "predicted_serial_s": serial, "predicted_pipelined_s": pipelined,
             "model": CAL_SHAPE.name, "tokens": CAL_TOKENS}

@@ -36,6 +36,10 @@ class Inputs:
     collectives: dict[str, Any]
     optimizer: dict[str, Any]
 
+    def for_predict(self, shape: ModelShape, tokens: int) -> tuple[dict[str, Any], ...]:
+        """(compute, collectives, optimizer) from this sample alone, as predict() takes them."""
+        return vf.compute_input(shape, tokens, [self.replay_s]), self.collectives, self.optimizer
+
 
 def inputs_sampler(world: Any, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
                    precision: fm.Precision, layout: Any = None) -> Callable[[], Inputs]:

@@ -143,8 +143,8 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
     compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = vf.measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
-    pred_each = [vf.predict(shape, tokens, world.size, precision, vf.compute_input(shape, tokens, [s.replay_s]),
-                            s.collectives, s.optimizer, cal)["step_s"] for s in samples]
+    pred_each = [vf.predict(shape, tokens, world.size, precision, *s.for_predict(shape, tokens), cal)["step_s"]
+                 for s in samples]
     pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
                            vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)

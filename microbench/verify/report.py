@@ -110,13 +110,13 @@ def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
 def _overlap_range(cal: dict[str, Any]) -> str:
     """The middle half of the calibration steps' own readings: how well this run pinned the overlap
     down (on a shared CPU box one step's noise spans more than the whole 0..1 range)."""
-    iqr = ((cal.get("details") or {}).get("overlap") or {}).get("raw_iqr")
+    overlap = (cal.get("details") or {}).get("overlap") or {}
+    iqr = overlap.get("raw_iqr")
     if not iqr:
         return ""
     # A CPU calibration's overlap is 0 by FSDP2's mechanism; its steps' readings stay a diagnostic
     # (records since then also hold beyond_serial_s; an older CPU record read its overlap from them).
-    details = (cal.get("details") or {}).get("overlap") or {}
-    cpu = cal.get("device") == "cpu" and "beyond_serial_s" in details
+    cpu = cal.get("device") == "cpu" and "beyond_serial_s" in overlap
     return f" ({'FSDP2 on a CPU hides nothing; ' if cpu else ''}steps read {iqr[0]:.2f} to {iqr[1]:.2f}, middle half)"
 
 
