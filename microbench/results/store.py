@@ -3,16 +3,23 @@
 A run claims a unique file name once (O_EXCL), then rewrites that same file atomically after
 every finished size, so a crash or Ctrl-C leaves the rows finished so far on disk with
 status "running"/"partial", never a half-written JSON document.
+
+A write the filesystem refuses (full, read-only, over quota) is a RunError naming the file and
+the cause, for every writer here: a record that was never written is removed again, one that
+was keeps its last complete version marked partial (see RecordWriter._write_failed); a CSV or
+another whole file is either all there or not there at all.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +36,14 @@ RECORD_EXPECTED = "a microbench record (JSON, UTF-8), e.g. results/suite-2026112
 RECORD_NOTE_ENV = "MICROBENCH_RECORD_NOTE"
 
 
+# Writers whose record still says "running": the command line marks them partial when a command
+# ends by an error no layer below caught (cli.py), so no record outlives its run as "running".
+_OPEN: "weakref.WeakSet[RecordWriter]" = weakref.WeakSet()
+# The top-level status as json.dumps(indent=1) writes it: a string value cannot hold a newline,
+# so nothing nested or quoted matches.
+_RUNNING = b'\n "status": "running",'
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
@@ -40,11 +55,16 @@ class RecordWriter:
                  directory: str | os.PathLike = DEFAULT_DIR):
         self.record = record
         self.path: Path | None = None
+        self.failed: str | None = None   # why the last write was refused; nothing is written after
+        self.saved_rows = 0              # rows in the version on disk
+        self._saved: bytes | None = None
+        self._made_dir: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
         if not path:
             check_results_dir(directory)
         self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
+        _OPEN.add(self)
         note = os.environ.get(RECORD_NOTE_ENV)
         if note:
             try:
@@ -53,8 +73,7 @@ class RecordWriter:
             except OSError:
                 pass  # only a fallback for a rank 0 that dies; the run itself goes on
 
-    @staticmethod
-    def _claim(path: Path | None, directory: Path, kind: str) -> Path:
+    def _claim(self, path: Path | None, directory: Path, kind: str) -> Path:
         if path is not None:
             candidates = [path]
             target_dir = path.parent
@@ -63,8 +82,10 @@ class RecordWriter:
             base = f"{_safe(kind)}-{stamp}"
             candidates = [directory / f"{base}{'' if i == 0 else f'-{i}'}.json" for i in range(1000)]
             target_dir = directory
+        missing = [d for d in (target_dir, *target_dir.parents) if not d.exists()]
         try:
             target_dir.mkdir(parents=True, exist_ok=True)
+            self._made_dir = missing[-1] if missing else None
         except OSError as exc:
             raise RunError(f"cannot create results directory {str(target_dir)!r}: {exc.strerror}") from None
         for candidate in candidates:
@@ -104,11 +125,61 @@ class RecordWriter:
         # Reasons come from any layer's exception text: a URL password in one never reaches disk.
         self.record["status_reason"] = None if reason is None else redact_text(str(reason))
         self.record["ended_at"] = utc_now()
-        self.flush()
+        if self.failed is None:  # else the file already says partial, and why not more
+            self.flush()
+        _OPEN.discard(self)
         return self.path
 
     def flush(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n")
+        if self.failed is not None:
+            raise RunError(self.failed)
+        text = (json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n").encode()
+        try:
+            atomic_write_text(self.path, text)
+        except OSError as exc:
+            self._write_failed(exc)
+        self._saved, self.saved_rows = text, len(self.record["rows"])
+
+    def _write_failed(self, exc: OSError) -> None:
+        """The filesystem refused a rewrite (full, read-only, quota). A record never written is
+        removed (an empty file is no record); else its last complete version on disk is marked
+        partial: rewritten with the reason where a copy still fits, else its status patched in
+        place ("running" and "partial" are the same length, so the patch takes no new block)."""
+        self.failed = f"cannot write results file {str(self.path)!r}: {exc.strerror or exc}"
+        _OPEN.discard(self)
+        if self._saved is None:
+            self._remove()
+            raise RunError(self.failed) from None
+        record = json.loads(self._saved)
+        record.update(status="partial", status_reason=redact_text(self.failed), ended_at=utc_now())
+        try:
+            atomic_write_text(self.path, json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
+        except OSError:
+            at = self._saved.find(_RUNNING)
+            if at >= 0:
+                try:
+                    fd = os.open(self.path, os.O_WRONLY)
+                    try:
+                        os.pwrite(fd, b"partial", at + len(b'\n "status": "'))
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                except OSError:
+                    pass  # the line on stderr still says what happened
+        raise RunError(self.failed) from None
+
+    def _remove(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            return
+        made, here = self._made_dir, self.path.parent
+        while made is not None and (here == made or made in here.parents):
+            try:
+                here.rmdir()  # only an empty directory this run made
+            except OSError:
+                return
+            here = here.parent
 
 
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
@@ -150,25 +221,42 @@ def atomic_write_text(path: Path, text: str | bytes, *, mode: int = 0o644) -> No
         raise
 
 
-def atomic_write_new(path: str | os.PathLike, data: str | bytes, noun: str) -> Path:
+def atomic_write_new(path: str | os.PathLike, data: str | bytes, noun: str, *, exists: str | None = None) -> Path:
     """Write a file that must not exist yet: claim the name (O_EXCL, never overwrite), then
-    fill it atomically; a failed write removes the claimed name again. `noun` names the file
-    in the refusal ("heatmap 'x.png' exists")."""
+    fill it atomically; a failed write removes the claimed name again, and a write the
+    filesystem refuses is a RunError naming the file and the cause. `noun` names the file in
+    the messages ("heatmap 'x.png' exists"); `exists`: the whole refusal of an existing name."""
     target = Path(path)
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise UsageError(f"{noun} {str(target)!r} exists; files are never overwritten") from None
+        raise UsageError(exists or f"{noun} {str(target)!r} exists; files are never overwritten") from None
+    except OSError as exc:
+        raise RunError(f"cannot write {noun} {str(target)!r}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         atomic_write_text(target, data)
-    except BaseException:
+    except BaseException as exc:
         try:
             target.unlink()
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise RunError(f"cannot write {noun} {str(target)!r}: {exc.strerror or exc}") from None
         raise
     return target
+
+
+def abandon_open(reason: str) -> None:
+    """Mark partial, with `reason`, every record of this process still "running": the command
+    ended by an error that no layer below turned into a finished record (cli.py)."""
+    for writer in list(_OPEN):
+        if writer.record.get("status") == "running":
+            try:
+                writer.finish("partial", reason)
+            except (OSError, RunError):
+                pass
+        _OPEN.discard(writer)
 
 
 def load_record(path: str | os.PathLike) -> dict[str, Any]:
@@ -190,18 +278,13 @@ def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
     columns: list[str] = []
     for row in flat:
         columns.extend(key for key in row if key not in columns)
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        raise UsageError(f"CSV file {str(target)!r} already exists; results are never overwritten: "
-                         f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv") from None
-    except OSError as exc:
-        raise RunError(f"cannot write CSV file {str(target)!r}: {exc.strerror}") from None
-    with os.fdopen(fd, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(flat)
-    return target
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(flat)
+    return atomic_write_new(target, text.getvalue().encode(), "CSV file", exists=(
+        f"CSV file {str(target)!r} already exists; results are never overwritten: "
+        f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv"))
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -279,7 +279,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             return RunOutcome(record, writer.path if writer else None, rows)
         except KeyboardInterrupt:
             progress.close()
-            raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+            raise Interrupted(_partial_message("interrupted", current, writer)) from None
         except ProbeUnavailable as exc:  # found out only on the way (a library that fails to load)
             progress.close()
             if writer:
@@ -291,7 +291,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                 # A peer that got the same signal left first and broke our operation. An
                 # Interrupted of the probe's own keeps its words (how far a drain got).
                 reason = str(exc) if isinstance(exc, Interrupted) else "interrupted"
-                raise Interrupted(_partial_message(reason, current, writer, rows)) from None
+                raise Interrupted(_partial_message(reason, current, writer)) from None
             message = str(exc)
             if world is not None and isinstance(exc, RunError):
                 # A probe's own error (a DCP save, a socket) is often how a dead peer shows: name it.
@@ -300,7 +300,7 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
                     message = f"{dead}{f' during {current.label}' if current else ''}; {message}"
             if writer:
                 writer.finish("partial", message)
-            raise type(exc)(_partial_message(message, None, writer, rows, finish=False)) from None
+            raise type(exc)(_partial_message(message, None, writer, finish=False)) from None
         except (SystemExit, GeneratorExit):
             raise
         # A collective that failed because a peer died or timed out; BaseException because some
@@ -308,9 +308,9 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         except BaseException as exc:
             progress.close()
             if guard.settle():
-                raise Interrupted(_partial_message("interrupted", current, writer, rows)) from None
+                raise Interrupted(_partial_message("interrupted", current, writer)) from None
             reason = _diagnose(exc, world, current)
-            raise RunError(_partial_message(reason, None, writer, rows)) from None
+            raise RunError(_partial_message(reason, None, writer)) from None
         finally:
             progress.close()
 
@@ -369,11 +369,12 @@ def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str
     return f"collective failed{where}: {first}"
 
 
-def _partial_message(reason: str, case: Case | None, writer: RecordWriter | None, rows: list[dict[str, Any]],
-                     finish: bool = True) -> str:
+def _partial_message(reason: str, case: Case | None, writer: RecordWriter | None, finish: bool = True) -> str:
     where = f" during {case.label}" if case else ""
     if writer is None:
         return f"{reason}{where}"
     if finish:
         writer.finish("partial", f"{reason}{where}")
-    return f"{reason}{where}; kept {len(rows)} finished case(s) in {writer.path} (partial)"
+    if writer.failed and not writer.path.exists():
+        return f"{reason}{where}"  # nothing could be written: the claimed name is gone again
+    return f"{reason}{where}; kept {writer.saved_rows} finished case(s) in {writer.path} (partial)"
