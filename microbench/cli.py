@@ -8,16 +8,17 @@ MICROBENCH_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import __version__
 from .core import registry
-from .core.errors import MicrobenchError, ProbeUnavailable, UsageError
+from .core.errors import MicrobenchError, OutputClosed, ProbeUnavailable, RunError, UsageError
 from .core.redaction import redact_text
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
@@ -114,26 +115,96 @@ def _signals_as_interrupt() -> None:
 # A reader that closed our stdout (`microbench compose ... | head -1`) ends the command as it
 # ends `yes | head -1`: quietly, with the SIGPIPE convention's status 128 + 13 = 141, so a
 # script with `set -o pipefail` still sees that the output was cut short. Python ignores
-# SIGPIPE and raises BrokenPipeError instead; nothing is printed about it.
-EXIT_STDOUT_CLOSED = 128 + 13
+# SIGPIPE and raises BrokenPipeError instead; _GuardedStdout turns it into OutputClosed
+# wherever the write was (a progress line, a table), the record kept as partial.
+EXIT_STDOUT_CLOSED = OutputClosed.exit_code
+# Refused writes that are the machine's, not a bug: a full disk, a read-only mount, a quota.
+_WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
-def _stdout_closed() -> int:
-    # Point stdout at /dev/null so the interpreter's final flush does not raise again
-    # ("Exception ignored ... BrokenPipeError") on the way out.
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null: later writes and the interpreter's final flush go nowhere
+    instead of raising again, and no file opened later can be given fd 1."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        if devnull != 1:
+            os.dup2(devnull, 1)
+            os.close(devnull)
     except (OSError, ValueError):
         pass
-    return EXIT_STDOUT_CLOSED
+
+
+class _GuardedStdout:
+    """sys.stdout while a command runs. The first write the reader refuses raises once, from
+    wherever it was: OutputClosed for a reader gone (EPIPE), RunError naming stdout for a
+    device that takes nothing (/dev/full's ENOSPC); every write after it is dropped, so a
+    cleanup that prints cannot raise again."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _guard(self, call: Any, *args: Any) -> Any:
+        if self._failed:
+            return None
+        try:
+            return call(*args)
+        except OSError as exc:
+            self._failed = True
+            _stdout_to_devnull()
+            if isinstance(exc, BrokenPipeError):
+                raise OutputClosed() from None
+            raise RunError(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+    def write(self, text: str) -> Any:
+        return self._guard(self._inner.write, text)
+
+    def writelines(self, lines: Any) -> Any:
+        return self._guard(self._inner.writelines, lines)
+
+    def flush(self) -> Any:
+        return self._guard(self._inner.flush)
+
+
+def _stdout_missing() -> bool:
+    """Started with stdout closed (`>&-`): nothing could ever be printed."""
+    if sys.stdout is None:
+        return True
+    try:
+        os.fstat(1)
+    except OSError:
+        return True
+    return False
+
+
+def _abandon_records(reason: str) -> None:
+    """Whatever ended the command, no record of this process stays "running"."""
+    from .results.store import abandon_open
+
+    abandon_open(reason)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _stdout_missing():
+        _stdout_to_devnull()
+        print("microbench: stdout is closed (started with >&-), so no result could be printed; "
+              "send it somewhere instead, e.g. > /dev/null or > out.txt", file=sys.stderr)
+        return 1
     _quiet_torch()
     _signals_as_interrupt()
+    real = sys.stdout
+    sys.stdout = real if isinstance(real, _GuardedStdout) else _GuardedStdout(real)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout = real
+
+
+def _run(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         # Every output the arguments name (--json, --csv, --results-dir), once, before any work.
@@ -141,29 +212,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         check_outputs(args)
         _warn_if_fallback(args.command)
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a write refused at the very end still gets its one line
+        return code
     except ProbeUnavailable as exc:
         print(f"microbench: skipped: {exc}", file=sys.stderr)
         return exc.exit_code
     except MicrobenchError as exc:
+        _abandon_records(str(exc))
         print(f"microbench: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        _abandon_records("interrupted")
         print("microbench: interrupted", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return _stdout_closed()
+    except (OutputClosed, BrokenPipeError):
+        _abandon_records(OutputClosed.reason)
+        _stdout_to_devnull()
+        return EXIT_STDOUT_CLOSED
+    except OSError as exc:
+        if exc.errno not in _WRITE_REFUSED:
+            return _internal_error(exc)
+        where = f" {str(exc.filename)!r}" if exc.filename is not None else ""
+        line = f"cannot write{where}: {exc.strerror or exc}"
+        _abandon_records(line)
+        print(f"microbench: {redact_text(line)}", file=sys.stderr)
+        return 1
     except SystemExit:
         raise
     # A bug (or a library's BaseException, like torch's CheckpointException): still one line,
     # with the traceback on request.
     except BaseException as exc:
-        if os.environ.get("MICROBENCH_DEBUG"):
-            traceback.print_exc()
-        first = redact_text((str(exc).strip().splitlines() or [""])[0][:300])
-        print(f"microbench: internal error: {type(exc).__name__}: {first} "
-              f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
-        return 1
+        return _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> int:
+    if os.environ.get("MICROBENCH_DEBUG"):
+        traceback.print_exc()
+    first = redact_text((str(exc).strip().splitlines() or [""])[0][:300])
+    _abandon_records(f"internal error: {type(exc).__name__}: {first}")
+    print(f"microbench: internal error: {type(exc).__name__}: {first} "
+          f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -38,3 +38,13 @@ class ProbeUnavailable(MicrobenchError):
 
 class Interrupted(RunError):
     """Ctrl-C or SIGTERM during a run; what finished is kept in a partial record."""
+
+
+class OutputClosed(BaseException):
+    """stdout's reader went away (`microbench ... | head -1`). Not a failure of the run: the
+    command ends quietly with the SIGPIPE convention's status (cli.py), what it measured kept in
+    a partial record. A BaseException, like KeyboardInterrupt, so that no layer that carries on
+    after an error (a suite's next step, a probe's next case) mistakes it for one."""
+
+    exit_code = 128 + 13
+    reason = "stdout closed by its reader"

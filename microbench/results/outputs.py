@@ -136,7 +136,7 @@ def check_results_dir(path: str | os.PathLike, flag: str = "--results-dir") -> P
 def check_outputs(args: Any) -> None:
     """Every output a command's arguments name, checked once before the command runs (cli.py):
     --json (when it is a path, not `env --json`'s switch), --csv, and --results-dir where no
-    --json replaces it. --out, --junit and --heatmap are checked by their commands, before any
+    --json replaces it; and that no two output flags name the same file. --out, --junit and --heatmap are checked by their commands, before any
     work, with check_new_file as well (plot's default --out depends on its records)."""
     json_path = getattr(args, "json", None)
     if isinstance(json_path, str):
@@ -144,6 +144,31 @@ def check_outputs(args: Any) -> None:
     csv_path = getattr(args, "csv", None)
     if isinstance(csv_path, str):
         check_new_file(csv_path, "--csv", noun="CSV file", kept="results", example="results/run.csv")
+    check_distinct(args)
     results_dir = getattr(args, "results_dir", None)
     if isinstance(results_dir, str) and not isinstance(json_path, str):
         check_results_dir(results_dir)
+
+
+# Every flag that names one new file, and the suffix its example takes.
+_FILE_FLAGS = (("--json", "json", ".json"), ("--csv", "csv", ".csv"), ("--heatmap", "heatmap", ".png"),
+               ("--out", "out", ""), ("--junit", "junit", ".xml"))
+
+
+def check_distinct(args: Any) -> None:
+    """Two output flags naming one file (`--json r --csv r`): the second writer would find the
+    first's file there after all the work. UsageError (exit 2) before any."""
+    seen: dict[str, tuple[str, str]] = {}
+    for flag, attr, suffix in _FILE_FLAGS:
+        value = getattr(args, attr, None)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        key = os.path.realpath(value)
+        if key in seen:
+            other_flag, other = seen[key]
+            path = Path(value)
+            example = path.with_suffix(suffix) if suffix and path.suffix != suffix else \
+                path.with_name(f"{path.stem}-2{path.suffix}")
+            raise UsageError(f"invalid {flag} {value!r}: the same file as {other_flag} {other!r}; each output "
+                             f"needs a file of its own, e.g. {flag} {example}")
+        seen[key] = (flag, value)

@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn
 from ..world import environment as envmod
 from ..world import interrupts
 from ..world.dist import World
-from ..core.errors import Interrupted, MicrobenchError, ProbeUnavailable, RunError
+from ..core.errors import Interrupted, MicrobenchError, OutputClosed, ProbeUnavailable, RunError
 from ..core.options import recorded
 from ..core.probe import Case, Probe, Timed
 from ..core.progress import Progress
@@ -295,13 +295,17 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             message = str(exc)
             if world is not None and isinstance(exc, RunError):
                 # A probe's own error (a DCP save, a socket) is often how a dead peer shows: name it.
-                dead = _dead_peers(world, message)
+                dead = dead_peers(world, message)
                 if dead and dead not in message:
                     message = f"{dead}{f' during {current.label}' if current else ''}; {message}"
             if writer:
                 writer.finish("partial", message)
             raise type(exc)(_partial_message(message, None, writer, finish=False)) from None
         except (SystemExit, GeneratorExit):
+            raise
+        except OutputClosed:
+            if writer:
+                writer.finish("partial", f"{OutputClosed.reason}{f' during {current.label}' if current else ''}")
             raise
         # A collective that failed because a peer died or timed out; BaseException because some
         # libraries' errors are one (torch's CheckpointException).
@@ -341,7 +345,7 @@ def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world:
     raise exc
 
 
-def _dead_peers(world: World, reason: str) -> str | None:
+def dead_peers(world: World, reason: str) -> str | None:
     """'rank 1 died or stopped responding' when peers went silent (killed, frozen), else None.
     This rank leaves its own note first, so peers that merely saw the same failure are told
     apart from the dead one by theirs."""
@@ -353,7 +357,13 @@ def _dead_peers(world: World, reason: str) -> str | None:
 
 
 def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:
-    where = f" during {case.label}" if case else ""
+    return diagnose(exc, world, f" during {case.label}" if case else "")
+
+
+def diagnose(exc: BaseException, world: World | None, where: str = "") -> str:
+    """What an error that is not ours (a gloo collective that broke, a socket) means in a
+    world: the rank that died or froze, named by its silent heartbeat, else the error itself.
+    `where`: " during <what>" for the message. Any command that runs collectives uses it."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     if world is None:
         return f"{type(exc).__name__}{where}: {first}"
