@@ -22,10 +22,11 @@ from . import hunt
 from .hunt import HuntOptions
 from . import namespaces as labmod
 from .placement import lab_ranks
-from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.errors import Interrupted, MicrobenchError, OutputClosed, RunError, UsageError
 from ..core.units import format_size
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
+from ..run.runner import dead_peers, diagnose
 from ..targets import native
 from ..world import environment as envmod
 from ..world.backends import BackendChoice
@@ -135,9 +136,27 @@ def _body(world: Any, opts: HuntOptions) -> int:
             run.pair_rounds(list(range(len(names))), "all pairs")
             run.decided_by = "all pairs"
     except (MicrobenchError, KeyboardInterrupt) as exc:
+        if isinstance(exc, RunError) and not isinstance(exc, Interrupted):
+            # A transfer that broke is how a dead peer shows to its partner: leave a note (this
+            # rank is not the dead one) and name the silent ranks, as a probe's sweep does.
+            dead = dead_peers(world, str(exc))
+            if dead and dead not in str(exc):
+                exc = RunError(f"{dead} during {run.phase}; {exc}")
         if writer is not None:
             writer.finish("partial", str(exc) or "interrupted")
+        raise exc from None
+    except OutputClosed:
+        if writer is not None:
+            writer.finish("partial", OutputClosed.reason)
         raise
+    except Exception as exc:
+        # A gather or barrier that broke (gloo's "Connection closed by peer"): name the rank
+        # that died or froze, as a probe's sweep does.
+        reason = diagnose(exc, world, f" during {run.phase}")
+        if writer is not None:
+            writer.finish("partial", reason)
+            reason += f"; kept {len(writer.record['rows'])} measurement(s) in {writer.path} (partial)"
+        raise RunError(reason) from None
     finally:
         listener.close()
     if writer is None:
@@ -163,6 +182,7 @@ class HuntRun:
         self.decided_by: str | None = None
         self.confirm_hosts: list[int] = []
         self.verdict: hunt.Verdict | None = None
+        self.phase = "the start"   # what runs now, for a failure's message
 
     def pair_rounds(self, hosts: list[int], phase: str) -> None:
         """The circle-method rounds over `hosts`, less the pairs measured already."""
@@ -171,6 +191,7 @@ class HuntRun:
                     for pairs in hunt.rounds(len(hosts))]
         schedule = [pairs for pairs in schedule if pairs]
         for r, pairs in enumerate(schedule):
+            self.phase = f"{phase} round {r + 1}"
             self.world.barrier()
             start = time.monotonic()
             mine: list[tuple[int, int, float]] = []
@@ -190,6 +211,7 @@ class HuntRun:
     def bisect(self, participants: list[int]) -> None:
         from .bisect import bisect
 
+        self.phase = "halving"
         suspects, cleared, self.steps = bisect(self.world, participants, self.names, self.me, self.opts, self._emit)
         if len(suspects) == len(self.names):
             if self.writer is not None:
