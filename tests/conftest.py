@@ -114,6 +114,21 @@ def join_nccl(run_cli: Callable[..., subprocess.CompletedProcess], rank: int, po
     return proc, time.monotonic() - start
 
 
+def head_1(argv: list[str], cwd: Path, timeout: float = 180) -> tuple[int, str, str]:
+    """`microbench ARGV | head -1`: read one line of stdout, then close the pipe as head does.
+    Returns the exit code, that line and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", *argv], cwd=cwd, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, first, err
+
+
 # --------------------------------------------------------------------------- processes
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, one_error_line
+from conftest import cli_env, head_1, one_error_line
 
 # Each long enough to print a few lines after its first: the reader leaves in the middle.
 PIPED = {
@@ -25,24 +25,6 @@ PIPED = {
     "dataload": ["dataload", "--samples", "64", "--warmup", "0", "--iters", "2"],
     "compute": ["compute", "--warmup", "0", "--iters", "2"],
 }
-
-
-def _start(argv: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "microbench", *argv], cwd=cwd, env=cli_env(),
-                            stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def head_1(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """`microbench ARGV | head -1`: read one line, then close the pipe as head does."""
-    proc = _start(argv, cwd, stdout=subprocess.PIPE)
-    first = proc.stdout.readline()
-    proc.stdout.close()
-    try:
-        _, err = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return proc.returncode, first, err
 
 
 def _argv(name: str, tmp_path: Path) -> list[str]:
