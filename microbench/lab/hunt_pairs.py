@@ -26,7 +26,7 @@ from ..core.errors import Interrupted, MicrobenchError, OutputClosed, RunError, 
 from ..core.units import format_size
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
-from ..run.runner import dead_peers, diagnose
+from ..run.failures import dead_peers, diagnose
 from ..targets import native
 from ..world import environment as envmod
 from ..world.backends import BackendChoice

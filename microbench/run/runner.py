@@ -16,6 +16,7 @@ from ..core.options import recorded
 from ..core.probe import Case, Probe, Timed
 from ..core.progress import Progress
 from ..results import RecordWriter, new_record
+from .failures import dead_peers, diagnose, wrapped
 from ..core.stats import percentile, summarize_us
 
 
@@ -313,7 +314,9 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             progress.close()
             if guard.settle():
                 raise Interrupted(_partial_message("interrupted", current, writer)) from None
-            reason = _diagnose(exc, world, current)
+            inner = wrapped(exc)
+            where = f" during {current.label}" if current else ""
+            reason = f"{inner}{where}" if inner else diagnose(exc, world, where)
             raise RunError(_partial_message(reason, None, writer)) from None
         finally:
             progress.close()
@@ -343,40 +346,6 @@ def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world:
     exc = ProbeUnavailable(reason)
     exc.recorded = True  # type: ignore[attr-defined]  # the command wrapper must not write another
     raise exc
-
-
-def dead_peers(world: World, reason: str) -> str | None:
-    """'rank 1 died or stopped responding' when peers went silent (killed, frozen), else None.
-    This rank leaves its own note first, so peers that merely saw the same failure are told
-    apart from the dead one by theirs."""
-    noted = world.note_failure(reason)
-    missing = world.missing_ranks() if noted or world.rank == 0 else [0]
-    if not missing:
-        return None
-    return f"rank {', '.join(str(r) for r in missing)} died or stopped responding"
-
-
-def _diagnose(exc: BaseException, world: World | None, case: Case | None) -> str:
-    return diagnose(exc, world, f" during {case.label}" if case else "")
-
-
-def diagnose(exc: BaseException, world: World | None, where: str = "") -> str:
-    """What an error that is not ours (a gloo collective that broke, a socket) means in a
-    world: the rank that died or froze, named by its silent heartbeat, else the error itself.
-    `where`: " during <what>" for the message. Any command that runs collectives uses it."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    if world is None:
-        return f"{type(exc).__name__}{where}: {first}"
-    noted = world.note_failure(first)
-    # A store (in rank 0) that does not take a note is a silent rank 0: nothing to settle.
-    missing = world.missing_ranks() if noted or world.rank == 0 else [0]
-    if missing:
-        names = ", ".join(str(r) for r in missing)
-        own = world.own_link_down()
-        if own:  # the others went quiet because this rank is cut off
-            return f"rank {world.rank} lost its own network link ({own}): rank {names} unreachable{where}"
-        return f"rank {names} died or stopped responding{where} (no heartbeat, no error reported)"
-    return f"collective failed{where}: {first}"
 
 
 def _partial_message(reason: str, case: Case | None, writer: RecordWriter | None, finish: bool = True) -> str:
