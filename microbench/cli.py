@@ -107,9 +107,12 @@ def _quiet_torch() -> None:
 def _signals_as_interrupt() -> None:
     """SIGINT and SIGTERM (torchrun, Slurm, kill) end a run alike and once: the partial record
     is kept (see interrupts.py)."""
+    from .targets import s3_deadline
     from .world import interrupts
 
     interrupts.install()
+    # A signal whose first raise a library swallowed still ends an S3 request that would wait.
+    s3_deadline.between_waits = interrupts.check
 
 
 # A reader that closed our stdout (`microbench compose ... | head -1`) ends the command as it

@@ -54,7 +54,7 @@ class S3Access:
         s3fs's retries would multiply the wait), connect and read bounded by `timeout_s`."""
         opts = self.storage_options()
         opts["config_kwargs"] = {**opts["config_kwargs"], "connect_timeout": self.timeout_s,
-                                 "read_timeout": self.timeout_s, "retries": {"max_attempts": 1}}
+                                 "read_timeout": self.timeout_s, "retries": {"total_max_attempts": 1}}
         return opts
 
     def storage_options(self) -> dict[str, Any]:
@@ -66,15 +66,48 @@ class S3Access:
         # a default client sends a CRC32 header instead and signs no payload. As the S3 probe
         # does, no payload is signed: on the embedded server that was 7-10% of a save's time.
         opts: dict[str, Any] = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 120,
-                                                  "retries": {"max_attempts": 2},
+                                                  "retries": {"total_max_attempts": 2},
                                                   "request_checksum_calculation": "when_required",
                                                   "response_checksum_validation": "when_required",
                                                   "s3": {"payload_signing_enabled": False}}}
+        bounded = bounded_session(self.timeout_s)
+        if bounded is not None:
+            opts["config_kwargs"]["http_session_cls"] = bounded
         if self.endpoint_url:
             opts["client_kwargs"] = {"endpoint_url": self.endpoint_url}
         if self.key_id and self.secret:
             opts["key"], opts["secret"] = self.key_id, self.secret
         return opts
+
+
+_BOUNDED: dict[float, Any] = {}
+
+
+def bounded_session(total_s: float) -> Any:
+    """aiobotocore's HTTP session with a whole-request timeout of `total_s` (connect to last
+    byte): its read timeout bounds each read, so an endpoint that answers a byte now and then
+    would hold a save or the bucket check forever. None where aiobotocore cannot take one."""
+    if total_s not in _BOUNDED:
+        try:
+            import inspect
+
+            import aiohttp
+            from aiobotocore.config import AioConfig
+            from aiobotocore.httpsession import AIOHTTPSession
+        except ImportError:
+            return None
+        if "http_session_cls" not in inspect.signature(AioConfig.__init__).parameters:
+            return None
+
+        class Bounded(AIOHTTPSession):
+            def __init__(self, *args: Any, **kwargs: Any):
+                super().__init__(*args, **kwargs)
+                per_read = self._timeout
+                self._timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=per_read.sock_connect,
+                                                      sock_read=per_read.sock_read)
+
+        _BOUNDED[total_s] = Bounded
+    return _BOUNDED[total_s]
 
 
 def parse_target(text: str) -> Target:

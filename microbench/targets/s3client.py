@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.errors import MicrobenchError, RunError, UsageError
+from .s3_deadline import Endpoint, arm
 from .s3server import REGION, Credentials, EmbeddedS3
 
 _CREDENTIAL_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidClientTokenId",
@@ -66,6 +67,10 @@ class Target:
     addressing_style: str = "path"
     credentials: Credentials | None = field(default=None, repr=False)  # None: the AWS chain
     embedded: EmbeddedS3 | None = None
+    # The command's --timeout, where it has one: every request (connect to last byte) and the
+    # pre-flight check must finish within it (targets/s3_deadline.py). None: the client's defaults.
+    timeout_s: float | None = None
+    _deadlines: Endpoint | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_embedded(cls, server: EmbeddedS3) -> "Target":
@@ -99,22 +104,33 @@ class Target:
                              "embedded server")
         return str(getattr(creds, "method", "unknown"))
 
-    def client(self, *, pool: int = 10, connect_timeout_s: float = 10.0, read_timeout_s: float = 60.0,
+    def client(self, *, pool: int = 10, connect_timeout_s: float | None = None, read_timeout_s: float | None = None,
                attempts: int = 3, session: Any | None = None) -> Any:
+        """A botocore client; `attempts` in all (the first and its retries). Timeouts default to
+        10 s to connect (or the target's timeout_s if less) and the target's timeout_s, else
+        60 s, per read. With a timeout_s on the target, every request must also finish, connect
+        to last byte, within read_timeout_s."""
         from botocore.config import Config
 
+        connect_timeout_s = connect_timeout_s or min(self.timeout_s or 10.0, 10.0)
+        read_timeout_s = read_timeout_s or self.timeout_s or 60.0
         session = session or self.session()
         https = (self.endpoint_url or "https://").startswith("https")
         config = Config(
             region_name=session.get_config_variable("region") or REGION, max_pool_connections=pool,
             connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
-            retries={"max_attempts": attempts, "mode": "standard"},
+            retries={"total_max_attempts": attempts, "mode": "standard"},
             # Over plain http botocore would SHA-256 every payload in Python; https (real S3)
             # never does. The CRC32 checksum header still guards every part's integrity.
             s3={"addressing_style": self.addressing_style, "payload_signing_enabled": False},
             tcp_keepalive=True)
-        return session.create_client("s3", endpoint_url=self.endpoint_url, config=config,
-                                     use_ssl=https if self.endpoint_url else True)
+        client = session.create_client("s3", endpoint_url=self.endpoint_url, config=config,
+                                       use_ssl=https if self.endpoint_url else True)
+        if self.timeout_s is None:
+            return client
+        if self._deadlines is None:
+            self._deadlines = Endpoint(public_url(self.endpoint_url or "AWS S3"))
+        return arm(client, self._deadlines, read_timeout_s)
 
     def describe(self) -> dict[str, Any]:
         if self.embedded is not None:
@@ -133,6 +149,8 @@ def translate(exc: BaseException, target: Target, bucket: str, cred_source: str,
     from botocore import exceptions as bx
 
     where = public_url(target.endpoint_url or "AWS S3")
+    if isinstance(exc, bx.HTTPClientError) and isinstance(exc.kwargs.get("error"), MicrobenchError):
+        exc = exc.kwargs["error"]   # a request deadline (s3_deadline.py) met while sending
     if isinstance(exc, MicrobenchError):
         return exc
     if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ConnectionClosedError)):
@@ -173,11 +191,12 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
-def preflight(target: Target, bucket: str, *, timeout_s: float) -> str:
-    """Fail fast (one attempt, connect timeout `timeout_s`) before anything is written.
-    Returns where the credentials came from."""
+def preflight(target: Target, bucket: str, *, timeout_s: float | None = None) -> str:
+    """Fail fast (one attempt, connect and answer within `timeout_s`, default the target's
+    timeout_s, else 10 s) before anything is written. Returns where the credentials came from."""
     from botocore import exceptions as bx
 
+    timeout_s = timeout_s or target.timeout_s or 10.0
     session = target.session()
     source = target.credential_source(session)
     client = target.client(pool=1, connect_timeout_s=timeout_s, read_timeout_s=timeout_s, attempts=1,

@@ -77,7 +77,7 @@ class Config:
                                   help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
     keep: bool = option(False, switch=True, help="keep the dataset afterwards")
     timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
-                              help="seconds before a silent peer fails the run")
+                              help="seconds before a silent peer, or an S3 request unfinished, fails the run")
     ranks: int = 1
     device: str = "cpu"
 

@@ -75,6 +75,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, 
         from ...targets.s3client import preflight
 
         s3, server_root = provision.s3_target(config.endpoint, server)
+        s3.timeout_s = config.timeout_s
         prefix = "/".join(p for p in (target.path.partition("/")[2], name) if p)
         source = Source(bucket=target.bucket, prefix=prefix, s3=s3)
         cache = [os.path.join(server_root, target.bucket, prefix, key) for key in plan.keys()] if server_root else []
@@ -83,7 +84,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, 
                  "filesystem": fs}
 
         def write() -> None:
-            preflight(s3, target.bucket, timeout_s=10)
+            preflight(s3, target.bucket)
             created.append(prefix)
             ds.write_s3(plan, s3.client(pool=8), target.bucket, prefix)
             os.sync()   # the embedded server's files, so their pages can be dropped

@@ -65,7 +65,7 @@ class Config:
                         help="local ranks to spawn when not launched by torchrun/srun/mpirun")
     keep: bool = option(False, switch=True, help="keep the model directory afterwards")
     timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
-                              help="seconds before a silent peer fails the run")
+                              help="seconds before a silent peer, or an S3 request unfinished, fails the run")
     ranks: int = 1
     capped_from_bytes: int | None = None
     device: str = "cpu"

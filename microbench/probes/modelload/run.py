@@ -66,6 +66,7 @@ def _body(spec: Any, world: Any, config: Any, lay: md.Layout, target: ct.Target,
                                        "cache_drop": "posix_fadvise(DONTNEED) on every shard before each case"})
     else:
         s3, server_root = provision.s3_target(config.endpoint, server)
+        s3.timeout_s = config.timeout_s
         prefix = "/".join(p for p in (target.path.partition("/")[2], name) if p)
         fs = mount_of(server_root)["fstype"] if server_root else "remote"
         model = S3Model(lay, s3, target.bucket, prefix, server_root,

@@ -138,7 +138,7 @@ class S3Model:
 
         from ...targets.s3client import preflight
 
-        preflight(self.target, self.bucket, timeout_s=10)
+        preflight(self.target, self.bucket)
         dtype = getattr(torch, self.layout.dtype)
         weight_map = {}
         for k, key in enumerate(self.keys):

@@ -86,8 +86,7 @@ class StorageS3Probe(Probe):
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = self.target.client(pool=self.config.concurrency + 2,
-                                              connect_timeout_s=self.config.timeout_s)
+            self._client = self.target.client(pool=self.config.concurrency + 2)
         return self._client
 
     def implementation(self) -> dict[str, Any]:

@@ -39,8 +39,9 @@ class Config:
     objects: int = option(1, parse=positive_int, help="objects per iteration")
     prefix: str = ""
     keep: bool = option(False, switch=True, help="keep the objects written (under a unique prefix)")
-    timeout_s: float = option(10.0, parse=timeout, flag="--timeout", shown="10",
-                              help="seconds to connect before the endpoint counts as unreachable")
+    timeout_s: float = option(60.0, parse=timeout, flag="--timeout", shown="60",
+                              help="seconds an S3 request may take, connect to last byte, before the "
+                                   "endpoint counts as stuck")
     region: str | None = option(None, record=False, shown="AWS config, else us-east-1", help="region for signing")
     addressing_style: str = option("path", choices=("path", "virtual", "auto"), record=False,
                                    help="bucket in the path (what most non-AWS servers need) or in the host name")

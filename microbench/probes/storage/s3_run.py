@@ -22,7 +22,8 @@ def run_s3(spec: Any, config: Any, inv: Any) -> RunOutcome:
             target = Target.for_embedded(server)
         else:
             target = Target(config.endpoint, region=config.region, addressing_style=config.addressing_style)
-        source = preflight(target, config.bucket, timeout_s=config.timeout_s)
+        target.timeout_s = config.timeout_s
+        source = preflight(target, config.bucket)
         probe = spec.build(config, provision.Context(s3=target, cred_source=source))
         expect = expectations.for_s3(target.endpoint_url, config.endpoint is None, config.expected)
         try:
