@@ -88,10 +88,37 @@ typedef struct {
   double *t_start, *t_end;  /* per iteration, this thread's own stamps */
   pthread_barrier_t *start;
   copy_fn copy;
+  struct gate *gate;
 } slice_t;
+
+/* Workers first wait here until every one of them exists: the barrier below counts `threads`
+ * waiters, so one that could not be created would leave the others waiting on it for ever (and
+ * on this run's stack once it returned). Opened with go = 1, or -1 when a thread could not be
+ * created: then the started ones leave before the barrier and are joined. */
+struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int go;
+};
+
+static int gate_pass(struct gate *g) {
+  pthread_mutex_lock(&g->mu);
+  while (g->go == 0) pthread_cond_wait(&g->cv, &g->mu);
+  int go = g->go;
+  pthread_mutex_unlock(&g->mu);
+  return go > 0;
+}
+
+static void gate_open(struct gate *g, int go) {
+  pthread_mutex_lock(&g->mu);
+  g->go = go;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
 
 static void *copy_worker(void *arg) {
   slice_t *s = (slice_t *)arg;
+  if (!gate_pass(s->gate)) return NULL;
   for (int i = 0; i < s->iters; i++) {
     pthread_barrier_wait(s->start);
     s->t_start[i] = mb_now();
@@ -122,6 +149,7 @@ int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s, in
   copy_fn copy = kernel_fn(*kernel);
 
   pthread_barrier_t start;
+  struct gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   /* Workers wait for each other (not for this thread) so no copy starts before all can. */
   pthread_barrier_init(&start, NULL, (unsigned)threads);
   pthread_t *tids = calloc((size_t)threads, sizeof(pthread_t));
@@ -133,15 +161,12 @@ int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s, in
     size_t off = chunk * (size_t)t;
     size_t len = (t == threads - 1) ? size_bytes - off : chunk;
     double *mine = stamps + (size_t)t * (size_t)iters * 2;
-    slices[t] = (slice_t){src + off, dst + off, len, iters, mine, mine + iters, &start, copy};
+    slices[t] = (slice_t){src + off, dst + off, len, iters, mine, mine + iters, &start, copy, &gate};
     if (pthread_create(&tids[t], NULL, copy_worker, &slices[t])) { rc = EAGAIN; break; }
     started++;
   }
-  /* On a failed start the started threads are stuck at the barrier; a run that cannot
-   * create its threads is rare enough that we detach and leak rather than deadlock. */
-  for (int t = 0; t < started; t++) {
-    if (rc == 0) pthread_join(tids[t], NULL); else pthread_detach(tids[t]);
-  }
+  gate_open(&gate, rc == 0 ? 1 : -1);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
   /* A copy kernel that moves the wrong bytes must not report a ceiling (checked untimed). */
   if (rc == 0 && memcmp(src, dst, size_bytes) != 0) rc = EIO;
   if (rc == 0) {
@@ -154,12 +179,10 @@ int mb_memcpy_run(size_t size_bytes, int threads, int iters, double *times_s, in
       times_s[i] = last - first;
     }
   }
-  if (rc != EAGAIN || started == 0) { /* else detached threads still use these */
-    pthread_barrier_destroy(&start);
-    free(src);
-    free(dst);
-    free(stamps);
-  }
+  pthread_barrier_destroy(&start);
+  free(src);
+  free(dst);
+  free(stamps);
   free(tids);
   free(slices);
   return rc;

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import UsageError
 from ..targets import native
 from ..core.probe import Case, Probe, Timed
 from ..core.options import nonneg_int, option, size_range
@@ -43,6 +44,25 @@ def copies_per_call(warmup: int, iters: int) -> int:
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def validate(config: Config) -> Config:
+    """Refused before any copy: more threads than usable cores (a copy thread per core is the
+    all-cores case; past that they only wait for a CPU, and a hundred thousand cannot even be
+    started), and a size whose two buffers the machine's memory cannot hold."""
+    from ..core.units import format_size, memory_shortfall
+    from ..world.policy import free_memory_bytes
+
+    cores = usable_cores()
+    if config.threads > cores:
+        raise UsageError(f"invalid --threads {config.threads}: this machine has {cores} usable core(s); use "
+                         f"--threads {cores} or fewer, e.g. --threads {cores} (or leave it out: every usable core)")
+    largest = max(config.sizes)
+    shortfall = memory_shortfall(2 * largest, free_memory_bytes("cpu"), "host memory")
+    if shortfall:
+        raise UsageError(f"invalid --sizes: a {format_size(largest)} copy reads one buffer and writes another, so it "
+                         f"{shortfall}; use smaller --sizes, e.g. --sizes 256M")
+    return config
 
 
 class MemoryRow(ProbeRow):
@@ -178,7 +198,7 @@ SPEC = ProbeSpec(
     name="memory", command=("memory",), order=10,
     help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
     metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
-    row_schema=MemoryRow, run=run, printer=print_report,
+    row_schema=MemoryRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(), aliases=(),
     case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M")),),
