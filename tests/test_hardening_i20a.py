@@ -58,9 +58,9 @@ def test_a_url_password_in_any_failure_reaches_neither_the_record_nor_the_messag
 
 def test_storage_s3_and_checkpoint_on_a_closed_port_never_print_the_password(run_cli):
     env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
-    s3 = run_cli("storage", "s3", "--endpoint", URL, "--bucket", "b", env=env, timeout=120)
+    s3 = run_cli("storage", "s3", "--endpoint", URL, "--bucket", "bkt", env=env, timeout=120)
     assert s3.returncode == 1 and "Could not connect to the endpoint URL" in s3.stderr  # botocore's quoted URL
-    ck = run_cli("checkpoint", "--target", "s3://b/p", "--endpoint", URL, env=env, timeout=120)
+    ck = run_cli("checkpoint", "--target", "s3://bkt/p", "--endpoint", URL, env=env, timeout=120)
     assert ck.returncode == 1 and "cannot reach the S3 endpoint" in ck.stderr
     for done in (s3, ck):
         line = one_error_line(done.stderr)
@@ -268,7 +268,7 @@ def test_checkpoint_to_an_endpoint_that_accepts_and_never_answers_gives_up(run_c
     try:
         port = listener.getsockname()[1]
         # The subprocess limit is the assertion's bound: on main this hung for minutes (423 s).
-        done = run_cli("checkpoint", "--target", "s3://b/p", "--endpoint", f"http://127.0.0.1:{port}",
+        done = run_cli("checkpoint", "--target", "s3://bkt/p", "--endpoint", f"http://127.0.0.1:{port}",
                        "--timeout", "2", env={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}, timeout=60)
     finally:
         stop.set()

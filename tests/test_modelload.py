@@ -109,7 +109,7 @@ def test_a_model_on_the_embedded_s3_loads_in_both_modes_and_is_removed(tmp_path)
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--path", "/tmp", "--target", "s3://b/p"], "both name the model's place"),
+    (["--path", "/tmp", "--target", "s3://bkt/p"], "both name the model's place"),
     (["--path", "/tmp", "--endpoint", "http://127.0.0.1:9"], "--endpoint only applies to s3:// targets"),
     (["--target", "s3://"], "s3://"),
 ])

@@ -169,7 +169,7 @@ def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_pa
 
 def test_unreachable_endpoint_fails_fast(run_cli, tmp_path):
     port = free_port()  # nothing listens there
-    proc = run_cli("storage", "s3", *SMALL, "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "b",
+    proc = run_cli("storage", "s3", *SMALL, "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bkt",
                    "--timeout", "3", env={**NO_PROFILE, "AWS_ACCESS_KEY_ID": "abcdefgh",
                                           "AWS_SECRET_ACCESS_KEY": "abcdefgh"}, timeout=60)
     assert_one_line_error(proc, 1, "cannot reach S3 endpoint")
@@ -194,14 +194,14 @@ def test_missing_bucket(run_cli, embedded_s3, tmp_path):
 
 
 def test_unknown_profile(run_cli):
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "b",
+    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt",
                    env={**NO_PROFILE, "AWS_PROFILE": "no-such-profile"})
     assert_one_line_error(proc, 2, "AWS profile 'no-such-profile' not found")
 
 
 def test_no_credentials_for_an_endpoint(run_cli, tmp_path):
     env = {**NO_PROFILE, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "b", env=env)
+    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt", env=env)
     assert_one_line_error(proc, 2, "no AWS credentials found")
 
 

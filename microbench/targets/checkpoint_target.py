@@ -122,6 +122,9 @@ def parse_target(text: str) -> Target:
         bucket = parsed.netloc
         if not bucket:
             raise UsageError(f"invalid --target {raw!r}: no bucket; expected s3://bucket/prefix, e.g. s3://ckpt/run1")
+        from .s3client import check_bucket
+
+        check_bucket(bucket, "--target", raw)
         prefix = parsed.path.strip("/")
         return Target("s3", f"{bucket}/{prefix}" if prefix else bucket, bucket)
     return Target("local", os.path.abspath(os.path.expanduser(raw)))
@@ -318,7 +321,15 @@ class RunDir:
 
 
 def preflight_local(target: Target, size_bytes: int) -> None:
-    """Before any rank starts: the target can be written and has room. Leaves nothing behind."""
+    """Before any rank starts: the target can be written and has room (UsageError, exit 2, as
+    every probe's check before work). Leaves nothing behind."""
+    from ..results.outputs import why_unwritable
+
+    base = existing_ancestor(target.path)
+    why = why_unwritable(base) if os.path.isdir(base) else None
+    if why:
+        raise UsageError(f"invalid --target {target.path!r}: {why}; give a directory this user can write, "
+                         f"e.g. --target /tmp/ck")
     probe = RunDir(target, unique_name() + "-preflight")
     probe.create()
     try:

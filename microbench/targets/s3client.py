@@ -14,6 +14,7 @@ put in a message, a config dict or a record: only where they came from is (e.g. 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -44,6 +45,31 @@ def public_url(url: str) -> str:
         netloc = f"{host}:{parts.port}" if parts.port else host
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return url
+
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def bucket_problem(name: str) -> str | None:
+    """Why S3 would refuse `name` as a bucket (its naming rules: 3-63 of a-z, 0-9, '.' and
+    '-', a letter or digit at each end, no '..', not an IP address), or None."""
+    if not _BUCKET.fullmatch(name):
+        return "expected an S3 bucket name: 3-63 of a-z, 0-9, '.' and '-', a letter or digit at each end"
+    if ".." in name:
+        return "an S3 bucket name has no '..'"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
+        return "an S3 bucket name is not an IP address"
+    return None
+
+
+def check_bucket(name: str, flag: str = "--bucket", quoted: str | None = None) -> str:
+    """`name` if S3 would take it as a bucket, else UsageError quoting `quoted` (default the
+    name) as typed for `flag`."""
+    why = bucket_problem(name)
+    if why:
+        example = "--target s3://my-bucket/run1" if flag == "--target" else f"{flag} my-bucket"
+        raise UsageError(f"invalid {flag} {quoted if quoted is not None else name!r}: {why}, e.g. {example}")
+    return name
 
 
 def check_endpoint(url: str) -> str:
@@ -78,8 +104,8 @@ class Target:
 
     def session(self) -> Any:
         import botocore.session
-        from botocore.exceptions import ProfileNotFound
 
+        check_profile()
         session = botocore.session.get_session()
         if self.credentials is not None:
             session.set_credentials(self.credentials.access_key_id, self.credentials.secret_access_key)
@@ -87,12 +113,7 @@ class Target:
             return session
         if self.region:
             session.set_config_variable("region", self.region)
-        try:
-            session.get_scoped_config()  # reads AWS_PROFILE's section now, not at the first request
-            return session
-        except ProfileNotFound:
-            raise UsageError(f"AWS profile {os.environ.get('AWS_PROFILE', '')!r} not found in the AWS config "
-                             f"files; set AWS_PROFILE to an existing profile or unset it") from None
+        return session
 
     def credential_source(self, session: Any | None = None) -> str:
         if self.credentials is not None:
@@ -137,6 +158,23 @@ class Target:
             return self.embedded.describe()
         return {"target": "endpoint", "endpoint": public_url(self.endpoint_url or "aws default"),
                 "region": self.region}
+
+
+def check_profile() -> None:
+    """An AWS_PROFILE the AWS config files lack fails botocore and s3fs at their first call, the
+    embedded server's too (its keys are given, but the profile is still read): refused before
+    any work, one line (exit 2)."""
+    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+    if name is None:
+        return
+    import botocore.session
+    from botocore.exceptions import ProfileNotFound
+
+    try:
+        botocore.session.get_session().get_scoped_config()
+    except ProfileNotFound:
+        raise UsageError(f"AWS profile {name!r} not found in the AWS config files; set AWS_PROFILE to an existing "
+                         f"profile or unset it") from None
 
 
 def unique_prefix() -> str:

@@ -58,6 +58,9 @@ def _preflight(stack: contextlib.ExitStack, config: Any, target: ct.Target,
         mount_facts.check_alive(target.path)   # a dead bucket mount: one line, not a hang
         ct.preflight_local(target, config.size_bytes)
         return choice
+    from ...targets.s3client import check_profile
+
+    check_profile()
     if config.endpoint:
         ct.check_endpoint_reachable(config.endpoint)
         access = ct.S3Access(config.endpoint, timeout_s=config.timeout_s)

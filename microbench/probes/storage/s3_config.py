@@ -11,6 +11,7 @@ from ...core.options import nbytes, one_of, option, positive_int, timeout
 OPS = ("put", "get")
 MAX_PARTS = 10_000          # S3's limit per multipart upload
 MAX_PART_BYTES = 5 << 30    # S3's largest part
+MAX_CONCURRENCY = 1024      # requests in flight: botocore's own transfer manager tops out far below
 
 
 def _expected(text: Any, flag: str) -> dict[str, Any] | None:
@@ -55,15 +56,13 @@ def validate(config: Config) -> Config:
     from dataclasses import replace
 
     from ...core.units import format_size
-    from ...targets.s3client import unique_prefix
+    from ...targets.s3client import check_bucket, unique_prefix
     from ...targets.s3server import DEFAULT_BUCKET
 
-    if config.endpoint and not config.bucket:
+    if config.endpoint and config.bucket is None:
         raise UsageError("--endpoint needs --bucket: an existing bucket to write test objects into, "
                          "e.g. --bucket my-bucket")
-    bucket = config.bucket or DEFAULT_BUCKET
-    if not bucket.strip() or "/" in bucket:
-        raise UsageError(f"invalid --bucket {bucket!r}: expected a bucket name without '/', e.g. --bucket my-bucket")
+    bucket = check_bucket(DEFAULT_BUCKET if config.bucket is None else config.bucket)
     config = replace(config, bucket=bucket, prefix=config.prefix or unique_prefix())
     if config.part_size > MAX_PART_BYTES:
         raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
@@ -74,4 +73,23 @@ def validate(config: Config) -> Config:
         raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: a "
                          f"{format_size(config.object_size)} object would need {parts} parts, S3 allows "
                          f"{MAX_PARTS}; e.g. --part-size {need_mib}M")
+    _check_concurrency(config)
     return config
+
+
+def _check_concurrency(config: Config) -> None:
+    """Each request in flight is a thread, a connection and, for a GET, a buffer: a count no
+    machine runs (the process limit) or whose parts its memory cannot hold is refused here,
+    not met as a thread that cannot start or an allocation that fails mid-run."""
+    from ...core.units import format_bytes_human, memory_shortfall
+    from ...world.policy import free_memory_bytes
+
+    if config.concurrency > MAX_CONCURRENCY:
+        raise UsageError(f"invalid --concurrency {config.concurrency}: at most {MAX_CONCURRENCY} requests in flight "
+                         f"(each a thread and a connection), e.g. --concurrency 64")
+    bound = config.concurrency * config.part_size + (200 << 20)
+    shortfall = memory_shortfall(bound, free_memory_bytes("cpu"), "host memory")
+    if shortfall:
+        raise UsageError(f"invalid --concurrency {config.concurrency}: {config.concurrency} parts of "
+                         f"{format_bytes_human(config.part_size)} in flight {shortfall}; use a lower --concurrency "
+                         f"or a smaller --part-size")
