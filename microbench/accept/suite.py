@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from ..world import fork as prefork
 from ..core import registry
-from ..core.errors import UsageError
+from ..core.errors import RunError, UsageError
 from ..core.registry import SuiteStep
 from ..core.units import format_size
 from ..world.launch import package_env, self_command
@@ -89,14 +89,18 @@ def select_steps(only: str | None) -> list[SuiteStep]:
 
 
 def new_suite_dir(results_dir: Path) -> Path:
-    """A fresh results/suite-TIME directory (suite-TIME+1, +2, ... when taken), created."""
-    out_dir = results_dir / time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
-    suffix = 0
-    while out_dir.exists():
-        suffix += 1
-        out_dir = out_dir.with_name(f"{out_dir.name.split('+')[0]}+{suffix}")
-    out_dir.mkdir(parents=True)
-    return out_dir
+    """A fresh results/suite-TIME directory (suite-TIME+1, +2, ... when taken), created. The
+    name is claimed by mkdir itself, so two suites started in the same second get one each."""
+    base = time.strftime("suite-%Y%m%d-%H%M%S", time.gmtime())
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in range(1000):
+        out_dir = results_dir / (base if suffix == 0 else f"{base}+{suffix}")
+        try:
+            out_dir.mkdir()
+            return out_dir
+        except FileExistsError:
+            continue
+    raise RunError(f"could not find a free suite directory name in {str(results_dir)!r} ({base}+1 to +999 are taken)")
 
 
 def run_steps(steps: list[SuiteStep], out_dir: Path, path: str | None,

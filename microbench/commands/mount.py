@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..core.units import format_bytes_human, parse_duration_s
+from ..core.units import format_bytes_human, parse_duration_s, parse_timeout
 from ..targets import mount as mountmod
 
 
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "until `down`")
     up.add_argument("--bucket", default=None, help="bucket to mount (default microbench; with --endpoint: an "
                     "existing bucket)")
-    up.add_argument("--timeout", default="20s", help="how long to wait for the mount (default 20s)")
+    up.add_argument("--timeout", default="20", help="seconds to wait for the mount (default 20)")
     down = msub.add_parser("down", help="unmount, stop what up started, remove the cache (and a crash's leftovers)")
     down.add_argument("--name", default="m", help="mount name (default m)")
     down.add_argument("--all", action="store_true", help="every microbench mount on this machine")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             name=args.name, mode=args.mode, path=args.path, cache_dir=args.cache_dir,
             write_back_s=parse_duration_s(args.write_back, what="--write-back", example="5s"),
             endpoint=args.endpoint, bucket=args.bucket,
-            timeout_s=parse_duration_s(args.timeout, what="--timeout", example="20s", allow_zero=False))
+            timeout_s=parse_timeout(args.timeout, example="20"))
         state, leftovers = mountmod.up(req)
         if leftovers:
             print(f"# removed leftovers of an earlier run: {', '.join(leftovers)}")

@@ -186,9 +186,26 @@ MAX_TIMEOUT_S = 86400.0
 
 
 def parse_timeout(text: str | float | int, *, what: str = "--timeout", example: str = "60") -> float:
-    """Seconds, more than 0 and at most MAX_TIMEOUT_S (one day), for every command's --timeout."""
-    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False,
-                        maximum=MAX_TIMEOUT_S)
+    """Seconds, more than 0 and at most MAX_TIMEOUT_S (one day): the one grammar of every
+    command's --timeout. A bare number is seconds (`60`); a duration unit may be given (`90s`,
+    `500ms`, `2min`, `1h`), as for --write-back."""
+    raw = str(text).strip()
+    match = _DURATION_RE.match(raw)
+    number, unit = (match.group(1), _DURATION_UNITS[match.group(2).lower()]) \
+        if match and match.group(2).lower() in _DURATION_UNITS else (raw, 1.0)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise UsageError(f"invalid {what} {text!r}: expected seconds, or a duration with a unit (ms, s, min, h), "
+                         f"e.g. {what} {example}") from None
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise UsageError(f"invalid {what} {text!r}: expected a finite number, e.g. {what} {example}")
+    if seconds <= 0:
+        raise UsageError(f"invalid {what} {text!r}: must be more than 0, e.g. {what} {example}")
+    if seconds > MAX_TIMEOUT_S:
+        raise UsageError(f"invalid {what} {text!r}: must be at most {MAX_TIMEOUT_S:g} s (one day), "
+                         f"e.g. {what} {example}")
+    return seconds
 
 
 # Bandwidth units: bytes are decimal (GB/s = 1e9 B/s, as every table prints), bits too (1 Gbit = 1e9 bit).

@@ -233,9 +233,22 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
        pair_rates: dict[tuple[int, int], int | None] | None = None,
        ranks_per_host: int = 1) -> tuple[Lab, bool]:
     """Create the lab; returns (lab, created). Asking again for the same lab is a no-op
-    (created False); a different lab under a taken name is a UsageError."""
+    (created False); a different lab under a taken name is a UsageError, and so is a second
+    `up` of one name while the first is still creating it (each would undo the other's links)."""
     check_name(name)
     require()
+    from ..core.claim import exclusive
+    from ..targets.mount_sys import state_root
+
+    with exclusive(state_root() / "locks" / f"lab-{name}",
+                   f"lab {name!r} is being created by another `microbench lab up --name {name}`; wait for it, "
+                   f"then see `microbench lab status --name {name}`, or pick another --name"):
+        return _claimed_up(name, hosts, rate_bps, delay_ms, host_rates, pair_rates, ranks_per_host)
+
+
+def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
+                host_rates: dict[int, int | None] | None, pair_rates: dict[tuple[int, int], int | None] | None,
+                ranks_per_host: int) -> tuple[Lab, bool]:
     existing = find(name)
     if existing is not None and (host_rates or pair_rates):
         raise UsageError(f"lab {name!r} already exists; reshape it with `microbench lab shape --name {name} "

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.claim import exclusive
 from ..core.errors import RunError, UsageError
 from . import mount_sys as sysm
 
@@ -114,15 +115,21 @@ def validate(req: MountRequest) -> MountRequest:
     check_mode(req.mode)
     if req.endpoint and not req.bucket:
         raise UsageError("--endpoint needs --bucket: an existing bucket to mount, e.g. --bucket my-bucket")
-    if req.bucket is not None and not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", req.bucket):
-        raise UsageError(f"invalid --bucket {req.bucket!r}: expected an S3 bucket name (3-63 of a-z, 0-9, '.', "
-                         f"'-'), e.g. --bucket my-bucket")
+    if req.bucket is not None:
+        from .s3client import check_bucket
+
+        check_bucket(req.bucket)
     if req.write_back_s < 0:
         raise UsageError(f"invalid --write-back {req.write_back_s!r}: expected a duration >= 0, e.g. --write-back 5s")
     if req.mode == "direct" and req.cache_dir is not None:
         raise UsageError("--cache-dir only applies to --mode cached (a direct mount has no write cache)")
     if req.path is not None:
         path = os.path.realpath(req.path)
+        parent = os.path.dirname(path)
+        if not os.path.exists(path) and not os.path.isdir(parent):
+            # up makes the mount point itself, not a tree of directories a typo would grow.
+            raise UsageError(f"mount point {req.path!r}: directory {parent!r} does not exist; give a mount point "
+                             f"in an existing directory, e.g. --path /mnt/bucket")
         if sysm.mount_at(path) is not None:
             raise UsageError(f"mount point {req.path!r} is already mounted; give an empty directory that is not a "
                              f"mount point, e.g. --path /mnt/bucket")
@@ -139,6 +146,7 @@ def validate(req: MountRequest) -> MountRequest:
                 raise UsageError(f"--cache-dir {req.cache_dir!r} is on the mount {req.path!r} itself: the cache must "
                                  f"be a local disk, e.g. --cache-dir /var/tmp")
     if req.cache_dir is not None:
+        check_cache_dir(req.cache_dir)
         cache = os.path.realpath(req.cache_dir)
         holder = sysm.mount_of(cache)
         if holder and holder["fstype"].startswith("fuse.rclone"):
@@ -147,16 +155,45 @@ def validate(req: MountRequest) -> MountRequest:
     return req
 
 
+def check_cache_dir(text: str) -> str:
+    """A --cache-dir the cache can be made in: its nearest existing ancestor a directory this
+    user can write, on a filesystem that is not read-only (else rclone mounts, and every write
+    through the mount fails later)."""
+    from ..results.outputs import why_unwritable
+
+    if not str(text).strip():
+        raise UsageError(f"invalid --cache-dir {text!r}: empty; give a local directory, e.g. --cache-dir /var/tmp")
+    place = os.path.realpath(text)
+    while not os.path.exists(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    if not os.path.isdir(place):
+        raise UsageError(f"invalid --cache-dir {text!r}: {place!r} is not a directory; give a local directory, "
+                         f"e.g. --cache-dir /var/tmp")
+    why = why_unwritable(place)
+    if why:
+        raise UsageError(f"invalid --cache-dir {text!r}: {why}; give a local directory this user can write, "
+                         f"e.g. --cache-dir /var/tmp")
+    return text
+
+
 # --------------------------------------------------------------------------- up
 
 
 def up(req: MountRequest) -> tuple[MountState, list[str]]:
-    """Mount; returns the state and what leftovers of an earlier crash were removed first."""
+    """Mount; returns the state and what leftovers of an earlier crash were removed first. Two
+    `up` of one name at once: the second is refused while the first holds the name's claim."""
     validate(req)
     reason = sysm.fuse_unavailable_reason()
     if reason:
         raise RunError(f"cannot mount: {reason}")
     binary = sysm.rclone_or_fail()
+    with exclusive(sysm.state_root() / "locks" / f"mount-{req.name}",
+                   f"mount {req.name!r} is being set up by another `microbench mount up --name {req.name}`; wait "
+                   f"for it, then see `microbench mount status --name {req.name}`, or pick another --name"):
+        return _claimed_up(req, binary)
+
+
+def _claimed_up(req: MountRequest, binary: str) -> tuple[MountState, list[str]]:
     existing = read_state(req.name)
     if existing is not None and sysm.mount_at(existing.path) is not None and sysm.alive(existing.rclone_pid):
         raise UsageError(f"mount {req.name!r} is already up at {existing.path!r} ({existing.mode}); run "
@@ -336,8 +373,13 @@ def home_contains(home: Path, path: str) -> bool:
 
 
 def status(name: str | None = None) -> list[dict[str, Any]]:
+    """Every mount (or the one named): up, broken, or a crash's leftover. A name nothing on this
+    machine carries is a UsageError, not a leftover."""
     out = []
-    for each in ([check_name(name)] if name else names()):
+    if name and check_name(name) not in names():
+        raise UsageError(f"no mount named {name!r} on this machine (none is up or left over); "
+                         f"`microbench mount status` lists them, `microbench mount up --name {name}` makes one")
+    for each in ([name] if name else names()):
         state = read_state(each)
         if state is None:
             out.append({"name": each, "state": "leftover (no state file): run `microbench mount down --name "

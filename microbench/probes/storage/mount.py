@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError
-from ...core.options import nbytes, one_of, option, positive
+from ...core.options import nbytes, one_of, option, positive, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size
@@ -39,7 +39,7 @@ class Config:
     endpoint: str | None = option(None, record=False, shown="", help="S3 endpoint URL (standard AWS credentials); "
                                   "default: the embedded server")
     bucket: str | None = option(None, shown="microbench", help="bucket to mount")
-    timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
+    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds to wait for the store to hold a save")
 
 
@@ -129,6 +129,8 @@ def _remove(directory: str) -> None:
 def validate(config: Config) -> Config:
     for mode in config.modes:
         mountmod.check_mode(mode)
+    if config.cache_dir is not None and "cached" in config.modes:
+        mountmod.check_cache_dir(config.cache_dir)
     if config.bs > config.size:
         config.bs = config.size
     return config
