@@ -34,11 +34,12 @@ from ..results.schema import ProbeRow
 # at 256 rows vs 55 at 2048 for a 4096 x 4096 weight), so --tokens with the real shape is better.
 CPU_TOKENS = 256
 GPU_TOKENS = 4096
+DEFAULT_MODEL = "llama-3.1-8b"
 
 
 @dataclass
 class Config:
-    model: str = option("llama-3.1-8b", help="a composer preset whose shapes to time")
+    model: str | None = option(None, shown=DEFAULT_MODEL, help="a composer preset whose shapes to time")
     model_config: str | None = option(None, metavar="FILE", record=False,
                                       help="a Hugging Face config.json instead of --model")
     tokens: int | None = option(None, parse=positive_int, shown="",
@@ -77,7 +78,10 @@ def validate(config: Config) -> Config:
     """Shapes from the preset or config.json, the device torch sees, its dtype and token count."""
     from ..compose.models import CrudeModel, from_hf_config, preset
 
-    shape = from_hf_config(config.model_config) if config.model_config else preset(config.model)
+    if config.model is not None and config.model_config is not None:
+        raise UsageError(f"--model {config.model!r} and --model-config {config.model_config!r} both name the model "
+                         f"to time; give one, e.g. --model-config {config.model_config}")
+    shape = from_hf_config(config.model_config) if config.model_config else preset(config.model or DEFAULT_MODEL)
     if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
         raise UsageError("compute needs real shapes: --model NAME or --model-config FILE")
     try:
@@ -92,10 +96,28 @@ def validate(config: Config) -> Config:
     why_cpu = ("no CUDA device visible to torch: timing the CPU in float32"
                if config.device == "auto" and resolved.device == "cpu" else None)
     tokens = config.tokens or (GPU_TOKENS if resolved.device == "cuda" else CPU_TOKENS)
-    return replace(resolved, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
-                   kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                   experts=shape.experts, top_k=shape.top_k, tokens=tokens, why_cpu=why_cpu,
-                   tokens_given=config.tokens is not None)
+    resolved = replace(resolved, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
+                       kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
+                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, why_cpu=why_cpu,
+                       tokens_given=config.tokens is not None)
+    _check_memory(resolved)
+    return resolved
+
+
+def _check_memory(config: Config) -> None:
+    """The largest matmul's operands, made in float32 on the host and then cast (and moved), must
+    fit the host's memory: --tokens 100000000 is refused here, not met as a failed allocation."""
+    from ..core.units import memory_shortfall
+    from ..world.policy import free_memory_bytes
+
+    esize = DTYPE_BYTES[config.dtype]
+    op, m, n, k, _ = max(matmul_shapes(config), key=lambda s: s[1] * s[3] + s[3] * s[2] + s[1] * s[2])
+    need = (m * k + k * n) * 4 + ((m * k + k * n + m * n) * esize if config.device == "cpu" else 0)
+    shortfall = memory_shortfall(need, free_memory_bytes("cpu"), "host memory")
+    if shortfall:
+        raise UsageError(f"invalid --tokens {config.tokens}: the {op} matmul ({m} x {k} by {k} x {n}) {shortfall}; "
+                         f"use fewer --tokens, "
+                         f"e.g. --tokens {CPU_TOKENS if config.device == 'cpu' else GPU_TOKENS}")
 
 
 def backward_shapes(op: str, m: int, n: int, k: int) -> list[tuple[str, int, int, int]]:

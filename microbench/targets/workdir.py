@@ -20,13 +20,13 @@ from ..results.outputs import why_unwritable
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def check_base(path: str, *, writable: bool = False) -> Path:
+def check_base(path: str, *, writable: bool = False, flag: str = "--path") -> Path:
     """An existing directory to write under (--path), or UsageError naming what it is instead.
     writable: also refuse a read-only mount or a directory this user cannot write (the suite's
-    scratch, made before any step runs)."""
+    scratch, made before any step runs). flag: how the messages name the option (--target)."""
     if not str(path).strip():
         # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
-        raise UsageError(f"--path {path!r} is empty; give an existing directory to write under, e.g. --path /tmp")
+        raise UsageError(f"{flag} {path!r} is empty; give an existing directory to write under, e.g. {flag} /tmp")
     base = Path(path)
     from .mount_facts import check_alive
 
@@ -35,19 +35,27 @@ def check_base(path: str, *, writable: bool = False) -> Path:
         os.stat(base)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UsageError(f"--path {path!r} is a symlink loop (too many levels of symbolic links); give an "
-                             f"existing directory to write under, e.g. --path /tmp") from None
+            raise UsageError(f"{flag} {path!r} is a symlink loop (too many levels of symbolic links); give an "
+                             f"existing directory to write under, e.g. {flag} /tmp") from None
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
             # A FUSE mount whose daemon just died answers ENOTCONN before its process is reaped.
-            raise RunError(f"--path {path!r} cannot be read: {exc.strerror} (a dead or hung mount?); "
+            raise RunError(f"{flag} {path!r} cannot be read: {exc.strerror} (a dead or hung mount?); "
                            f"check the filesystem under it, e.g. `microbench mount status`") from None
     if not base.exists():
-        raise UsageError(f"--path {path!r} does not exist; give an existing directory to write under, e.g. --path /tmp")
+        raise UsageError(f"{flag} {path!r} does not exist; give an existing directory to write under, e.g. {flag} /tmp")
     if not base.is_dir():
-        raise UsageError(f"--path {path!r} is not a directory; give a directory to write under, e.g. --path /tmp")
+        raise UsageError(f"{flag} {path!r} is not a directory; give a directory to write under, e.g. {flag} /tmp")
     why = why_unwritable(base) if writable else None
     if why:
-        raise UsageError(f"--path {path!r}: {why}; give a directory this user can write, e.g. --path /tmp")
+        # A FUSE mount whose daemon just died can still answer stat from its cache, and then
+        # looks merely unwritable: a real lookup says what it is.
+        try:
+            os.listdir(base)
+        except OSError as exc:
+            if dead_mount_reason(exc):
+                check_alive(str(path))
+                raise RunError(f"{flag} {path!r}: {dead_mount_reason(exc)}") from None
+        raise UsageError(f"{flag} {path!r}: {why}; give a directory this user can write, e.g. {flag} /tmp")
     return base
 
 
@@ -65,9 +73,12 @@ def free_bytes(path: str | os.PathLike) -> int:
 
 
 def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
+    """Room for `needed` bytes under `path`, checked before any work: a shortfall is misuse of
+    the place or the size (UsageError, exit 2), as every probe's own space check is; running
+    out during the work is a RunError (exit 1) where the write fails."""
     free = free_bytes(path)
     if free < needed:
-        raise RunError(f"not enough free space under {str(path)!r}: the run needs {format_bytes_human(needed)} "
+        raise UsageError(f"not enough free space under {str(path)!r}: the run needs {format_bytes_human(needed)} "
                        f"({what}) but only {format_bytes_human(free)} is free; use a smaller --size or another --path")
 
 

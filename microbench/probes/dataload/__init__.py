@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, nonneg_int, option, positive, positive_int, nbytes
+from ...core.options import choice, nonneg_int, option, positive_int, nbytes, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_bytes_human, format_size, parse_number, parse_size
@@ -76,7 +76,7 @@ class Config:
     endpoint: str | None = option(None, record=False, shown="embedded server", metavar="URL",
                                   help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
     keep: bool = option(False, switch=True, help="keep the dataset afterwards")
-    timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
+    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer, or an S3 request unfinished, fails the run")
     ranks: int = 1
     device: str = "cpu"
@@ -94,7 +94,7 @@ def validate(config: Config) -> Config:
     where = config.target if config.target is not None else (config.path or tempfile.gettempdir())
     target = ct.parse_target(where)
     if target.kind == "local":
-        check_base(target.path)
+        check_base(target.path, writable=True, flag="--target" if config.target is not None else "--path")
     elif config.endpoint is not None:
         from ...targets.s3client import check_endpoint
 
@@ -108,18 +108,26 @@ def validate(config: Config) -> Config:
                          f"larger --shard-size, e.g. --shard-size {format_size(1 << (ds.tar_bytes(high) * 4).bit_length())}")
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
+    if target.kind == "local":
+        # At least `low` bytes a sample: checked before the plan, which takes time in proportion
+        # to the samples (minutes for a trillion), and then with the plan's own bytes.
+        _check_space(config, target.path, config.samples * low)
     plan = ds.plan_for(replace(config, ranks=ranks))
     if target.kind == "local":
-        from ...targets.workdir import free_bytes
-
-        need, free = plan.disk_bytes() + (16 << 20), free_bytes(target.path)
-        if need > free:
-            raise UsageError(f"not enough free space for {config.samples} samples of {_sizes(config.sample_size)} in "
-                             f"{config.layout}: needs about {format_bytes_human(need)} but {target.path} has "
-                             f"{format_bytes_human(free)} free; use fewer --samples or another --path")
+        _check_space(config, target.path, plan.disk_bytes())
     from ...world.backends import cuda_usable
 
     return replace(config, target=target.display, path=None, ranks=ranks, device="cuda" if cuda_usable() else "cpu")
+
+
+def _check_space(config: Config, path: str, data_bytes: int) -> None:
+    from ...targets.workdir import free_bytes
+
+    need, free = data_bytes + (16 << 20), free_bytes(path)
+    if need > free:
+        raise UsageError(f"not enough free space for {config.samples} samples of {_sizes(config.sample_size)} in "
+                         f"{config.layout}: needs about {format_bytes_human(need)} but {path} has "
+                         f"{format_bytes_human(free)} free; use fewer --samples or another --path")
 
 
 def _sizes(pair: list[int]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, option, positive, positive_int, nbytes
+from ...core.options import choice, option, positive_int, nbytes, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, memory_shortfall
@@ -64,7 +64,7 @@ class Config:
     nproc: int = option(1, parse=positive_int, record=False,
                         help="local ranks to spawn when not launched by torchrun/srun/mpirun")
     keep: bool = option(False, switch=True, help="keep the model directory afterwards")
-    timeout_s: float = option(300.0, parse=positive, flag="--timeout", record=False, shown="300",
+    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer, or an S3 request unfinished, fails the run")
     ranks: int = 1
     capped_from_bytes: int | None = None
@@ -93,7 +93,7 @@ def validate(config: Config) -> Config:
         check_endpoint(config.endpoint)
     # Free space is checked where the bytes land: the directory, or the embedded server's temp dir.
     base = target.path if target.kind == "local" else tempfile.gettempdir()
-    check_base(base)
+    check_base(base, writable=True, flag="--target" if config.target is not None else "--path")
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
     elem = DTYPE_BYTES[config.dtype]

@@ -89,8 +89,8 @@ MAX_QD = 32768
 
 
 def validate(config: Workload) -> Workload:
-    """Flag checks that need no file system access."""
-    check_base(config.path)
+    """Flag checks that need no file system access, and a --path this user can write."""
+    check_base(config.path, writable=True)
     if config.qd > MAX_QD:
         raise UsageError(f"invalid --qd {config.qd}: the native engine takes at most {MAX_QD} I/Os in flight per "
                          f"worker (io_uring's limit per ring); use e.g. --qd 64, or more --threads")
