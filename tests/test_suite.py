@@ -73,7 +73,8 @@ def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     checks = tmp_path / "t.toml"
     checks.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n'
                       '[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 1e9\n'
-                      '[[check]]\nstep = "memory"\nop = "no_such_op"\nmetric = "copy_gbps"\nmin = 1\n')
+                      # a GPU copy: an op the step runs where there is a GPU, missing here (GPU hidden)
+                      '[[check]]\nstep = "memory"\nop = "h2d"\nmetric = "copy_gbps"\nmin = 1\n')
     report = tmp_path / "junit.xml"
     done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--junit", str(report),
                    "--results-dir", str(tmp_path / "r"))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,42 @@ def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> N
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
         raise UsageError(f"invalid bounds in {where}: min = {bounds['min']:g} is above max = {bounds['max']:g}, "
                          f"so no value can pass; e.g. min = 100, max = 200")
+
+
+def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
+    """The op names a suite step's rows carry: its declared ops, else its Config's `ops` option
+    as the step sets it (or its default); None where neither says."""
+    if step.ops:
+        return tuple(step.ops)
+    field = next((f for f in fields(spec.config) if f.name == "ops"), None) \
+        if spec.config is not None and is_dataclass(spec.config) else None
+    opt = field.metadata.get("option") if field is not None else None
+    if opt is None:
+        return None
+    flag = opt.flag_for("ops")
+    if flag in step.argv[:-1]:
+        text = step.argv[step.argv.index(flag) + 1]
+        return tuple(opt.parse(text, flag)) if opt.parse else tuple(text.split(","))
+    default = field.default_factory() if field.default_factory is not MISSING else field.default
+    return tuple(default)
+
+
+def check_steps_run(checks: list[Check], steps: list[Any]) -> None:
+    """Before a suite runs its steps: every check names a step it runs (--only may leave one out)
+    and an op that step's rows carry. Found after the steps it was a failed acceptance (exit 1)."""
+    chosen = {step.name: step for step in steps}
+    for check in checks:
+        found = registry.suite_step(check.step)
+        if found is None:
+            continue   # load_checks has refused it already
+        spec, step = found
+        if step.name not in chosen:
+            raise UsageError(f"the check on step {check.step!r}, op {check.op!r}: --only leaves that step out; add it "
+                             f"to --only, e.g. --only {','.join([*chosen, step.name])}")
+        ops = step_ops(spec, step)
+        if ops is not None and check.op not in ops:
+            raise UsageError(f"the check on step {check.step!r}: op {check.op!r} is not one the step runs "
+                             f"({', '.join(ops)}); e.g. op = \"{ops[0]}\"")
 
 
 def _fraction(item: dict[str, Any], where: str) -> float | None:

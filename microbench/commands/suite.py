@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     checks = accept.load_checks(args.accept) if args.accept else None
     junit_path = junit.check_writable(args.junit) if args.junit else None
     steps = suite.select_steps(args.only)
+    if checks is not None:
+        accept.check_steps_run(checks, steps)
     check_results_dir(args.results_dir)
     if args.path is not None:
         # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.

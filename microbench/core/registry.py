@@ -43,6 +43,9 @@ class SuiteStep:
     name: str
     argv: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()   # former step names, read in older suite directories
+    # The op names this step's rows carry, where its Config has no `ops` option that says so
+    # (`suite --accept` refuses a check on another before any step runs); empty: not declared.
+    ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -201,5 +201,5 @@ SPEC = ProbeSpec(
     row_schema=MemoryRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(), aliases=(),
     case_keys=("threads",),
-    suite=(SuiteStep("memory", ("--sizes", "256M")),),
+    suite=(SuiteStep("memory", ("--sizes", "256M"), ops=HOST_OPS + GPU_OPS),),
 )

@@ -369,6 +369,6 @@ SPEC = ProbeSpec(
     needs=Needs(world=True, target=True, s3=True), aliases=(),
     case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
     # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
-    suite=(SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}")),
-           SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"))),
+    suite=(SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}"), ops=("save", "load")),
+           SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"), ops=("save", "load"))),
 )

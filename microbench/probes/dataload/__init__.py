@@ -268,5 +268,5 @@ SPEC = ProbeSpec(
     needs=Needs(world=True, target=True, s3=True), case_keys=("workers", "layout"),
     identity_keys=("layout",), feeds=("dataload",),
     suite=(SuiteStep("dataload", ("--path", "{path}", "--samples", "2000", "--sample-size", "16K",
-                                  "--workers", "0,2")),),
+                                  "--workers", "0,2"), ops=("shards",)),),
 )

@@ -249,5 +249,5 @@ SPEC = ProbeSpec(
     row_schema=ModelloadRow, validate=validate, run=run, printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
     needs=Needs(world=True, target=True, s3=True), case_keys=("dtype",), identity_keys=("device",), feeds=("modelload",),
-    suite=(SuiteStep("modelload", ("--path", "{path}", "--size", "128M")),),
+    suite=(SuiteStep("modelload", ("--path", "{path}", "--size", "128M"), ops=("raw_read", "every-rank")),),
 )

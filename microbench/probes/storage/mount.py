@@ -161,5 +161,5 @@ SPEC = ProbeSpec(
     row_schema=MountRow, validate=validate, printer=_print,
     sweep=SweepDefaults(warmup=0, iters=2, budget_s=2.0, check=False), needs=Needs(), aliases=(),
     case_keys=("mode",), feeds=("tier",),
-    suite=(SuiteStep("storage mount", ("--size", "64M")),),
+    suite=(SuiteStep("storage mount", ("--size", "64M"), ops=("write",)),),
 )

@@ -359,5 +359,5 @@ SPEC = ProbeSpec(
     row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
     case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), feeds=("tier",),
-    suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
+    suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M"), ops=RW),),
 )
