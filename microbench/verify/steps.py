@@ -31,6 +31,7 @@ from ..compose.fsdp import TrainSpec, compute_times, predict_step
 from ..compose.models import ModelShape
 from ..probes import nccl as coll
 from ..probes import compute as cm
+from ..probes.compute.replay import StepReplay
 from ..run.runner import SweepSettings, measure_case
 from ..core.stats import percentile
 
@@ -68,13 +69,13 @@ def step_flops(shape: ModelShape, tokens: int) -> float:
     return shape.layers * (c["block_fwd"] + c["block_bwd"]) + c["root_fwd"] + c["root_bwd"]
 
 
-def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> cm.StepReplay:
+def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> StepReplay:
     """`microbench compute`'s kernels at this model's shapes, forward and backward, in step order."""
     config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                        kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
                        experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype,
                        backward=True)
-    return cm.StepReplay(config, shape.heads, shape.kv_heads)
+    return StepReplay(config, shape.heads, shape.kv_heads)
 
 
 def compute_input(shape: ModelShape, tokens: int, samples_s: list[float]) -> dict[str, Any]:
@@ -263,7 +264,7 @@ def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: An
 
 
 def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          probe: cm.StepReplay, reps: int) -> tuple[list[float], list[float]]:
+                          probe: StepReplay, reps: int) -> tuple[list[float], list[float]]:
     """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
     model = compute_alone_sampler(world, shape, tokens, device, precision)
     replays, real = [], []

@@ -9,8 +9,13 @@ achieved TFLOP/s = FLOPs / the slowest rank's median time (one process here). Th
 `achieved_tflops` weights each case by how often a step runs it (experts x the expert cases,
 1/layers for the head). With `backward`, each projection's two backward matmuls (input and
 weight gradients) are cases too. Attention's own QK^T and AV (flash attention) are not timed by
-the cases; the composer assumes the same rate for them. `StepReplay` runs all of a dense step's
+the cases; the composer assumes the same rate for them. `replay.StepReplay` runs all of a dense step's
 kernels, attention included, forward and backward, in step order (what `verify` predicts from).
+
+With --micro-batch and --seq-len (and --activation-checkpointing) the cases are one training
+step's kernels at the target's shapes instead (kernel_cases.py): every matmul shape the composer
+prices, attention forward and backward, and the memory-bound kernels, each weighted by how often
+the step runs it; `compose --compute` reads each kernel's rate from them.
 
 On a GPU: torch.matmul in bfloat16 (cuBLAS, or hipBLAS on ROCm). Without one: float32 on the
 CPU, which says what this machine does, not what a GPU would.
@@ -18,16 +23,15 @@ CPU, which says what this machine does, not what a GPU would.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.errors import ProbeUnavailable, UsageError
-from ..core.options import option, positive_int
-from ..core.probe import Case, Probe
-from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ..core.units import DTYPE_BYTES
-from ..results.schema import ProbeRow
+from ...core.errors import ProbeUnavailable, UsageError
+from ...core.options import option, positive_int
+from ...core.probe import Case, Probe
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.units import DTYPE_BYTES
+from ...results.schema import ProbeRow
 
 
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
@@ -57,6 +61,13 @@ class Config:
     experts: int = 1
     top_k: int = 1
     backward: bool = False           # also time backward's two matmuls per projection
+    micro_batch: int | None = option(None, parse=positive_int, shown="",
+                                     help="time one training step's kernels (matmuls, attention, memory-bound) at "
+                                          "this micro-batch x --seq-len, e.g. --micro-batch 2 --seq-len 8192")
+    seq_len: int | None = option(None, parse=positive_int, shown="", help="tokens per sequence (with --micro-batch)")
+    activation_checkpointing: str = option("none", metavar="MODE",
+                                           help="none, full, blocks:F or ops: what the step recomputes (the "
+                                                "kernels' weights in the step), e.g. ops")
     # Why a CPU is timed (no GPU visible), for the printout; and whether --tokens was given.
     why_cpu: str | None = field(default=None, metadata={"record": False})
     tokens_given: bool = field(default=True, metadata={"record": False})
@@ -67,7 +78,7 @@ def _device_resolved(config: Config) -> Config:
     missing dtype resolve as the command resolves them."""
     if config.device != "auto" and config.dtype is not None:
         return config
-    from ..world.backends import cuda_usable
+    from ...world.backends import cuda_usable
 
     device = config.device if config.device != "auto" else ("cuda" if cuda_usable() else "cpu")
     return replace(config, device=device, dtype=config.dtype or ("bfloat16" if device == "cuda" else "float32"))
@@ -75,7 +86,7 @@ def _device_resolved(config: Config) -> Config:
 
 def validate(config: Config) -> Config:
     """Shapes from the preset or config.json, the device torch sees, its dtype and token count."""
-    from ..compose.models import CrudeModel, from_hf_config, preset
+    from ...compose.models import CrudeModel, from_hf_config, preset
 
     shape = from_hf_config(config.model_config) if config.model_config else preset(config.model)
     if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
@@ -84,7 +95,7 @@ def validate(config: Config) -> Config:
         import torch  # noqa: F401
     except ImportError:
         raise ProbeUnavailable("compute: torch is not installed") from None
-    from ..world.backends import cuda_usable
+    from ...world.backends import cuda_usable
 
     if config.device == "cuda" and not cuda_usable():
         raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
@@ -92,10 +103,26 @@ def validate(config: Config) -> Config:
     why_cpu = ("no CUDA device visible to torch: timing the CPU in float32"
                if config.device == "auto" and resolved.device == "cpu" else None)
     tokens = config.tokens or (GPU_TOKENS if resolved.device == "cuda" else CPU_TOKENS)
-    return replace(resolved, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
+    kernel_mode = config.micro_batch is not None or config.seq_len is not None
+    if kernel_mode:
+        from ...compose.kernels import parse_checkpointing
+
+        if config.tokens is not None:
+            raise UsageError("--tokens and --micro-batch/--seq-len both set the shapes; give one, e.g. "
+                             "--micro-batch 1 --seq-len 2048")
+        parse_checkpointing(config.activation_checkpointing)
+        config = replace(config, micro_batch=config.micro_batch or 1, seq_len=config.seq_len or 4096)
+        tokens = config.micro_batch * config.seq_len
+    return replace(resolved, micro_batch=config.micro_batch, seq_len=config.seq_len, model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                    kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
                    experts=shape.experts, top_k=shape.top_k, tokens=tokens, why_cpu=why_cpu,
                    tokens_given=config.tokens is not None)
+
+
+def _shape(config: Config) -> Any:
+    from ...compose.models import from_hf_config, preset
+
+    return from_hf_config(config.model_config) if config.model_config else preset(config.model)
 
 
 def backward_shapes(op: str, m: int, n: int, k: int) -> list[tuple[str, int, int, int]]:
@@ -105,15 +132,25 @@ def backward_shapes(op: str, m: int, n: int, k: int) -> list[tuple[str, int, int
     return [(f"{op}.dgrad", m, k, n), (f"{op}.wgrad", k, n, m)]
 
 
-class ComputeRow(ProbeRow):
+class _ComputeRequired(ProbeRow):
+    dtype: str
+    per_block: float                # times per transformer block
+
+
+class ComputeRow(_ComputeRequired, total=False):
+    cls: str                        # matmul | attention | memory (kernel cases; matmul before them)
     m: int
     n: int
     k: int
-    dtype: str
-    flops: int                      # per matmul
-    per_block: float                # times per transformer block
+    flops: int                      # per matmul or attention pass
     tflops: float
     operand_gbps: float
+    seq_len: int                    # attention
+    head_dim: int
+    heads: int
+    causal: bool
+    bytes: int                      # memory-bound: bytes as the composer counts them
+    gbps: float
 
 
 def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
@@ -150,8 +187,19 @@ class ComputeProbe(Probe):
     def __init__(self, config: Config):
         config = _device_resolved(config)
         self.config = config
-        self._shapes = {op: (m, n, k, w) for op, m, n, k, w in matmul_shapes(config)}
+        self._kernels: dict[str, Any] = {}
+        self._model: Any = None
+        if config.micro_batch:
+            from .kernel_cases import kernel_cases
+
+            self._model = _shape(config)
+            self._kernels = {c.op: c for c in kernel_cases(self._model, config.micro_batch, config.seq_len,
+                                                           config.activation_checkpointing)}
+            self._shapes = {c.op: (c.m, c.n, c.k, c.per_block) for c in self._kernels.values() if c.cls == "matmul"}
+        else:
+            self._shapes = {op: (m, n, k, w) for op, m, n, k, w in matmul_shapes(config)}
         self._ab: tuple[Any, Any] | None = None
+        self._run: Any = None
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -176,16 +224,36 @@ class ComputeProbe(Probe):
 
     def cases(self) -> list[Case]:
         esize = DTYPE_BYTES[self.config.dtype]
-        return [Case(op, (m * k + k * n + m * n) * esize, (("m", m), ("n", n), ("k", k)))
-                for op, (m, n, k, _) in self._shapes.items()]
+        out = [Case(op, (m * k + k * n + m * n) * esize, (("m", m), ("n", n), ("k", k)))
+               for op, (m, n, k, _) in self._shapes.items()]
+        for c in self._kernels.values():
+            if c.cls == "attention":
+                out.append(Case(c.op, int(c.flops), (("seq_len", c.seq_len), ("head_dim", c.head_dim))))
+            elif c.cls == "memory":
+                out.append(Case(c.op, int(c.bytes), ()))
+        return out
 
     def row_fields(self, case: Case) -> dict[str, Any]:
+        c = self._kernels.get(case.op)
+        if c is not None and c.cls != "matmul":
+            fields: dict[str, Any] = {"cls": c.cls, "dtype": self.config.dtype, "per_block": c.per_block}
+            if c.cls == "attention":
+                return {**fields, "flops": int(c.flops), "seq_len": c.seq_len, "head_dim": c.head_dim,
+                        "heads": c.heads, "causal": c.causal}
+            return {**fields, "bytes": int(c.bytes)}
         m, n, k, per_block = self._shapes[case.op]
-        return {"m": m, "n": n, "k": k, "dtype": self.config.dtype, "flops": 2 * m * n * k, "per_block": per_block}
+        return {"cls": "matmul", "m": m, "n": n, "k": k, "dtype": self.config.dtype, "flops": 2 * m * n * k,
+                "per_block": per_block}
 
     def prepare(self, case: Case) -> None:
         import torch
 
+        c = self._kernels.get(case.op)
+        if c is not None and c.cls != "matmul":
+            from .kernel_cases import runner
+
+            self._run = runner(c, self._model, self.config.device, self.config.dtype)
+            return
         m, n, k, _ = self._shapes[case.op]
         gen = torch.Generator().manual_seed(0)
         dtype = getattr(torch, self.config.dtype)
@@ -196,6 +264,9 @@ class ComputeProbe(Probe):
     def run_once(self, case: Case) -> None:
         import torch
 
+        if self._run is not None:
+            self._run()
+            return None
         assert self._ab is not None
         torch.matmul(*self._ab)
         return None
@@ -213,6 +284,8 @@ class ComputeProbe(Probe):
         """Rows of a fresh product that disagree with float64 on the CPU beyond the dtype's rounding."""
         import torch
 
+        if self._run is not None:
+            return 0    # attention and memory-bound kernels: timed, not checked element by element
         assert self._ab is not None
         a, b = self._ab
         rows = min(4, a.shape[0])
@@ -223,113 +296,56 @@ class ComputeProbe(Probe):
         return int(bad.any(dim=1).sum())
 
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
+        c = self._kernels.get(case.op)
+        if c is not None and c.cls == "attention":
+            return {"tflops": c.flops / time_s / 1e12}
+        if c is not None and c.cls == "memory":
+            return {"gbps": c.bytes / time_s / 1e9}
         m, n, k, _ = self._shapes[case.op]
         return {"tflops": 2 * m * n * k / time_s / 1e12, "operand_gbps": case.size_bytes / time_s / 1e9}
 
     def release(self, case: Case) -> None:
         self._ab = None
+        self._run = None
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"achieved_tflops": achieved_tflops(rows), "model": self.config.model, "tokens": self.config.tokens}
-
-
-class StepReplay:
-    """The compute of one training step of a dense decoder, kernel by kernel at its own shapes,
-    without the model: per block QKV, causal attention (scaled_dot_product_attention with the
-    block's heads and kv heads), the output projection, gate+up and down, in forward; then the
-    head and the blocks in reverse with each projection's two backward matmuls and attention's
-    backward. Every block has its own operands, as a model's layers do.
-
-    What it leaves out (norms, activations, residual adds, the embedding, the loss, autograd's
-    bookkeeping) is what `verify`'s calibrated compute efficiency measures, on a model of its
-    own. Timed like a training step: from a barrier to the slowest rank's end, every rank at
-    once (ranks share a CPU's cores and memory in training, so a lone rank's rate is not theirs).
-    """
-
-    def __init__(self, cfg: Config, heads: int, kv_heads: int):
-        cfg = _device_resolved(cfg)
-        import torch
-
-        if cfg.experts > 1:
-            raise ValueError("the step replay covers dense models")
-        self.cfg, self.heads, self.kv_heads = cfg, heads, kv_heads
-        dtype = getattr(torch, cfg.dtype)
-        gen = torch.Generator().manual_seed(0)
-
-        def rand(*size: int) -> Any:
-            return (torch.randn(*size, generator=gen) / size[-1] ** 0.5).to(cfg.device, dtype)
-
-        shapes = [s for s in matmul_shapes(Config(**{**cfg.__dict__, "backward": False})) if s[0] != "head"]
-        self.layers = []
-        for _ in range(cfg.layers):
-            ops = []
-            for op, m, n, k, _w in shapes:
-                ops.append((op, rand(m, k), rand(k, n), rand(m, n)))   # x, w, dy
-            self.layers.append(ops)
-        t, h = cfg.tokens, cfg.hidden
-        self.head = (rand(t, h), rand(h, cfg.vocab), rand(t, cfg.vocab))
-        hd = cfg.q_dim // heads
-        self.attn = [(rand(1, heads, t, hd), rand(1, kv_heads, t, hd), rand(1, kv_heads, t, hd), rand(1, heads, t, hd))
-                     for _ in range(cfg.layers)]
-
-    def run(self) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        gqa = self.kv_heads != self.heads
-        outs = []
-        for ops, (q, k, v, _do) in zip(self.layers, self.attn):
-            for op, x, w, _dy in ops:
-                with torch.no_grad():
-                    torch.matmul(x, w)
-                if op == "qkv":
-                    q, k, v = (a.detach().requires_grad_() for a in (q, k, v))
-                    outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa))
-        with torch.no_grad():
-            x, w, dy = self.head
-            for a, b in ((x, w), (dy, w.t()), (x.t(), dy)):
-                torch.matmul(a, b)
-        for layer in range(len(self.layers) - 1, -1, -1):
-            for op, x, w, dy in reversed(self.layers[layer]):
-                with torch.no_grad():
-                    torch.matmul(dy, w.t())
-                    torch.matmul(x.t(), dy)
-                if op == "attn_out":
-                    outs[layer].backward(self.attn[layer][3])
-        self.sync()
-
-    def sync(self) -> None:
-        if self.cfg.device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-
-    def time_once(self, world: Any = None) -> float:
-        """One replay from a barrier; the slowest rank's seconds (this rank's without a world)."""
-        if world is not None:
-            world.barrier()
-        start = time.perf_counter()
-        self.run()
-        elapsed = time.perf_counter() - start
-        return max(world.all_gather_object(elapsed)) if world is not None else elapsed
+        matmuls = [r for r in rows if r.get("cls", "matmul") == "matmul"]
+        out = {"achieved_tflops": achieved_tflops(matmuls), "model": self.config.model, "tokens": self.config.tokens}
+        if self.config.micro_batch:
+            out.update(micro_batch=self.config.micro_batch, seq_len=self.config.seq_len,
+                       activation_checkpointing=self.config.activation_checkpointing)
+        return out
 
 
 def print_report(outcome: Any, config: Config) -> None:
     from tabulate import tabulate
 
-    from ..compose.report import format_time
+    from ...compose.report import format_time
 
-    table = [(r["op"], r["m"], r["n"], r["k"], format_time(r["time_us"]["p50"] * 1e-6), f"{r['tflops']:.2f}",
+    def shape(r: dict[str, Any]) -> str:
+        if r.get("cls") == "attention":
+            return f"seq {r['seq_len']} x {r['heads']} heads x {r['head_dim']}{' causal' if r['causal'] else ''}"
+        if r.get("cls") == "memory":
+            return f"{r['bytes'] / 1e6:.1f} MB"
+        return f"{r['m']} x {r['n']} x {r['k']}"
+
+    def rate(r: dict[str, Any]) -> str:
+        return f"{r['gbps']:.1f} GB/s" if r.get("cls") == "memory" else f"{r['tflops']:.2f} TFLOP/s"
+
+    table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
               f"{r['per_block']:g}") for r in outcome.rows]
-    print(tabulate(table, headers=["matmul", "m", "n", "k", "time p50", "TFLOP/s", "per block"], tablefmt="simple",
-                   disable_numparse=True))
+    print(tabulate(table, headers=["kernel", "class", "shape (m x n x k)", "time p50", "rate", "per block"],
+                   tablefmt="simple", disable_numparse=True))
     impl = outcome.record["implementation"]
     achieved = outcome.record["summary"]["achieved_tflops"]
+    if config.micro_batch:
+        print(f"# one training step's kernels at micro-batch {config.micro_batch} x {config.seq_len} tokens, "
+              f"activation checkpointing {config.activation_checkpointing} (per block: how often a step runs each)")
     print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
           f"({impl['library']}): {achieved:.2f} TFLOP/s weighted by a step's mix")
     if config.why_cpu:
         print(f"# {config.why_cpu}")
-    if config.device == "cpu" and not config.tokens_given:
+    if config.device == "cpu" and not config.tokens_given and not config.micro_batch:
         print(f"# {CPU_TOKENS} tokens per matmul (the CPU default, which reads low): --tokens sets the training shape")
     print(f"# results: {outcome.path}  (use: microbench compose --compute {outcome.path} ...)")
 
