@@ -215,3 +215,51 @@ def test_a_calibration_from_another_gpu_kind_is_refused_naming_both():
 def test_a_record_without_a_compute_calibration_is_refused(summary):
     with pytest.raises(UsageError, match="--calibration"):
         kernels.read_calibration(summary, "cal.json")
+
+
+# ------------------------------------------------------------------ a compute record's rates
+
+def _record_rows(train):
+    from microbench.probes.compute.kernel_cases import kernel_cases
+
+    rows = []
+    for c in kernel_cases(LLAMA, train.micro_batch, train.seq_len, "none"):
+        row = {"op": c.op, "cls": c.cls, "per_block": c.per_block}
+        if c.cls == "matmul":
+            row.update(m=c.m, n=c.n, k=c.k, flops=c.flops, tflops=500.0)
+        elif c.cls == "attention":
+            row.update(seq_len=c.seq_len, head_dim=c.head_dim, causal=c.causal, flops=c.flops, tflops=250.0)
+        else:
+            row.update(bytes=c.bytes, gbps=2000.0)
+        rows.append(row)
+    return rows
+
+
+def test_a_record_at_the_steps_shapes_prices_every_kernel_it_measured():
+    train = fsdp.TrainSpec(ranks=8, micro_batch=1, seq_len=2048, flops_per_rank=1e15)
+    rates = kernels.RecordRates(_record_rows(train), "c.json", kernels.TableRates(kernels.shipped("h100"), 3350.0))
+    priced = kernels.priced_train(LLAMA, train, rates).kernel_compute
+    matmul = next(r for r in priced.rows if (r.cls, r.pass_) == ("matmul", "fwd"))
+    assert matmul.rate == pytest.approx(500e12) and matmul.sources == {"measured: c.json"}
+    assert kernels.shapes_line(rates, "llama-3.1-8b", 1, 2048, "none") is None
+
+
+def test_a_record_at_other_shapes_is_used_with_one_line_and_the_command():
+    measured = fsdp.TrainSpec(ranks=8, micro_batch=1, seq_len=2048, flops_per_rank=1e15)
+    target = replace(measured, micro_batch=2, seq_len=8192)
+    rates = kernels.RecordRates(_record_rows(measured), "c.json", kernels.TableRates(kernels.shipped("h100"), 3350.0))
+    priced = kernels.priced_train(LLAMA, target, rates).kernel_compute
+    matmul = next(r for r in priced.rows if (r.cls, r.pass_) == ("matmul", "fwd"))
+    assert matmul.rate == pytest.approx(500e12)
+    line = kernels.shapes_line(rates, "llama-3.1-8b", 2, 8192, "none")
+    assert "c.json" in line and "matmul" in line and "attention" in line
+    assert "microbench compute --model llama-3.1-8b --micro-batch 2 --seq-len 8192" in line
+
+
+def test_the_breakdown_names_each_rate_and_its_source():
+    from microbench.compose.report import format_time
+
+    headers, rows = kernels.breakdown_table(_priced(mode="full").kernel_compute, 1.25, format_time)
+    assert headers[-1] == "rate from"
+    assert rows[0][0] == "matmul" and "table h100 matmul" in rows[0][-1] and "x scale 1.25" in rows[0][-1]
+    assert rows[-1][0] == "total compute"

@@ -9,3 +9,5 @@ from .pricing import FlatRates, StepCompute, TableRates, model_flops_per_token, 
 from .step import priced_compute, priced_train  # noqa: F401
 from .recompute import Checkpointing, activation_bytes, parse_checkpointing, recomputed  # noqa: F401
 from .tables import KernelTable, load_table, parse_table, shipped  # noqa: F401
+from .measured import RecordRates, shapes_line  # noqa: F401
+from .report import breakdown_table, sources_lines  # noqa: F401
