@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from microbench.compose import fsdp, kernels
-from microbench.compose import sharding_inputs as two_level
-from microbench.compose.gpt_layout import mpt
+from microbench.compose.sharding import inputs as two_level
+from microbench.compose.model.gpt import mpt
 from microbench.compose.hardware import GPUS, Gpu
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from microbench.compose import (CheckpointSpec, CrudeModel, Curve, TrainSpec, checkpoint_bytes, checkpoint_parts, memory_check, predict_step, predict_tier, required_write_gbps, synthetic_network)
-from microbench.compose.models import PRESETS
+from microbench.compose.model import PRESETS
 from microbench.compose.report import format_time
 from microbench.core.errors import UsageError
 
@@ -86,7 +86,7 @@ def test_bad_inputs_are_usage_errors(call):
 
 
 def test_tiers_from_storage_records_skip_memory_served_rows():
-    from microbench.compose.tiers import tier_bandwidths
+    from microbench.compose.tiers.records import tier_bandwidths
 
     posix = {"kind": "storage_posix", "rows": [
         {"op": "write", "write_gbps": 1.5}, {"op": "write", "write_gbps": 9.0, "served_from_memory": True},

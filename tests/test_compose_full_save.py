@@ -1,11 +1,11 @@
-"""compose/full_save.py on golden inputs: a full state dict save priced as gather + host copy +
+"""compose/checkpoint/full.py on golden inputs: a full state dict save priced as gather + host copy +
 one writer, a sharded one as bytes over the aggregate, and the CLI printing both per tier."""
 
 from __future__ import annotations
 
 import pytest
 
-from microbench.compose import full_save as fs
+from microbench.compose.checkpoint import full as fs
 from microbench.compose.curves import Curve
 from microbench.core.errors import UsageError
 

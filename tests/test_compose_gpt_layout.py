@@ -1,4 +1,4 @@
-"""The GPT / MPT layout (microbench/compose/gpt_layout.py): parameter counts held to the published
+"""The GPT / MPT layout (microbench/compose/model/gpt.py): parameter counts held to the published
 figures, and the MPT and GPT-2 config.json readers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.compose import gpt_layout
+from microbench.compose.model import gpt as gpt_layout
 from microbench.core.errors import UsageError
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "published_fsdp_dev.csv"
@@ -60,3 +60,16 @@ def test_a_bad_mpt_field_is_refused_naming_it(field, value):
     cfg = {"model_type": "mpt", "d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50368, field: value}
     with pytest.raises(UsageError, match=field):
         gpt_layout.from_config(cfg, "mpt/config.json")
+
+
+def test_model_config_reads_an_mpt_config_json(tmp_path):
+    import json
+
+    from microbench.compose.model import from_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32,
+                                "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 50368, "no_bias": False,
+                                "attn_config": {"alibi": False}}))
+    shape = from_hf_config(tmp_path)
+    assert shape.total_params == 6_658_859_008 and shape.gelu_mlp   # llm-foundry's MPT-7B NumParams

@@ -1,12 +1,12 @@
-"""The job what-if (compose/job_whatif.py) and the tier options it needs (compose/tier_options.py):
+"""The job what-if (compose/job/whatif.py) and the tier options it needs (compose/tiers/options.py):
 golden inputs, totals and flip factors worked out by hand."""
 
 import pytest
 
 from microbench.compose import inputs
 from microbench.compose.dataload import DataRate, ModelLoad
-from microbench.compose.job_inputs import CkptTarget, JobAsk
-from microbench.compose.job_whatif import Config, JobModel, whatif
+from microbench.compose.job.inputs import CkptTarget, JobAsk
+from microbench.compose.job.whatif import Config, JobModel, whatif
 from microbench.core.errors import UsageError
 
 
@@ -105,8 +105,8 @@ def test_a_cached_mount_with_nowhere_to_cache_is_refused_with_examples():
 def test_the_closed_form_total_is_the_timelines_over_random_jobs():
     import random
 
-    from microbench.compose.job import JobPlan, PhaseCosts, timeline
-    from microbench.compose.job_whatif import total_s
+    from microbench.compose.job.timeline import JobPlan, PhaseCosts, timeline
+    from microbench.compose.job.whatif import total_s
 
     rng = random.Random(23)
     for _ in range(3000):

@@ -11,9 +11,9 @@ import pytest
 
 from microbench.compose import fsdp, kernels
 from microbench.compose.curves import synthetic_network
-from microbench.compose.gpt_layout import mpt
+from microbench.compose.model.gpt import mpt
 from microbench.compose.kernels import blocks, recompute, tables
-from microbench.compose.models import PRESETS
+from microbench.compose.model import PRESETS
 from microbench.core.errors import UsageError
 
 LLAMA = PRESETS["llama-3.1-8b"]

@@ -1,8 +1,8 @@
-"""Golden-input tests of the bucket-mount tier (compose/mount.py): values worked out by hand."""
+"""Golden-input tests of the bucket-mount tier (compose/checkpoint/mount.py): values worked out by hand."""
 
 import pytest
 
-from microbench.compose.mount import MountTier, from_record, parse_options, plan
+from microbench.compose.checkpoint.mount import MountTier, from_record, parse_options, plan
 from microbench.core.errors import UsageError
 
 GB = 1e9

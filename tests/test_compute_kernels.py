@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import one_error_line
 
-from microbench.compose.models import from_hf_config
+from microbench.compose.model import from_hf_config
 from microbench.probes.compute.kernel_cases import kernel_cases
 
 TINY = str(Path(__file__).parent / "data" / "hf" / "tiny-llama.config.json")

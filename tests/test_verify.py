@@ -14,8 +14,8 @@ import pytest
 from conftest import cli_env, last_line, one_error_line, ranks_of
 from microbench.core.stats import percentile
 from microbench.verify import model as fm
-from microbench.verify import steps as vf
-from microbench.verify.report import verdict
+from microbench.verify.fsdp import steps as vf
+from microbench.verify.fsdp.report import verdict
 
 SHORT = ("verify", "fsdp", "--model", "tiny", "--tokens", "32", "--steps", "2", "--warmup", "1", "--nproc", "2")
 
@@ -84,7 +84,7 @@ def test_the_compute_term_is_the_replays_median_over_the_calibrated_efficiency()
 
 
 def test_inputs_read_before_each_step_make_the_row_input_from_their_medians():
-    from microbench.verify import paired
+    from microbench.verify.fsdp import paired
 
     def reading(block_us: float, root_us: float) -> dict:
         rows = [{"op": "all_gather", "size_bytes": 1 << 20, "busbw_gbps": 1e-3 * (1 << 20) / block_us,
@@ -375,7 +375,7 @@ def test_the_collector_runs_as_a_trainers_inside_verify_and_is_restored_after():
 
 
 def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys):
-    from microbench.verify.report import print_report
+    from microbench.verify.fsdp.report import print_report
 
     cal = {"model": {"name": "calib", "tokens": 384}, "overlap": 0.0, "unit_overhead_s": 0.006,
            "compute_efficiency": 0.8, "details": {"overlap": {"raw_iqr": [-0.43, 0.54]}}}

@@ -14,16 +14,17 @@ from tabulate import tabulate
 from .. import compose as cp
 from ..compose.dataload import loading_report
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
-from ..compose import mount as mount_tier
+from ..compose.checkpoint import mount as mount_tier
 from ..core.units import DTYPE_BYTES
-from ..compose.models import format_params
+from ..compose.model import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..results.outputs import check_new_file
 from ..results import RecordWriter, load_record, write_csv
-from ..compose import job_report
-from ..compose import full_save as fs, inputs, whatif
+from ..compose.job import report as job_report
+from ..compose import inputs, whatif
+from ..compose.checkpoint import full as fs
 from ..compose.inputs import DEFAULT_MFU
-from ..compose import sharding_inputs
+from ..compose.sharding import inputs as sharding_inputs
 from . import compose_sharding
 
 
@@ -108,7 +109,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--modelload", action="append", default=[], metavar="[NAME=]RECORD",
                    help="a `microbench modelload` record: model load time at start and each restart (repeatable); "
                         "every --tier/--storage with a read rate gives one too")
-    # issue 23: the whole job over every storage assignment (compose/job_report.py)
+    # issue 23: the whole job over every storage assignment (compose/job/report.py)
     j = p.add_argument_group("the whole job (a timeline, the what-if per storage assignment, a recommendation)")
     j.add_argument("--steps", help="train this many optimizer steps, e.g. 80 (asks for the job)")
     j.add_argument("--tokens", help="or train this many tokens, e.g. 1e9 (steps rounded up)")

@@ -1,5 +1,5 @@
 """compose's two networks and sharding (issue 24): its flags and its tables, the strategy x
-network what-if and the same at other node counts. A thin printer over compose/sharding_whatif.py."""
+network what-if and the same at other node counts. A thin printer over compose/sharding/whatif.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..compose import sharding_whatif as sw
+from ..compose.sharding import whatif as sw
 from ..compose.inputs import ComposeInputs
 from ..compose.report import format_bytes, format_rate, format_time
-from ..compose.sharding_inputs import ShardingPlan
+from ..compose.sharding.inputs import ShardingPlan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

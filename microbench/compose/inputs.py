@@ -12,12 +12,13 @@ from typing import Any
 from .. import compose as cp
 from ..core import registry
 from .curves import Network, record_rows, synthetic_network
-from . import sharding_inputs as two_level   # issue 24: two networks and sharding
+from .sharding import inputs as two_level  # issue 24: two networks and sharding
 from .hardware import Gpu, gpu as gpu_by_name
-from .models import CrudeModel, ModelShape, from_hf_config, preset
-from .tiers import tier_bandwidths, tier_stream_gbps
-from .full_save import split_stream
-from . import mount as mount_tier, tier_options
+from .model import CrudeModel, ModelShape, from_hf_config, preset
+from .tiers.records import tier_bandwidths, tier_stream_gbps
+from .checkpoint.full import split_stream
+from .checkpoint import mount as mount_tier
+from .tiers import options as tier_options
 from ..core.errors import UsageError
 from ..results import load_record
 from ..core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive, parse_positive_int)
@@ -54,7 +55,7 @@ class ComposeRequest:
     calibration: str | None = None      # a calibration record's path
     nccl: list[str] = field(default_factory=list)
     net: list[str] = field(default_factory=list)
-    # issue 24: two networks and sharding (compose/sharding_inputs.py)
+    # issue 24: two networks and sharding (compose/sharding/inputs.py)
     net_intra: list[str] = field(default_factory=list)    # [NAME=]BUSBW[@LATENCY] inside a node
     net_inter: list[str] = field(default_factory=list)    # [NAME=]BW[@LATENCY]: one node's NICs
     sharding: str | None = None                           # full,hybrid,hybrid:G
@@ -73,7 +74,7 @@ class ComposeRequest:
     data_rate: list[str] = field(default_factory=list)    # described loader rates, NAME=SAMPLES/S
     sample_bytes: str | None = None
     modelload: list[str] = field(default_factory=list)    # modelload records' paths, [NAME=]PATH
-    # issue 23: the whole job (compose/job_inputs.py); no --steps/--tokens: no job
+    # issue 23: the whole job (compose/job/inputs.py); no --steps/--tokens: no job
     steps: str | None = None
     tokens: str | None = None
     ckpt_every: str | None = None
@@ -215,10 +216,10 @@ def _tier_rate(text: str, rate: str, which: str) -> float:
 def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
     out, mounts = [], []
     for text in req.tier:
-        base, stream = split_stream(text)   # ,stream=GB/S: one writer's rate (compose/full_save.py)
+        base, stream = split_stream(text)   # ,stream=GB/S: one writer's rate (compose/checkpoint/full.py)
         base, durable = tier_options.split_durability(text, base)   # issue 23: ,ephemeral
         name, _, rates = base.partition("=")
-        rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/mount.py)
+        rates, _, mount_options = rates.partition(",")   # a bucket mount: ,cached,drain=GB/S (compose/checkpoint/mount.py)
         write, _, read = rates.partition(":")
         if not name or not write:
             raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS][,stream=GB/S], e.g. nvme=6:12")
@@ -228,7 +229,7 @@ def tiers(req: ComposeRequest) -> list[dict[str, Any]]:
                     "rated_only": stream is None and not mount_options, "aggregate_is_job": True, "durable": durable})
         if mount_options:
             mounts.append((out[-1], text, mount_options))
-    local = tier_options.local_cache(out)   # where a cached mount without drain= caches (compose/tier_options.py)
+    local = tier_options.local_cache(out)   # where a cached mount without drain= caches (compose/tiers/options.py)
     for tier, text, mount_options in mounts:
         tier_options.attach_mount(tier, text, mount_options, local)
     for text in req.storage:
@@ -324,7 +325,7 @@ def train_spec(req: ComposeRequest, world: int, rate: ComputeRate,
 
 def save_inputs(req: "ComposeRequest") -> tuple[list[str], float, str, float | None]:
     """(state dicts, serialization GB/s, its source, host memory bytes or None) for the saves table."""
-    from .full_save import DEFAULT_SERIALIZE_GBPS, parse_state_dicts, save_format, serialize_from_record
+    from .checkpoint.full import DEFAULT_SERIALIZE_GBPS, parse_state_dicts, save_format, serialize_from_record
     from ..core.units import parse_size
 
     state_dicts = parse_state_dicts(req.state_dict)
@@ -361,7 +362,7 @@ class ComposeInputs:
     mtbf_s: float | None
     interval_s: float
     overhead: float
-    # Saves as trainers write them (compose/full_save.py): which state dicts, one process's
+    # Saves as trainers write them (compose/checkpoint/full.py): which state dicts, one process's
     # serialization rate and its source, host memory on rank 0's node.
     state_dicts: list[str]
     serialize_gbps: float

@@ -7,9 +7,9 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import full_save
+from .checkpoint import full as full_save
 from .. import __version__
-from .checkpoint import checkpoint_parts, predict_tier, required_write_gbps
+from .checkpoint.tier import checkpoint_parts, predict_tier, required_write_gbps
 from ..core.units import DTYPE_BYTES
 from .fsdp import MemoryCheck, StepPrediction, memory_check, predict_step
 from .inputs import ComposeInputs

@@ -12,7 +12,7 @@ of a bf16 activation (fp32 where the loss upcasts). torch.compile fuses some of 
 with its residual add): the eager count is the upper bound and what an uncompiled run moves.
 
 Two layouts: the Llama family (`ModelShape`: separate q, k, v projections, rotary, RMS norms,
-a gated SiLU MLP or top-k experts) and the GPT/MPT family (`gpt_layout.GptShape`: one fused
+a gated SiLU MLP or top-k experts) and the GPT/MPT family (`model.gpt.GptShape`: one fused
 QKV projection, LayerNorm, a plain GELU MLP, biases, learned positions).
 """
 

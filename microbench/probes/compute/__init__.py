@@ -86,7 +86,7 @@ def _device_resolved(config: Config) -> Config:
 
 def validate(config: Config) -> Config:
     """Shapes from the preset or config.json, the device torch sees, its dtype and token count."""
-    from ...compose.models import CrudeModel, from_hf_config, preset
+    from ...compose.model import CrudeModel, from_hf_config, preset
 
     shape = from_hf_config(config.model_config) if config.model_config else preset(config.model)
     if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
@@ -120,7 +120,7 @@ def validate(config: Config) -> Config:
 
 
 def _shape(config: Config) -> Any:
-    from ...compose.models import from_hf_config, preset
+    from ...compose.model import from_hf_config, preset
 
     return from_hf_config(config.model_config) if config.model_config else preset(config.model)
 
