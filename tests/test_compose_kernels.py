@@ -263,3 +263,18 @@ def test_the_breakdown_names_each_rate_and_its_source():
     assert headers[-1] == "rate from"
     assert rows[0][0] == "matmul" and "table h100 matmul" in rows[0][-1] and "x scale 1.25" in rows[0][-1]
     assert rows[-1][0] == "total compute"
+
+
+def test_rates_follow_the_issues_order():
+    from microbench.compose.hardware import GPUS
+
+    table_rates, table = kernels.select_rates(GPUS["h100"])
+    assert isinstance(table_rates, kernels.TableRates) and table.gpu == "h100"
+    flat, none = kernels.select_rates(GPUS["h100"], tflops=400)
+    assert none is None and flat.rate(blocks.matmul("x", 1, 1, 1))[0] == 400e12
+    b200, _ = kernels.select_rates(GPUS["b200"], mfu=0.5)
+    assert "no kernel table for b200" in b200.rate(blocks.matmul("x", 1, 1, 1))[1]
+    measured, _ = kernels.select_rates(GPUS["h100"], record_rows=[{"op": "q", "cls": "matmul", "m": 1, "n": 1,
+                                                                   "k": 1, "tflops": 100.0}], record_path="c.json")
+    assert measured.rate(blocks.matmul("q", 1, 1, 1)) == (100e12, "measured: c.json")
+    assert kernels.select_rates(None) == (None, None)
