@@ -26,6 +26,7 @@ from ...compose.curves import Curve, Network
 from ...compose.levels import Levels
 from ...compose.sharding.predict import predict_sharding
 from ...probes import nccl as coll
+from ...world import collectives
 from ...world.topology import Topology, topology
 
 SHARDINGS = ("full", "hybrid")
@@ -136,8 +137,7 @@ def comm_plan(world: Any, shape: Any, precision: fm.Precision, device: Any, size
     blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
     L = shape.layers
     plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    all_gather, reduce_scatter = collectives.all_gather(dist), collectives.reduce_scatter(dist)
 
     def once() -> None:
         for what, (full, shard) in plan:

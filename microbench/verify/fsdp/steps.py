@@ -33,6 +33,7 @@ from ...probes import nccl as coll
 from ...probes import compute as cm
 from ...run.runner import SweepSettings, measure_case
 from ...core.stats import percentile
+from ...world import collectives
 
 ADAMW_BYTES_PER_PARAM = 28   # the composer's count (compose.fsdp.ADAMW_BYTES_MOVED_PER_PARAM)
 
@@ -301,8 +302,7 @@ def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, d
     blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
     L = shape.layers
     plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    all_gather, reduce_scatter = collectives.all_gather(dist), collectives.reduce_scatter(dist)
 
     def once() -> float:
         world.barrier()
