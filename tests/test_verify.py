@@ -164,11 +164,10 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert verdict_["pass"] == (abs(row["error_pct"]) <= 1000) and done.returncode == (0 if verdict_["pass"] else 1)
     assert "predicted" in done.stdout and "verdict" in done.stdout
     # The record states the calibration it used, in the form compose --calibration reads.
-    from types import SimpleNamespace
+    from microbench.compose.calibration import from_record
+    from microbench.results import load_record
 
-    from microbench.compose.inputs import calibration
-
-    got = calibration(SimpleNamespace(calibration=str(out)))
+    got = from_record(load_record(str(out)), str(out))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
@@ -214,11 +213,10 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert ov["beyond_serial_s"] == pytest.approx(beyond)
     assert cal["compute_efficiency"] == eff["compute_efficiency"] and "compute_in_step" not in cal["details"]
     # The composer's reader takes it as it is.
-    from types import SimpleNamespace
+    from microbench.compose.calibration import from_record
+    from microbench.results import load_record
 
-    from microbench.compose.inputs import calibration
-
-    got = calibration(SimpleNamespace(calibration=str(out)))
+    got = from_record(load_record(str(out)), str(out))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
 
 

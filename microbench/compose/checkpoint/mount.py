@@ -122,13 +122,13 @@ def _least_bucket(tier: MountTier, ckpt_bytes: float, interval_s: float, max_ove
     return ckpt_bytes / window / 1e9, "cached: drain within the interval after the save and the write-back delay"
 
 
-def report_lines(tiers: list[dict[str, Any]], ckpt_bytes: float, interval_s: float, max_overhead: float) -> list[str]:
-    """The compose command's mount table: one row per tier that is a mount (its "mount" entry)."""
+def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, max_overhead: float) -> list[str]:
+    """The compose command's mount table: one row per tier that is a mount."""
     from tabulate import tabulate
 
     from ..report import format_bytes, format_rate, format_time
 
-    plans = [plan(MountTier(**t["mount"]), ckpt_bytes, interval_s, max_overhead) for t in tiers if t.get("mount")]
+    plans = [plan(m, ckpt_bytes, interval_s, max_overhead) for m in mounts]
     if not plans:
         return []
     rows = [(p.tier, "cached" if p.cached else "direct", format_time(p.blocked_s), format_time(p.durable_s),
