@@ -122,8 +122,8 @@ def plan(strategies: tuple[Strategy, ...] | None, scale_nodes: tuple[int, ...] |
     two_level = [n for n in nets if n.levels is not None]
     if per_node is None:
         if any(s.name == "hybrid" for s in strategies) or scale_nodes:
-            raise UsageError(f"--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
-                             f"e.g. --nodes 2 --gpus-per-node 8")
+            raise UsageError("--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
+                             "e.g. --nodes 2 --gpus-per-node 8")
         per_node = world
     if any(s.name == "hybrid" for s in strategies) and not two_level:
         text = ",".join(s.text for s in strategies)
