@@ -74,8 +74,9 @@ def _print(result: whatif.Composition) -> None:
     if given.tiers:
         _print_checkpoint(result.parts, result.tiers, result.checkpoint_bytes, given.interval_s, given.overhead,
                           given.mtbf_s, rate)
+        period = result.job.period() if result.job is not None else None
         print("\n".join(mount_tier.report_lines([t.mount for t in given.tiers if t.mount], result.checkpoint_bytes,
-                                                given.interval_s, given.overhead)))
+                                                given.interval_s, given.overhead, period)))
         print("\n".join(f"# {t.note}" for t in given.tiers if t.note))
         _print_saves(result)
     elif given.mtbf_s:

@@ -82,8 +82,12 @@ def rate_from_text(text: str, sample_bytes: float | None) -> DataRate:
     name, value = _split(text)
     if not name:
         raise UsageError(f"invalid --data-rate {text!r}: expected NAME=SAMPLES/S, e.g. --data-rate nvme=4000")
-    rate = parse_number(value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0,
-                        allow_minimum=False)
+    try:
+        rate = parse_number(value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0,
+                            allow_minimum=False)
+    except UsageError as exc:   # the message quotes the flag's value as typed, name and all
+        why = str(exc).split(": ", 1)[1].split(", e.g.")[0]
+        raise UsageError(f"invalid --data-rate {text!r}: {why}, e.g. --data-rate nvme=4000") from None
     return DataRate(name, rate, True, f"--data-rate {text} (per rank, prefetching)", sample_bytes)
 
 

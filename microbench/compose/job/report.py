@@ -11,6 +11,7 @@ from .timeline import KINDS, JobTimeline, Phase
 from . import inputs as ji
 from .assignment import PHASE_FLAGS
 from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
+from ..checkpoint.mount import Period
 from ..report import format_time
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
@@ -247,6 +248,16 @@ class JobResult:
 
     def rows(self) -> list[dict[str, Any]]:
         return rows(self.whatif)
+
+    def period(self) -> Period | None:
+        """The checkpoint period --ckpt-every gives the recommended configuration (the fastest
+        when none is recommended): its steps with their data stall; None without --ckpt-every."""
+        top = self.whatif.best or self.whatif.outcomes[0]
+        every = self.model.ask.ckpt_every
+        if every is None or top.costs is None:
+            return None
+        return Period(every, every * (top.costs.step_s + top.costs.data_stall_s),
+                      f"{top.config.network}, data {top.config.data}")
 
 
 def run(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> JobResult | None:
