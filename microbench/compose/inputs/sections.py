@@ -205,7 +205,7 @@ class Job:
                                     help="where batches come from: tier names, a comma list")
     model_from: list[str] | None = option(None, parse=tier_names, metavar="TIER[,TIER]",
                                           shown="every tier the inputs allow",
-                                          help="where the model at start and after a restart come from: tier names, "
+                                          help="where the model at start and after a restart comes from: tier names, "
                                                "a comma list")
     ckpt_to: list[str] | None = option(None, parse=tier_names, metavar="TIER[,TIER]",
                                        shown="every tier the inputs allow",
