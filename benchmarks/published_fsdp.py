@@ -78,7 +78,8 @@ def configuration(r: dict) -> tuple:
                            param_dtype="bfloat16", reduce_dtype="bfloat16" if pure else "float32",
                            activation_checkpointing="full" if r["act_ckpt"] == "full" else "none",
                            reshard_after_forward=r["sharding"] == "FULL_SHARD", memory_gbps=gpu.memory_gbps)
-    net = two_level.for_job(two_level.described([intra], [inter]), nodes * per_node, nodes)[0]
+    net = two_level.for_job(two_level.described([two_level.parse_level(intra, "--net-intra")],
+                                                [two_level.parse_level(inter, "--net-inter")]), nodes * per_node, nodes)[0]
     rates = kernels.TableRates(kernels.shipped(table_name), gpu.memory_gbps)
     return model, kernels.priced_train(model, train, rates), net, gpu
 
