@@ -33,7 +33,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from microbench.core.units import parse_size  # noqa: E402
 from microbench.targets import mount as mountmod  # noqa: E402
-from microbench.targets import mount_facts, mount_sys  # noqa: E402
+from microbench.targets.mount import facts as mount_facts, system as mount_sys  # noqa: E402
 from microbench.world.launch import package_env, self_command  # noqa: E402
 
 

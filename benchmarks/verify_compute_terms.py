@@ -43,7 +43,7 @@ def rank_main(rounds: int, out: str) -> int:
     import torch
 
     from microbench.verify import model as fm
-    from microbench.verify import steps as vf
+    from microbench.verify.fsdp import steps as vf
     from microbench.world.dist import World
     from microbench.world.launch import detect_world
     from microbench.core.stats import percentile

@@ -1,8 +1,8 @@
-"""The job timeline (compose/job.py): golden inputs, hand-computed totals."""
+"""The job timeline (compose/job/timeline.py): golden inputs, hand-computed totals."""
 
 import pytest
 
-from microbench.compose.job import (JobPlan, PhaseCosts, checkpoint_steps, every_for_interval, steps_for_tokens,
+from microbench.compose.job.timeline import (JobPlan, PhaseCosts, checkpoint_steps, every_for_interval, steps_for_tokens,
                                     timeline)
 from microbench.core.errors import UsageError
 

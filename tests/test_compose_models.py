@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.compose.models import PRESETS, from_hf_config, preset
+from microbench.compose.model import PRESETS, from_hf_config, preset
 from microbench.core.errors import UsageError
 
 DATA = Path(__file__).parent / "data" / "hf"

@@ -69,7 +69,7 @@ def test_backward_adds_each_projections_two_matmuls_with_their_own_shapes():
 def test_the_step_replay_runs_every_kernel_of_a_step():
     import torch
 
-    from microbench.probes.compute import StepReplay
+    from microbench.probes.compute.replay import StepReplay
 
     cfg = Config("t", hidden=64, q_dim=64, kv_dim=32, ffn=176, vocab=512, layers=2, tokens=32, backward=True)
     replay = StepReplay(cfg, heads=4, kv_heads=2)

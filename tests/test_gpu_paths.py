@@ -346,7 +346,7 @@ def test_gds_pattern_needs_memory_of_a_chunk_not_of_the_transfer(monkeypatch, tm
 
 def test_verify_activation_estimate_scales_by_element_size():
     from microbench.verify import model as fm
-    from microbench.verify.plan import memory_need_bytes
+    from microbench.verify.fsdp.plan import memory_need_bytes
     from microbench.compose.fsdp import TrainSpec, memory_check
 
     shape = fm.PRESETS["small"]

@@ -193,7 +193,7 @@ def test_compose_checks_the_numbers_of_a_model_config(run_cli, tmp_path, text, f
 
 
 def test_a_model_config_whose_heads_divide_is_accepted(tmp_path):
-    from microbench.compose.models import from_hf_config
+    from microbench.compose.model import from_hf_config
 
     (tmp_path / "config.json").write_text(json.dumps(HF))
     assert from_hf_config(tmp_path / "config.json").kv_heads == 8

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import one_error_line
-from microbench.targets import mount_sys
+from microbench.targets.mount import system as mount_sys
 
 pytestmark = pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
                                 reason=str(mount_sys.fuse_unavailable_reason()))
@@ -246,7 +246,7 @@ def test_what_a_write_leaves_in_the_bucket_is_the_bytes_written(state, run_cli, 
     """Read back over the S3 API, never through the mount: with 16 MiB upload parts, the object
     is the file, byte for byte, at a size that is neither a page nor a part multiple, written in
     odd-sized pieces."""
-    from microbench.targets import mount_facts
+    from microbench.targets.mount import facts as mount_facts
 
     up = run_cli("mount", "up", "--name", "m", "--mode", mode, "--write-back", "1s")
     assert up.returncode == 0, up.stderr

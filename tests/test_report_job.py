@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from microbench.accept.job_html import COLOURS
+from microbench.accept.report_job import COLOURS
 
 JOB = ["compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100", "--steps", "20",
        "--ckpt-every", "5", "--net", "eth=1.6GB/s", "--net", "ib=40GB/s", "--tier", "nvme=10:10,ephemeral",

@@ -64,7 +64,7 @@ def test_the_suite_headline_says_it_is_each_ops_best_size():
 
 
 def test_verify_explains_a_negative_implied_overlap(capsys):
-    from microbench.verify.report import overlap_note
+    from microbench.verify.fsdp.report import overlap_note
 
     rows = [{"parts": {"overlap": {"used": 0.3, "implied_by_step": -0.64}}}]
     note = overlap_note(rows)

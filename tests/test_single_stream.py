@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import records
-from microbench.compose.tiers import tier_bandwidths, tier_stream_gbps
+from microbench.compose.tiers.records import tier_bandwidths, tier_stream_gbps
 
 
 def _row(op, gbps, **extra):

@@ -11,10 +11,10 @@ import pytest
 from conftest import one_error_line
 from microbench.compose.fsdp import TrainSpec
 from microbench.core.errors import UsageError
-from microbench.verify import hybrid
+from microbench.verify.fsdp import hybrid
 from microbench.verify import model as fm
-from microbench.verify.plan import check_hybrid, shardings
-from microbench.verify.report import step_table, verdict
+from microbench.verify.fsdp.plan import check_hybrid, shardings
+from microbench.verify.fsdp.report import step_table, verdict
 
 
 def _rows(op, group, ranks, points):

@@ -12,11 +12,11 @@ import time
 import pytest
 
 from conftest import cli_env, one_error_line, ranks_of
-from microbench.compose.job import JobPlan, PhaseCosts, timeline
+from microbench.compose.job.timeline import JobPlan, PhaseCosts, timeline
 from microbench.core.errors import UsageError
-from microbench.verify import job_plan as jp
+from microbench.verify.job import plan as jp
 from microbench.verify import model as fm
-from microbench.verify.job_report import verdict
+from microbench.verify.job.report import verdict
 
 SHORT = ("verify", "job", "--model", "tiny", "--tokens", "32", "--steps", "3", "--ckpt-every", "2", "--nproc", "2",
          "--batch-size", "2", "--sample-size", "1K", "--tolerance", "1000")
@@ -71,7 +71,7 @@ def test_the_verdict_names_every_configuration_outside_and_skips_partial_rows():
 
 @pytest.mark.parametrize("ranks, workers, steps, batch", [(2, 1, 12, 8), (2, 2, 7, 3), (1, 0, 5, 4), (3, 2, 9, 8)])
 def test_every_rank_gets_a_batch_for_every_step_however_workers_split_the_shards(ranks, workers, steps, batch):
-    from microbench.verify.job_rank import data_plan
+    from microbench.verify.job.rank import data_plan
 
     plan = data_plan(ranks, batch, steps, workers, 1024)
     for rank in range(ranks):
@@ -162,7 +162,7 @@ def _job_mounts() -> set[str]:
 
 def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_path, lab):
     from microbench.lab import namespaces as labmod
-    from microbench.targets.mount_sys import fuse_unavailable_reason
+    from microbench.targets.mount.system import fuse_unavailable_reason
     from microbench.targets.s3server import rclone_binary
 
     if rclone_binary() is None or fuse_unavailable_reason():
@@ -247,7 +247,7 @@ def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_p
 
 def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_path):
     from conftest import namespaces_refused
-    from microbench.targets.mount_sys import fuse_unavailable_reason
+    from microbench.targets.mount.system import fuse_unavailable_reason
     from microbench.targets.s3server import rclone_binary
 
     if namespaces_refused() or rclone_binary() is None:

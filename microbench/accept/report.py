@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import job_html, rules as accept, compare
+from . import report_job as job_html, rules as accept, compare
 from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
 from ..results.outputs import check_new_file

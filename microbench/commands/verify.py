@@ -9,12 +9,12 @@ import argparse
 
 from ..core.units import parse_number, parse_positive_int
 from ..verify import model as fm
-from ..verify import plan
-from ..verify import job_plan as jplan
-from ..verify import run as vrun
-from ..verify.plan import DEFAULT_MODELS, DEFAULT_TOKENS
+from ..verify.fsdp import plan
+from ..verify.job import plan as jplan
+from ..verify.fsdp import run as vrun
+from ..verify.fsdp.plan import DEFAULT_MODELS, DEFAULT_TOKENS
 from .common import parse_timeout
-from ..compose.full_save import parse_state_dicts
+from ..compose.checkpoint.full import parse_state_dicts
 
 
 # verify fsdp and verify job calibrate the same way: one help text for both.
@@ -156,7 +156,7 @@ def add_job_parser(vs: argparse._SubParsersAction) -> None:
 
 def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
     from ..core.units import parse_duration_s
-    from ..targets.mount_sys import fuse_unavailable_reason
+    from ..targets.mount.system import fuse_unavailable_reason
     from ..targets.workdir import check_base
 
     shape = {"model": args.model, "hidden": None, "layers": None, "heads": None, "vocab": None}
@@ -185,7 +185,7 @@ def job_options(args: argparse.Namespace) -> "jplan.JobOptions":
 
 
 def run_job(args: argparse.Namespace) -> int:
-    from ..verify import job_run
+    from ..verify.job import run as job_run
 
     if args.phase_spec:
         return job_run.run_phase(args.phase_spec)

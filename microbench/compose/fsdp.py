@@ -36,6 +36,37 @@ from ..core.errors import UsageError
 from ..core.units import DTYPE_BYTES, bus_factor
 ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
+UNITS = ("root", "block")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of FSDP2's step: which op, on which unit, in which pass."""
+    op: str           # all_gather | reduce_scatter | all_reduce (HSDP: across the replicas)
+    unit: str         # root | block
+    phase: str        # forward | backward
+
+
+def schedule(layers: int, *, reshard_after_forward: bool = True, replicas: bool = False) -> list[Collective]:
+    """The collectives of one micro-batch in the order FSDP2 issues them, the one list that
+    predict_step prices and verify runs back to back to time communication alone. Forward: the
+    root's AllGather, then each block's. Backward: each block gathered again (unless kept since
+    forward) and its gradients reduce-scattered, the root's ReduceScatter last. With replicas
+    (HSDP), each unit's gradient shard is all-reduced across them right after its ReduceScatter."""
+    out = [Collective("all_gather", "root", "forward")] + [Collective("all_gather", "block", "forward")] * layers
+    block = ([Collective("all_gather", "block", "backward")] if reshard_after_forward else []) + \
+        [Collective("reduce_scatter", "block", "backward")] + \
+        ([Collective("all_reduce", "block", "backward")] if replicas else [])
+    out += block * layers + [Collective("reduce_scatter", "root", "backward")]
+    return out + ([Collective("all_reduce", "root", "backward")] if replicas else [])
+
+
+def unit_bytes(model: Any, unit: str, op: str, param_dtype: str, reduce_dtype: str) -> Any:
+    """Bytes of one unsharded unit as a collective moves it (nccl-tests' size): AllGather moves
+    parameters in param_dtype, ReduceScatter and the replicas' all-reduce gradients in
+    reduce_dtype (the all-reduce over a shard of it: these bytes over the shard group's ranks)."""
+    params = model.root_params if unit == "root" else model.block_params
+    return params * DTYPE_BYTES[param_dtype if op == "all_gather" else reduce_dtype]
 
 
 class CollectiveCurve(Protocol):
@@ -53,12 +84,16 @@ class TrainSpec:
     grad_accum: int = 1
     param_dtype: str = "bfloat16"      # what AllGather moves
     reduce_dtype: str = "bfloat16"     # what ReduceScatter moves
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | str = False   # True/"full", "none", "blocks:F", "ops" (kernels/recompute.py)
     reshard_after_forward: bool = True
     sync_every_microbatch: bool = True  # FSDP2's default; False: only the last micro-batch reduces
     overlap: float = 1.0
     unit_overhead_s: float = 0.0        # FSDP's own cost per unit per pass (copy-in/out, hooks)
     memory_gbps: float | None = None    # device memory bandwidth, for the optimizer step
+    # Compute priced per kernel (compose/kernels): the per-micro-batch unit times that replace
+    # FLOPs / flops_per_rank, and the calibration's scale on every compute rate.
+    kernel_compute: Any = None
+    compute_scale: float = 1.0
 
     @property
     def tokens_per_rank(self) -> int:
@@ -102,6 +137,12 @@ def _check(model: Any, train: TrainSpec) -> None:
         raise UsageError(f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us")
 
 
+def checkpointing(train: TrainSpec) -> Any:
+    from .kernels.recompute import parse_checkpointing
+
+    return parse_checkpointing(train.activation_checkpointing)
+
+
 def attention_flops_fwd_per_layer(model: Any, train: TrainSpec) -> float:
     """QK^T and AV, 2 FLOPs per multiply-add each, over the keys a query sees on average: s/2
     under a causal mask, and w (1 - w / 2s) on a sliding-window layer of width w < s. Averaged
@@ -118,9 +159,11 @@ def attention_flops_fwd_per_layer(model: Any, train: TrainSpec) -> float:
 
 def compute_times(model: Any, train: TrainSpec) -> dict[str, float]:
     """Per micro-batch: one block's forward and backward (recompute included), the root's."""
+    if train.kernel_compute is not None:
+        return train.kernel_compute.times(train.compute_scale)
     tokens = train.tokens_per_rank
     block_fwd = (2.0 * model.block_active_params * tokens + attention_flops_fwd_per_layer(model, train))
-    block_bwd = 2 * block_fwd + (block_fwd if train.activation_checkpointing else 0.0)
+    block_bwd = 2 * block_fwd + block_fwd * checkpointing(train).fraction
     root_fwd = 2.0 * (model.active_params - model.layers * model.block_active_params) * tokens
     rate = train.flops_per_rank
     return {"block_fwd": block_fwd / rate, "block_bwd": block_bwd / rate,
@@ -137,7 +180,6 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
                  reduce_scatter: CollectiveCurve) -> StepPrediction:
     _check(model, train)
     L, n = model.layers, train.ranks
-    pd, rd = DTYPE_BYTES[train.param_dtype], DTYPE_BYTES[train.reduce_dtype]
     notes: set[str] = set()
 
     def coll(curve: CollectiveCurve, size: float, what: str) -> float:
@@ -147,10 +189,13 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
         notes.add(f"{what} {how}")
         return t
 
-    ag = coll(allgather, model.block_params * pd, "allgather")
-    rs = coll(reduce_scatter, model.block_params * rd, "reduce_scatter")
-    ag_root = coll(allgather, model.root_params * pd, "allgather")
-    rs_root = coll(reduce_scatter, model.root_params * rd, "reduce_scatter")
+    def size(unit: str, op: str) -> float:
+        return unit_bytes(model, unit, op, train.param_dtype, train.reduce_dtype)
+
+    ag = coll(allgather, size("block", "all_gather"), "allgather")
+    rs = coll(reduce_scatter, size("block", "reduce_scatter"), "reduce_scatter")
+    ag_root = coll(allgather, size("root", "all_gather"), "allgather")
+    rs_root = coll(reduce_scatter, size("root", "reduce_scatter"), "reduce_scatter")
     c = compute_times(model, train)
     cf, cb = c["block_fwd"], c["block_bwd"]
     opt = optimizer_s(model, train)
@@ -221,21 +266,12 @@ class MemoryCheck:
         return asdict(self)
 
 
-def activation_bytes(model: Any, train: TrainSpec, checkpointing: bool) -> float | None:
-    """bf16 tensors backward needs, per micro-batch. Per token and block: the two norm inputs
-    and outputs (4h), q, k, v and the attention output (flash attention keeps no s x s
-    matrix), the MLP's gate, up and product for each routed expert; plus the logits (bf16 and
-    the fp32 copy the loss makes). Checkpointing keeps only each block's input, and one block's
-    full set while it is recomputed."""
-    if not hasattr(model, "hidden"):
-        return None
-    h, tokens = model.hidden, train.tokens_per_rank
-    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
-    per_token_block = 2 * (4 * h + 2 * q + 2 * kv + 3 * model.ffn * model.top_k)
-    logits = tokens * model.vocab * (2 + 4)
-    if checkpointing:
-        return model.layers * tokens * 2 * h + tokens * per_token_block + logits
-    return model.layers * tokens * per_token_block + logits
+def activation_bytes(model: Any, train: TrainSpec, mode: Any) -> float | None:
+    """bf16 tensors backward needs, per micro-batch, under a checkpointing mode (True, False or
+    a mode's text): kernels/recompute.activation_bytes says what each keeps."""
+    from .kernels.recompute import activation_bytes as kept, parse_checkpointing
+
+    return kept(model, train.micro_batch, train.seq_len, parse_checkpointing(mode))
 
 
 def memory_check(model: Any, train: TrainSpec, capacity_bytes: float | None) -> MemoryCheck:
@@ -250,7 +286,8 @@ def memory_check(model: Any, train: TrainSpec, capacity_bytes: float | None) -> 
     if not train.sync_every_microbatch and train.grad_accum > 1:
         gathered += model.total_params * rd   # unsharded gradients kept across micro-batches
     act_no, act_ac = activation_bytes(model, train, False), activation_bytes(model, train, True)
-    act = act_ac if train.activation_checkpointing else act_no
+    mode = checkpointing(train)
+    act = {"none": act_no, "full": act_ac}.get(mode.mode) or activation_bytes(model, train, mode.label)
     total = sharded + gathered + (act or 0.0)
     fits = None if capacity_bytes is None else total <= capacity_bytes
     return MemoryCheck(sharded, gathered, act, act_no, act_ac, total, capacity_bytes, fits)

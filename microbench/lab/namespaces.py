@@ -238,7 +238,7 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
     check_name(name)
     require()
     from ..core.claim import exclusive
-    from ..targets.mount_sys import state_root
+    from ..targets.mount.system import state_root
 
     with exclusive(state_root() / "locks" / f"lab-{name}",
                    f"lab {name!r} is being created by another `microbench lab up --name {name}`; wait for it, "

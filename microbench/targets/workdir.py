@@ -28,7 +28,7 @@ def check_base(path: str, *, writable: bool = False, flag: str = "--path") -> Pa
         # Path('') is Path('.'): an empty --path would quietly test whatever the working directory is.
         raise UsageError(f"{flag} {path!r} is empty; give an existing directory to write under, e.g. {flag} /tmp")
     base = Path(path)
-    from .mount_facts import check_alive
+    from .mount.facts import check_alive
 
     check_alive(str(path))   # a dead bucket mount: "does not exist" would send the user looking elsewhere
     try:
@@ -64,7 +64,7 @@ def free_bytes(path: str | os.PathLike) -> int:
         st = os.statvfs(path)
     except OSError as exc:
         # A bucket mount whose rclone died between the checks and now: name the mount if it is one.
-        from .mount_facts import check_alive
+        from .mount.facts import check_alive
 
         check_alive(str(path))
         raise RunError(f"cannot read the free space under {str(path)!r}: {dead_mount_reason(exc) or exc.strerror}") \
@@ -84,8 +84,8 @@ def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
 
 def mount_of(path: str | os.PathLike) -> dict[str, str]:
     """Filesystem type, source device and mount point of the mount holding `path` (the one
-    mountinfo reader, targets/mount_sys.py, on the real path); "unknown" where none is found."""
-    from .mount_sys import mount_of as holding
+    mountinfo reader, targets/mount/system.py, on the real path); "unknown" where none is found."""
+    from .mount.system import mount_of as holding
 
     found = holding(os.path.realpath(path))
     if found is None:
@@ -172,7 +172,7 @@ class WorkDir:
             pass  # something else was put there: leave it rather than delete what isn't ours
 
     def facts(self) -> dict[str, Any]:
-        from .mount_facts import facts_for_path
+        from .mount.facts import facts_for_path
 
         mount = mount_of(self.path)
         return {"workdir": str(self.path), "filesystem": mount["fstype"], "device": mount["source"],

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..compose.models import ModelShape
+from ..compose.model import ModelShape
 from ..core.errors import UsageError
 from ..core.units import element_size
 
@@ -56,7 +56,7 @@ def shape_from_args(model: str | None, hidden: int | None, layers: int | None, h
     name = (model or "small").strip().lower()
     if name in PRESETS:
         return PRESETS[name]
-    from ..compose.models import preset
+    from ..compose.model import preset
 
     try:
         return preset(name)
@@ -158,7 +158,7 @@ def shard(model: Any, precision: Precision, reshard_after_forward: bool = True, 
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    # A 2-D (replicate, shard) mesh makes it HSDP (verify/hybrid.py); None: the world, 1-D.
+    # A 2-D (replicate, shard) mesh makes it HSDP (verify/fsdp/hybrid.py); None: the world, 1-D.
     kwargs: dict[str, Any] = {} if mesh is None else {"mesh": mesh}
     if precision.param_dtype != "float32":
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, precision.param_dtype),

@@ -33,7 +33,7 @@ from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
-from ...targets import mount_facts
+from ...targets.mount import facts as mount_facts
 from .durable import timed_save
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...core.errors import Interrupted, RunError
 from ...core.probe import Timed
-from ...targets import mount_facts
+from ...targets.mount import facts as mount_facts
 
 
 def timed_save(world: Any, directory: str, mount: dict[str, Any], started_at: float, blocked_s: float,

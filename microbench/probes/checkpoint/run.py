@@ -12,7 +12,7 @@ from ...core.errors import UsageError
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
-from ...targets import mount_facts
+from ...targets.mount import facts as mount_facts
 from ...world import backends
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world

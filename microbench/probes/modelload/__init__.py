@@ -100,7 +100,7 @@ def validate(config: Config) -> Config:
     size_bytes, capped = config.size_bytes, None
     free_mem = free_memory_bytes("cpu")
     if config.model is not None:
-        from ...compose.models import preset
+        from ...compose.model import preset
 
         size_bytes = preset(config.model).total_params * elem
         # Capped to what fits: 80% of the free space, and host memory for every rank's copy.

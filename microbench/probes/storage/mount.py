@@ -23,8 +23,8 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size
 from ...results.schema import ProbeRow
 from ...targets import mount as mountmod
-from ...targets import mount_facts
-from ...targets import mount_sys
+from ...targets.mount import facts as mount_facts
+from ...targets.mount import system as mount_sys
 
 
 @dataclass

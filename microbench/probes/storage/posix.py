@@ -100,7 +100,7 @@ def validate(config: Workload) -> Workload:
         raise UsageError(f"invalid --qd {config.qd} with --threads {config.threads}: without io_uring the engine "
                          f"runs threads x qd = {workers} synchronous workers, one thread each, more than the "
                          f"{limit} this machine allows (half of threads-max); use e.g. --qd 64")
-    from ...targets.mount_facts import facts_for_path
+    from ...targets.mount.facts import facts_for_path
 
     on_mount = facts_for_path(config.path)
     if on_mount and on_mount.get("mount_mode") == "direct":

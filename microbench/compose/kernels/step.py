@@ -1,0 +1,53 @@
+"""A TrainSpec whose compute is priced per kernel: the one place compose and the benchmarks turn
+a training configuration and a GPU's rates into the per-unit times the FSDP step overlaps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...core.units import DTYPE_BYTES
+from ..fsdp import TrainSpec, checkpointing
+from .pricing import Rates, StepCompute, TableRates, price_step
+
+
+def priced_compute(model: Any, train: TrainSpec, rates: Rates) -> StepCompute:
+    return price_step(model, train.micro_batch, train.seq_len, train.grad_accum, checkpointing(train), rates,
+                      param_bytes=DTYPE_BYTES[train.param_dtype], reduce_bytes=DTYPE_BYTES[train.reduce_dtype],
+                      reshard=train.reshard_after_forward)
+
+
+def priced_train(model: Any, train: TrainSpec, rates: Rates, scale: float = 1.0) -> TrainSpec:
+    """`train` with its compute priced per kernel at `rates`, every rate times `scale`."""
+    return replace(train, kernel_compute=priced_compute(model, train, rates), compute_scale=scale)
+
+
+def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = None,
+                 record_rows: list[dict[str, Any]] | None = None, record_path: str = "") -> tuple[Rates | None, Any]:
+    """The rates compose prices kernels at, in the issue's order, and the table behind them (or
+    None): a compute record's rows (falling back to the table), else the shipped table for the
+    GPU; with --tflops, or a GPU without a table, one FLOP rate (peak x mfu) with memory-bound work
+    at the GPU's bandwidth x the H100 copy fraction. (None, None) without a GPU: the single-rate
+    composer stays in charge (a CPU's own compute record predicts that CPU)."""
+    from .measured import RecordRates
+    from .pricing import FlatRates
+    from .tables import shipped
+
+    if gpu is None:
+        return None, None
+    table = shipped(gpu.name)
+    fraction = table.memory_fraction if table is not None else shipped("h100").memory_fraction
+    memory = (gpu.memory_gbps * fraction * 1e9, f"{gpu.name} bandwidth x {fraction:.3g}")
+    if tflops is not None:
+        return FlatRates(tflops * 1e12, f"--tflops {tflops:g}", *memory), None
+    base: Rates
+    if table is not None:
+        base = TableRates(table, gpu.memory_gbps)
+    else:
+        share = 0.4 if mfu is None else mfu
+        base = FlatRates(gpu.peak_bf16_tflops * share * 1e12,
+                         f"no kernel table for {gpu.name}: peak {gpu.peak_bf16_tflops:g} TFLOP/s x MFU {share:g}",
+                         *memory)
+    if record_rows:
+        return RecordRates(record_rows, record_path, base), table
+    return base, table
