@@ -78,6 +78,8 @@ def check_local_world(nproc: int) -> None:
 # After Ctrl-C, ranks that have not yet claimed a record (still starting, joining) have nothing
 # to save; they are given this long before they are stopped.
 STARTUP_GRACE_S = 5.0
+# A rank stopped this long past --timeout is given up on (Supervisor._stopped_too_long).
+STOPPED_GRACE_S = 3.0
 
 
 class Supervisor:
@@ -91,6 +93,8 @@ class Supervisor:
         self.first_failure_at: float | None = None
         self.killed_rank0: str | None = None  # why we had to kill rank 0
         self.signalled: set[int] = set()
+        self.stopped_since: dict[int, float] = {}
+        self.stopped_line: str | None = None   # a rank stopped past --timeout: the run's one line
 
     def _notes(self) -> list[str]:
         try:
@@ -133,6 +137,8 @@ class Supervisor:
             return
         if self.first_failure_at is None and any(code not in (None, 0) for code in codes):
             self.first_failure_at = now
+        if self._stopped_too_long(codes, now):
+            return
         if self.first_failure_at is None:
             return
         # Survivors of a dead peer end by themselves within --timeout; past that they hang.
@@ -149,6 +155,21 @@ class Supervisor:
             self._kill_all("stopped responding" if grace == 0.0 else
                            f"did not end within {grace:g} s of another rank's failure")
 
+    def _stopped_too_long(self, codes: list[int | None], now: float) -> bool:
+        """A rank stopped (SIGSTOP, a debugger) for more than --timeout ends the world: its peers
+        notice only at their next collective, which may be a whole case of local passes away
+        (a DataLoader pass per iteration), and a stopped rank never answers anyway. A few
+        seconds' grace past --timeout let a peer blocked on it say so first (it names the case)."""
+        stopped = [rank for rank, proc in enumerate(self.procs) if codes[rank] is None and _stopped(proc.pid)]
+        self.stopped_since = {rank: self.stopped_since.get(rank, now) for rank in stopped}
+        late = [rank for rank, since in self.stopped_since.items() if now - since > self.timeout_s + STOPPED_GRACE_S]
+        if not late:
+            return False
+        self.stopped_line = (f"rank {', '.join(map(str, late))} stopped (SIGSTOP or a debugger) for more than "
+                             f"--timeout {self.timeout_s:g} s")
+        self._kill_all(f"was stopped for more than --timeout {self.timeout_s:g} s")
+        return True
+
     def run(self) -> int:
         while any(proc.poll() is None for proc in self.procs):
             self._tick()
@@ -163,6 +184,8 @@ class Supervisor:
                 print("microbench: interrupted after the ranks finished; the run is complete", file=sys.stderr)
                 return 1
             return rank0  # rank 0 said why itself
+        if self.stopped_line:
+            return self._fail(self.stopped_line, record)
         if rank0 < 0:
             # Killed by a signal (or by us, for freezing): rank 0 could not say why itself. A
             # rank that saw it go silent says it best.

@@ -12,12 +12,15 @@ training loop would see in `next()`.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import dataset as ds
+
+PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
 @dataclass
@@ -169,7 +172,8 @@ def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, pref
     from torch.utils.data import DataLoader, DistributedSampler
 
     files, shards = datasets(torch)
-    extra: dict[str, Any] = {"prefetch_factor": prefetch_factor} if workers > 0 else {}
+    extra: dict[str, Any] = {"prefetch_factor": prefetch_factor,
+                             "worker_init_fn": functools.partial(die_with_parent, os.getpid())} if workers > 0 else {}
     if plan.layout == "files":
         data = files(source, plan, decode_us)
         if ranks == 1:
@@ -184,6 +188,22 @@ def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, pref
         return DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, **extra)
     data = shards(source, plan, decode_us, rank, ranks)
     return DataLoader(data, batch_size=batch_size, num_workers=workers, collate_fn=collate, **extra)
+
+
+def die_with_parent(parent: int, _worker_id: int) -> None:
+    """A DataLoader worker ends with the rank that started it (the kernel's parent-death signal).
+    torch's watchdog looks for a dead parent only between fetches: a worker blocked handing a
+    batch to a rank that was killed or stopped (its queue full, nobody reading) outlived it for
+    good, holding the caller's stdout and stderr open, so a wrapper reading them hung."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return   # not Linux: torch's own watchdog is all there is
+    if os.getppid() != parent:   # the rank died before the signal was asked for
+        os._exit(1)
 
 
 def one_pass(make: Any, pin: bool = False) -> PassResult:
