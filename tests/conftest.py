@@ -64,6 +64,15 @@ def one_error_line(stderr: str) -> str:
     return lines[0]
 
 
+def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit 2 (misuse) and one error line holding every fragment; the line."""
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    for fragment in fragments:
+        assert fragment in line, line
+    return line
+
+
 def records(tmp_path: Path, pattern: str = "*.json") -> list[dict[str, Any]]:
     """The records a command run with cwd=tmp_path wrote to its default results/ directory."""
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "results").glob(pattern))]

@@ -13,15 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, one_error_line
-
-
-def _refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    line = one_error_line(done.stderr)
-    for fragment in fragments:
-        assert fragment in line, line
-    return line
+from conftest import cli_env, refused as _refused
 
 
 def _loop(where: Path, name: str = "loop") -> Path:

@@ -12,18 +12,10 @@ import textwrap
 
 import pytest
 
-from conftest import cli_env, one_error_line
+from conftest import cli_env, refused as _refused
 from microbench.core.errors import UsageError
 from microbench.core.units import parse_timeout
 from microbench.probes.memory import usable_cores
-
-
-def _refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    line = one_error_line(done.stderr)
-    for fragment in fragments:
-        assert fragment in line, line
-    return line
 
 
 CORES = usable_cores()

@@ -73,36 +73,28 @@ class _Deadlines:
 
     __slots__ = ()
 
-    def _bounded(self, call: Any, *args: Any) -> Any:
-        """A write: one call with the time left (a write that timed out may have sent part of
-        its bytes, so it is never repeated)."""
-        if _checked(self) is None:
-            return call(*args)
-        try:
-            return call(*args)
-        except TimeoutError:
-            if time.monotonic() >= _local.end:
-                _expire()
-            raise
-
-    def _sliced(self, call: Any, *args: Any) -> Any:
-        """A read: slices of WAIT_SLICE_S until the deadline (a read that timed out took nothing)."""
+    def _bounded(self, call: Any, *args: Any, sliced: bool = False) -> Any:
+        """One socket call within the deadline. A read (`sliced`) waits in slices of
+        WAIT_SLICE_S (a read that timed out took nothing); a write gets the time left at once
+        (one that timed out may have sent part of its bytes, so it is never repeated)."""
         while True:
-            if _checked(self, WAIT_SLICE_S) is None:
+            if _checked(self, WAIT_SLICE_S if sliced else None) is None:
                 return call(*args)
             try:
                 return call(*args)
             except TimeoutError:
                 if time.monotonic() >= _local.end:
                     _expire()
+                if not sliced:
+                    raise
                 if between_waits is not None:
                     between_waits()
 
     def recv_into(self, *args: Any) -> Any:
-        return self._sliced(super().recv_into, *args)  # type: ignore[misc]
+        return self._bounded(super().recv_into, *args, sliced=True)  # type: ignore[misc]
 
     def recv(self, *args: Any) -> Any:
-        return self._sliced(super().recv, *args)  # type: ignore[misc]
+        return self._bounded(super().recv, *args, sliced=True)  # type: ignore[misc]
 
     def sendall(self, *args: Any) -> Any:
         return self._bounded(super().sendall, *args)  # type: ignore[misc]
