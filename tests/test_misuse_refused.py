@@ -48,10 +48,33 @@ BEFORE_WORK = [
 ]
 
 
+@pytest.fixture
+def no_mount_left(run_cli):
+    """Where a build accepts the misuse (the bug these tests catch), the mount it made goes."""
+    yield
+    for name in ("h2ro", "h2path", "h2t"):
+        run_cli("mount", "down", "--name", name, timeout=60)
+
+
 @pytest.mark.parametrize("argv,fragment", [c[1:] for c in BEFORE_WORK], ids=[c[0] for c in BEFORE_WORK])
+@pytest.mark.usefixtures("no_mount_left")
 def test_misuse_is_refused_before_any_work(run_cli, tmp_path, argv, fragment):
     _refused(run_cli(*argv, timeout=120), fragment)
     assert list(tmp_path.iterdir()) == []   # no results directory, no record, no dataset
+
+
+def test_dataload_refuses_a_dataset_too_big_before_planning_it(monkeypatch, tmp_path):
+    """The plan takes time in proportion to the samples (a trillion: minutes): the space check
+    that refuses them comes first."""
+    from microbench.probes import dataload
+    from microbench.probes.dataload import dataset
+
+    def never(*args, **kwargs):
+        raise AssertionError("planned before refusing")
+
+    monkeypatch.setattr(dataset, "plan_for", never)
+    with pytest.raises(UsageError, match="not enough free space for 1000000000000 samples"):
+        dataload.validate(dataload.Config(samples=10 ** 12, path=str(tmp_path)))
 
 
 def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(run_cli, tmp_path):
@@ -82,6 +105,7 @@ def test_a_bad_timeout_is_refused_quoting_it(text, why):
         parse_timeout(text)
 
 
+@pytest.mark.usefixtures("no_mount_left")
 def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
     # Refused for its --path (checked after the flags), not for '--timeout 8' lacking a unit.
     _refused(run_cli("mount", "up", "--name", "h2t", "--timeout", "8", "--path", "/nonexistent-microbench/m"),
@@ -97,6 +121,7 @@ def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
     ["storage", "mount", "--cache-dir", "{ro}"],
     ["mount", "up", "--name", "h2ro", "--cache-dir", "{ro}/sub"],
 ], ids=["mount-up", "storage-mount", "mount-up-below"])
+@pytest.mark.usefixtures("no_mount_left")
 def test_a_read_only_cache_dir_is_refused(run_cli, read_only_dir, argv):
     argv = [a.replace("{ro}", str(read_only_dir)) for a in argv]
     _refused(run_cli(*argv, timeout=120), f"invalid --cache-dir {argv[-1]!r}: directory {str(read_only_dir)!r} is on "

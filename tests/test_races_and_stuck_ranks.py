@@ -55,6 +55,23 @@ def test_two_suites_in_one_second_get_a_directory_each(tmp_path, monkeypatch):
     assert "suite-20260101-000000" in made and "suite-20260101-000000+15" in made
 
 
+def test_a_suite_directory_taken_between_the_check_and_the_mkdir_goes_to_the_next_name(tmp_path, monkeypatch):
+    """Another suite makes the name just before this one does (two started in one second)."""
+    monkeypatch.setattr(suite.time, "strftime", lambda fmt, t=None: "suite-20260101-000000")
+    real_mkdir = type(tmp_path).mkdir
+    taken: list[str] = []
+
+    def mkdir(self, *args, **kwargs):
+        if self.name.startswith("suite-") and not taken:
+            taken.append(self.name)
+            real_mkdir(self, *args, **kwargs)   # the other suite wins the name
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(tmp_path), "mkdir", mkdir)
+    made = suite.new_suite_dir(tmp_path / "results")
+    assert taken == ["suite-20260101-000000"] and made.name == "suite-20260101-000000+1"
+
+
 def _state_env(tmp_path):
     return {"MICROBENCH_STATE_DIR": str(tmp_path / "state")}
 
