@@ -28,6 +28,14 @@ class Rates(Protocol):
 class TableRates:
     table: Any                 # tables.KernelTable
     memory_gbps: float         # the GPU's peak bandwidth (an H200 reads H100's compute table)
+    attention_impl: str | None = None   # None: the table's default implementation
+
+    def attention_source(self) -> str:
+        t, asked = self.table, self.attention_impl
+        used = t.attention_impl(asked).name
+        if t.has_attention(asked):
+            return f"table {t.gpu} attention {used}"
+        return f"table {t.gpu} attention {used} ({asked}: no {t.gpu} figure in the table)"
 
     def rate(self, kernel: Kernel) -> tuple[float, str]:
         t = self.table
@@ -35,8 +43,8 @@ class TableRates:
             return t.matmul(kernel.m, kernel.n, kernel.k) * 1e12, f"table {t.gpu} matmul"
         if kernel.cls == "attention":
             bwd = kernel.pass_ == "bwd"
-            return (t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd) * 1e12,
-                    f"table {t.gpu} attention {'bwd' if bwd else 'fwd'}")
+            return (t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd, self.attention_impl) * 1e12,
+                    f"{self.attention_source()} {'bwd' if bwd else 'fwd'}")
         return self.memory_gbps * t.memory_fraction * 1e9, f"table {t.gpu} memory {t.memory_fraction:.3g} x peak"
 
 
@@ -117,14 +125,14 @@ def _price(kernels: list[Kernel], rates: Rates, scale: float, rows: dict[tuple[s
 
 def price_step(model: Any, micro_batch: int, seq_len: int, grad_accum: int, checkpointing: Checkpointing,
                rates: Rates, *, param_bytes: int = 2, reduce_bytes: int = 2, reshard: bool = True,
-               scale: float = 1.0) -> StepCompute:
+               scale: float = 1.0, loss: str = "eager") -> StepCompute:
     """Every kernel of one optimizer step on one rank, priced; per-micro-batch unit times for the
     overlap model. The FSDP copies ride with the unit they belong to."""
     fwd = block_forward(model, micro_batch, seq_len)
     bwd = [b for k in reversed(fwd) for b in backward_of(k)]
     again = recomputed(fwd, checkpointing)
     copy_out, copy_in = fsdp_copies(model.block_params, param_bytes, reduce_bytes, reshard)
-    rfwd = root_forward(model, micro_batch, seq_len)
+    rfwd = root_forward(model, micro_batch, seq_len, loss)
     rbwd = root_backward(model, rfwd)
     root_out, root_in = fsdp_copies(model.root_params, param_bytes, reduce_bytes, False)
     rows: dict[tuple[str, str], ClassRow] = {}
