@@ -14,7 +14,7 @@ from .pricing import Rates, StepCompute, TableRates, price_step
 def priced_compute(model: Any, train: TrainSpec, rates: Rates) -> StepCompute:
     return price_step(model, train.micro_batch, train.seq_len, train.grad_accum, checkpointing(train), rates,
                       param_bytes=DTYPE_BYTES[train.param_dtype], reduce_bytes=DTYPE_BYTES[train.reduce_dtype],
-                      reshard=train.reshard_after_forward)
+                      reshard=train.reshard_after_forward, loss=train.loss_kernel)
 
 
 def priced_train(model: Any, train: TrainSpec, rates: Rates, scale: float = 1.0) -> TrainSpec:
@@ -23,12 +23,15 @@ def priced_train(model: Any, train: TrainSpec, rates: Rates, scale: float = 1.0)
 
 
 def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = None,
-                 record_rows: list[dict[str, Any]] | None = None, record_path: str = "") -> tuple[Rates | None, Any]:
+                 record_rows: list[dict[str, Any]] | None = None, record_path: str = "",
+                 attention_impl: str | None = None) -> tuple[Rates | None, Any]:
     """The rates compose prices kernels at, in the issue's order, and the table behind them (or
     None): a compute record's rows (falling back to the table), else the shipped table for the
     GPU; with --tflops, or a GPU without a table, one FLOP rate (peak x mfu) with memory-bound work
     at the GPU's bandwidth x the H100 copy fraction. (None, None) without a GPU: the single-rate
-    composer stays in charge (a CPU's own compute record predicts that CPU)."""
+    composer stays in charge (a CPU's own compute record predicts that CPU). `attention_impl`
+    picks the table's attention implementation (None: its default; one it lacks is priced at
+    the default, the source saying so)."""
     from .measured import RecordRates
     from .pricing import FlatRates
     from .tables import shipped
@@ -42,7 +45,7 @@ def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = N
         return FlatRates(tflops * 1e12, f"--tflops {tflops:g}", *memory), None
     base: Rates
     if table is not None:
-        base = TableRates(table, gpu.memory_gbps)
+        base = TableRates(table, gpu.memory_gbps, attention_impl)
     else:
         share = 0.4 if mfu is None else mfu
         base = FlatRates(gpu.peak_bf16_tflops * share * 1e12,
@@ -51,3 +54,11 @@ def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = N
     if record_rows:
         return RecordRates(record_rows, record_path, base), table
     return base, table
+
+
+def overlap_loss(table: Any, nodes: int) -> float:
+    """The share of its rate compute loses while a collective runs beside it (TrainSpec's
+    contention): from the GPU's table, one node or across nodes; 0 without a table entry."""
+    if table is None:
+        return 0.0
+    return 1.0 - table.overlap_rate(nodes > 1)
