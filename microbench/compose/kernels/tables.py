@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,13 @@ def shipped(gpu_name: str) -> KernelTable | None:
     """The table shipped for this GPU (a100 serves the A100's 40 and 80 GB parts), or None."""
     key = gpu_name.lower().replace("-", "").replace("_", "")
     for name in (key, key[:4]):
-        path = DATA / f"{name}.json"
-        if path.is_file():
-            return load_table(path)
+        if (DATA / f"{name}.json").is_file():
+            return _shipped_file(name)
     return None
+
+
+@lru_cache(maxsize=None)
+def _shipped_file(name: str) -> KernelTable:
+    """The shipped files never change while a process runs: read each once (a calibration's
+    bisection prices the step dozens of times)."""
+    return load_table(DATA / f"{name}.json")
