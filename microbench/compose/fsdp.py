@@ -70,6 +70,15 @@ class TrainSpec:
     kernel_compute: Any = None
     compute_scale: float = 1.0
     loss_kernel: str = "eager"          # "fused": one cross-entropy kernel over bf16 logits (kernels/blocks.py)
+    # What the eager count (kernels/eager.py) prices memory-bound work as: "bf16" parameters without
+    # autocast or "amp_bf16" with it; the code around the attention kernel ("sdpa", or llm-foundry's
+    # "llmfoundry-triton" / "llmfoundry-flash"); a recompute that stops once backward has what it
+    # needs (torch >= 2.1) or re-runs the whole forward (torch <= 2.0); counted_ops False prices
+    # blocks.py's hand-listed memory-bound kernels instead (the comparison the benchmark prints).
+    precision: str = "bf16"
+    attention_call: str = "sdpa"
+    recompute_early_stop: bool = True
+    counted_ops: bool = True
 
     @property
     def tokens_per_rank(self) -> int:

@@ -1,6 +1,7 @@
 """Compute priced per kernel: the kernels a step runs per block and pass at their own shapes
 (blocks.py), what each activation checkpointing mode recomputes and keeps (recompute.py), the
-efficiency tables per GPU with their sources (tables.py, data/), the pricing (pricing.py), the
+efficiency tables per GPU with their sources (tables.py, data/), the memory-bound work eager
+PyTorch runs, counted (eager.py, data/eager_ops.json), the pricing (pricing.py), the
 scale one measured step gives (calibration.py) and the breakdown table (report.py)."""
 
 from .blocks import LOSSES, Kernel, backward_of, block_forward, root_forward  # noqa: F401
@@ -10,4 +11,5 @@ from .step import overlap_loss, priced_compute, priced_train, select_rates  # no
 from .recompute import Checkpointing, activation_bytes, parse_checkpointing, recomputed  # noqa: F401
 from .tables import AttentionTable, KernelTable, load_table, parse_table, shipped  # noqa: F401
 from .measured import RecordRates, shapes_line  # noqa: F401
-from .report import breakdown_table, sources_lines  # noqa: F401
+from .report import breakdown_table, bytes_line, sources_lines  # noqa: F401
+from .eager import ATTENTION_CALLS, PRECISIONS, attention_call  # noqa: F401

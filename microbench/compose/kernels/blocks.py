@@ -112,16 +112,18 @@ def block_forward(model: Any, micro_batch: int, seq_len: int) -> list[Kernel]:
     return out
 
 
-def backward_of(kernel: Kernel) -> list[Kernel]:
+def backward_of(kernel: Kernel, bias_grad: bool = True) -> list[Kernel]:
     """A matmul's backward is two matmuls of its FLOPs at other shapes: the input's gradient dy @
-    w^T (m x n @ n x k) and the weight's x^T @ dy (k x m @ m x n, the tokens as its inner
-    dimension), plus the bias gradient (a reduction over the tokens of dy) when it has one.
+    w^T (m x n @ n x k) and the weight's, computed as dy^T @ x (n x m @ m x k, the tokens as its
+    inner dimension: autograd writes it in the layout of the linear's transposed weight, as the
+    eager count shows), plus the bias gradient (a reduction over the tokens of dy) when it has
+    one and `bias_grad` (the eager count lists it with the memory-bound work otherwise).
     Attention's backward is FlashAttention's: 2.5x the forward FLOPs (five matmuls to two),
     at its own rate. A memory-bound kernel moves bwd_factor x its forward bytes."""
     if kernel.cls == "matmul":
         out = [replace(kernel, name=f"{kernel.name}.dgrad", m=kernel.m, n=kernel.k, k=kernel.n, pass_="bwd"),
-               replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.k, n=kernel.n, k=kernel.m, pass_="bwd")]
-        if kernel.op == "addmm":
+               replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.n, n=kernel.k, k=kernel.m, pass_="bwd")]
+        if kernel.op == "addmm" and bias_grad:
             out.append(replace(memory(f"{kernel.name}.bias_grad", kernel.m * kernel.n, 1.0), count=kernel.count,
                                pass_="bwd"))
         return out

@@ -39,6 +39,13 @@ def breakdown_table(compute: StepCompute, scale: float,
     return headers, rows
 
 
+def bytes_line(compute: StepCompute) -> str:
+    """Where the memory-bound kernels' bytes came from: the eager count (its signature) or the hand list."""
+    parts = "; ".join(compute.memory_from) or "hand-listed"
+    return (f"memory-bound bytes per unit: {parts} (counted: the aten ops eager PyTorch runs, "
+            f"benchmarks/eager_ops.py; hand-listed: kernels/blocks.py's list, for a layout the count does not cover)")
+
+
 def sources_lines(table: Any) -> list[str]:
     """Where each class's table values come from, for the lines under the breakdown."""
     if table is None:

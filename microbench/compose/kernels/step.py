@@ -14,7 +14,9 @@ from .pricing import Rates, StepCompute, TableRates, price_step
 def priced_compute(model: Any, train: TrainSpec, rates: Rates) -> StepCompute:
     return price_step(model, train.micro_batch, train.seq_len, train.grad_accum, checkpointing(train), rates,
                       param_bytes=DTYPE_BYTES[train.param_dtype], reduce_bytes=DTYPE_BYTES[train.reduce_dtype],
-                      reshard=train.reshard_after_forward, loss=train.loss_kernel)
+                      reshard=train.reshard_after_forward, loss=train.loss_kernel, precision=train.precision,
+                      attention_call=train.attention_call, early_stop=train.recompute_early_stop,
+                      counted_ops=train.counted_ops)
 
 
 def priced_train(model: Any, train: TrainSpec, rates: Rates, scale: float = 1.0) -> TrainSpec:
