@@ -61,15 +61,31 @@ LARGE_SCALE_TRITON = ("MPT-13b", "MPT-30b")
 # (4) and scales it in place (8): 12.
 DECOUPLED_ADAMW_BYTES = 84
 CLIP_GRAD_NORM_BYTES = 12
-MECHANISMS = ("attention", "loss", "optimizer", "contention")
+MECHANISMS = ("attention", "loss", "optimizer", "contention", "eager", "early_stop")
 MECHANISM_TITLES = {"attention": "attention kernel per row (triton / flash2)", "loss": "fused cross-entropy",
-                    "optimizer": "DecoupledAdamW + clipping bytes", "contention": "compute beside collectives"}
+                    "optimizer": "DecoupledAdamW + clipping bytes", "contention": "compute beside collectives",
+                    "eager": "memory-bound work as eager PyTorch runs it (counted)",
+                    "early_stop": "recompute stops early where torch >= 2.1 ran"}
 
 
 def attention_impl(r: dict) -> str:
     if "Large Scale" in r["notes"]:
         return "triton" if r["model"] in LARGE_SCALE_TRITON else "flash2"
     return "triton"
+
+
+def attention_call(r: dict) -> str:
+    """The code around the kernel: llm-foundry's triton_flash_attn_fn, or flash_attn_fn, which
+    unpads q, k and v with flash-attn's bert_padding and pads the output back."""
+    return "llmfoundry-triton" if attention_impl(r) == "triton" else "llmfoundry-flash"
+
+
+def early_stop(r: dict) -> bool:
+    """Whether the row's torch stopped a checkpointed recompute early (torch >= 2.1): the Large
+    Scale table ran llm-foundry at 5e85bd62d, "tested with PyTorch 2.1"; the other tables'
+    llm-foundry (b2a43a147 and before) was "tested with PyTorch 1.13.1 and PyTorch 2.0.1" and
+    submit_benchmarks.py's default image is torch 1.13.1: the whole forward re-run."""
+    return "Large Scale" in r["notes"]
 
 
 @dataclass
@@ -112,7 +128,10 @@ def configuration(r: dict, mechanisms: tuple[str, ...] = MECHANISMS, stand_in: d
                            loss_kernel="fused" if "loss" in mechanisms else "eager",
                            optimizer_bytes_per_param=(DECOUPLED_ADAMW_BYTES + CLIP_GRAD_NORM_BYTES
                                                       if "optimizer" in mechanisms else fsdp.ADAMW_BYTES_MOVED_PER_PARAM),
-                           contention=kernels.overlap_loss(table, nodes) if "contention" in mechanisms else 0.0)
+                           contention=kernels.overlap_loss(table, nodes) if "contention" in mechanisms else 0.0,
+                           precision="amp_bf16" if "amp_bf16" in r["precision"] else "bf16",
+                           attention_call=attention_call(r), counted_ops="eager" in mechanisms,
+                           recompute_early_stop=early_stop(r) if "early_stop" in mechanisms else False)
     net = two_level.for_job(two_level.described([intra], [inter]), nodes * per_node, nodes)[0]
     impl = attention_impl(r) if "attention" in mechanisms else None
     if impl and stand_in and not table.has_attention(impl):
