@@ -132,7 +132,8 @@ def configuration(r: dict, mechanisms: tuple[str, ...] = MECHANISMS, stand_in: d
                            precision="amp_bf16" if "amp_bf16" in r["precision"] else "bf16",
                            attention_call=attention_call(r), counted_ops="eager" in mechanisms,
                            recompute_early_stop=early_stop(r) if "early_stop" in mechanisms else False)
-    net = two_level.for_job(two_level.described([intra], [inter]), nodes * per_node, nodes)[0]
+    net = two_level.for_job(two_level.described([two_level.parse_level(intra, "--net-intra")],
+                                                [two_level.parse_level(inter, "--net-inter")]), nodes * per_node, nodes)[0]
     impl = attention_impl(r) if "attention" in mechanisms else None
     if impl and stand_in and not table.has_attention(impl):
         impl = stand_in.get(impl, impl)

@@ -40,7 +40,9 @@ from typing import Any
 from .. import model as fm
 from . import paired
 from . import steps as vf
+from ...compose.calibration import Calibration
 from ...core.stats import percentile
+from ...world import collectives
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -69,7 +71,7 @@ def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, bac
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
     steps, samples = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
     del sample
-    cal = vf.Calibration(0.0, unit_overhead_s, efficiency, "")
+    cal = Calibration(0.0, unit_overhead_s, efficiency, "")
 
     def bounds(inputs: tuple[dict[str, Any], ...]) -> tuple[float, float]:
         """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
@@ -124,7 +126,7 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
         for _ in range(k):
             torch.matmul(a, b)
 
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    all_gather = collectives.all_gather(dist)
 
     def gather() -> None:
         all_gather(full, shard)
@@ -199,6 +201,7 @@ def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backen
             "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
 
 
-def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
-    return vf.Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]),
-                          float(cal.get("compute_efficiency") or 1.0), source)
+def as_calibration(cal: dict[str, Any], source: str) -> Calibration:
+    """summary.calibration as verify's predictions take it: no efficiency recorded counts as 1."""
+    return Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]), float(cal.get("compute_efficiency") or 1.0),
+                       source, cal.get("backend"), cal.get("device"))

@@ -102,7 +102,7 @@ def _run(opts: JobOptions, choice: Any) -> int:
                 "nproc": nproc, "shape": opts.shape, "tokens": opts.tokens, "steps": opts.steps,
                 "ckpt_every": opts.ckpt_every, "async_ckpt": opts.async_ckpt, "batch_size": opts.batch_size,
                 "sample_bytes": opts.sample_bytes, "workers": opts.workers, "tiers": tiers,
-                "assignments": [(a.data, a.model, a.ckpt) for a in opts.assignments],
+                "assignments": [(a.data, a.model_from, a.ckpt_to) for a in opts.assignments],
                 "calibration": cal, "cal_reps": opts.cal_reps,
                 "calibration_source": f"--calibration {opts.calibration}" if opts.calibration else None}
         try:
