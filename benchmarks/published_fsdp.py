@@ -117,7 +117,6 @@ def configuration(r: dict, mechanisms: tuple[str, ...] = MECHANISMS, stand_in: d
     inter = NICS_ROCE_1600 if "1600Gbps" in r["network"] else NICS_DEFAULT
     model = mpt(r["model"], int(r["d_model"]), int(r["n_heads"]), int(r["layers"]), int(r["vocab"]),
                 max_seq_len=int(r["seq_len"]), source="benchmarks/published (MPT layout)")
-    table = kernels.shipped(table_name)
     # amp_bf16 runs Composer's FSDP mixed precision DEFAULT (fp32 gradient reduction); bf16, PURE.
     pure = "mp=PURE" in r["notes"]
     train = fsdp.TrainSpec(ranks=nodes * per_node, micro_batch=int(r["micro_batch"]), seq_len=int(r["seq_len"]),
@@ -128,28 +127,24 @@ def configuration(r: dict, mechanisms: tuple[str, ...] = MECHANISMS, stand_in: d
                            loss_kernel="fused" if "loss" in mechanisms else "eager",
                            optimizer_bytes_per_param=(DECOUPLED_ADAMW_BYTES + CLIP_GRAD_NORM_BYTES
                                                       if "optimizer" in mechanisms else fsdp.ADAMW_BYTES_MOVED_PER_PARAM),
-                           contention=kernels.overlap_loss(table, nodes) if "contention" in mechanisms else 0.0,
                            precision="amp_bf16" if "amp_bf16" in r["precision"] else "bf16",
                            attention_call=attention_call(r), counted_ops="eager" in mechanisms,
                            recompute_early_stop=early_stop(r) if "early_stop" in mechanisms else False)
     net = two_level.for_job(two_level.described([two_level.parse_level(intra, "--net-intra")],
                                                 [two_level.parse_level(inter, "--net-inter")]), nodes * per_node, nodes)[0]
     impl = attention_impl(r) if "attention" in mechanisms else None
-    if impl and stand_in and not table.has_attention(impl):
+    if impl and stand_in and not kernels.shipped(table_name).has_attention(impl):
         impl = stand_in.get(impl, impl)
-    rates = kernels.TableRates(table, gpu.memory_gbps, impl)
-    return model, kernels.priced_train(model, train, rates), net, gpu
+    # priced as `microbench compose --gpu ... --attention-impl ...` prices it (kernels.priced_for)
+    train, _, _ = kernels.priced_for(model, train, gpu, nodes, attention_impl=impl)
+    if "contention" not in mechanisms:
+        train = replace(train, contention=0.0)
+    return model, train, net, gpu
 
 
 def attention_note(r: dict) -> str:
     gpu, table_name, _ = GPU_OF[r["gpu"]]
     return kernels.TableRates(kernels.shipped(table_name), gpu.memory_gbps, attention_impl(r)).attention_source()
-
-
-def predict(r: dict, scale: float = 1.0, mechanisms: tuple[str, ...] = MECHANISMS,
-            stand_in: dict[str, str] | None = None) -> float:
-    model, train, net, _ = configuration(r, mechanisms, stand_in)
-    return fsdp.predict_step(model, replace(train, compute_scale=scale), net.all_gather, net.reduce_scatter).step_s
 
 
 def stats(rows: list[Row]) -> dict:
@@ -168,11 +163,16 @@ def table(title: str, rows: list[Row], extra: dict[int, str] | None = None) -> N
 
 def both_modes(source: list[dict], mechanisms: tuple[str, ...] = MECHANISMS,
                stand_in: dict[str, str] | None = None) -> tuple[list[Row], list[Row], dict[int, str]]:
-    """(described rows, calibrated rows, the calibrated rows' notes) with these mechanisms."""
-    def at(r: dict, scale: float = 1.0) -> float:
-        return predict(r, scale, mechanisms, stand_in)
+    """(described rows, calibrated rows, the calibrated rows' notes) with these mechanisms: the
+    calibration is `compose --measured-step`'s (kernels.calibrate_step), applied as
+    `--calibration` applies it (every compute rate times its scale)."""
+    configured = [configuration(r, mechanisms, stand_in) for r in source]
 
-    described = [Row(i, r, at(r)) for i, r in enumerate(source)]
+    def at(i: int, scale: float = 1.0) -> float:
+        model, train, net, _ = configured[i]
+        return fsdp.predict_step(model, replace(train, compute_scale=scale), net.all_gather, net.reduce_scatter).step_s
+
+    described = [Row(i, r, at(i)) for i, r in enumerate(source)]
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, r in enumerate(source):
         groups[(r["model"], r["gpu"])].append(i)
@@ -180,13 +180,14 @@ def both_modes(source: list[dict], mechanisms: tuple[str, ...] = MECHANISMS,
     for (model_name, gpu_name), members in groups.items():
         anchor = min(members, key=lambda i: (int(source[i]["nodes"]) * int(source[i]["gpus_per_node"]), i))
         r = source[anchor]
-        cal = kernels.calibrate(float(r["measured_step_s"]), GPU_OF[gpu_name][0].name,
-                                {"row": anchor, "model": model_name}, lambda s, r=r: at(r, s))
+        model, train, net, gpu = configured[anchor]
+        cal = kernels.calibrate_step(float(r["measured_step_s"]), gpu.name, {"row": anchor, "model": model_name},
+                                     model, train, net)
         for i in members:
             if i == anchor:
                 continue
             kernels.check_gpu(cal, GPU_OF[source[i]["gpu"]][0].name, f"row {anchor}")
-            calibrated.append(Row(i, source[i], at(source[i], cal.scale)))
+            calibrated.append(Row(i, source[i], at(i, cal.scale)))
             notes[i] = f"scale {cal.scale:.3f} from row {anchor} ({int(r['nodes']) * int(r['gpus_per_node'])} GPUs)"
     return described, calibrated, notes
 

@@ -41,6 +41,8 @@ def flags_shown(parser: argparse.ArgumentParser, words: list[str] | None = None,
 CHANGED_ON_PURPOSE = {
     ("verify fsdp", "--ckpt-reps"): ("5", "9", "issue 25: a 60 MB cold read on a shared VM is bimodal (about 21 or "
                                      "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
+    ("compose", "--activation-checkpointing"): (None, "none", "issue 33: a mode (none, full, blocks:F, ops) instead "
+                                                "of a switch; the bare flag still means full"),
 }
 
 
@@ -48,7 +50,7 @@ CHANGED_ON_PURPOSE = {
 # default: a flag that stated none before now says what applies when it is not given (a
 # repeatable one: "none", where argparse's empty list showed). No value changed.
 STATED_SINCE = {
-    "--activation-checkpointing": "off", "--allow-partial": "off", "--no-reshard-after-forward": "off",
+    "--allow-partial": "off", "--no-reshard-after-forward": "off",
     "--calibration": "none", "--csv": "none", "--compute": "none: --gpu x --mfu or --tflops",
     "--gpu": "none: give --tflops or --compute", "--layers": "none: the model's shapes",
     "--params": "none: the model's shapes", "--model-config": "none: --model's preset",

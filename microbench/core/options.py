@@ -42,6 +42,7 @@ class Opt:
     record: bool = True              # False: a flag for this run only, not part of the resolved config
     group: str = "probe"             # the --help section
     repeat: bool = False             # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
+    bare: str | None = None          # the value the flag alone means (--activation-checkpointing = full); else it needs one
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -221,8 +222,9 @@ def add_flag(group: Any, flag: Flag) -> None:
         group.add_argument(flag.flag, dest=flag.dest, action="append", default=[], help=text,
                            metavar=opt.metavar or flag.name.upper())
     else:
+        bare = {"nargs": "?", "const": opt.bare} if opt.bare is not None else {}
         group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
-                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices)
+                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices, **bare)
     if opt.negative:
         group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
                            help=f"same as --no-{flag.flag[2:]}")

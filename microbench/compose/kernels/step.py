@@ -26,25 +26,29 @@ def priced_train(model: Any, train: TrainSpec, rates: Rates, scale: float = 1.0)
 
 def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = None,
                  record_rows: list[dict[str, Any]] | None = None, record_path: str = "",
-                 attention_impl: str | None = None) -> tuple[Rates | None, Any]:
+                 attention_impl: str | None = None, table: Any = None) -> tuple[Rates | None, Any]:
     """The rates compose prices kernels at, in the issue's order, and the table behind them (or
     None): a compute record's rows (falling back to the table), else the shipped table for the
     GPU; with --tflops, or a GPU without a table, one FLOP rate (peak x mfu) with memory-bound work
     at the GPU's bandwidth x the H100 copy fraction. (None, None) without a GPU: the single-rate
     composer stays in charge (a CPU's own compute record predicts that CPU). `attention_impl`
     picks the table's attention implementation (None: its default; one it lacks is priced at
-    the default, the source saying so)."""
+    the default, the source saying so); `table` one the user measured (--kernel-table), instead of
+    the shipped one. An --mfu given on a GPU with a table prices every kernel at it, as --tflops."""
     from .measured import RecordRates
     from .pricing import FlatRates
     from .tables import shipped
 
     if gpu is None:
         return None, None
-    table = shipped(gpu.name)
+    table = table if table is not None else shipped(gpu.name)
     fraction = table.memory_fraction if table is not None else shipped("h100").memory_fraction
     memory = (gpu.memory_gbps * fraction * 1e9, f"{gpu.name} bandwidth x {fraction:.3g}")
     if tflops is not None:
         return FlatRates(tflops * 1e12, f"--tflops {tflops:g}", *memory), None
+    if mfu is not None and table is not None:
+        return FlatRates(gpu.peak_bf16_tflops * mfu * 1e12,
+                         f"{gpu.name} peak {gpu.peak_bf16_tflops:g} TFLOP/s x --mfu {mfu:g}", *memory), None
     base: Rates
     if table is not None:
         base = TableRates(table, gpu.memory_gbps, attention_impl)
@@ -64,3 +68,19 @@ def overlap_loss(table: Any, nodes: int) -> float:
     if table is None:
         return 0.0
     return 1.0 - table.overlap_rate(nodes > 1)
+
+
+def priced_for(model: Any, train: TrainSpec, gpu: Any, nodes: int, *, tflops: float | None = None,
+               mfu: float | None = None, record_rows: list[dict[str, Any]] | None = None, record_path: str = "",
+               attention_impl: str | None = None, table: Any = None,
+               scale: float = 1.0) -> tuple[TrainSpec, Rates | None, Any]:
+    """`train` priced per kernel for this GPU, as compose prices it (and the published-runs check
+    through the same call): the rates in select_rates' order, compute slowed beside collectives as
+    the GPU's table says (one node or across nodes), every rate times `scale`. A model without
+    shapes (--params/--layers) or no GPU: `train` unchanged, (rates, table) None."""
+    rates, table = select_rates(gpu, tflops=tflops, mfu=mfu, record_rows=record_rows, record_path=record_path,
+                                attention_impl=attention_impl, table=table)
+    if rates is None or not hasattr(model, "heads"):
+        return train, None, None
+    train = replace(train, contention=overlap_loss(table, nodes))
+    return priced_train(model, train, rates, scale), rates, table
