@@ -41,6 +41,8 @@ def flags_shown(parser: argparse.ArgumentParser, words: list[str] | None = None,
 CHANGED_ON_PURPOSE = {
     ("verify fsdp", "--ckpt-reps"): ("5", "9", "issue 25: a 60 MB cold read on a shared VM is bimodal (about 21 or "
                                      "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
+    ("compose", "--mfu"): ("0.4", "0.4 where --gpu has no kernel table; h100 and a100 price each kernel at its "
+                                  "table's rate", "issue 33: a GPU with a kernel table prices compute per kernel"),
     ("compose", "--activation-checkpointing"): (None, "none", "issue 33: a mode (none, full, blocks:F, ops) instead "
                                                 "of a switch; the bare flag still means full"),
 }

@@ -83,8 +83,11 @@ class Compute:
     TITLE: ClassVar[str] = "compute (optimizer: AdamW)"
     gpu: str | None = option(None, parse=gpu_name, shown="none: give --tflops or --compute",
                              help=f"accelerator: {', '.join(GPUS)} (peak dense bf16, memory size and bandwidth for the "
-                                  f"memory check and the optimizer step)")
-    mfu: float | None = option(None, parse=mfu, shown=str(DEFAULT_MFU), help="achieved fraction of --gpu's peak")
+                                  f"memory check and the optimizer step; with a model of real shapes, compute priced "
+                                  f"per kernel at its kernel table's rates, h100 and a100)")
+    mfu: float | None = option(None, parse=mfu, shown=f"{DEFAULT_MFU:g} where --gpu has no kernel table; h100 and a100 "
+                                                      f"price each kernel at its table's rate",
+                               help="achieved fraction of --gpu's peak, for every matmul and attention")
     tflops: float | None = option(None, parse=tflops, shown="none: --gpu x --mfu",
                                   help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400")
     compute: str | None = option(None, metavar="RECORD", shown="none: --gpu x --mfu or --tflops",
