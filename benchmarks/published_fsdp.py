@@ -10,9 +10,13 @@ library path (the MPT layout, compute priced per kernel, the two-level network, 
 
 Networks as the issue describes them: NVLink busbw 360 GB/s (H100) or 230 GB/s (A100) inside a
 node; across nodes the node's NICs as the row states (1600 Gbps RoCE for the A100 rows), else
-8 x 400 Gbps. Each row runs the software its source ran (`software`): the attention kernel
-llm-foundry's benchmark scripts chose, its fused cross-entropy, Composer's DecoupledAdamW with
-gradient clipping, and compute slowed beside collectives as the GPU's table says. Prints per row
+8 x 400 Gbps. Each row runs the software its source ran: the attention kernel llm-foundry's
+benchmark scripts chose, its fused cross-entropy, Composer's DecoupledAdamW with gradient
+clipping, compute slowed beside collectives as the GPU's table says, its memory-bound ops as
+eager PyTorch ran them (amp_bf16 or bf16, llm-foundry's attention call; counted by
+benchmarks/eager_ops.py) and its torch's recompute (early stop from torch 2.1). Every row is
+priced through kernels.priced_for and calibrated through kernels.calibrate_step, the calls
+`microbench compose --gpu ... --measured-step` / `--calibration` makes. Prints per row
 the predicted and published step and the error, then MAPE, max and mean per mode; `--ablation`
 adds the mechanisms one at a time and prints both modes after each. Nothing here is tuned to
 these step times: the tables come from kernel measurements (microbench/compose/kernels/data/*.json

@@ -108,9 +108,12 @@ def record(result: Composition) -> dict[str, Any]:
     inputs, memory, parts = result.inputs, result.memory, result.parts
     model, train, rate, nets = inputs.model, inputs.train, inputs.rate, inputs.networks
     config = {"calibration": inputs.calibration.source if inputs.calibration else None, "model": model.describe(),
-              "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
+              # the priced kernels are summary.compute's breakdown, not a field of the configuration
+              "train": {**{k: v for k, v in train.__dict__.items() if k != "kernel_compute"},
+                        "tokens_per_rank": train.tokens_per_rank},
               "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
-                          "gpu": rate.gpu.as_dict() if rate.gpu else None},
+                          "gpu": rate.gpu.as_dict() if rate.gpu else None,
+                          "priced_per_kernel": train.kernel_compute is not None},
               "networks": [n.describe() for n in nets], "tiers": [t.as_dict() for t in inputs.tiers],
               "checkpoint": {"interval_s": inputs.interval_s, "overhead_fraction": inputs.overhead,
                              "mtbf_s": inputs.mtbf_s},

@@ -199,7 +199,7 @@ def checkpointing(text: Any, flag: str) -> str:
     return parse_checkpointing(text).label
 
 
-def measured_step(text: Any, flag: str) -> float:
+def step_seconds(text: Any, flag: str) -> float:
     from ..kernels.calibration import check_measured_step
 
     return check_measured_step(text, flag)

@@ -21,10 +21,9 @@ from ..sharding.predict import Strategy
 from ..tiers import described
 from .parsers import (DEFAULT_MFU, MAX_GPUS_PER_NODE, MAX_GRAD_ACCUM, MAX_LAYERS, MAX_MICRO_BATCH, MAX_NODES, MAX_RANKS,
                       MAX_SEQ_LEN, MAX_STEPS, DescribedNet, NamedRecord, SerializeRate, Typed, checkpointing, count,
-                      data_rate, duration, fraction, gpu_name, hours, measured_step, mfu, model_name, named_record, net,
-                      node_counts,
-                      overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding, size,
-                      state_dicts, tflops, tier_names, tokens)
+                      data_rate, duration, fraction, gpu_name, hours, mfu, model_name, named_record, net,
+                      node_counts, overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding,
+                      size, state_dicts, step_seconds, tflops, tier_names, tokens)
 
 
 @dataclass
@@ -105,7 +104,7 @@ class Compute:
                                      help="a `microbench compose ... --measured-step` record (its scale on compute "
                                           "rates, for the same --gpu kind) or a `microbench verify --calibrate-only` "
                                           "record (its measured overlap and per-unit overhead; flags given here win)")
-    measured_step: float | None = option(None, parse=measured_step, metavar="SECONDS", shown="none",
+    measured_step: float | None = option(None, parse=step_seconds, metavar="SECONDS", shown="none",
                                          help="the optimizer step a trainer measured on this configuration (its "
                                               "--gpu, nodes, micro-batch, sequence, network): prints the scale on "
                                               "compute rates that reproduces it and keeps it in the record, for "
