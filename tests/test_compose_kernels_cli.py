@@ -178,3 +178,16 @@ def test_bad_input_is_exit_2_with_one_line_before_any_output(case, tmp_path, cap
     captured = capsys.readouterr()
     assert rc == 2 and captured.out == ""
     assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+
+
+def test_an_mpt_config_with_the_triton_kernel_counts_llm_foundrys_call(tmp_path, capsys):
+    config = tmp_path / "mpt.json"
+    config.write_text(json.dumps({"model_type": "mpt", "d_model": 1536, "n_heads": 12, "n_layers": 24,
+                                  "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 50368}))
+    argv = ["--model-config", str(config), "--nodes", "4", "--gpus-per-node", "8", "--gpu", "h100", "--micro-batch",
+            "24", "--seq-len", "2048", *NETS]
+    rc, out, err, rec = _compose([*argv, "--attention-impl", "triton"], tmp_path, capsys)
+    assert rc == 0, err
+    assert rec["summary"]["compute"]["memory_bytes_from"][0] == "blocks: counted gpt/bf16/llmfoundry-triton/bias/mha"
+    rc, out, err, rec = _compose(argv, tmp_path, capsys, "sdpa.json")
+    assert rec["summary"]["compute"]["memory_bytes_from"][0] == "blocks: counted gpt/bf16/sdpa/bias/mha"

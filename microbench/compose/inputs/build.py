@@ -4,7 +4,7 @@ read and checked here, for their kind and their numbers, in the order the comman
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -197,6 +197,9 @@ def priced(opts: ComposeOptions, shape: Any, train: fsdp.TrainSpec, rate: Comput
     if rate.gpu is None or (c.compute and rate.kernel_rows is None):
         return train, None, None
     scale = cal.compute_scale if cal is not None and cal.compute_scale else 1.0
+    # the code around the attention kernel, whose copies the eager count prices: torch's SDPA,
+    # or llm-foundry's call for the Triton kernel only its MPT runs
+    train = replace(train, attention_call=kernels.attention_call(c.attention_impl, shape))
     return kernels.priced_for(shape, train, rate.gpu, nodes, tflops=c.tflops, mfu=c.mfu, record_rows=rate.kernel_rows,
                               record_path=c.compute or "", attention_impl=c.attention_impl, table=table, scale=scale)
 
