@@ -19,7 +19,7 @@ from ..world import fork as prefork
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.registry import SuiteStep
-from ..core.units import format_size
+from ..core.units import format_size, format_number
 from ..world.launch import package_env, self_command
 
 
@@ -167,7 +167,7 @@ def headline(record: dict[str, Any]) -> str:
         where = f" at {format_size(size)}" if isinstance(size, int) and not isinstance(size, bool) else ""
         if not key.endswith("_gbps"):
             # Counts and rates in plain digits (35600 samples_per_s), never 3.56e+04.
-            number = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+            number = format_number(value)
             return f"{op} {number} {key}{where}"
         name = key.removesuffix("_gbps")
         shown = f" {name}" if (op, key) in named and name != op else ""   # not "write write"
@@ -238,7 +238,7 @@ def _wait_step(child: Any, err: Any, timeout_s: float) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
-        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+        return 1, f"microbench: step did not finish within {format_number(timeout_s, 6)} s"
     except KeyboardInterrupt:
         # A signal to the suite's PID alone (a scheduler's SIGTERM, `kill`) never reaches the
         # step: hand it on, so the step ends its ranks and keeps a partial record, and wait for

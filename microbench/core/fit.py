@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .units import format_number
+
 
 def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     placements = {r.get("placement", "out") for r in rows}
@@ -84,12 +86,12 @@ def _degenerate(points: int, latency_s: float, peak_gbps: float, measured_gbps: 
         return "one size cannot tell latency from bandwidth; measure a range of sizes, e.g. --sizes 1M-64M"
     if latency_bound:
         return (f"no size was bandwidth-bound: time hardly grows with size, so neither latency nor peak can be "
-                f"told apart (best measured busbw {measured_gbps:.3g} GB/s); measure larger sizes")
+                f"told apart (best measured busbw {format_number(measured_gbps)} GB/s); measure larger sizes")
     if latency_s <= 0:
         return (f"the fitted latency is 0 (the line through the times meets size 0 at or below zero), which no "
                 f"real link has: the times do not follow latency + size/bandwidth; measure more sizes or more --iters")
     if peak_gbps < PEAK_BELOW_MEASURED * measured_gbps:
-        return (f"the fitted peak {peak_gbps:.3g} GB/s is below the measured maximum {measured_gbps:.3g} GB/s "
+        return (f"the fitted peak {format_number(peak_gbps)} GB/s is below the measured maximum {format_number(measured_gbps)} GB/s "
                 f"at {measured_size} B: the times do not follow latency + size/bandwidth")
     return None
 

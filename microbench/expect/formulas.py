@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.units import format_number
+
 NIC_EFFICIENCY = 0.96
 NVLINK_EFFICIENCY = 0.80
 LAB_EFFICIENCY = 1.0
@@ -216,7 +218,7 @@ def describe(expected: dict[str, Any]) -> str:
     if expected.get("gbps") is None:
         return f"(expected: unknown, {expected.get('unknown_why')})"
     inputs = ", ".join(f"{k} {v}" for k, v in expected["inputs"].items())
-    return f"expected {expected['gbps']:.4g} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
+    return f"expected {format_number(expected['gbps'], 4)} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
 
 
 # Filesystems whose bytes cross the network: their ceiling is the NIC's.

@@ -315,14 +315,13 @@ class StepReplay:
 
 
 def print_report(outcome: Any, config: Config) -> None:
-    from tabulate import tabulate
+    from ..core.tables import text_table
 
     from ..compose.report import format_time
 
     table = [(r["op"], r["m"], r["n"], r["k"], format_time(r["time_us"]["p50"] * 1e-6), f"{r['tflops']:.2f}",
-              f"{r['per_block']:g}") for r in outcome.rows]
-    print(tabulate(table, headers=["matmul", "m", "n", "k", "time p50", "TFLOP/s", "per block"], tablefmt="simple",
-                   disable_numparse=True))
+              float(r['per_block'])) for r in outcome.rows]
+    print(text_table(table, headers=["matmul", "m", "n", "k", "time p50", "TFLOP/s", "per block"], tablefmt="simple"))
     impl = outcome.record["implementation"]
     achieved = outcome.record["summary"]["achieved_tflops"]
     print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "

@@ -101,7 +101,7 @@ def _body(spec: Any, world: Any, config: Any, target: ct.Target, inv: Any) -> Ru
 
 
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     record = outcome.record
     impl = record["implementation"]
@@ -131,7 +131,7 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                       f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
                       f"{gbps:.3f}", wrong)
                      + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ()))
-    print(tabulate(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
+    print(text_table(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
                                    "blocked (ms)", "GB/s", "#wrong"] + (["durable (ms)"] if durable else []),
                    tablefmt="simple"))
     if durable:
