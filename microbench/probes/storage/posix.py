@@ -350,6 +350,18 @@ def _run(spec: Any, config: Config, inv: Any) -> Any:
     return run_storage(PosixProbe, Target, config, inv, compare_fio=config.compare_fio)
 
 
+def case_words(key: str, row: dict[str, Any]) -> str | None:
+    """A legend's words for a row: its I/O streams (threads x queue depth, each an outstanding
+    request), and the single-stream case as one stream."""
+    single = row.get("stream") == "single"
+    if key == "stream" and single:
+        return "1 stream"
+    if key in ("threads", "qd"):
+        streams = 1 if single else int(row.get("threads") or 1) * int(row.get("qd") or 1)
+        return f"{streams} stream{'' if streams == 1 else 's'}"
+    return None
+
+
 SPEC = ProbeSpec(
     name="storage_posix", command=("storage", "posix"), order=40,
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
@@ -358,6 +370,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
     row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
-    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), feeds=("tier",),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), case_words=case_words, feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M")),),
 )
