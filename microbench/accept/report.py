@@ -59,7 +59,7 @@ class Run:
 def load_runs(paths: Sequence[str]) -> list[Run]:
     if not paths:
         raise UsageError("no records given: expected suite directories or record files, "
-                         "e.g. microbench report results/suite-* --out report.html")
+                         "e.g. microbench report results/suite-* --out results/report.html")
     runs: list[Run] = []
     seen: set[str] = set()
     for raw in paths:
