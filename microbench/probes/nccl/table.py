@@ -107,8 +107,8 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
         tail.insert(0, f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
                        f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
     if fit.get("fitted") is False:
-        # A degenerate model (latency 0, half of peak at 0 B, peak under the measured maximum)
-        # is worse than none: say so, with why, and what was measured.
+        # A model more than core/fit's tolerance off the measured busbw at some size is worse
+        # than none: say so, with why, and what was measured.
         best = fit["measured_max_busbw_gbps"]
         shares = [f"{100 * best / expected['gbps']:.0f}% of expected"] if expected and expected.get("gbps") else []
         shares += [f"{100 * best / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)"] if link_gbps else []
@@ -117,7 +117,9 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
                 + (f" = {', '.join(shares)}" if shares else ""), *tail]
     avg = fit["avg_busbw_bw_bound_gbps"]
     share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
-    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, "
+    latency = (f"latency {fit['latency_us']:.1f} us, " if fit["latency_us"] > 0
+               else "latency 0 (times proportional to size), ")
+    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): {latency}"
             f"peak busbw {'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, "
             f"half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}",
             f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
