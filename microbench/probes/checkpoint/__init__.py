@@ -52,6 +52,9 @@ class CheckpointRow(_CheckpointRequired, total=False):
     read_gbps: float                # load
     blocked_time_us: float          # async_save: the training loop's wait
     durable_time_us: float          # async_save: until the checkpoint is on storage
+    staging_time_us: float          # async_save: of the blocked time, DCP's copy of the state into CPU memory
+    staging_make_time_us: float     # of which making the staged tensors (torch's _create_cpu_state_dict)
+    staging_copy_time_us: float     # of which copying the state into them (torch's _copy_state_dict)
     checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
     # --state-dict full (probes/checkpoint/full.py), rank 0's parts, medians over iterations:
     gather_time_us: float           # save: get_model_state_dict(full_state_dict, cpu_offload)
@@ -62,6 +65,49 @@ class CheckpointRow(_CheckpointRequired, total=False):
     durable_time_us: float          # save through a bucket mount: until the store held every byte
     durable_gbps: float             # save through a mount: total bytes / durable time
     blocked_is_durable: bool        # a direct mount: close returned after the upload
+
+
+class _StagingClock:
+    """Times the part of dcp.async_save that blocks the caller's thread on the data: its stager
+    (the writer itself, a BlockingAsyncStager) makes a CPU copy of the state before the call
+    returns, and the write runs on in a thread. Inside that copy, where torch has them, the two
+    steps apart: making the staged tensors (_create_cpu_state_dict) and copying into them
+    (_copy_state_dict), wrapped only while this clock is entered, in this thread's call."""
+
+    STEPS = {"_create_cpu_state_dict": "make", "_copy_state_dict": "copy"}
+
+    def __init__(self, writer: Any) -> None:
+        self.writer, self.spent = writer, {}
+        self._module, self._saved = None, {}
+
+    def __enter__(self) -> "_StagingClock":
+        stage = getattr(self.writer, "stage", None)
+        if stage is None:    # DCP's own stager then: not timed
+            return self
+        self.writer.stage = self._timed("stage", stage)
+        try:
+            from torch.distributed.checkpoint import staging as module
+        except ImportError:
+            return self
+        self._module = module
+        for name, step in self.STEPS.items():
+            if callable(getattr(module, name, None)):
+                self._saved[name] = getattr(module, name)
+                setattr(module, name, self._timed(step, self._saved[name]))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, original in self._saved.items():
+            setattr(self._module, name, original)
+
+    def _timed(self, key: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[key] = self.spent.get(key, 0.0) + time.perf_counter() - begin
+        return timed
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -240,14 +286,19 @@ class CheckpointProbe(Probe):
                 return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
                                   time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
             return Timed(time.perf_counter() - start)
-        future = self._guard("async_save", lambda: self.dcp.async_save(
-            self.state, storage_writer=writer, process_group=self.group))
+        with _StagingClock(writer) as staging:
+            future = self._guard("async_save", lambda: self.dcp.async_save(
+                self.state, storage_writer=writer, process_group=self.group))
         blocked = time.perf_counter() - start
         self._guard("async_save", lambda: _result(future))
         durable = time.perf_counter() - start
-        both = self.world.all_gather_object((blocked, durable))
-        return Timed(durable, {"blocked_time_us": max(b for b, _ in both) * 1e6,
-                               "durable_time_us": max(d for _, d in both) * 1e6})
+        every = self.world.all_gather_object({"blocked": blocked, "durable": durable, **staging.spent})
+        # Training waits for the rank that returns last: its blocked time and what it spent it on.
+        slowest = max(every, key=lambda one: one["blocked"])
+        names = {"blocked": "blocked_time_us", "stage": "staging_time_us", "make": "staging_make_time_us",
+                 "copy": "staging_copy_time_us"}
+        return Timed(durable, {"durable_time_us": max(one["durable"] for one in every) * 1e6,
+                               **{column: slowest[key] * 1e6 for key, column in names.items() if key in slowest}})
 
     def _timed_load(self) -> Timed:
         assert self.dest is not None and self.last_step is not None
