@@ -35,6 +35,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 from ...targets import mount_facts
 from .durable import timed_save
+from .staging_clock import StagingClock
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -65,49 +66,6 @@ class CheckpointRow(_CheckpointRequired, total=False):
     durable_time_us: float          # save through a bucket mount: until the store held every byte
     durable_gbps: float             # save through a mount: total bytes / durable time
     blocked_is_durable: bool        # a direct mount: close returned after the upload
-
-
-class _StagingClock:
-    """Times the part of dcp.async_save that blocks the caller's thread on the data: its stager
-    (the writer itself, a BlockingAsyncStager) makes a CPU copy of the state before the call
-    returns, and the write runs on in a thread. Inside that copy, where torch has them, the two
-    steps apart: making the staged tensors (_create_cpu_state_dict) and copying into them
-    (_copy_state_dict), wrapped only while this clock is entered, in this thread's call."""
-
-    STEPS = {"_create_cpu_state_dict": "make", "_copy_state_dict": "copy"}
-
-    def __init__(self, writer: Any) -> None:
-        self.writer, self.spent = writer, {}
-        self._module, self._saved = None, {}
-
-    def __enter__(self) -> "_StagingClock":
-        stage = getattr(self.writer, "stage", None)
-        if stage is None:    # DCP's own stager then: not timed
-            return self
-        self.writer.stage = self._timed("stage", stage)
-        try:
-            from torch.distributed.checkpoint import staging as module
-        except ImportError:
-            return self
-        self._module = module
-        for name, step in self.STEPS.items():
-            if callable(getattr(module, name, None)):
-                self._saved[name] = getattr(module, name)
-                setattr(module, name, self._timed(step, self._saved[name]))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for name, original in self._saved.items():
-            setattr(self._module, name, original)
-
-    def _timed(self, key: str, fn: Any) -> Any:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            begin = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.spent[key] = self.spent.get(key, 0.0) + time.perf_counter() - begin
-        return timed
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -286,7 +244,7 @@ class CheckpointProbe(Probe):
                 return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
                                   time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
             return Timed(time.perf_counter() - start)
-        with _StagingClock(writer) as staging:
+        with StagingClock(writer) as staging:
             future = self._guard("async_save", lambda: self.dcp.async_save(
                 self.state, storage_writer=writer, process_group=self.group))
         blocked = time.perf_counter() - start
