@@ -52,6 +52,11 @@ def test_verdicts_in_order_of_what_matters():
     assert report_summary.verdict({"status": "partial", "status_reason": "rank 1 died"}, "x", None)[1] == "fail"
     assert report_summary.verdict(complete, "x", None) == ("WRONG: 3 element(s) did not read back as written", "fail")
     assert report_summary.verdict(complete, "y", None) == ("no check", "note")
+    swept = {"status": "complete", "rows": [], "summary": {"skipped": {
+        "reason": "does not fit in memory: 20.3 GiB of host memory may be taken",
+        "cases": [{"op": "all_gather", "size_bytes": 4 << 30, "placement": "out", "need_bytes": 22 << 30}]}}}
+    assert report_summary.verdict(swept, "all_gather", None) == (
+        "no check; skipped out-of-place 4G (does not fit in memory: 20.3 GiB of host memory may be taken)", "note")
 
 
 def test_a_small_picture_starts_at_zero():

@@ -56,13 +56,18 @@ def verdict(record: dict[str, Any], op: str | None, results: list[Any] | None) -
                 and isinstance(r.get("nwrong"), int))
     if wrong:
         return f"WRONG: {wrong} element(s) did not read back as written", "fail"
+    skipped = [c for c in ((record.get("summary") or {}).get("skipped") or {}).get("cases", []) if c.get("op") == op]
+    # A sweep that skipped cases (nccl: not enough memory) says so beside its verdict.
+    also = ("; skipped " + ", ".join(f"{'out-of-place' if c.get('placement') == 'out' else 'in-place'} "
+                                     f"{format_size(c.get('size_bytes', 0))}" for c in skipped)
+            + f" ({record['summary']['skipped'].get('reason', 'no reason recorded')})") if skipped else ""
     mine = [v for v in results or [] if v.check.op == op]
     if not mine:
-        return "no check", "note"
+        return "no check" + also, "note"
     bad = [v for v in mine if v.status != "pass"]
     if not bad:
-        return "PASS: " + "; ".join(v.detail for v in mine), "pass"
-    return f"{bad[0].status.upper()}: " + "; ".join(v.detail for v in bad), "fail"
+        return "PASS: " + "; ".join(v.detail for v in mine) + also, "pass"
+    return f"{bad[0].status.upper()}: " + "; ".join(v.detail for v in bad) + also, "fail"
 
 
 def curve(record: dict[str, Any], best: Best) -> list[tuple[int, float]]:
