@@ -8,7 +8,7 @@ from ..core.tables import text_table
 
 from ..accept.compare import RULE_EXAMPLE, compare, parse_rule, short_name
 from ..core.errors import RunError
-from ..core.units import format_size
+from ..core.units import format_number, format_size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.4g}"
+    return format_number(value, 4)   # never 1.23e-05 in the table
 
 
 def run(args: argparse.Namespace) -> int:
