@@ -26,7 +26,7 @@ from ...world.launch import detect_world
 from ...world.topology import Topology, machine_ranks, topology
 from .groups import check_groups, expected_for_group
 from .ops import OPS, effective_size
-from .plan import MemoryPlan, plan_memory
+from .plan import MemoryPlan, Skipped, plan_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
@@ -181,8 +181,6 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
 
 def skipped_line(skipped: dict[str, Any]) -> str:
     """The closing line of a run that skipped cases: which, what each needs, and why."""
-    from .plan import Skipped
-
     cases = [Skipped(c["op"], c["size_bytes"], c["placement"], c["need_bytes"]) for c in skipped["cases"]]
     return (f"# skipped {len(cases)} case(s) that do not fit in memory ({skipped['reason'].removeprefix('does not fit in memory: ')}): "
             f"{'; '.join(c.words() for c in cases)}; every other size and placement ran")
