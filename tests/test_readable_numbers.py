@@ -56,9 +56,9 @@ def test_a_progress_line_names_a_rate_in_plain_digits():
     assert row_brief({"op": "x", "busbw_gbps": 0.0000123}, {"kind": "nccl"}) == "busbw 0.0000123 GB/s"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(cwd, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "microbench", *args], env=cli_env(), capture_output=True,
-                          text=True, timeout=120, cwd="/")
+                          text=True, timeout=120, cwd=cwd)
 
 
 @pytest.mark.parametrize("args, quoted", [
@@ -67,8 +67,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (("storage", "posix", "--bs", "1M,1X"), "'1M,1X'"),
     (("dataload", "--sample-size", "8K-1X"), "'8K-1X'"),
 ])
-def test_errors_quote_the_value_as_typed(args, quoted):
-    done = _cli(*args)
+def test_errors_quote_the_value_as_typed(args, quoted, tmp_path):
+    done = _cli(tmp_path, *args)
     assert done.returncode == 2, done.stderr
     line = one_error_line(done.stderr)
     assert f"invalid {args[-2]} {quoted}" in line, line

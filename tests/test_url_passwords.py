@@ -33,9 +33,9 @@ def test_public_url_never_raises_and_never_shows_the_password(url):
     assert PW not in public_url(url)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(cwd, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "microbench", *args], env=cli_env(), capture_output=True, text=True,
-                          timeout=120, cwd="/")
+                          timeout=120, cwd=cwd)
 
 
 @pytest.mark.parametrize("command", [("storage", "s3"), ("checkpoint", "--target", "s3://bucket/x"),
@@ -46,10 +46,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (f"http://bob:{PW}@127.0.0.1:xx", "invalid --endpoint 'http://127.0.0.1:xx': bad port (a number from 1 to 65535)"),
     (f"http://bob:{PW}@127.0.0.1:3999999", "invalid --endpoint 'http://127.0.0.1:3999999': bad port"),
 ], ids=["slash-in-password", "port-not-a-number", "port-out-of-range"])
-def test_a_rejected_endpoint_is_quoted_without_its_password(command, url, fragment):
-    done = _cli(*command, "--endpoint", url, "--bucket" if command[0] == "storage" else "--timeout",
+def test_a_rejected_endpoint_is_quoted_without_its_password(command, url, fragment, tmp_path):
+    done = _cli(tmp_path, *command, "--endpoint", url, "--bucket" if command[0] == "storage" else "--timeout",
                 "bucket" if command[0] == "storage" else "5")
     assert done.returncode == 2, done.stdout + done.stderr
     line = one_error_line(done.stderr)
     assert fragment in line, line
     assert PW not in done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == []   # refused before any work
