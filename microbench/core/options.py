@@ -98,9 +98,9 @@ class Flag:
         if self.opt.shown is not None:
             return self.opt.shown
         if self.kind == "sizes" and isinstance(self.default, (list, tuple)):
-            return ",".join(units.format_size(v) for v in self.default)
+            return ",".join(units.format_size_exact(v) for v in self.default)
         if self.kind == "size" and isinstance(self.default, int):
-            return units.format_size(self.default)
+            return units.format_size_exact(self.default)
         return format_value(self.default)
 
     def value(self, given: Any, factor: float = 2.0) -> Any:
@@ -285,7 +285,7 @@ def choice(allowed: tuple[str, ...] | list[str]) -> Parser:
 
 def size_list(text: Any, flag: str) -> list[int]:
     """Comma-separated sizes, sorted and without repeats (block sizes: --bs 1M,16M)."""
-    out = [units.parse_size(part, what=flag) for part in str(text).split(",") if part.strip()]
+    out = [units.parse_size(part, what=flag, typed=str(text)) for part in str(text).split(",") if part.strip()]
     if not out:
         raise UsageError(f"invalid {flag} {text!r}: empty; expected sizes, e.g. {flag} 1M,16M")
     return sorted(set(out))
