@@ -9,7 +9,14 @@ Measures, in bf16 with CUDA events (median of --iters after --warmup):
              and 128 and sequences 512-16k, batch x sequence = 16k tokens, 2048 / head_dim heads
              (the FlashAttention papers' setup);
   memory     a device-to-device copy of 1 GiB: bytes read + written over time, as a fraction of
-             --memory-gbps.
+             --memory-gbps;
+  overlap    a bf16 matmul (8192^3 and an MPT-13B MLP shape) alone, then while a copy kernel holds
+             N SMs for its whole run, as NCCL's CTAs do beside FSDP's compute (one CTA per
+             channel, never sharing an SM): N = --overlap-sms, NCCL's ring CTAs on one node and
+             across nodes (24 and 16 on a DGX A100/H100 class node); the matmul's rate beside it
+             over its rate alone is the table's overlap.compute_rate. Needs a CUDA device and Triton
+             (the copy kernel is a Triton program per held SM); without them it is not measured,
+             the table has no overlap section and the output says so.
 Without a GPU it runs the same code on the CPU in float32 on a small grid and says so: a table
 of this machine's CPU, for the tests, not one to ship. Nothing here looks at a training step.
 """
@@ -101,6 +108,72 @@ def measure(device: str, dtype: Any, grid: tuple, seqs: list[int], tokens: int, 
             "seq_len": seqs, **att}, "copy_read_write_gbps": copy_gbps}
 
 
+OVERLAP_SHAPES = ((8192, 8192, 8192), (16384, 20480, 5120))   # (m, n, k): a square GEMM, MPT-13B's MLP up
+
+
+def measure_overlap(held_sms: list[int], warmup: int, iters: int) -> tuple[dict[int, float] | None, str]:
+    """{SMs held: the matmuls' rate beside the holder / alone}, or None and why not. The holder
+    is a Triton copy kernel of one program per held SM, launched first on its own stream and
+    long enough to outlast the timed matmuls; each program is 32 warps moving 64 KiB per step,
+    whose registers (16 values a thread and their addresses) leave an SM no room for a second
+    program or a matmul's CTA (its registers per thread are printed to check)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, "no CUDA device"
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None, "Triton is not installed (the SM-holding copy kernel is a Triton program)"
+
+    @triton.jit
+    def hold(src, dst, n_per_program, steps, BLOCK: tl.constexpr):
+        base = tl.program_id(0) * n_per_program
+        offs = tl.arange(0, BLOCK)
+        for step in range(steps):
+            start = (step * BLOCK) % n_per_program
+            x = tl.load(src + base + start + offs)
+            tl.store(dst + base + start + offs, x)
+
+    block = 16384                                   # fp32: 64 KiB per step
+    results: dict[int, float] = {}
+    mats = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda",
+             dtype=torch.bfloat16)) for m, n, k in OVERLAP_SHAPES]
+
+    def matmuls_s() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            for a, b in mats:
+                torch.matmul(a, b)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    for _ in range(warmup):
+        matmuls_s()
+    alone = min(matmuls_s() for _ in range(3))
+    side = torch.cuda.Stream()
+    for n in held_sms:
+        per_program = block * 256
+        src = torch.randn(n * per_program, device="cuda")
+        dst = torch.empty_like(src)
+        # long enough to outlast the timed matmuls several times over: a step per program moves
+        # 128 KiB (read + write); at ~25 GB/s per SM that is ~5 us.
+        steps = max(1000, int(4 * alone / 5e-6))
+        with torch.cuda.stream(side):
+            launched = hold[(n,)](src, dst, per_program, steps, BLOCK=block, num_warps=32)
+        print(f"# overlap: copy kernel {n} programs x 32 warps, {getattr(launched, 'n_regs', '?')} registers a thread")
+        beside = matmuls_s()
+        still_running = not side.query()
+        side.synchronize()
+        if not still_running:
+            return None, f"the copy kernel holding {n} SMs ended before the matmuls did; not measured"
+        results[n] = round(alone / beside, 4)
+    return results, ""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the table (JSON)")
@@ -110,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--overlap-sms", default="24,16",
+                   help="SMs NCCL's CTAs hold on one node and across nodes (default 24,16: a DGX A100/H100 class "
+                        "node's ring channels), the copy kernel holds each while the matmuls run")
     args = p.parse_args(argv)
     out = Path(args.out)
     if out.exists():
@@ -144,11 +220,24 @@ def main(argv: list[str] | None = None) -> int:
     fraction = min(1.0, data["copy_read_write_gbps"] / bandwidth)
     table = {"gpu": key, "description": f"measured on {name}", "peak_bf16_tflops": peak, "memory_gbps": bandwidth,
              "matmul": {**data["matmul"], "source": source},
-             "attention": {**data["attention"], "implementation": "torch scaled_dot_product_attention",
-                           "source": source},
+             "attention": {"default": "sdpa", "sdpa": {**data["attention"], "source": f"{source}; torch "
+                                                       f"scaled_dot_product_attention, whichever backend it picked"}},
              "memory": {"fraction_of_peak": round(fraction, 4),
                         "source": f"{source}; a 1 GiB device copy at {data['copy_read_write_gbps']:.0f} GB/s read + "
                                   f"written"}}
+    one_node, multi_node = (int(x) for x in args.overlap_sms.split(","))
+    if device == "cuda":
+        rates, why = measure_overlap([one_node, multi_node], args.warmup, args.iters)
+    else:
+        rates, why = None, "no CUDA device"
+    if rates:
+        table["overlap"] = {"compute_rate": {"one_node": rates[one_node], "multi_node": rates[multi_node]},
+                            "source": f"{source}; bf16 matmuls {OVERLAP_SHAPES} beside a copy kernel holding "
+                                      f"{one_node} (one node) and {multi_node} (across nodes) SMs, over alone"}
+        print(f"# overlap: matmuls keep {rates[one_node]:.3f} of their rate beside {one_node} held SMs, "
+              f"{rates[multi_node]:.3f} beside {multi_node}")
+    else:
+        print(f"# overlap: not measured ({why}); the table prices no compute lost beside collectives")
     parse_table(table, str(out))    # the loader's checks: no hole, nothing non-finite
     out.write_text(json.dumps(table, indent=1))
     att = data["attention"]

@@ -39,7 +39,7 @@ CASES = [
     ("link-pair-without-lab", ["link", "--sizes", "1M", "--pair", "x"], "--pair 'x' needs --lab NAME", {}),
     ("accept-min-not-a-number", ["suite", "--only", "memory", "--accept", "t.toml"], 'min = "fast": expected a finite',
      {"t.toml": '[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = "fast"\n'}),
-    ("accept-max-nan", ["suite", "--only", "memory", "--accept", "t.json"], "max = NaN: expected a finite",
+    ("accept-max-nan", ["suite", "--only", "memory", "--accept", "t.json"], "holds NaN at check[0].max",
      {"t.json": '{"check": [{"step": "memory", "op": "memcpy_1t", "metric": "copy_gbps", "max": NaN}]}'}),
     ("csv-existing-memory", ["memory", "--sizes", "1M", "--csv", "old.csv"], "CSV file 'old.csv' already exists",
      {"old.csv": "keep me\n"}),
@@ -48,7 +48,7 @@ CASES = [
     ("link-result-json-list", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
      "is not a finished `microbench link` record", {"l.json": [{"kind": "link"}]}),
     ("link-result-nan", ["nccl", "--sizes", "1M", "--nproc", "2", "--link-result", "l.json"],
-     "is not a finished `microbench link` record", {"l.json": '{"kind": "link", "summary": {"link_gbps": NaN}}'}),
+     "holds NaN at summary.link_gbps", {"l.json": '{"kind": "link", "summary": {"link_gbps": NaN}}'}),
     ("csv-no-directory", ["memory", "--sizes", "1M", "--csv", "nodir/r.csv"], "directory 'nodir' does not exist", {}),
 ]
 

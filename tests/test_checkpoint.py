@@ -4,6 +4,7 @@ and every bad input or fault the issue names: exit code, one line, nothing left 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import uuid
@@ -68,6 +69,13 @@ def test_local_save_load_async(run_cli, tmp_path):
     assert all(r["nwrong"] == 0 and r["size_bytes"] == 64 << 20 and r["bytes_per_rank"] == 32 << 20
                for r in rows.values())
     assert rows["async_save"]["blocked_time_us"] <= rows["async_save"]["durable_time_us"]
+    # What the blocking part spent its time on: DCP's staging copy, and its two steps, inside it.
+    parts = rows["async_save"]
+    assert 0 < parts["staging_time_us"] <= parts["blocked_time_us"]
+    assert parts["staging_make_time_us"] + parts["staging_copy_time_us"] <= parts["staging_time_us"] * 1.01
+    assert re.search(r"# async_save blocked [\d.]+ ms: [\d.]+ ms staging each rank's 32M into CPU memory \([\d.]+ ms "
+                     r"making the staged tensors: deep-copying each DTensor, data included, then allocating its "
+                     r"buffer; [\d.]+ ms copying into them\), [\d.]+ ms the rest", proc.stdout), proc.stdout
     # A directory's durable time is the async save's own end, not a poll of an object store.
     assert "durable = until the save's future completed (fsync of every file" in proc.stdout
     assert "polled over S3" not in proc.stdout
@@ -166,3 +174,19 @@ def test_read_only_and_full_targets(run_cli, tmp_path, options, code, needle):
         assert proc.returncode == code, proc.stderr
         assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
         assert os.listdir(mnt) == []
+
+
+def test_the_async_line_says_what_the_blocking_part_spent_its_time_on():
+    from microbench.probes.checkpoint.run import blocked_parts
+
+    rows = [{"op": "save", "time_us": {"p50": 456_000.0}, "bytes_per_rank": 128 << 20},
+            {"op": "async_save", "bytes_per_rank": 128 << 20, "blocked_time_us": 925_000.0,
+             "staging_time_us": 900_000.0, "staging_make_time_us": 600_000.0, "staging_copy_time_us": 290_000.0}]
+    assert blocked_parts(rows) == (
+        "# async_save blocked 925.0 ms: 900.0 ms staging each rank's 128M into CPU memory (600.0 ms making the "
+        "staged tensors: deep-copying each DTensor, data included, then allocating its buffer; 290.0 ms copying "
+        "into them), 25.0 ms the rest (planning, starting the writer thread); a synchronous save took 456.0 ms, "
+        "writing each byte once to the page cache")
+    untimed = [{"op": "async_save", "bytes_per_rank": 1, "blocked_time_us": 5000.0}]
+    assert blocked_parts(untimed) == ("# async_save blocked 5.0 ms; its staging copy was not timed (DCP's own "
+                                      "stager, not the writer's)")

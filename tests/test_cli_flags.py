@@ -43,6 +43,10 @@ CHANGED_ON_PURPOSE = {
                                      "95 ms); a median of 5 flipped between the modes, of 9 it holds"),
     ("storage s3", "--timeout"): ("10", "60", "it bounds a whole request now (a trickling endpoint held one "
                                   "for ever), not the connect; 60 s was the per-read timeout before"),
+    ("compose", "--mfu"): ("0.4", "0.4 where --gpu has no kernel table; h100 and a100 price each kernel at its "
+                                  "table's rate", "issue 33: a GPU with a kernel table prices compute per kernel"),
+    ("compose", "--activation-checkpointing"): (None, "none", "issue 33: a mode (none, full, blocks:F, ops) instead "
+                                                "of a switch; the bare flag still means full"),
 }
 
 
@@ -50,7 +54,7 @@ CHANGED_ON_PURPOSE = {
 # default: a flag that stated none before now says what applies when it is not given (a
 # repeatable one: "none", where argparse's empty list showed). No value changed.
 STATED_SINCE = {
-    "--activation-checkpointing": "off", "--allow-partial": "off", "--no-reshard-after-forward": "off",
+    "--allow-partial": "off", "--no-reshard-after-forward": "off",
     "--calibration": "none", "--csv": "none", "--compute": "none: --gpu x --mfu or --tflops",
     "--gpu": "none: give --tflops or --compute", "--layers": "none: the model's shapes",
     "--params": "none: the model's shapes", "--model-config": "none: --model's preset",

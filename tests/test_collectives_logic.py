@@ -91,14 +91,15 @@ def test_expected_rejects_unknown_ops():
         expected_result("gather", 8, 2, 0, dtype=torch.float32)
 
 
-def test_memory_check_refuses_with_the_amount_needed():
+def test_memory_plan_refuses_a_sweep_of_which_nothing_fits_with_the_amount_needed():
     with pytest.raises(UsageError) as info:
-        coll.check_memory(["all_reduce", "all_to_all"], [1 << 20, 64 << 30], 2, 8 << 30, "host memory")
+        coll.plan_memory(["all_reduce", "all_to_all"], [64 << 30], 2, 8 << 30, "host memory")
     text = str(info.value)
-    # all_to_all holds 2S per rank (gloo stages nothing for it) plus the process: 2 x 128.25 GiB.
-    assert "--sizes up to 64.0 GiB needs about 256.5 GiB of host memory for 2 rank(s)" in text
-    assert "more than the 7.2 GiB a run may take (90% of the 8.0 GiB free)" in text
-    assert "e.g. --sizes 1M-1G" in text
+    # all_reduce holds S per rank plus the process: 2 x 64.25 GiB, its smallest case.
+    assert text.startswith("no size of --sizes fits in host memory for 2 rank(s): the smallest case, all_reduce "
+                           "in-place 64G needs 128.5 GiB, more than the 7.2 GiB of host memory for 2 rank(s) may be "
+                           "taken (90% of the 8.0 GiB free)"), text
+    assert text.endswith("use e.g. --sizes 1M-1G")   # all_to_all: 2 x (2 x 1G + the process) fits 7.2
 
 
 def test_memory_refusal_states_the_90_percent_rule_when_the_need_is_below_free():
@@ -111,7 +112,7 @@ def test_memory_refusal_states_the_90_percent_rule_when_the_need_is_below_free()
     assert memory_shortfall(19 << 30, 22 << 30, "host memory") is None
 
 
-def test_memory_check_passes_when_it_fits():
-    coll.check_memory(["all_reduce"], [1 << 20, 64 << 20], 2, 8 << 30, "host memory")
+def test_memory_plan_keeps_everything_when_it_fits():
+    assert coll.plan_memory(["all_reduce"], [1 << 20, 64 << 20], 2, 8 << 30, "host memory").skipped == []
     # Our buffers (1 + 1/n) S, gloo's flat staging copy S, the process.
     assert coll.bytes_needed_per_rank(["all_gather"], 1 << 30, 4) == int((1 + 1 / 4 + 1) * (1 << 30)) + coll.PROCESS_BYTES

@@ -387,18 +387,18 @@ def bad_inputs(tmp):
         "no network": ([*gpu, "--ranks", "8"], "no network to predict over"),
         "no compute": ([*net], "no compute rate"),
         "ckpt overhead": ([*gpu, *net, "--ckpt-overhead", "150%"], "invalid --ckpt-overhead '150'"),
-        "ckpt interval": ([*gpu, *net, "--ckpt-interval", "0s"], "invalid --ckpt-interval '0'"),
+        "ckpt interval": ([*gpu, *net, "--ckpt-interval", "0s"], "invalid --ckpt-interval '0s'"),
         "nodes 0": ([*gpu, "--net", "ib=40GB/s", "--nodes", "0"], "invalid --nodes '0'"),
         "overlap 2": ([*gpu, *net, "--overlap", "2"], "invalid --overlap '2': must be at most 1"),
         "params negative": (["--params", "-5", "--layers", "2", *gpu, *net], "invalid --params '-5'"),
-        "net negative": ([*gpu, "--net", "ib=-40GB/s", "--ranks", "8"], "invalid --net ib bus bandwidth '-40'"),
+        "net negative": ([*gpu, "--net", "ib=-40GB/s", "--ranks", "8"], "invalid --net ib bus bandwidth '-40GB/s'"),
         "ranks vs gpus": ([*gpu, "--net", "ib=40GB/s", "--ranks", "8", "--nodes", "2", "--gpus-per-node", "8"],
                           "--ranks 8 disagrees with --nodes 2 x --gpus-per-node 8"),
         "layers alone": ([*gpu, *net, "--layers", "32"], "--params and --layers go together"),
         "calibration kind": ([*gpu, *net, "--calibration", str(tmp / "ok.json")], "without summary.calibration"),
         "names repeat": ([*gpu, "--nccl", str(tmp / "ok.json"), "--nccl", str(tmp / "ok.json")],
                          "network names repeat (ok, ok)"),
-        "unit overhead": ([*gpu, *net, "--unit-overhead", "-1us"], "invalid --unit-overhead '-1': must be at least 0"),
+        "unit overhead": ([*gpu, *net, "--unit-overhead", "-1us"], "invalid --unit-overhead '-1us': must be at least 0"),
     }
 
 

@@ -49,7 +49,8 @@ def test_backward_of_a_matmul_is_dgrad_and_wgrad_at_their_shapes():
     k = blocks.matmul("qkv", 8192, 12288, 4096, bias=True)
     dgrad, wgrad, bias = blocks.backward_of(k)
     assert (dgrad.m, dgrad.n, dgrad.k) == (8192, 4096, 12288)
-    assert (wgrad.m, wgrad.n, wgrad.k) == (4096, 12288, 8192)
+    # the weight's gradient in the transposed weight's layout (n x k), as autograd writes it
+    assert (wgrad.m, wgrad.n, wgrad.k) == (12288, 4096, 8192)
     assert dgrad.flops == wgrad.flops == k.flops
     assert bias.cls == "memory" and bias.bytes == 8192 * 12288 * 2
     att = next(x for x in blocks.block_forward(LLAMA, 1, 4096) if x.cls == "attention")
@@ -114,10 +115,14 @@ def test_the_memory_check_follows_the_mode():
 
 # ------------------------------------------------------------------ tables
 
-def test_shipped_tables_load_with_a_source_per_class():
+def test_shipped_tables_load_with_a_source_per_class_and_implementation():
     for gpu in ("h100", "a100"):
         t = kernels.shipped(gpu)
-        assert set(t.sources) == {"matmul", "attention", "memory"} and all(t.sources.values())
+        assert set(t.sources) == {"matmul", "attention", "memory", "overlap"} and all(t.sources.values())
+        assert t.default_attention == "flash2"
+        assert all(impl.source for impl in t.attention_impls.values())
+    assert set(kernels.shipped("a100").attention_impls) == {"flash2", "flash1", "triton"}
+    assert set(kernels.shipped("h100").attention_impls) == {"flash2", "flash1"}
     assert kernels.shipped("a100-40gb").gpu == "a100"
     assert kernels.shipped("b200") is None
 
@@ -143,14 +148,60 @@ def _table_file(tmp_path, mutate):
 @pytest.mark.parametrize("mutate, names", [
     (lambda d: d["matmul"]["tflops"][0][1].pop(), "matmul.tflops[0][1]"),
     (lambda d: d["matmul"]["tflops"][2][0].__setitem__(1, None), "matmul.tflops[2][0][1]"),
-    (lambda d: d["attention"]["bwd_causal_tflops"][1].__setitem__(3, -5), "attention.bwd_causal_tflops[1][3]"),
-    (lambda d: d["attention"].pop("fwd_tflops"), "attention.fwd_tflops"),
+    (lambda d: d["attention"]["flash2"]["bwd_causal_tflops"][1].__setitem__(3, -5),
+     "attention.flash2.bwd_causal_tflops[1][3]"),
+    (lambda d: d["attention"]["flash1"].pop("fwd_tflops"), "attention.flash1.fwd_tflops"),
+    (lambda d: d["attention"]["flash1"].pop("source"), "attention.flash1.source"),
+    (lambda d: d["attention"].__setitem__("default", "triton"), "attention.default"),
+    (lambda d: d["overlap"]["compute_rate"].pop("multi_node"), "overlap.compute_rate.multi_node"),
+    (lambda d: d["overlap"]["compute_rate"].__setitem__("one_node", 1.2), "overlap.compute_rate.one_node"),
     (lambda d: d["memory"].pop("source"), "memory.source"),
     (lambda d: d["memory"].__setitem__("fraction_of_peak", 1.5), "memory.fraction_of_peak"),
 ])
 def test_a_table_with_a_hole_is_refused_naming_the_entry(tmp_path, mutate, names):
     with pytest.raises(UsageError, match=names.replace("[", r"\[").replace("]", r"\]")):
         kernels.load_table(_table_file(tmp_path, mutate))
+
+
+def test_attention_implementations_take_their_own_rates():
+    a100 = kernels.shipped("a100")
+    # the FlashAttention-2 paper's A100 figure: Triton and FA1 run causal head-dim-128 attention at
+    # well under half of FA2's rate at 2k
+    assert a100.attention(2048, 128, True, False, "triton") == 68
+    assert a100.attention(2048, 128, True, False) == 155
+    assert a100.attention(2048, 128, True, True, "flash1") == 69
+    h100 = kernels.shipped("h100")
+    assert h100.attention(2048, 128, True, False, "flash1") == 108
+
+
+def test_an_implementation_the_table_lacks_is_priced_at_its_default_and_said_so():
+    rates = kernels.TableRates(kernels.shipped("h100"), 3350.0, "triton")
+    att = next(k for k in blocks.block_forward(MPT7, 1, 2048) if k.cls == "attention")
+    default = kernels.TableRates(kernels.shipped("h100"), 3350.0).rate(att)[0]
+    rate, source = rates.rate(att)
+    assert rate == default and "triton: no h100 figure" in source and "flash2" in source
+
+
+def test_a_table_of_one_attention_implementation_still_loads(tmp_path):
+    data = json.loads((tables.DATA / "h100.json").read_text())
+    data["attention"] = {**data["attention"]["flash2"], "implementation": "FlashAttention-2"}
+    path = tmp_path / "flat.json"
+    path.write_text(json.dumps(data))
+    t = kernels.load_table(path)
+    assert t.default_attention == "flashattention-2" and t.attention(2048, 128, True, False) == 298
+
+
+def test_a_table_without_overlap_prices_no_contention(tmp_path):
+    data = json.loads((tables.DATA / "h100.json").read_text())
+    del data["overlap"]
+    path = tmp_path / "no_overlap.json"
+    path.write_text(json.dumps(data))
+    t = kernels.load_table(path)
+    assert t.overlap_rate(True) == 1.0 and kernels.overlap_loss(t, 4) == 0.0 and "overlap" not in t.sources
+    a100 = kernels.shipped("a100")
+    assert kernels.overlap_loss(a100, 1) == pytest.approx(24 / 108, abs=1e-4)
+    assert kernels.overlap_loss(a100, 2) == pytest.approx(16 / 108, abs=1e-4)
+    assert kernels.overlap_loss(None, 2) == 0.0
 
 
 def test_a_non_finite_value_in_a_table_is_refused(tmp_path):
@@ -177,6 +228,54 @@ def test_priced_step_breaks_down_by_class_with_sources():
     assert "table h100 matmul" in rows[("matmul", "fwd")].as_dict()["source"]
     times = fsdp.compute_times(LLAMA, train)
     assert times["block_bwd"] > 2 * times["block_fwd"] * 0.9
+
+
+def test_the_fused_loss_moves_a_seventh_of_the_eager_ones_bytes():
+    eager = blocks.loss_kernel(4096, 50368, "eager")
+    fused = blocks.loss_kernel(4096, 50368, "fused")
+    assert eager.bytes == 14 * 4096 * 50368 and fused.bytes == 2 * 4096 * 50368
+    assert fused.bytes * fused.bwd_factor == 4 * 4096 * 50368
+    loss_rows = {t: {(r.cls, r.pass_): r.bytes for r in kernels.priced_compute(
+        MPT7, fsdp.TrainSpec(ranks=8, micro_batch=2, seq_len=2048, flops_per_rank=1e15, loss_kernel=t),
+        kernels.TableRates(kernels.shipped("h100"), 3350.0)).rows} for t in kernels.LOSSES}
+    saved = (14 - 2 + 22 - 4) * 2 * 2048 * 50368
+    fwd_bwd = {t: r[("memory", "fwd")] + r[("memory", "bwd")] for t, r in loss_rows.items()}
+    # the eager count agrees per logit; the two losses' per-token terms (labels, log-sum-exp) differ
+    assert fwd_bwd["eager"] - fwd_bwd["fused"] == pytest.approx(saved, rel=1e-4)
+
+
+def test_compute_beside_a_collective_loses_its_share_only_while_they_overlap():
+    assert fsdp.beside(10.0, 4.0, 0.0) == 10.0
+    assert fsdp.beside(10.0, 4.0, 0.25) == pytest.approx(11.0)      # 4 s at 3/4 rate: 1 s lost
+    assert fsdp.beside(2.0, 4.0, 0.25) == 4.0                         # the collective outlasts it
+    assert fsdp.beside(3.0, 4.0, 0.25) == 4.0                         # 4 s at 3/4 rate does 3 s of compute
+    net = synthetic_network("nvlink", 360.0, 0.0, "test")
+    base = _priced()
+    alone = fsdp.predict_step(LLAMA, base, net.all_gather, net.reduce_scatter)
+    beside = fsdp.predict_step(LLAMA, replace(base, contention=0.4), net.all_gather, net.reduce_scatter)
+    assert alone.step_s < beside.step_s < alone.step_s + 0.4 * (alone.allgather_fwd_s + alone.allgather_bwd_s +
+                                                                  alone.reduce_scatter_s)
+    one_rank = replace(base, ranks=1)
+    assert (fsdp.predict_step(LLAMA, replace(one_rank, contention=0.4), net.all_gather, net.reduce_scatter).step_s
+            == fsdp.predict_step(LLAMA, one_rank, net.all_gather, net.reduce_scatter).step_s)
+    with pytest.raises(UsageError, match="beside collectives"):
+        fsdp.predict_step(LLAMA, replace(base, contention=1.0), net.all_gather, net.reduce_scatter)
+
+
+def test_the_optimizer_moves_the_bytes_its_implementation_moves():
+    train = fsdp.TrainSpec(ranks=8, micro_batch=1, seq_len=2048, flops_per_rank=1e15, memory_gbps=3350.0)
+    fused = fsdp.optimizer_s(MPT7, train)
+    unfused = fsdp.optimizer_s(MPT7, replace(train, optimizer_bytes_per_param=96))
+    assert fused == pytest.approx(MPT7.total_params / 8 * 28 / 3350e9)
+    assert unfused == pytest.approx(fused * 96 / 28)
+
+
+def test_the_a100_40gb_is_a_gpu_of_its_own_reading_the_a100_table():
+    from microbench.compose.hardware import gpu
+
+    g = gpu("a100-40gb")
+    assert (g.memory_bytes, g.memory_gbps) == (40e9, 1555.0) and gpu("A100_40GB") is g
+    assert kernels.shipped(g.name).gpu == "a100"
 
 
 def test_the_scale_one_measured_step_gives_reproduces_it():

@@ -138,6 +138,11 @@ def test_storage_expectations():
     disk = ex.expected_storage(eth, filesystem="ext4", device="/dev/nvme0n1")
     assert disk["gbps"] is None and "block device" in disk["unknown_why"]
     assert "memcpy" in ex.expected_storage(eth, filesystem="tmpfs", device="tmpfs")["unknown_why"]
+    # A FUSE mount (rclone's) is not a local block device, whatever disk its cache is on.
+    fuse = ex.expected_storage(eth, filesystem="fuse.rclone", device="microbench-m:microbench")["unknown_why"]
+    assert "is a FUSE mount: rclone decides where its bytes go" in fuse and "block device" not in fuse
+    other = ex.expected_storage(eth, filesystem="overlay", device="overlay")["unknown_why"]
+    assert other.startswith("overlay (overlay) is not a block device")
     assert ex.expected_s3(eth, endpoint_host="10.0.0.5", embedded=False)["gbps"] == pytest.approx(12.0)
     assert "loopback" in ex.expected_s3(eth, endpoint_host="127.0.0.1", embedded=False)["unknown_why"]
 

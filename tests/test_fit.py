@@ -80,8 +80,10 @@ DEGENERATE = [(1 << 20, 0.12), (4 << 20, 0.10), (16 << 20, 0.08), (64 << 20, 0.0
 
 def test_a_degenerate_fit_is_not_fitted_and_says_why():
     fit = fit_latency_bandwidth(_measured(DEGENERATE))
-    assert fit["latency_us"] == 0.0 and fit["half_peak_size_bytes"] == 0 and fit["peak_busbw_gbps"] < 0.1
-    assert fit["fitted"] is False and fit["not_fitted"].startswith("the fitted latency is 0")
+    assert fit["latency_us"] == 0.0 and fit["half_peak_size_bytes"] == 0 and fit["peak_busbw_gbps"] < 0.12
+    assert fit["fitted"] is False and fit["not_fitted"].startswith(
+        "at 1M the model gives 0.0979 GB/s busbw, outside the 0.109-0.132 GB/s measured there (its iterations' "
+        "range, at least 10 % either side of the median 0.12 GB/s)")
     assert fit["measured_max_busbw_gbps"] == pytest.approx(0.12)
 
 
@@ -89,9 +91,10 @@ def test_a_fitted_peak_below_the_measured_maximum_is_not_fitted():
     # A positive latency, but the best point beats the model's peak by 50%.
     rows = rows_for(100.0, 1.0, 1.0, SIZES)
     rows[-3]["busbw_gbps"] = rows[-3]["algbw_gbps"] = 1.5
+    rows[-3]["time_us"] = {"p50": rows[-3]["size_bytes"] / 1.5e9 * 1e6}
     fit = fit_latency_bandwidth(rows)
     assert fit["latency_us"] > 0
-    assert fit["fitted"] is False and "below the measured maximum 1.5 GB/s" in fit["not_fitted"]
+    assert fit["fitted"] is False and "either side of the median 1.5 GB/s" in fit["not_fitted"]
 
 
 def test_a_flat_curve_and_a_single_size_are_not_fitted():
@@ -111,3 +114,46 @@ def test_the_nccl_table_prints_not_fitted_with_why_and_no_model():
     assert "latency 0.0 us" not in text and "half of peak" not in text
     good = fit_lines(fit_latency_bandwidth(rows_for(25.0, 10.0, 1.0, SIZES)))
     assert good[0].startswith("# fit (out-of-place): latency 25.0 us, peak busbw 10.00 GB/s")
+
+
+# ------------------------------------------------------------------ the one criterion
+
+def test_times_proportional_to_size_are_fitted_with_no_latency():
+    """The 1gbit lab's reduce_scatter: 8791 us at 1M, 17587 us at 2M. The line meets size 0 just
+    below zero; that is a link whose per-message cost is lost in its transfer time, not a
+    failure: latency 0, the peak the slope gives."""
+    rows = [{"size_bytes": s, "placement": "out", "time_us": {"p50": t}, "algbw_gbps": s / t / 1e3,
+             "busbw_gbps": s / t / 1e3 * 0.5} for s, t in ((1 << 20, 8791.0), (2 << 20, 17587.0))]
+    fit = fit_latency_bandwidth(rows)
+    assert fit["fitted"] is True and "not_fitted" not in fit
+    assert fit["latency_us"] == 0.0
+    assert fit["peak_busbw_gbps"] == pytest.approx(0.0596, rel=1e-3)
+    assert fit["fit_max_error_pct"] < 0.1
+
+
+@pytest.mark.parametrize("peak, best, fitted", [(1.75, 1.77, True), (1.73, 1.83, True), (1.60, 1.83, False)])
+def test_a_peak_under_the_best_point_is_judged_by_the_one_tolerance(peak, best, fitted):
+    """The issue's pair (1.75 under 1.77 accepted, 1.73 under 1.83 refused): both are within 10 %
+    of the model, so both are fitted; 1.60 under 1.83 is 13 % off and is not."""
+    rows = rows_for(50.0, peak, 1.0, SIZES)
+    at = rows[-2]
+    t_us = at["size_bytes"] / (best * 1e9) * 1e6    # the best point, consistent with its own time
+    at.update(time_us={"p50": t_us}, algbw_gbps=best, busbw_gbps=best)
+    fit = fit_latency_bandwidth(rows)
+    assert fit["measured_max_busbw_gbps"] == best
+    assert fit["fitted"] is fitted, fit.get("not_fitted")
+    if not fitted:
+        assert "at least 10 % either side of the median 1.83 GB/s" in fit["not_fitted"]
+
+
+def test_a_size_whose_iterations_spread_widely_allows_the_model_within_that_spread():
+    """The window at a size is what was measured there: a noisy size whose iterations ranged
+    over +-40 % does not refuse a model 25 % off its median; a quiet one (+-2 %) would."""
+    rows = rows_for(50.0, 2.0, 1.0, SIZES)
+    at = rows[4]
+    t = at["time_us"]["p50"] * 1.25
+    at["time_us"] = {"p50": t, "min": t * 0.6, "max": t * 1.4}
+    at["busbw_gbps"] = at["algbw_gbps"] = at["size_bytes"] / (t * 1e-6) / 1e9
+    assert fit_latency_bandwidth(rows)["fitted"] is True
+    at["time_us"].update(min=t * 0.98, max=t * 1.02)
+    assert fit_latency_bandwidth(rows)["fitted"] is False

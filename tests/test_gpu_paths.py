@@ -193,8 +193,10 @@ def test_the_launcher_checks_each_gpu_for_one_rank_without_cuda(monkeypatch):
     asked = []
     cmd.launcher_memory_check(config, "cuda", 8, gpu_free=lambda n: asked.append(n) or [71 << 30] * n)
     assert asked == [8]
-    with pytest.raises(UsageError, match="GPU 3"):
-        cmd.launcher_memory_check(config, "cuda", 8, gpu_free=lambda n: [71 << 30] * 3 + [10 << 30] * 5)
+    # A GPU where only the large sizes do not fit: no refusal, the ranks plan which cases to skip.
+    cmd.launcher_memory_check(config, "cuda", 8, gpu_free=lambda n: [71 << 30] * 3 + [10 << 30] * 5)
+    with pytest.raises(UsageError, match="no size of --sizes fits in GPU memory on GPU 3"):
+        cmd.launcher_memory_check(config, "cuda", 8, gpu_free=lambda n: [71 << 30] * 3 + [200 << 20] * 5)
     cmd.launcher_memory_check(config, "cuda", 8, gpu_free=lambda n: None)  # no NVML: the ranks check
 
 

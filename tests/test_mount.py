@@ -116,14 +116,18 @@ def test_unreachable_endpoint_and_wrong_credentials_exit_1_nothing_mounted(state
     assert not _ours_mounted(state) and not list(state.glob("mount-*"))
 
 
-def test_no_fuse_mount_up_exit_1_and_probe_skips(state, monkeypatch, capsys):
+def test_no_fuse_mount_up_exit_1_and_probe_skips(state, monkeypatch, capsys, tmp_path):
     from microbench import cli
 
+    # In-process: the skipped record goes to ./results, which must be the test's, not the checkout's.
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(mount_sys, "fuse_unavailable_reason", lambda: "FUSE is not available: no /dev/fuse (test)")
     assert cli.main(["mount", "up", "--name", "m"]) == 1
     assert capsys.readouterr().err.strip() == "microbench: cannot mount: FUSE is not available: no /dev/fuse (test)"
     assert cli.main(["storage", "mount", "--size", "1M"]) == 0
     assert "no /dev/fuse (test)" in capsys.readouterr().err
+    (skipped,) = (tmp_path / "results").glob("storage_mount-*.json")
+    assert json.loads(skipped.read_text())["status"] == "skipped"
 
 
 def test_crash_leftovers_found_and_removed(state, run_cli):
@@ -142,8 +146,13 @@ def test_storage_posix_on_cached_mount_records_the_mount(state, run_cli, tmp_pat
     res = run_cli("storage", "posix", "--path", path, "--size", "8M", "--bs", "1M", "--iters", "1", "--warmup", "0",
                   "--json", str(tmp_path / "p.json"))
     assert res.returncode == 0, res.stderr
-    impl = json.loads((tmp_path / "p.json").read_text())["implementation"]
+    record = json.loads((tmp_path / "p.json").read_text())
+    impl = record["implementation"]
     assert impl["on_mount"] is True and impl["mount_mode"] == "cached" and impl["mount_name"] == "m"
+    # A FUSE mount is no block device: the expectation says what it is, here and on stdout.
+    why = record["summary"]["expected"]["unknown_why"]
+    assert "(fuse.rclone) is a FUSE mount: rclone decides where its bytes go" in why, why
+    assert "block device" not in res.stdout and "is a FUSE mount" in res.stdout
     assert impl["rclone_version"].startswith("v") and "embedded S3" in impl["backing_store"]
     assert "secret" not in json.dumps(impl) and json.loads((state / "mount-m" / "state.json").read_text())["secret"] \
         not in (tmp_path / "p.json").read_text()

@@ -47,8 +47,9 @@ def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
     res = run_cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
     assert res.returncode == 2
     line = one_error_line(res.stderr)
-    assert "--sizes up to 64.0 GiB needs about" in line and "of host memory for 2 rank(s)" in line
-    assert "a run may take (90% of the" in line and "e.g. --sizes 1M-" in line
+    assert "no size of --sizes fits in host memory for 2 rank(s): the smallest case, all_reduce in-place 64G " \
+           "needs 128.5 GiB" in line
+    assert "may be taken (90% of the" in line and "e.g. --sizes 1M-" in line
     assert not (tmp_path / "results").exists()  # no rank was started
 
 

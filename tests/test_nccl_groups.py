@@ -73,7 +73,7 @@ def test_an_old_record_without_groups_compares_and_plots_as_group_world(tmp_path
     assert [line.ratio for line in pair.lines if line.metric == "busbw_gbps"] == [pytest.approx(1.1)]
     assert pair.only_new == ["all_reduce group=node @ 1M"]
     recorded = json.loads(new.read_text())
-    assert set(series(recorded, "busbw_gbps")) == {"all_reduce world", "all_reduce node"}
+    assert set(series(recorded, "busbw_gbps")) == {"all_reduce, world group", "all_reduce, node group"}
     assert set(series(json.loads(old.read_text()), "busbw_gbps")) == {"all_reduce"}
 
 

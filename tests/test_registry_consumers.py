@@ -69,7 +69,7 @@ def test_plot_progress_and_headline_show_the_registered_metric(widgets):
     assert plot.metric_choices(record) == ["widgets_gbps"]          # decoys are not the probe's metrics
     assert plot.series(record, "widgets_gbps") == {"spin": [(1 << 20, 1.5), (4 << 20, 2.0)]}
     two = widget_record({1 << 20: 1.5}, flavours=("x", "y"))
-    assert set(plot.series(two, "widgets_gbps")) == {"spin x", "spin y"}   # its case_keys split curves
+    assert set(plot.series(two, "widgets_gbps")) == {"spin, x", "spin, y"}   # its case_keys split curves
     row = record["rows"][1]
     assert progress.row_brief(row) == "widgets 2 GB/s"
     assert progress.row_brief(row, {"kind": "widgets"}) == "widgets 2 GB/s"

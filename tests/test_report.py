@@ -84,7 +84,7 @@ def test_report_is_self_contained_with_every_section(run_cli, suites, compose_re
     parsed = _Collect()
     parsed.feed(text)
     headings = [h.split("(")[0].strip() for h in parsed.h2]
-    assert headings[:3] == ["Runs", "Environment", "Acceptance"]
+    assert headings[:4] == ["Summary", "Runs", "Environment", "Acceptance"]   # the answer first
     assert {"collectives", "memory", "Compare", "Composer what-if: compose"} <= set(headings)
     # No fetch of any kind: every src/href is a data: URI, no scripts, no stylesheets by link.
     for tag, attrs in parsed.tags:
@@ -92,9 +92,10 @@ def test_report_is_self_contained_with_every_section(run_cli, suites, compose_re
         for key in ("src", "href"):
             assert key not in attrs or attrs[key].startswith("data:"), (tag, attrs[key][:60])
     images = [attrs["src"] for tag, attrs in parsed.tags if tag == "img"]
-    # One plot per collective op, both runs overlaid; memory has one size, so a table only.
-    assert len(images) == 2
-    assert [a['alt'] for t, a in parsed.tags if t == 'img'] == ['collectives: all_gather busbw vs size',
+    # One plot per collective op, both runs overlaid; memory has one size: bars.
+    assert len(images) == 3
+    assert [a['alt'] for t, a in parsed.tags if t == 'img'] == ['memory: one size per op',
+                                                               'collectives: all_gather busbw vs size',
                                                                'collectives: reduce_scatter busbw vs size']
     assert "1 of 1 checks pass" in text and "0 of 1 checks pass" in text   # 5.0 passes 4.5, 4.0 does not
     assert "0.800" in text and "FAIL busbw:-5%" in text
@@ -131,9 +132,9 @@ def test_report_renders_in_headless_chromium(run_cli, suites, compose_record, tm
     match = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
     assert match, dom.stdout[-2000:]
     seen = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    assert len(seen["imgs"]) == 2
+    assert len(seen["imgs"]) == 3
     assert all(complete and w > 300 and h > 200 for complete, w, h in seen["imgs"]), seen["imgs"]
-    assert seen["h2"][:2] == ["Runs", "Environment"] and "Compare" in seen["h2"]
+    assert seen["h2"][:3] == ["Summary", "Runs", "Environment"] and "Compare" in seen["h2"]
     assert seen["tables"] >= 8 and seen["rows"] > 30
     # The unmodified report, as a person would see it.
     shot = tmp_path / "report.png"

@@ -98,7 +98,7 @@ def parse_rule(text: str) -> Rule:
     if not match:
         raise UsageError(f"invalid --fail-on {text!r}: expected METRIC:[+-]PERCENT%, e.g. {RULE_EXAMPLE}")
     metric, sign, number = match.groups()
-    percent = parse_number(number, what="--fail-on", example="busbw:-5%", minimum=0.0)
+    percent = parse_number(number, what="--fail-on", example="busbw:-5%", minimum=0.0, typed=str(text))
     if sign == "-" and percent >= 100:
         raise UsageError(f"invalid --fail-on {text!r}: a drop is less than 100%, e.g. {RULE_EXAMPLE}")
     return Rule(str(text).strip(), metric, percent, sign)

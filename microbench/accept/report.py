@@ -1,24 +1,29 @@
 """`microbench report`: one self-contained HTML file for people who will not read JSON.
 
-Everything is inside the file: CSS inline, plots as base64 PNG data URIs, no scripts, no
-fetches, so it can be mailed, attached to a ticket or opened offline. Sections: the runs, their
-environment, acceptance verdicts (with --accept), one section per probe (bandwidth-vs-size
-plot overlaid across runs, then each run's table), compare ratios of every run against the
-first, and the composer's what-if tables when a compose record is given.
+Everything is inside the file: CSS inline, plots as base64 PNG data URIs or inline SVG, no
+scripts, no fetches, so it can be mailed, attached to a ticket or opened offline. It leads with
+the answer, then the details: the summary (report_summary.py: per step its headline value,
+expected value, share, verdict and a small picture), the runs, their environment, acceptance
+verdicts (with --accept), hunt records, one section per probe in the suite's order (pictures:
+report_plots.py; then each run's table), compare ratios of every run against the first, and the
+composer's what-if tables when a compose record is given.
+
+Sections are functions of one `Context` listed in SECTIONS, in page order; each returns its HTML,
+or "" when it has nothing to show. A new section is one such function added to the list.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from . import report_job as job_html, rules as accept, compare
+from . import report_job as job_html, report_plots, report_summary, rules as accept, compare
+from .html_parts import escape as _e, number as _num, table as _table
 from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
 from ..results.outputs import check_new_file
@@ -36,6 +41,7 @@ td.l{text-align:left}.pass{color:#176b2c;font-weight:600}.fail{color:#b01d1d;fon
 .worse{background:#fde4e4}.better{background:#e3f5e8}.note{color:#5a6470}
 img.plot{width:560px;max-width:100%;border:1px solid #e3e6ea}.plots{display:flex;flex-wrap:wrap;gap:8px}
 table.env td{text-align:left}
+table.summary td{vertical-align:middle}.small{font-size:.85em}svg.spark{display:block}
 """
 # The browser itself enforces "no network fetches": only inline styles and data: images load.
 CSP = ('<meta http-equiv="Content-Security-Policy" '
@@ -53,7 +59,7 @@ class Run:
 def load_runs(paths: Sequence[str]) -> list[Run]:
     if not paths:
         raise UsageError("no records given: expected suite directories or record files, "
-                         "e.g. microbench report results/suite-* --out report.html")
+                         "e.g. microbench report results/suite-* --out results/report.html")
     runs: list[Run] = []
     seen: set[str] = set()
     for raw in paths:
@@ -74,30 +80,7 @@ def check_out(path: str | os.PathLike) -> Path:
     return check_new_file(path, "--out", kept="reports", example="results/report.html")
 
 
-# --------------------------------------------------------------------------- html pieces
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[Sequence[str]] | None = None,
-           cls: str = "") -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = []
-    for i, row in enumerate(rows):
-        cells = []
-        for j, cell in enumerate(row):
-            mark = classes[i][j] if classes and classes[i][j] else ""
-            cells.append(f"<td{f' class={chr(34)}{mark}{chr(34)}' if mark else ''}>{_e(cell)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return "-" if value is None else str(value)
-
+# --------------------------------------------------------------------------- sections
 
 def _env_rows(runs: list[Run]) -> list[list[str]]:
     def env(run: Run) -> dict[str, Any]:
@@ -175,45 +158,10 @@ def _probe_table(record: dict[str, Any]) -> str:
     return _table(["case", "size", *[_heading(m) for m in metrics]], body)
 
 
-def _plot(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
-    """One plot per op, every run's curves overlaid: a run's regression shows as a gap between
-    lines of one colour family, which a single plot of all ops buries in its legend."""
-    from .plots import pick_metric, render_png, series
-
-    usable = [(label, rec) for label, rec in items if any(isinstance(r.get("size_bytes"), int) for r in rec.get("rows", []))]
-    if not usable:
-        return ""
-    ops: list[str] = []
-    for _, rec in usable:
-        ops.extend(str(r.get("op")) for r in rec.get("rows", []) if str(r.get("op")) not in ops)
-    images = []
-    for op in ops:
-        per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]}) for label, rec in usable]
-        # Each op its own primary metric: a storage record's read rows carry read_gbps and its
-        # write rows write_gbps, so one metric for the section would plot one of them only.
-        try:
-            metric = pick_metric(next(rec for _, rec in per_op if rec["rows"]), None)
-        except (UsageError, StopIteration):
-            continue
-        per_op = [(label, rec) for label, rec in per_op if series(rec, metric)]
-        # A curve needs two sizes; one point per run is read better from the table.
-        if not per_op or max(len(pts) for _, rec in per_op for pts in series(rec, metric).values()) < 2:
-            continue
-        # No matplotlib raises RunError (exit 1): a report promised plots, not a page without them.
-        what = metric.removesuffix("_gbps")
-        # "read vs size", not "read read vs size": a storage op's metric is named after it.
-        title = f"{name}: {op if what == op else f'{op} {what}'} vs size"
-        png = render_png(per_op, metric, figsize=(5.6, 3.6), title=title)
-        data = base64.b64encode(png).decode("ascii")
-        alt = title
-        images.append(f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{data}">')
-    return f'<div class="plots">{"".join(images)}</div>' if images else ""
-
-
-def _acceptance(runs: list[Run], checks: list[accept.Check]) -> str:
+def _acceptance(ctx: Context) -> str:
     parts = []
-    for run in runs:
-        verdicts = accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
+    for run in ctx.runs:
+        verdicts = (ctx.verdicts or {}).get(run.label, [])
         passed = sum(v.status == "pass" for v in verdicts)
         cls = "pass" if passed == len(verdicts) else "fail"
         parts.append(f'<h3>{_e(run.label)}: <span class="{cls}">{passed} of {len(verdicts)} checks pass</span></h3>')
@@ -299,46 +247,88 @@ def _hunt(record: dict[str, Any]) -> str:
 TOOL_KINDS = ("compose", "hunt")
 
 
-def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
-          rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
-    generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    out = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
-           f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>"]
-    out.append("<h2>Runs</h2>" + _table(
+@dataclass
+class Context:
+    """What every section reads: the runs, the --accept checks and --fail-on rules, and each
+    run's acceptance results (by run label; None without --accept), computed once."""
+
+    runs: list[Run]
+    checks: list[accept.Check] | None = None
+    rules: list[compare.Rule] = field(default_factory=list)
+    verdicts: dict[str, list[Any]] | None = None
+
+
+def _summary(ctx: Context) -> str:
+    return report_summary.section(ctx.runs, ctx.verdicts)
+
+
+def _runs(ctx: Context) -> str:
+    return "<h2>Runs</h2>" + _table(
         ["run", "path", "records", "status"],
         [[r.label, str(r.path), len(r.records),
-          ", ".join(sorted({str(rec.get("status")) for _, rec in r.records.values()}))] for r in runs]))
-    out.append("<h2>Environment</h2>" + _table(["", *[r.label for r in runs]], _env_rows(runs), cls="env"))
-    if checks:
-        out.append("<h2>Acceptance</h2>" + _acceptance(runs, checks))
-    compose_records = [(run.label, name, rec) for run in runs for name, (_, rec) in run.records.items()
-                       if rec.get("kind") == "compose"]
-    for run in runs:
-        for name, (_, rec) in run.records.items():
-            if rec.get("kind") == "hunt":
-                out.append(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec))
-    # One section per suite step (or record file), whichever of its names each run's file has
-    # (an older run's collectives.json beside a newer nccl.json), titled as the first run names it.
+          ", ".join(sorted({str(rec.get("status")) for _, rec in r.records.values()}))] for r in ctx.runs])
+
+
+def _environment(ctx: Context) -> str:
+    return "<h2>Environment</h2>" + _table(["", *[r.label for r in ctx.runs]], _env_rows(ctx.runs), cls="env")
+
+
+def _acceptance_section(ctx: Context) -> str:
+    return "<h2>Acceptance</h2>" + _acceptance(ctx) if ctx.checks else ""
+
+
+def _hunts(ctx: Context) -> str:
+    return "".join(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec)
+                   for run in ctx.runs for name, (_, rec) in run.records.items() if rec.get("kind") == "hunt")
+
+
+def _probes(ctx: Context) -> str:
+    """One section per suite step (or record file), whichever of its names each run's file has
+    (an older run's collectives.json beside a newer nccl.json), titled as the first run names
+    it, in the suite's order."""
     sections: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}
-    for run in runs:
+    for run in ctx.runs:
         for n, (_, rec) in run.records.items():
             if rec.get("kind") not in TOOL_KINDS:
                 sections.setdefault(registry.step_key(n), (n, []))[1].append((run.label, rec))
-    for name, items in sections.values():
+    out = []
+    for key in sorted(sections, key=report_summary.step_order):
+        name, items = sections[key]
         kinds = sorted({str(rec.get("kind")) for _, rec in items})
         out.append(f"<h2>{_e(name)} <span class=\"note\">({_e(', '.join(kinds))})</span></h2>")
-        out.append(_plot(name, items))
+        out.append(report_plots.section(name, items))
         for label, record in items:
             impl = record.get("implementation", {})
             engine = impl.get("engine") or impl.get("name") or "-"
             out.append(f"<h3>{_e(label)} <span class=\"note\">engine {_e(engine)}, status {_e(record.get('status'))}"
                        f"</span></h3>" + _probe_table(record))
-    comparable = [r for r in runs if any(rec.get("kind") != "compose" for _, rec in r.records.values())]
-    if len(comparable) > 1:
-        out.append("<h2>Compare</h2>" + f"<p class=\"note\">every run against {_e(comparable[0].label)}; new/base "
-                   f"below 0.95 for a bandwidth (above 1.05 for a time) is marked worse</p>"
-                   + _compare(comparable, rules or []))
-    for label, name, record in compose_records:
-        out.append(f"<h2>Composer what-if: {_e(label)}</h2>" + _compose(record))
-    out.append("</body></html>\n")
     return "".join(out)
+
+
+def _compare_section(ctx: Context) -> str:
+    comparable = [r for r in ctx.runs if any(rec.get("kind") != "compose" for _, rec in r.records.values())]
+    if len(comparable) < 2:
+        return ""
+    return ("<h2>Compare</h2>" + f"<p class=\"note\">every run against {_e(comparable[0].label)}; new/base "
+            f"below 0.95 for a bandwidth (above 1.05 for a time) is marked worse</p>" + _compare(comparable, ctx.rules))
+
+
+def _composer(ctx: Context) -> str:
+    return "".join(f"<h2>Composer what-if: {_e(run.label)}</h2>" + _compose(rec)
+                   for run in ctx.runs for _, (_, rec) in run.records.items() if rec.get("kind") == "compose")
+
+
+# The page, in order: the answer first, then the details.
+SECTIONS: list[Callable[[Context], str]] = [_summary, _runs, _environment, _acceptance_section, _hunts, _probes,
+                                            _compare_section, _composer]
+
+
+def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
+          rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
+    generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    verdicts = ({run.label: accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
+                 for run in runs} if checks else None)
+    ctx = Context(runs, checks, rules or [], verdicts)
+    head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
+            f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>")
+    return head + "".join(section(ctx) for section in SECTIONS) + "</body></html>\n"

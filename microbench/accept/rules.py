@@ -29,7 +29,7 @@ from typing import Any
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.jsonfile import load_json, read_text
-from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size
+from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size, format_number
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
 
@@ -126,7 +126,7 @@ def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> N
         raise UsageError(f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
                          f"{', '.join(spec.metrics)}, e.g. metric = \"{spec.metrics[0]}\"")
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
-        raise UsageError(f"invalid bounds in {where}: min = {bounds['min']:g} is above max = {bounds['max']:g}, "
+        raise UsageError(f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above max = {format_number(bounds['max'], 6)}, "
                          f"so no value can pass; e.g. min = 100, max = 200")
 
 
@@ -175,7 +175,7 @@ def _fraction(item: dict[str, Any], where: str) -> float | None:
                              example="0.8", minimum=0, maximum=MAX_FRACTION, allow_minimum=False)
     except UsageError:
         raise UsageError(f"invalid min_fraction_of_expected {raw!r} in {where}: expected a number in "
-                         f"(0, {MAX_FRACTION:g}], a share of the expected bandwidth, e.g. "
+                         f"(0, {format_number(MAX_FRACTION, 6)}], a share of the expected bandwidth, e.g. "
                          f"min_fraction_of_expected = 0.8") from None
     return value
 
@@ -206,13 +206,13 @@ def _relative(check: Check, record: dict[str, Any], value: float) -> CheckResult
     assert check.min_fraction_of_expected is not None
     need = f"needs >= {100 * check.min_fraction_of_expected:.0f}% of expected"
     if exp is None:
-        return CheckResult(check, "missing", value, f"{value:.3g}; the record has no expected bandwidth ({need})")
+        return CheckResult(check, "missing", value, f"{format_number(value)}; the record has no expected bandwidth ({need})")
     if not exp.get("gbps"):
-        return CheckResult(check, "missing", value, f"{value:.3g}; expected unknown: {exp.get('unknown_why')}")
+        return CheckResult(check, "missing", value, f"{format_number(value)}; expected unknown: {exp.get('unknown_why')}")
     fraction = value / exp["gbps"]
     ok = fraction >= check.min_fraction_of_expected
     return CheckResult(check, "pass" if ok else "fail", value,
-                       f"{value:.3g} = {100 * fraction:.0f}% of expected {exp['gbps']:.4g} GB/s ({need})")
+                       f"{format_number(value)} = {100 * fraction:.0f}% of expected {format_number(exp['gbps'], 4)} GB/s ({need})")
 
 
 def _bound(value: Any, what: str) -> float:
@@ -250,6 +250,6 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             continue
         value = max(values) if check.min is not None else min(values)
         ok = (check.min is None or value >= check.min) and (check.max is None or value <= check.max)
-        bound = f">= {check.min:g}" if check.min is not None else f"<= {check.max:g}"
-        results.append(CheckResult(check, "pass" if ok else "fail", value, f"{value:.3g} (needs {bound})"))
+        bound = f">= {format_number(check.min, 6)}" if check.min is not None else f"<= {format_number(check.max, 6)}"
+        results.append(CheckResult(check, "pass" if ok else "fail", value, f"{format_number(value)} (needs {bound})"))
     return results

@@ -19,7 +19,7 @@ from ..world import fork as prefork
 from ..core import registry
 from ..core.errors import RunError, UsageError
 from ..core.registry import SuiteStep
-from ..core.units import format_size
+from ..core.units import format_size, format_number
 from ..world.launch import package_env, self_command
 
 
@@ -141,13 +141,25 @@ def step_for_file(filename: str) -> str | None:
 HEADLINE_COLUMN = "best size per op / reason"
 
 
-def headline(record: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Best:
+    """One op's headline: its primary metric at its best size, and the row that reached it."""
+
+    op: str
+    metric: str
+    value: float
+    size_bytes: Any
+    row: dict[str, Any]
+    named: bool          # the metric names itself (busbw beside algbw), else the op says it all
+
+
+def best_per_op(record: dict[str, Any]) -> list[Best]:
     """Best primary metric per op (the first its probe's spec declares among those the row
     carries) and the size it was reached at: a one-glance summary that needs no per-probe code.
     A bandwidth is named only where the row carries another of its probe's bandwidths (busbw
     beside algbw)."""
     best: dict[tuple[str, str], float] = {}
-    at: dict[tuple[str, str], Any] = {}
+    at: dict[tuple[str, str], dict[str, Any]] = {}
     named: set[tuple[str, str]] = set()
     for row in record.get("rows", []):
         key = registry.row_metric(row, record)
@@ -161,23 +173,29 @@ def headline(record: dict[str, Any]) -> str:
             key = spec.row_metric({m: row[m] for m in later if row.get(m)}) or key
         op = str(row.get("op", "?"))
         if float(row[key]) > best.get((op, key), float("-inf")):
-            best[(op, key)], at[(op, key)] = float(row[key]), row.get("size_bytes")
+            best[(op, key)], at[(op, key)] = float(row[key]), row
         if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
                                          for m in (spec.metrics if spec else registry.metric_columns())):
             named.add((op, key))
+    return [Best(op, key, value, at[(op, key)].get("size_bytes"), at[(op, key)], (op, key) in named)
+            for (op, key), value in best.items()]
 
-    def label(op: str, key: str, value: float) -> str:
-        size = at.get((op, key))
-        where = f" at {format_size(size)}" if isinstance(size, int) and not isinstance(size, bool) else ""
-        if not key.endswith("_gbps"):
-            # Counts and rates in plain digits (35600 samples_per_s), never 3.56e+04.
-            number = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-            return f"{op} {number} {key}{where}"
-        name = key.removesuffix("_gbps")
-        shown = f" {name}" if (op, key) in named and name != op else ""   # not "write write"
-        return f"{op}{shown} {value:.2f} GB/s{where}"
 
-    parts = [label(op, key, value) for (op, key), value in best.items()]
+def best_label(best: Best, with_size: bool = True) -> str:
+    """'all_reduce busbw 1.72 GB/s at 16M', 'shards 8211 samples_per_s at 31.2M'."""
+    size = best.size_bytes
+    where = f" at {format_size(size)}" if with_size and isinstance(size, int) and not isinstance(size, bool) else ""
+    if not best.metric.endswith("_gbps"):
+        # Counts and rates in plain digits (35600 samples_per_s), never 3.56e+04.
+        return f"{best.op} {format_number(best.value)} {best.metric}{where}"
+    name = best.metric.removesuffix("_gbps")
+    shown = f" {name}" if best.named and name != best.op else ""   # not "write write"
+    return f"{best.op}{shown} {best.value:.2f} GB/s{where}"
+
+
+def headline(record: dict[str, Any]) -> str:
+    """Each op's best primary metric and its size, at most four ops (the suite table's column)."""
+    parts = [best_label(best) for best in best_per_op(record)]
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
 
 
@@ -242,7 +260,7 @@ def _wait_step(child: Any, err: Any, timeout_s: float) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
-        return 1, f"microbench: step did not finish within {timeout_s:g} s"
+        return 1, f"microbench: step did not finish within {format_number(timeout_s, 6)} s"
     except KeyboardInterrupt:
         # A signal to the suite's PID alone (a scheduler's SIGTERM, `kill`) never reaches the
         # step: hand it on, so the step ends its ranks and keeps a partial record, and wait for

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from tabulate import tabulate
+from ..core.tables import text_table
 
 from ..accept.compare import RULE_EXAMPLE, compare, parse_rule, short_name
 from ..core.errors import RunError
-from ..core.units import format_size
+from ..core.units import format_number, format_size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.4g}"
+    return format_number(value, 4)   # never 1.23e-05 in the table
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
                   ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else "")) if line.failed else
                   "within noise" if line.noise else "")
                  for line in pair.lines]
-        print(tabulate(table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"],
-                       tablefmt="simple", disable_numparse=True))
+        print(text_table(table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"],
+                       tablefmt="simple"))
         for label, cases in (("only in BASE", pair.only_base), ("only in NEW", pair.only_new)):
             if cases:
                 print(f"# {label}: {', '.join(cases)}")

@@ -12,7 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .. import compose as cp
-from ..compose import inputs, whatif
+from ..compose import inputs, kernels, whatif
 from ..compose.checkpoint import full as fs
 from ..compose.checkpoint import mount as mount_tier
 from ..compose.dataload import report_lines as loading_lines
@@ -60,8 +60,14 @@ def run(args: argparse.Namespace) -> int:
 def _print(result: whatif.Composition) -> None:
     given = result.inputs
     model, rate, nets, cal = given.model, given.rate, given.networks, given.calibration
-    _print_header(model, given.train, given.world, given.nodes, rate)
-    if cal is not None:
+    _print_header(model, given.train, given.world, given.nodes, rate, given.rates is not None)
+    if given.assumed_network:
+        print(f"# network: none named: assumed {given.assumed_network} (give --net-intra and --net-inter for yours)")
+    if cal is not None and cal.measured is not None:
+        m = cal.measured
+        print(f"# calibration: {cal.source}: compute rates x {m.scale:.3g}, from a {m.measured_step_s:g} s step "
+              f"measured on {m.gpu} ({', '.join(f'{k} {v}' for k, v in m.configuration.items() if v is not None)})")
+    elif cal is not None:
         print(f"# calibration: {cal.source} (overlap {cal.overlap}, unit overhead "
               f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
         backends = {n.backend for n in nets if n.backend != "synthetic"}
@@ -69,6 +75,10 @@ def _print(result: whatif.Composition) -> None:
             print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
+    if given.rates is not None:
+        scale_from = cal.source if cal is not None and cal.compute_scale else None
+        print("\n".join(kernels.compute_lines(given.train, given.kernel_table, given.rates, format_time,
+                                              model=model.name, measured=result.measured, scale_from=scale_from)))
     if given.sharding is not None:
         _print_sharding(result)
     if given.tiers:
@@ -130,7 +140,8 @@ def _print_sharding(result: whatif.Composition) -> None:
         print(f"# method: {sw.SCALE_METHOD}")
 
 
-def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None, rate: inputs.ComputeRate) -> None:
+def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None, rate: inputs.ComputeRate,
+                  per_kernel: bool) -> None:
     units = f"{model.layers} blocks of {format_params(model.block_params)}"
     if model.root_params:
         units += f" + root {format_params(model.root_params)}"
@@ -141,8 +152,15 @@ def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None
     print(f"# training: {world} ranks{layout}, micro-batch {train.micro_batch} x {train.seq_len} tokens, "
           f"grad-accum {train.grad_accum}, AllGather {train.param_dtype}, ReduceScatter {train.reduce_dtype}, "
           f"{'reshard after forward' if train.reshard_after_forward else 'no reshard after forward'}, "
-          f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}, AdamW, "
+          f"activation checkpointing {train.activation_checkpointing}, ReduceScatter "
+          f"{'every micro-batch' if train.sync_every_microbatch else 'once, on the last micro-batch'}, AdamW, "
           f"overlap {train.overlap:g}, FSDP overhead {format_time(train.unit_overhead_s)} per unit per pass")
+    if per_kernel:
+        print(f"# compute: priced per kernel on {rate.gpu.name} (breakdown below the step table), "
+              f"compute beside collectives at {1 - train.contention:.3g} of its rate")
+        if rate.warning:
+            print(f"# warning: {rate.warning}")
+        return
     tflops = rate.flops_per_rank / 1e12
     print(f"# compute: {tflops:,.1f}" if tflops >= 10 else f"# compute: {tflops:.3g}", end="")
     print(f" TFLOP/s per rank ({rate.source})")

@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import Any
 
-from tabulate import tabulate
+from ..core.tables import text_table
 
 from ..core import options
 from ..core.errors import ProbeUnavailable, RunError, UsageError
@@ -206,4 +206,4 @@ def print_table(spec: ProbeSpec, rows: list[dict[str, Any]]) -> None:
     metrics = [m for m in spec.metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
     table = [(r.get("op", "-"), format_size(r.get("size_bytes", 0)), f"{r['time_us']['p50']:.1f}",
               *("-" if r.get(m) is None else f"{r[m]:.3f}" for m in metrics)) for r in rows]
-    print(tabulate(table, headers=["op", "size", "time p50 (us)", *metrics], tablefmt="simple", disable_numparse=True))
+    print(text_table(table, headers=["op", "size", "time p50 (us)", *metrics], tablefmt="simple"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tabulate import tabulate
+from ..core.tables import text_table
 
 from ..lab import namespaces as labmod
 from ..lab import shaping as labshape
@@ -102,7 +102,7 @@ def _print_hosts(labs: list[labmod.Lab]) -> None:
             rows.append((lab.name, h.netns, h.address or "-", lab.ranks_per_host, h.ifname, h.state, h.shaping or "none"))
         if lab.bridge is None or len(lab.veths) != len(lab.hosts):
             rows.append((lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`"))
-    print(tabulate(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc"], tablefmt="simple"))
+    print(text_table(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc"], tablefmt="simple"))
 
 
 def _describe(host_rates: dict, pair_rates: dict) -> str:

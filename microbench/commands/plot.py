@@ -18,13 +18,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = []
+    loaded, paths = [], []
     for item in args.records:
         label, sep, path = item.partition("=")
         if not sep:
             label, path = Path(item).stem, item
         loaded.append((label, load_record(path)))
+        paths.append(path)
     first = args.records[0].partition("=")[2] or args.records[0]
     out = args.out or str(Path(first).with_suffix(".png"))
-    print(f"# plot: {plot_records(loaded, out, args.metric)}")
+    target, notes = plot_records(loaded, out, args.metric, paths=paths)
+    for line in notes:
+        print(line)
+    print(f"# plot: {target}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import socket
 from pathlib import Path
 
-from tabulate import tabulate
+from ..core.tables import text_table
 
 from ..accept import rules as accept, junit
 from ..core.errors import RunError
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = suite.new_suite_dir(Path(args.results_dir))
     results = suite.run_steps(steps, out_dir, args.path, before=lambda step: print(f"# {step.name} ...", flush=True))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
-    print(tabulate(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
+    print(text_table(table, headers=["step", "result", "s", HEADLINE_COLUMN], tablefmt="simple"))
     print(f"# records: {out_dir}")
     failed = [r.step.name for r in results if r.status == "fail"]
     verdicts = None
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"# junit: {junit_path}")
     if verdicts is not None:
         print()
-        print(tabulate([(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
+        print(text_table([(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
                        headers=["step", "op", "metric", "acceptance", "value"], tablefmt="simple"))
         bad = [v for v in verdicts if v.status != "pass"]
         if bad:

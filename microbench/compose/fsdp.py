@@ -20,10 +20,12 @@ Overlap: FSDP2 prefetches the next unit's gather behind the current unit's compu
 costs max(compute, communication); the first gather of each pass and the last reduce-scatters
 are exposed. In backward a gather and a reduce-scatter share the links, so they add. `overlap`
 (0..1) blends this with the no-overlap bound: gloo on a CPU competes with compute for the same
-cores, NCCL on a GPU runs beside it. FSDP's own per-unit cost (copy-in/out, hooks:
+cores, NCCL on a GPU runs beside it, but on SMs of its own: while a collective runs, the unit's
+compute keeps (1 - contention) of its rate (`beside`; the GPU's kernel table says how much). FSDP's own per-unit cost (copy-in/out, hooks:
 `unit_overhead_s`, which `verify`'s calibration measures) is paid per unit per pass on the thread
 that launches compute, so it is never hidden. The optimizer step (AdamW over this rank's shard)
-follows backward, bound by memory bandwidth: ~28 bytes moved per parameter.
+follows backward, bound by memory bandwidth: ~28 bytes moved per parameter for a fused AdamW
+(`optimizer_bytes_per_param` for another implementation, gradient clipping included).
 """
 
 from __future__ import annotations
@@ -90,10 +92,24 @@ class TrainSpec:
     overlap: float = 1.0
     unit_overhead_s: float = 0.0        # FSDP's own cost per unit per pass (copy-in/out, hooks)
     memory_gbps: float | None = None    # device memory bandwidth, for the optimizer step
+    optimizer_bytes_per_param: float = ADAMW_BYTES_MOVED_PER_PARAM   # the optimizer step's (and clipping's) traffic
+    # The share of its rate compute loses while a collective runs beside it: NCCL's CTAs hold whole
+    # SMs, and kernels sized for every SM wait for them (kernels/tables.py `overlap`).
+    contention: float = 0.0
     # Compute priced per kernel (compose/kernels): the per-micro-batch unit times that replace
     # FLOPs / flops_per_rank, and the calibration's scale on every compute rate.
     kernel_compute: Any = None
     compute_scale: float = 1.0
+    loss_kernel: str = "eager"          # "fused": one cross-entropy kernel over bf16 logits (kernels/blocks.py)
+    # What the eager count (kernels/eager.py) prices memory-bound work as: "bf16" parameters without
+    # autocast or "amp_bf16" with it; the code around the attention kernel ("sdpa", or llm-foundry's
+    # "llmfoundry-triton" / "llmfoundry-flash"); a recompute that stops once backward has what it
+    # needs (torch >= 2.1) or re-runs the whole forward (torch <= 2.0); counted_ops False prices
+    # blocks.py's hand-listed memory-bound kernels instead (the comparison the benchmark prints).
+    precision: str = "bf16"
+    attention_call: str = "sdpa"
+    recompute_early_stop: bool = True
+    counted_ops: bool = True
 
     @property
     def tokens_per_rank(self) -> int:
@@ -133,6 +149,8 @@ def _check(model: Any, train: TrainSpec) -> None:
             raise UsageError(f"invalid {what} {dtype!r}: expected one of {', '.join(DTYPE_BYTES)} (e.g. bfloat16)")
     if not 0 <= train.overlap <= 1:
         raise UsageError(f"invalid --overlap {train.overlap!r}: expected a fraction from 0 to 1, e.g. 1")
+    if not 0 <= train.contention < 1:
+        raise UsageError(f"the compute lost beside collectives {train.contention!r} must be from 0 to under 1")
     if not (0 <= train.unit_overhead_s < 1):
         raise UsageError(f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us")
 
@@ -173,7 +191,15 @@ def compute_times(model: Any, train: TrainSpec) -> dict[str, float]:
 def optimizer_s(model: Any, train: TrainSpec) -> float:
     if not train.memory_gbps:
         return 0.0
-    return model.total_params / train.ranks * ADAMW_BYTES_MOVED_PER_PARAM / (train.memory_gbps * 1e9)
+    return model.total_params / train.ranks * train.optimizer_bytes_per_param / (train.memory_gbps * 1e9)
+
+
+def beside(compute_s: float, comm_s: float, contention: float) -> float:
+    """A unit's compute and the collective prefetched behind it, run together: while the
+    collective runs, compute progresses at (1 - contention) of its rate, so it loses contention x
+    comm_s of progress (all of it, when the collective outlasts the compute); the unit ends with
+    the later of the two."""
+    return max(comm_s, compute_s + contention * min(comm_s, compute_s / (1 - contention)))
 
 
 def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
@@ -203,12 +229,13 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
     rs_rounds = micro if train.sync_every_microbatch else 1
     ag_b = ag if train.reshard_after_forward else 0.0
 
-    fwd = ag_root + ag + (L - 1) * max(cf, ag) + cf + c["root_fwd"]
+    share = train.contention
+    fwd = ag_root + ag + (L - 1) * beside(cf, ag, share) + cf + c["root_fwd"]
 
     def bwd(sync: bool) -> float:
         r, r_root = (rs, rs_root) if sync else (0.0, 0.0)
         # the head's backward runs while the last block is gathered again
-        return max(c["root_bwd"], ag_b) + (L - 1) * max(cb, ag_b + r) + cb + r + r_root
+        return beside(c["root_bwd"], ag_b, share) + (L - 1) * beside(cb, ag_b + r, share) + cb + r + r_root
 
     # FSDP's per-unit work runs on the CPU thread that launches compute: never hidden.
     overhead = micro * 2 * (L + (1 if model.root_params else 0)) * train.unit_overhead_s

@@ -7,14 +7,15 @@ before anything is printed."""
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import __version__
+from ..core.errors import UsageError
 from ..core.sections import resolved
 from ..core.units import DTYPE_BYTES
 from ..results import new_record
-from . import dataload
+from . import dataload, kernels
 from .checkpoint import full as full_save
 from .checkpoint.tier import checkpoint_parts, predict_tier, required_write_gbps
 from .fsdp import MemoryCheck, StepPrediction, memory_check, predict_step
@@ -35,6 +36,7 @@ class Composition:
     scaled: list[sharding_whatif.ShardingRow] = field(default_factory=list)     # at --scale-nodes
     loading: dataload.Loading = field(default_factory=lambda: dataload.Loading([], []))
     job: job_report.JobResult | None = None
+    measured: kernels.ComputeCalibration | None = None   # --measured-step: the scale found on this configuration
 
     @property
     def checkpoint_bytes(self) -> float:
@@ -46,7 +48,32 @@ class Composition:
         return "full" in self.inputs.state_dicts
 
 
+def measured_step(inputs: ComposeInputs) -> tuple[ComposeInputs, kernels.ComputeCalibration | None]:
+    """--measured-step: the scale on every compute rate with which this configuration's step is
+    the one measured (kernels/calibration.py), applied to everything predicted after it."""
+    c, model, train = inputs.options.compute, inputs.model, inputs.train
+    if c.measured_step is None:
+        return inputs, None
+    if inputs.rates is None:
+        raise UsageError(f"--measured-step {c.measured_step:g} scales compute priced per kernel: it needs a model "
+                         f"with shapes (--model or --model-config, not --params/--layers) and --gpu, without a CPU's "
+                         f"--compute record")
+    if len(inputs.networks) != 1:
+        raise UsageError(f"--measured-step {c.measured_step:g} was measured on one network; "
+                         f"{len(inputs.networks)} are given ({', '.join(n.name for n in inputs.networks)}): give the "
+                         f"one it ran on")
+    net, gpu = inputs.networks[0], inputs.rate.gpu
+    t = inputs.options.training
+    config = {"model": model.name, "gpu": gpu.name, "ranks": inputs.world, "nodes": inputs.nodes,
+              "micro_batch": t.micro_batch, "seq_len": t.seq_len, "grad_accum": t.grad_accum,
+              "activation_checkpointing": t.activation_checkpointing, "network": net.name}
+
+    cal = kernels.calibrate_step(c.measured_step, gpu.name, config, model, train, net)
+    return replace(inputs, train=replace(train, compute_scale=cal.scale)), cal
+
+
 def compose(inputs: ComposeInputs) -> Composition:
+    inputs, measured = measured_step(inputs)
     model, train, rate = inputs.model, inputs.train, inputs.rate
     steps = {net.name: predict_step(model, train, net.all_gather, net.reduce_scatter) for net in inputs.networks}
     memory = memory_check(model, train, rate.gpu.usable_memory_bytes if rate.gpu else None)
@@ -54,7 +81,7 @@ def compose(inputs: ComposeInputs) -> Composition:
     staging = rate.gpu.host_link_gbps * inputs.world if rate.gpu else None
     tiers = [predict_tier(t.name, parts["training_checkpoint_bytes"], t.write_gbps, t.read_gbps,
                           staging_gbps=staging, mtbf_s=inputs.mtbf_s) for t in inputs.tiers]
-    out = Composition(inputs, steps, memory, parts, tiers)
+    out = Composition(inputs, steps, memory, parts, tiers, measured=measured)
     step_s = {n.name: steps[n.name].step_s for n in inputs.networks}
     out.job = job_report.run(inputs, out.checkpoint_bytes, step_s)
     if inputs.sharding is not None:
@@ -81,9 +108,12 @@ def record(result: Composition) -> dict[str, Any]:
     inputs, memory, parts = result.inputs, result.memory, result.parts
     model, train, rate, nets = inputs.model, inputs.train, inputs.rate, inputs.networks
     config = {"calibration": inputs.calibration.source if inputs.calibration else None, "model": model.describe(),
-              "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
+              # the priced kernels are summary.compute's breakdown, not a field of the configuration
+              "train": {**{k: v for k, v in train.__dict__.items() if k != "kernel_compute"},
+                        "tokens_per_rank": train.tokens_per_rank},
               "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
-                          "gpu": rate.gpu.as_dict() if rate.gpu else None},
+                          "gpu": rate.gpu.as_dict() if rate.gpu else None,
+                          "priced_per_kernel": train.kernel_compute is not None},
               "networks": [n.describe() for n in nets], "tiers": [t.as_dict() for t in inputs.tiers],
               "checkpoint": {"interval_s": inputs.interval_s, "overhead_fraction": inputs.overhead,
                              "mtbf_s": inputs.mtbf_s},
@@ -107,4 +137,17 @@ def record(result: Composition) -> dict[str, Any]:
                       "warnings": [w for n in nets for w in n.warnings], **result.loading.as_dict()}
     if result.job is not None:
         out["summary"]["job"] = result.job.summary()
+    priced = train.kernel_compute
+    if priced is not None:
+        out["summary"]["compute"] = {
+            "breakdown": [{**r.as_dict(), "time_s": r.time_s / train.compute_scale, "rate": r.rate * train.compute_scale}
+                          for r in priced.rows],
+            "priced_per_kernel": True, "compute_scale": train.compute_scale, "checkpointing": priced.checkpointing,
+            "gradient_sync": "every micro-batch" if train.sync_every_microbatch else "last micro-batch",
+            "memory_bytes_from": list(priced.memory_from), "flops_per_step": priced.flops_per_step,
+            "scale_from": ("--measured-step" if result.measured else
+                           inputs.calibration.source if inputs.calibration and inputs.calibration.compute_scale
+                           else None)}
+    if result.measured is not None:
+        out["summary"]["calibration"] = result.measured.as_dict()
     return out

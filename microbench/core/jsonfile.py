@@ -7,6 +7,14 @@ says what the file is not (exit 2, one line), never a UnicodeDecodeError, Recurs
 IsADirectoryError from deep inside a command. Bounded: at most MAX_JSON_BYTES read (a FIFO or
 /dev/zero cannot stall or fill memory) and at most MAX_JSON_DEPTH levels of nesting (records
 nest about 5 deep; Python's decoder would recurse until the interpreter's limit).
+
+Numbers are checked here, once for every reader: NaN, Infinity, a literal that overflows a float
+(1e400) and any number whose size is absurd (beyond MAX_JSON_MAGNITUDE, or a non-zero one below
+MIN_JSON_MAGNITUDE) are refused, naming the field (`rows[3].time_us.p50`). Python's decoder
+turns 1e400 into inf and fails on a 5,000-digit integer with a ValueError; either, or a
+bandwidth of 1e300 whose time underflows to 0, reached a plot, a compare or the composer and
+ended there as an internal error (OverflowError, ZeroDivisionError). No measurement or model
+input comes near the bounds: a byte count of a petabyte is 1e15, a training run's FLOPs 1e25.
 """
 
 from __future__ import annotations
@@ -22,27 +30,92 @@ from .errors import UsageError
 
 MAX_JSON_BYTES = 256 << 20   # a record of a million rows is ~200 MiB; beyond that a wrong file
 MAX_JSON_DEPTH = 64
+MAX_JSON_MAGNITUDE = 1e30
+MIN_JSON_MAGNITUDE = 1e-30
 
 
-def load_json(path: str | os.PathLike, *, what: str, expected: str, finite: bool = False) -> Any:
+def load_json(path: str | os.PathLike, *, what: str, expected: str, finite: bool = True) -> Any:
     """The parsed contents of `path`; UsageError "{what} {path!r} is ...; expected {expected}".
 
     what: how the message names the file ("results file", "--model-config").
     expected: what it should be ("a microbench record, e.g. results/suite-*/nccl.json").
-    finite: refuse the NaN and Infinity literals Python's json accepts (configs: a number in a
-    file is checked as a number from a flag is); records keep them, and their readers check.
+    Every number must be finite and of a sane size (module docstring), whatever `finite` says:
+    the flag stays for callers written when records could hold NaN.
     """
     refuse = _refuser(path, what, expected)
     body = read_text(path, what=what, expected=expected)
+    absurd: list[str] = []
     try:
-        value = json.loads(body, parse_constant=_refuse_constant(refuse) if finite else None)
+        value = json.loads(body, parse_constant=_checked_constant(absurd), parse_float=_checked_float(absurd),
+                           parse_int=_checked_int(absurd))
     except RecursionError:
         raise refuse(f"nests deeper than {MAX_JSON_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise refuse(f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     if _depth_over(value, MAX_JSON_DEPTH):
         raise refuse(f"nests deeper than {MAX_JSON_DEPTH} levels")
+    if absurd:
+        field, text = _first_absurd(value)
+        raise refuse(f"holds {text} at {field}: every number in it must be finite, and 0 or between "
+                     f"1e{round(math.log10(MIN_JSON_MAGNITUDE))} and 1e{round(math.log10(MAX_JSON_MAGNITUDE))} in size")
     return value
+
+
+class _Absurd:
+    """A number the file holds that no reader may compute with, kept as written to be named."""
+
+    def __init__(self, text: str) -> None:
+        digits = sum(ch.isdigit() for ch in text)
+        self.text = text if len(text) <= 40 else f"{text[:12]}... (a number of {digits} digits)"
+
+
+def _checked_constant(absurd: list[str]):
+    def parse(name: str) -> _Absurd:
+        absurd.append(name)
+        return _Absurd(name)
+    return parse
+
+
+def _sane(number: float) -> bool:
+    size = abs(number)
+    return math.isfinite(number) and (size == 0 or MIN_JSON_MAGNITUDE <= size <= MAX_JSON_MAGNITUDE)
+
+
+def _checked_float(absurd: list[str]):
+    def parse(text: str) -> float | _Absurd:
+        number = float(text)
+        if _sane(number):
+            return number
+        absurd.append(text)
+        return _Absurd(text)
+    return parse
+
+
+def _checked_int(absurd: list[str]):
+    # Looked at as text first: int() of a 5,000-digit literal raises ValueError (Python's limit
+    # on integer string conversion), and a number that long is refused anyway.
+    def parse(text: str) -> int | _Absurd:
+        if len(text.lstrip("-")) <= 31:
+            number = int(text)
+            if abs(number) <= MAX_JSON_MAGNITUDE:
+                return number
+        absurd.append(text)
+        return _Absurd(text)
+    return parse
+
+
+def _first_absurd(value: Any) -> tuple[str, str]:
+    """(where, the number as written) of the first refused number, e.g. ('rows[3].time_us.p50', '1e400')."""
+    todo: list[tuple[Any, str]] = [(value, "")]
+    while todo:   # depth first, children pushed in reverse: the first in the file's order
+        item, where = todo.pop()
+        if isinstance(item, _Absurd):
+            return where or "the top level", item.text
+        if isinstance(item, dict):
+            todo.extend(reversed([(child, f"{where}.{key}" if where else str(key)) for key, child in item.items()]))
+        elif isinstance(item, list):
+            todo.extend(reversed([(child, f"{where}[{index}]") for index, child in enumerate(item)]))
+    return "the top level", "?"
 
 
 def read_text(path: str | os.PathLike, *, what: str, expected: str) -> str:
@@ -106,12 +179,6 @@ def _decode(data: bytes, refuse) -> str:
     except UnicodeDecodeError as exc:
         raise refuse(f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
                      f"a binary file or another encoding") from None
-
-
-def _refuse_constant(refuse):
-    def parse(name: str) -> float:
-        raise refuse(f"holds {name}: every number must be finite")
-    return parse
 
 
 def _depth_over(value: Any, limit: int) -> bool:

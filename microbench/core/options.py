@@ -42,6 +42,7 @@ class Opt:
     record: bool = True              # False: a flag for this run only, not part of the resolved config
     group: str = "probe"             # the --help section
     repeat: bool = False             # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
+    bare: str | None = None          # the value the flag alone means (--activation-checkpointing = full); else it needs one
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -97,9 +98,9 @@ class Flag:
         if self.opt.shown is not None:
             return self.opt.shown
         if self.kind == "sizes" and isinstance(self.default, (list, tuple)):
-            return ",".join(units.format_size(v) for v in self.default)
+            return ",".join(units.format_size_exact(v) for v in self.default)
         if self.kind == "size" and isinstance(self.default, int):
-            return units.format_size(self.default)
+            return units.format_size_exact(self.default)
         return format_value(self.default)
 
     def value(self, given: Any, factor: float = 2.0) -> Any:
@@ -221,8 +222,9 @@ def add_flag(group: Any, flag: Flag) -> None:
         group.add_argument(flag.flag, dest=flag.dest, action="append", default=[], help=text,
                            metavar=opt.metavar or flag.name.upper())
     else:
+        bare = {"nargs": "?", "const": opt.bare} if opt.bare is not None else {}
         group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
-                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices)
+                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices, **bare)
     if opt.negative:
         group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
                            help=f"same as --no-{flag.flag[2:]}")
@@ -283,7 +285,7 @@ def choice(allowed: tuple[str, ...] | list[str]) -> Parser:
 
 def size_list(text: Any, flag: str) -> list[int]:
     """Comma-separated sizes, sorted and without repeats (block sizes: --bs 1M,16M)."""
-    out = [units.parse_size(part, what=flag) for part in str(text).split(",") if part.strip()]
+    out = [units.parse_size(part, what=flag, typed=str(text)) for part in str(text).split(",") if part.strip()]
     if not out:
         raise UsageError(f"invalid {flag} {text!r}: empty; expected sizes, e.g. {flag} 1M,16M")
     return sorted(set(out))

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from . import registry
+from .units import format_number
 
 
 def _number(value: Any) -> bool:
@@ -22,7 +23,8 @@ def row_brief(row: dict[str, Any], record: dict[str, Any] | None = None) -> str:
     key = registry.row_metric(row, record)
     if key is not None:
         value = row[key]
-        return f"{key.removesuffix('_gbps')} {value:.3g} GB/s" if key.endswith("_gbps") else f"{key} {value:.3g}"
+        shown = format_number(value)   # never 2.56e+04 in a log line
+        return f"{key.removesuffix('_gbps')} {shown} GB/s" if key.endswith("_gbps") else f"{key} {shown}"
     for key, value in row.items():
         latency = re.fullmatch(r"(\w+)_us_p50", key)
         if latency and _number(value):

@@ -18,6 +18,10 @@ def pyplot(what: str = "a plot") -> Any:
         import matplotlib
 
         matplotlib.use("Agg")
+        # Every label is text: a record file named `$x^{$.json` (or a plot label) is a name, not
+        # TeX; with math parsing on, matplotlib failed on it ("ValueError: x^{"). Ours use none.
+        if "text.parse_math" in matplotlib.rcParams:
+            matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise RunError(f"cannot draw {what}: matplotlib does not import ({exc}); it is a dependency of "

@@ -12,9 +12,13 @@ from __future__ import annotations
 import re
 
 REDACTED = "<redacted>"
-# scheme://user:password@ (the user may be empty); the password runs to the last '@' before the
-# host, so a password holding '@' or ':' is hidden whole, and stops at whitespace or a quote.
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/@:\s'\"]*:)[^/\s'\"]*@", re.IGNORECASE)
+# scheme://user:password@ (the user may be empty); the password runs to the last '@' of the URL,
+# so a password holding '@', ':' or even an unencoded '/' is hidden whole (the URL parser reads
+# `http://bob:SE/CRET@host` as host "bob", port "SE" and a path: it is still a password, and an
+# error about that URL must not show it), and stops at whitespace or a quote. A URL whose path
+# holds an '@' after a port loses its port and path in the message too: hiding too much is the
+# safe side.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/@:\s'\"]*:)[^\s'\"]*@", re.IGNORECASE)
 
 
 def redact_text(text: str) -> str:

@@ -90,6 +90,10 @@ class ProbeSpec:
     # A case key's value in rows written before the key existed (nccl's group: "world"), so an
     # old record pairs and plots with a new one.
     case_defaults: tuple[tuple[str, Any], ...] = ()
+    # case_words(key, row) -> str | None: a case key's value in words for a legend where the
+    # common reading (accept/plots.case_words: "out-of-place", "4 threads") says less than the
+    # probe knows (a storage row's I/O streams are its threads times its queue depth).
+    case_words: Callable[[str, dict[str, Any]], str | None] | None = None
     # `implementation` fields two records must share to be compared like with like, besides
     # what every record is held to (probe, world size, dtype, device, engine).
     identity_keys: tuple[str, ...] = ()

@@ -12,6 +12,7 @@ drift apart silently and the prediction would stop matching the measurement.
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import UsageError
@@ -21,18 +22,20 @@ _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _EXAMPLE = "e.g. 1M-4G, 64M or 1M,8M,64M"
 
 
-def parse_size(text: str, *, what: str = "size", allow_zero: bool = False) -> int:
-    """Parse one size like `4K`, `16M`, `2G`, `1048576` into bytes."""
+def parse_size(text: str, *, what: str = "size", allow_zero: bool = False, typed: str | None = None) -> int:
+    """Parse one size like `4K`, `16M`, `2G`, `1048576` into bytes. `typed`: the whole value as the
+    user typed it when `text` is one member of it (a list, a range): the message quotes both."""
     raw = str(text).strip()
+    quoted = repr(raw) if typed is None or str(typed).strip() == raw else f"{str(typed)!r}: {raw!r}"
     match = _SIZE_RE.match(raw)
     if not match:
         raise UsageError(
-            f"invalid {what} {raw!r}: expected a whole number of bytes with an optional "
+            f"invalid {what} {quoted}: expected a whole number of bytes with an optional "
             f"binary suffix K, M, G or T (e.g. 4K, 16M, 2G)"
         )
     value = int(match.group(1)) * _UNITS[match.group(2).upper()]
     if value == 0 and not allow_zero:
-        raise UsageError(f"invalid {what} {raw!r}: must be greater than zero (e.g. 1M)")
+        raise UsageError(f"invalid {what} {quoted}: must be greater than zero (e.g. 1M)")
     return value
 
 
@@ -57,7 +60,7 @@ def parse_sizes(spec: str, *, factor: float = 2.0, what: str = "--sizes") -> lis
         if lo > hi:
             raise UsageError(
                 f"invalid {what} {spec!r}: the range starts above its end; expected MIN-MAX "
-                f"with MIN <= MAX, e.g. {format_size(hi)}-{format_size(lo)}"
+                f"with MIN <= MAX, e.g. {format_size_exact(hi)}-{format_size_exact(lo)}"
             )
         sizes, size = [], float(lo)
         while size <= hi * (1 + 1e-12):
@@ -78,16 +81,53 @@ def _parse_member(part: str, spec: str, what: str) -> int:
                          f"expected {_EXAMPLE}") from exc
 
 
+_SIZE_STEPS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
 def format_size(size_bytes: int | float) -> str:
-    """Short binary form: 1048576 -> '1M'; inexact multiples get one decimal, 1536 -> '1.5K'."""
+    """A size as people read it, in the largest binary unit it reaches: 1048576 -> '1M', 1536 ->
+    '1.5K', 32768000 -> '31.2M' (never '32000K'); whole multiples without a decimal. For text a
+    user types back (a suggested flag), use format_size_exact."""
     size = int(size_bytes)
-    for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for index, (suffix, unit) in enumerate(_SIZE_STEPS):
+        if size >= unit:
+            if size % unit == 0:
+                return f"{size // unit}{suffix}"
+            shown = round(size / unit, 1)
+            if shown >= 1024 and index > 0:   # 1023.97M would print as 1024.0M: one unit up reads
+                suffix = _SIZE_STEPS[index - 1][0]
+                shown = round(size / _SIZE_STEPS[index - 1][1], 1)
+            return f"{shown:.1f}{suffix}"
+    return f"{size}B"
+
+
+def format_size_exact(size_bytes: int | float) -> str:
+    """The size as a flag takes it back, exactly: the largest unit that divides it ('32000K',
+    '1536'), for suggestions such as 'e.g. --bs 1536K'."""
+    size = int(size_bytes)
+    for suffix, unit in _SIZE_STEPS:
         if size >= unit and size % unit == 0:
             return f"{size // unit}{suffix}"
-    for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if size >= unit:
-            return f"{size / unit:.1f}{suffix}"
-    return f"{size}B" if size < 1024 else str(size)
+    return str(size)
+
+
+def format_number(value: float | int, digits: int = 3) -> str:
+    """`value` to `digits` significant digits in plain decimals, as %g would but never in
+    scientific notation (25600, not 2.56e+04; 0.000123, not 1.23e-04): tables and
+    progress lines are read by people and grepped by scripts, and neither reads exponents."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= digits - 1:
+        return f"{value:.0f}"
+    decimals = min(digits - 1 - magnitude, 15)
+    text = f"{value:.{decimals}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text in ("-0", "") else text
 
 
 def format_bytes_human(size_bytes: int | float) -> str:
@@ -160,26 +200,32 @@ def parse_list(text: str, allowed: list[str] | tuple[str, ...], *, what: str) ->
 # which then poison a sweep or a prediction far from the flag that caused them.
 
 def parse_number(text: str | float | int, *, what: str, example: str, minimum: float | None = None,
-                 maximum: float | None = None, allow_minimum: bool = True, allow_maximum: bool = True) -> float:
-    """A finite number within [minimum, maximum] (bounds exclusive when allow_* is False)."""
+                 maximum: float | None = None, allow_minimum: bool = True, allow_maximum: bool = True,
+                 typed: str | None = None) -> float:
+    """A finite number within [minimum, maximum] (bounds exclusive when allow_* is False).
+    `typed`: the value as the user typed it when `text` is the number cut out of it ('-1' of
+    '-1GB/s'): messages quote what was typed, never the part."""
     raw = str(text).strip()
+    shown = text if typed is None else typed
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"invalid {what} {text!r}: expected a number, e.g. {what} {example}") from None
+        raise UsageError(f"invalid {what} {shown!r}: expected a number, e.g. {what} {example}") from None
     if value != value or value in (float("inf"), float("-inf")):
-        raise UsageError(f"invalid {what} {text!r}: expected a finite number, e.g. {what} {example}")
+        raise UsageError(f"invalid {what} {shown!r}: expected a finite number, e.g. {what} {example}")
     if minimum is not None and (value < minimum or (value == minimum and not allow_minimum)):
         rel = "at least" if allow_minimum else "more than"
-        raise UsageError(f"invalid {what} {text!r}: must be {rel} {minimum:g}, e.g. {what} {example}")
+        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {minimum:g}, e.g. {what} {example}")
     if maximum is not None and (value > maximum or (value == maximum and not allow_maximum)):
         rel = "at most" if allow_maximum else "less than"
-        raise UsageError(f"invalid {what} {text!r}: must be {rel} {maximum:g}, e.g. {what} {example}")
+        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {maximum:g}, e.g. {what} {example}")
     return value
 
 
-def parse_positive(text: str | float | int, *, what: str, example: str, maximum: float | None = None) -> float:
-    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum)
+def parse_positive(text: str | float | int, *, what: str, example: str, maximum: float | None = None,
+                   typed: str | None = None) -> float:
+    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum,
+                        typed=typed)
 
 
 # A timeout is how long a silent peer, endpoint or rank is waited for. Above a day it is a typo or
@@ -235,7 +281,7 @@ def parse_bandwidth_bytes_per_s(text: str, *, what: str) -> float:
     if unit_key not in _RATE_UNITS:
         raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}; expected GB/s, MB/s, Gbit, "
                          f"Mbit (e.g. {_RATE_EXAMPLE})")
-    value = parse_positive(number, what=what, example="1.6GB/s")
+    value = parse_positive(number, what=what, example="1.6GB/s", typed=text)
     return value * _RATE_UNITS[unit_key]
 
 
@@ -280,7 +326,8 @@ def parse_duration_s(text: str, *, what: str, example: str = "30us", allow_zero:
     if not match or match.group(2).lower() not in _DURATION_UNITS:
         raise UsageError(f"invalid {what} {text!r}: expected a duration with a unit (ns, us, ms, s, min, h), "
                          f"e.g. {example}")
-    value = parse_number(match.group(1), what=what, example=example, minimum=0.0, allow_minimum=allow_zero)
+    value = parse_number(match.group(1), what=what, example=example, minimum=0.0, allow_minimum=allow_zero,
+                         typed=text)
     return value * _DURATION_UNITS[match.group(2).lower()]
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.units import format_number
+
 NIC_EFFICIENCY = 0.96
 NVLINK_EFFICIENCY = 0.80
 LAB_EFFICIENCY = 1.0
@@ -216,7 +218,7 @@ def describe(expected: dict[str, Any]) -> str:
     if expected.get("gbps") is None:
         return f"(expected: unknown, {expected.get('unknown_why')})"
     inputs = ", ".join(f"{k} {v}" for k, v in expected["inputs"].items())
-    return f"expected {expected['gbps']:.4g} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
+    return f"expected {format_number(expected['gbps'], 4)} GB/s ({expected['limit']}: {expected['formula']}; {inputs})"
 
 
 # Filesystems whose bytes cross the network: their ceiling is the NIC's.
@@ -244,6 +246,16 @@ def expected_storage(facts: dict[str, Any], *, filesystem: str, device: str) -> 
         return unknown(f"{fs} is memory, not a device: its ceiling is the memcpy one (see `microbench memory`)")
     if fs in NETWORK_FILESYSTEMS or fs.startswith("nfs"):
         return _from_socket_nic(facts, f"{fs} ({device})")
+    if fs.startswith("fuse") and fs != "fuseblk":
+        # A FUSE daemon (rclone, gcsfuse ...) decides where the bytes go: its cache on a local
+        # disk, a remote over the network, or both, one after the other; no device is read.
+        daemon = fs.partition(".")[2] or "its daemon"
+        return unknown(f"{device} ({fs}) is a FUSE mount: {daemon} decides where its bytes go (a local cache, a "
+                       f"remote over the network, or both), and no device behind it states a bandwidth; give the "
+                       f"rate you expect with --expected, e.g. --expected 1GB/s")
+    if not device.startswith("/dev/"):
+        return unknown(f"{device} ({fs}) is not a block device Linux states a bandwidth for; give the rate you "
+                       f"expect with --expected, e.g. --expected 1GB/s")
     return unknown(f"{device} ({fs}) is a local block device, and Linux reports no bandwidth for block devices; "
                    f"give the drive's rated speed with --expected, e.g. --expected 7GB/s")
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.pyplot import pyplot
+from ..core.units import format_number
 
 MIN_HOSTS = 3
 
@@ -176,10 +177,10 @@ def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: 
     links = [(a, b) for a in range(n) for b in range(a + 1, n)
              if pair_slow(a, b) and a not in hosts and b not in hosts]
     verdict = Verdict(median, threshold, slow, hosts, links)
-    basis = (f"{slow_ratio:g} x median {median:.4g} GB/s" if threshold == slow_ratio * median
-             else f"--floor {floor_gbps:.4g} GB/s")
+    basis = (f"{format_number(slow_ratio, 6)} x median {_g(median)} GB/s" if threshold == slow_ratio * median
+             else f"--floor {_g(floor_gbps)} GB/s")
     if len(hosts) == n:
-        verdict.lines.append(f"ALL SLOW: every pair is below {threshold:.4g} GB/s ({basis}); no single host "
+        verdict.lines.append(f"ALL SLOW: every pair is below {_g(threshold)} GB/s ({basis}); no single host "
                              f"or link stands out")
         return verdict
     for h in hosts:
@@ -187,16 +188,22 @@ def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: 
         receives = _median_of([matrix[(p, h)] for p in range(n) if p != h])
         way = ("sending and receiving" if sends < threshold and receives < threshold
                else "sending (egress)" if sends < threshold else "receiving (ingress)")
-        verdict.lines.append(f"SLOW HOST {names[h]}: slow with every peer, {way}: sends at {sends:.4g} GB/s, "
-                             f"receives at {receives:.4g} GB/s (median of its pairs; threshold {threshold:.4g} "
+        verdict.lines.append(f"SLOW HOST {names[h]}: slow with every peer, {way}: sends at {_g(sends)} GB/s, "
+                             f"receives at {_g(receives)} GB/s (median of its pairs; threshold {_g(threshold)} "
                              f"GB/s = {basis})")
     for a, b in links:
-        verdict.lines.append(f"SLOW LINK {names[a]} <-> {names[b]}: {names[a]}->{names[b]} {matrix[(a, b)]:.4g} GB/s, "
-                             f"{names[b]}->{names[a]} {matrix[(b, a)]:.4g} GB/s, while both hosts are healthy with "
-                             f"every other peer (threshold {threshold:.4g} GB/s = {basis})")
+        verdict.lines.append(f"SLOW LINK {names[a]} <-> {names[b]}: {names[a]}->{names[b]} {_g(matrix[(a, b)])} GB/s, "
+                             f"{names[b]}->{names[a]} {_g(matrix[(b, a)])} GB/s, while both hosts are healthy with "
+                             f"every other peer (threshold {_g(threshold)} GB/s = {basis})")
     if verdict.clean:
-        verdict.lines.append(f"OK: every link reaches {threshold:.4g} GB/s ({basis}); no slow host or link")
+        verdict.lines.append(f"OK: every link reaches {_g(threshold)} GB/s ({basis}); no slow host or link")
     return verdict
+
+
+
+def _g(gbps: float) -> str:
+    """A rate in the verdicts and the matrix: four significant digits, never an exponent."""
+    return format_number(gbps, 4)
 
 
 def matrix_table(matrix: dict[tuple[int, int], float], names: list[str], slow: set[tuple[int, int]]) -> list[list[str]]:
@@ -210,7 +217,7 @@ def matrix_table(matrix: dict[tuple[int, int], float], names: list[str], slow: s
             elif (i, j) not in matrix:
                 cells.append(".")  # not measured (--bisect decided on the hosts it narrowed to)
             else:
-                cells.append(f"{matrix[(i, j)]:.4g}{' *' if (i, j) in slow else ''}")
+                cells.append(f"{_g(matrix[(i, j)])}{' *' if (i, j) in slow else ''}")
         rows.append(cells)
     return rows
 
@@ -238,7 +245,7 @@ def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: se
     top = np.nanmax(grid) if n > 1 else 1.0
     for (i, j), value in matrix.items():
         mark = "*" if (i, j) in slow else ""
-        ax.text(j, i, f"{value:.3g}{mark}", ha="center", va="center", fontsize=8,
+        ax.text(j, i, f"{format_number(value)}{mark}", ha="center", va="center", fontsize=8,
                 color="white" if value < 0.6 * top else "black")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

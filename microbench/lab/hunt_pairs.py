@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
+from ..core.tables import text_table
 
 from . import hunt
 from .hunt import HuntOptions
 from . import namespaces as labmod
 from .placement import lab_ranks
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, RunError, UsageError
-from ..core.units import format_size
+from ..core.units import format_size, format_number
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
 from ..run.failures import dead_peers, diagnose
@@ -237,7 +237,7 @@ class HuntRun:
                                "slow": step["slow_half"] == k} for k, (half, bw) in enumerate(zip(step["halves"], step["busbw_gbps"]))])
         (a, b), (bw_a, bw_b) = step["halves"], step["busbw_gbps"]
         went = {0: f"into {','.join(a)}", 1: f"into {','.join(b)}", None: "halves alike"}[step["slow_half"]]
-        print(f"# halving {step['step']}: all_reduce busbw {','.join(a)} {bw_a:.4g} GB/s | {','.join(b)} {bw_b:.4g} GB/s "
+        print(f"# halving {step['step']}: all_reduce busbw {','.join(a)} {format_number(bw_a, 4)} GB/s | {','.join(b)} {format_number(bw_b, 4)} GB/s "
               f"-> {went} ({step['seconds']:.1f} s)", flush=True)
 
 
@@ -256,8 +256,7 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
         verdict = hunt.analyze(matrix, names, opts.slow_ratio, opts.floor_gbps)
     print()
     print("# bandwidth GB/s, sender (row) -> receiver (column); * = slow, . = not measured")
-    print(tabulate(hunt.matrix_table(matrix, names, verdict.slow), headers=["from \\ to", *names], tablefmt="simple",
-                   disable_numparse=True))
+    print(text_table(hunt.matrix_table(matrix, names, verdict.slow), headers=["from \\ to", *names], tablefmt="simple"))
     print()
     for line in verdict.lines:
         print(line)

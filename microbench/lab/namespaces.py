@@ -125,7 +125,7 @@ def _read_ranks_per_host(bridge: str) -> int:
 def parse_delay(text: Any) -> float:
     # A minute of one-way delay is far past any network worth emulating, and what tc accepts.
     return parse_number(str(text).strip().removesuffix("ms"), what="--delay", example="0.5", minimum=0.0,
-                        maximum=60_000.0)
+                        maximum=60_000.0, typed=str(text))
 
 
 def netns_name(name: str, index: int) -> str:

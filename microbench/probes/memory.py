@@ -179,13 +179,13 @@ def run(spec: ProbeSpec, config: Config, inv: Any) -> Any:
 
 
 def print_report(outcome: Any, config: Config) -> None:
-    from tabulate import tabulate
+    from ..core.tables import text_table
 
     from ..core.units import format_size
 
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
               f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]
-    print(tabulate(table, headers=["op", "size", "threads", "kernel", "time p50 (us)", "copy GB/s"],
+    print(text_table(table, headers=["op", "size", "threads", "kernel", "time p50 (us)", "copy GB/s"],
                    tablefmt="simple"))
     impl = outcome.record["implementation"]
     if impl["gpu_skipped_reason"]:

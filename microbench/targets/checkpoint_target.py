@@ -159,9 +159,9 @@ def unique_name() -> str:
 
 
 def check_endpoint_reachable(url: str, timeout_s: float = 5.0) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise UsageError(f"invalid --endpoint {url!r}: expected an http(s) URL, e.g. http://127.0.0.1:9000")
+    from .s3client import check_endpoint
+
+    parsed = urlparse(check_endpoint(url))   # a malformed URL is named there, its password hidden
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         with socket.create_connection((parsed.hostname, port), timeout=timeout_s):

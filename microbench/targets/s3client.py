@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.redaction import redact_text
 from .s3_deadline import Endpoint, arm
 from .s3server import REGION, Credentials, EmbeddedS3
 
@@ -38,13 +39,14 @@ def s3_client_unavailable_reason() -> str | None:
 
 
 def public_url(url: str) -> str:
-    """The endpoint without any user:password@ part, for messages and records."""
+    """The endpoint without any user:password@ part, for messages and records. Text only: the
+    parsed port is never read here (urlsplit raises ValueError on a bad one, and this is what
+    the message about a bad URL quotes)."""
     parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
+    if "@" in parts.netloc:
+        netloc = parts.netloc.rsplit("@", 1)[1]
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
+    return redact_text(url)   # an '@' further on: a password the parser did not see as one
 
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -74,13 +76,17 @@ def check_bucket(name: str, flag: str = "--bucket", quoted: str | None = None) -
 
 def check_endpoint(url: str) -> str:
     parts = urlsplit(url)
+    if "@" in url and "@" not in parts.netloc and parts.scheme in ("http", "https"):
+        raise UsageError(f"invalid --endpoint {public_url(url)!r}: the user:password before '@' holds a '/', '?' "
+                         f"or '#', which ends a URL's host part; percent-encode it: a password pa/ss is written pa%2Fss")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"invalid --endpoint {public_url(url)!r}: expected an http(s) URL, "
                          f"e.g. --endpoint http://127.0.0.1:9000")
     try:
         parts.port
     except ValueError:
-        raise UsageError(f"invalid --endpoint {public_url(url)!r}: bad port; e.g. --endpoint http://127.0.0.1:9000") from None
+        raise UsageError(f"invalid --endpoint {public_url(url)!r}: bad port (a number from 1 to 65535); "
+                         f"e.g. --endpoint http://127.0.0.1:9000") from None
     return url
 
 

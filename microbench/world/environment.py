@@ -188,7 +188,7 @@ def _os_release() -> str | None:
 
 
 def format_env(env: dict[str, Any]) -> str:
-    from tabulate import tabulate
+    from ..core.tables import text_table
 
     mem = env["memory"]
     rows = [
@@ -211,4 +211,4 @@ def format_env(env: dict[str, Any]) -> str:
         speed = f"{nic['speed_mbps']} Mb/s" if nic["speed_mbps"] else "speed unknown"
         rdma = f", RDMA {nic['rdma_device']}" if nic["rdma_device"] else ""
         rows.append((f"nic {nic['name']}", f"{nic['link']}, {speed}, {nic['state']}, mtu {nic['mtu']}{rdma}"))
-    return tabulate(rows, tablefmt="plain")
+    return text_table(rows, tablefmt="plain")

@@ -58,9 +58,19 @@ def local_gpu(local_rank: int, local_world: int, gpus: int) -> int:
     return local_rank
 
 
+# Test-only: host memory read as this size free (e.g. 2G), so that a test can run a sweep whose
+# largest cases do not fit without allocating gigabytes; as MICROBENCH_TEST_GPU hides a GPU.
+TEST_FREE_MEMORY_ENV = "MICROBENCH_TEST_FREE_MEMORY"
+
+
 def free_memory_bytes(device: str) -> int:
     """Free memory for one rank. A GPU's is read where a context already exists (in the rank,
     for its own `cuda:<i>`); the launcher uses gpu_free_bytes_without_context."""
+    override = os.environ.get(TEST_FREE_MEMORY_ENV)
+    if override and not device.startswith("cuda"):
+        from ..core.units import parse_size
+
+        return parse_size(override, what=TEST_FREE_MEMORY_ENV)
     if device.startswith("cuda"):
         import torch
 

@@ -4,14 +4,14 @@ read and checked here, for their kind and their numbers, in the order the comman
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ...core import registry
 from ...core.errors import UsageError
 from ...results import load_record
-from .. import fsdp
+from .. import fsdp, kernels
 from ..calibration import Calibration, from_record
 from ..curves import Network, record_rows, synthetic_network
 from ..hardware import Gpu, gpu as gpu_by_name
@@ -65,7 +65,22 @@ def _suite_record(directory: Path, use: str) -> Path | None:
     return None
 
 
-def networks(opts: ComposeOptions, for_gpus: bool, load: Load) -> list[Network]:
+def assumed_node(opts: ComposeOptions, gpu: Gpu | None) -> list[two_level.Level] | None:
+    """(intra, inter) levels of the GPU's usual node, when a job of whole nodes (--nodes or
+    --gpus-per-node) names no network at all; None otherwise (a network is then required)."""
+    n, s, t = opts.network, opts.sharding, opts.training
+    if n.nccl or n.net or s.net_intra or s.net_inter or gpu is None or not gpu.node_intra_gbps:
+        return None
+    if t.nodes is None and t.gpus_per_node is None:
+        return None
+    intra, inter = f"{gpu.node_intra_gbps:g}GB/s", f"{gpu.node_inter_gbps:g}GB/s"
+    return [two_level.parse_level(intra, "--net-intra"), two_level.parse_level(f"{gpu.name}-node={inter}", "--net-inter")]
+
+
+def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None = None) -> list[Network]:
+    assumed = assumed_node(opts, gpu)
+    if assumed is not None:
+        return two_level.described(assumed[:1], assumed[1:])
     out: list[Network] = []
     for ref in opts.network.nccl:
         path = ref.path
@@ -77,7 +92,8 @@ def networks(opts: ComposeOptions, for_gpus: bool, load: Load) -> list[Network]:
     out += two_level.described(opts.sharding.net_intra, opts.sharding.net_inter)
     if not out:
         raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100)")
+                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100), "
+                         "or --nodes with an h100/h200 --gpu for its usual node")
     names = [n.name for n in out]
     if len(set(names)) != len(names):
         raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
@@ -92,6 +108,7 @@ class ComputeRate:
     warning: str | None = None
     measured_model: str | None = None
     on_cpu: bool = False             # a compute record timed on a CPU, and no --gpu: predicting that CPU
+    kernel_rows: list[dict[str, Any]] | None = None   # a GPU record's rows, for per-kernel rates
 
 
 def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
@@ -118,7 +135,8 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
                        f"the prediction uses (--gpu only sizes memory and the optimizer step)")
         return ComputeRate(tflops * 1e12, f"measured: {c.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
                            warning, str((record.get("summary") or {}).get("model") or ""),
-                           on_cpu=device is None and impl.get("device") == "cpu")
+                           on_cpu=device is None and impl.get("device") == "cpu",
+                           kernel_rows=record.get("rows") if impl.get("device") == "cuda" else None)
     if c.tflops is not None:
         return ComputeRate(c.tflops * 1e12, f"--tflops {c.tflops:g}", device)
     if device is None:
@@ -128,9 +146,15 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
                        f"{device.name} peak {device.peak_bf16_tflops:g} TFLOP/s x MFU {mfu:g}", device)
 
 
-def calibration(c: Compute, load: Load) -> Calibration | None:
-    """The --calibration record's numbers; a flag given on the command line wins over them."""
-    return from_record(load(c.calibration), c.calibration) if c.calibration else None
+def calibration(c: Compute, load: Load, gpu: Gpu | None) -> Calibration | None:
+    """The --calibration record's numbers; a flag given on the command line wins over them. A
+    compute scale measured on one GPU kind is refused for another, naming both."""
+    if not c.calibration:
+        return None
+    cal = from_record(load(c.calibration), c.calibration)
+    if cal.measured is not None:
+        kernels.check_gpu(cal.measured, gpu.name if gpu else None, c.calibration)
+    return cal
 
 
 def train_spec(opts: ComposeOptions, world: int, rate: ComputeRate, cal: Calibration | None = None) -> fsdp.TrainSpec:
@@ -157,7 +181,27 @@ def train_spec(opts: ComposeOptions, world: int, rate: ComputeRate, cal: Calibra
         ranks=world, micro_batch=t.micro_batch, seq_len=t.seq_len, flops_per_rank=flops, grad_accum=t.grad_accum,
         param_dtype=t.param_dtype, reduce_dtype=t.reduce_dtype or ("float32" if cpu else "bfloat16"),
         activation_checkpointing=t.activation_checkpointing, reshard_after_forward=not t.no_reshard_after_forward,
-        overlap=overlap, unit_overhead_s=unit_overhead, memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
+        sync_every_microbatch=not t.defer_grad_sync, overlap=overlap, unit_overhead_s=unit_overhead,
+        memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
+
+
+def priced(opts: ComposeOptions, shape: Any, train: fsdp.TrainSpec, rate: ComputeRate, nodes: int,
+           cal: Calibration | None) -> tuple[fsdp.TrainSpec, Any, Any]:
+    """Compute priced per kernel on a GPU (kernels.priced_for, as the published-runs check prices
+    it): (train, rates, table); a CPU's measured rate, a CPU record beside --gpu or a model
+    without shapes keep the single rate (rates None)."""
+    c = opts.compute
+    if c.kernel_table and rate.gpu is None:
+        raise UsageError(f"--kernel-table {c.kernel_table} prices a GPU's kernels: name the GPU, e.g. --gpu h100")
+    table = kernels.load_table(c.kernel_table) if c.kernel_table else None
+    if rate.gpu is None or (c.compute and rate.kernel_rows is None):
+        return train, None, None
+    scale = cal.compute_scale if cal is not None and cal.compute_scale else 1.0
+    # the code around the attention kernel, whose copies the eager count prices: torch's SDPA,
+    # or llm-foundry's call for the Triton kernel only its MPT runs
+    train = replace(train, attention_call=kernels.attention_call(c.attention_impl, shape))
+    return kernels.priced_for(shape, train, rate.gpu, nodes, tflops=c.tflops, mfu=c.mfu, record_rows=rate.kernel_rows,
+                              record_path=c.compute or "", attention_impl=c.attention_impl, table=table, scale=scale)
 
 
 def tiers(opts: ComposeOptions, load: Load) -> list[Tier]:
@@ -202,22 +246,28 @@ class ComposeInputs:
     host_memory_bytes: float | None
     sharding: ShardingPlan | None        # the sharding what-if, when asked
     load: Load = load_record             # how the records named by the loading and job flags are read
+    rates: Any = None                    # compute priced per kernel (kernels.Rates), or None: one rate
+    kernel_table: Any = None             # the kernel table behind the rates
+    assumed_network: str | None = None   # the GPU's usual node, when no network was named
 
 
 def build(opts: ComposeOptions, load: Load = load_record) -> ComposeInputs:
     """The inputs of `opts`, read and checked in the order the command's errors come in."""
     shape = model(opts.model)
     rate = compute_rate(opts.compute, opts.network.allow_partial, load)
-    nets = networks(opts, not rate.on_cpu, load)
+    nets = networks(opts, not rate.on_cpu, load, rate.gpu)
     world, nodes = ranks(opts.training, nets)
     nets = two_level.for_job(nets, world, nodes)   # the full-sharding view at this job's ranks per node
-    cal = calibration(opts.compute, load)
+    cal = calibration(opts.compute, load, rate.gpu)
     train = train_spec(opts, world, rate, cal)
+    train, rates, table = priced(opts, shape, train, rate, nodes or max(1, world // 8), cal)
     tier_list = tiers(opts, load)
     s = opts.storage
     mtbf_s = s.mtbf_hours * 3600 if s.mtbf_hours is not None else None
     serialize_gbps, serialize_source = serialization(opts, load)
     plan = two_level.plan(opts.sharding.sharding, opts.sharding.scale_nodes, nets, world, nodes)
+    assumed = assumed_node(opts, rate.gpu)
     return ComposeInputs(opts, shape, rate, nets, world, nodes, cal, train, tier_list, mtbf_s, s.ckpt_interval,
                          s.ckpt_overhead, list(s.state_dict), serialize_gbps, serialize_source,
-                         s.host_memory, plan, load)
+                         s.host_memory, plan, load, rates, table,
+                         rate.gpu.node_source if assumed is not None and rate.gpu else None)

@@ -190,3 +190,16 @@ def node_counts(text: str, flag: str) -> tuple[int, ...]:
         if n not in counts:
             counts.append(n)
     return tuple(counts)
+
+
+def checkpointing(text: Any, flag: str) -> str:
+    """none | full | blocks:F | ops, as its label (kernels/recompute.py says what each recomputes)."""
+    from ..kernels.recompute import parse_checkpointing
+
+    return parse_checkpointing(text).label
+
+
+def step_seconds(text: Any, flag: str) -> float:
+    from ..kernels.calibration import check_measured_step
+
+    return check_measured_step(text, flag)

@@ -20,10 +20,10 @@ from ..sharding.inputs import Level, parse_level
 from ..sharding.predict import Strategy
 from ..tiers import described
 from .parsers import (DEFAULT_MFU, MAX_GPUS_PER_NODE, MAX_GRAD_ACCUM, MAX_LAYERS, MAX_MICRO_BATCH, MAX_NODES, MAX_RANKS,
-                      MAX_SEQ_LEN, MAX_STEPS, DescribedNet, NamedRecord, SerializeRate, Typed, count, data_rate,
-                      duration, fraction, gpu_name, hours, mfu, model_name, named_record, net, node_counts,
-                      overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding, size,
-                      state_dicts, tflops, tier_names, tokens)
+                      MAX_SEQ_LEN, MAX_STEPS, DescribedNet, NamedRecord, SerializeRate, Typed, checkpointing, count,
+                      data_rate, duration, fraction, gpu_name, hours, mfu, model_name, named_record, net,
+                      node_counts, overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding,
+                      size, state_dicts, step_seconds, tflops, tier_names, tokens)
 
 
 @dataclass
@@ -63,9 +63,15 @@ class Training:
                                       shown="bfloat16, as FSDP2 mixed precision is usually set; float32 when predicting "
                                             "a CPU: a --compute record timed on a CPU and no --gpu",
                                       help="what ReduceScatter moves")
-    activation_checkpointing: bool = option(False, switch=True, shown="off",
-                                            help="recompute each block's forward in backward (more FLOPs, far less "
-                                                 "activation memory)")
+    activation_checkpointing: str = option("none", parse=checkpointing, bare="full", metavar="MODE",
+                                           help="none; full (each block's forward again in backward: the bare flag); "
+                                                "blocks:F (a fraction F of the blocks, torchtitan's selective layer "
+                                                "every second block is blocks:0.5); ops (torchtitan's op-level policy: "
+                                                "matmul and attention outputs kept, but every second matmul)")
+    defer_grad_sync: bool = option(False, switch=True, shown="off",
+                                   help="reduce-scatter the gradients once, on the last micro-batch (FSDP2's "
+                                        "set_requires_gradient_sync(False) on the others; the unsharded gradients "
+                                        "stay in memory)")
     no_reshard_after_forward: bool = option(False, switch=True, shown="off",
                                             help="keep blocks gathered from forward to backward (no second AllGather, "
                                                  "more memory)")
@@ -76,8 +82,11 @@ class Compute:
     TITLE: ClassVar[str] = "compute (optimizer: AdamW)"
     gpu: str | None = option(None, parse=gpu_name, shown="none: give --tflops or --compute",
                              help=f"accelerator: {', '.join(GPUS)} (peak dense bf16, memory size and bandwidth for the "
-                                  f"memory check and the optimizer step)")
-    mfu: float | None = option(None, parse=mfu, shown=str(DEFAULT_MFU), help="achieved fraction of --gpu's peak")
+                                  f"memory check and the optimizer step; with a model of real shapes, compute priced "
+                                  f"per kernel at its kernel table's rates, h100 and a100)")
+    mfu: float | None = option(None, parse=mfu, shown=f"{DEFAULT_MFU:g} where --gpu has no kernel table; h100 and a100 "
+                                                      f"price each kernel at its table's rate",
+                               help="achieved fraction of --gpu's peak, for every matmul and attention")
     tflops: float | None = option(None, parse=tflops, shown="none: --gpu x --mfu",
                                   help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400")
     compute: str | None = option(None, metavar="RECORD", shown="none: --gpu x --mfu or --tflops",
@@ -92,10 +101,27 @@ class Compute:
                                          help="FSDP's own cost per unit per pass (copy-in/out, hooks), never hidden, "
                                               "e.g. 200us")
     calibration: str | None = option(None, metavar="RECORD", shown="none",
-                                     help="a `microbench verify --calibrate-only` record: its measured overlap and "
-                                          "per-unit overhead (flags given here win)")
+                                     help="a `microbench compose ... --measured-step` record (its scale on compute "
+                                          "rates, for the same --gpu kind) or a `microbench verify --calibrate-only` "
+                                          "record (its measured overlap and per-unit overhead; flags given here win)")
+    measured_step: float | None = option(None, parse=step_seconds, metavar="SECONDS", shown="none",
+                                         help="the optimizer step a trainer measured on this configuration (its "
+                                              "--gpu, nodes, micro-batch, sequence, network): prints the scale on "
+                                              "compute rates that reproduces it and keeps it in the record, for "
+                                              "--calibration elsewhere, e.g. 2.8")
+    attention_impl: str | None = option(None, choices=("flash2", "flash1", "triton"),
+                                        shown="the kernel table's default (flash2)",
+                                        help="the attention kernel the trainer runs, priced at its own rates: flash2 "
+                                             "(FlashAttention-2, SDPA's flash backend), flash1, triton (llm-foundry's "
+                                             "Triton FlashAttention)")
+    kernel_table: str | None = option(None, metavar="FILE", shown="the one shipped for --gpu",
+                                      help="a kernel efficiency table measured with benchmarks/kernel_tables.py on "
+                                           "the GPU, instead of the shipped one")
 
     def check(self) -> None:
+        if self.measured_step is not None and self.calibration:
+            raise UsageError(f"--measured-step {self.measured_step:g} makes a calibration and --calibration "
+                             f"{self.calibration} applies one; give one of them")
         given = [f for f, v in (("--compute", self.compute), ("--tflops", self.tflops), ("--mfu", self.mfu))
                  if v is not None]
         if len(given) > 1:
@@ -249,3 +275,15 @@ class ComposeOptions:
     loading: Loading = field(default_factory=Loading)
     job: Job = field(default_factory=Job)
     output: Output = field(default_factory=Output)
+
+    def check(self) -> None:
+        c, t = self.compute, self.training
+        if c.measured_step is None:
+            return
+        if c.gpu is None:
+            raise UsageError(f"--measured-step {c.measured_step:g} scales a GPU's kernel rates: name the GPU it was "
+                             f"measured on, e.g. --gpu h100")
+        if t.nodes is None and t.gpus_per_node is None and t.ranks is None:
+            raise UsageError(f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "
+                             f"its --nodes and --gpus-per-node (and --micro-batch, --seq-len as it ran), e.g. --nodes 1 "
+                             f"--gpus-per-node 8")

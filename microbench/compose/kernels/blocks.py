@@ -112,16 +112,18 @@ def block_forward(model: Any, micro_batch: int, seq_len: int) -> list[Kernel]:
     return out
 
 
-def backward_of(kernel: Kernel) -> list[Kernel]:
+def backward_of(kernel: Kernel, bias_grad: bool = True) -> list[Kernel]:
     """A matmul's backward is two matmuls of its FLOPs at other shapes: the input's gradient dy @
-    w^T (m x n @ n x k) and the weight's x^T @ dy (k x m @ m x n, the tokens as its inner
-    dimension), plus the bias gradient (a reduction over the tokens of dy) when it has one.
+    w^T (m x n @ n x k) and the weight's, computed as dy^T @ x (n x m @ m x k, the tokens as its
+    inner dimension: autograd writes it in the layout of the linear's transposed weight, as the
+    eager count shows), plus the bias gradient (a reduction over the tokens of dy) when it has
+    one and `bias_grad` (the eager count lists it with the memory-bound work otherwise).
     Attention's backward is FlashAttention's: 2.5x the forward FLOPs (five matmuls to two),
     at its own rate. A memory-bound kernel moves bwd_factor x its forward bytes."""
     if kernel.cls == "matmul":
         out = [replace(kernel, name=f"{kernel.name}.dgrad", m=kernel.m, n=kernel.k, k=kernel.n, pass_="bwd"),
-               replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.k, n=kernel.n, k=kernel.m, pass_="bwd")]
-        if kernel.op == "addmm":
+               replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.n, n=kernel.k, k=kernel.m, pass_="bwd")]
+        if kernel.op == "addmm" and bias_grad:
             out.append(replace(memory(f"{kernel.name}.bias_grad", kernel.m * kernel.n, 1.0), count=kernel.count,
                                pass_="bwd"))
         return out
@@ -130,16 +132,29 @@ def backward_of(kernel: Kernel) -> list[Kernel]:
     return [replace(kernel, name=f"{kernel.name}.bwd", bytes=kernel.bytes * kernel.bwd_factor, pass_="bwd")]
 
 
-def root_forward(model: Any, micro_batch: int, seq_len: int) -> list[Kernel]:
+LOSSES = ("eager", "fused")
+
+
+def loss_kernel(tokens: int, vocab: int, loss: str = "eager") -> Kernel:
+    """The loss over the vocabulary, bytes per logit:
+      eager  F.cross_entropy on upcast logits: bf16 read, fp32 copy written (6), log-softmax
+             reads and writes fp32 (8); backward 22;
+      fused  one kernel that reads the bf16 logits and keeps fp32 inside (flash-attn's
+             xentropy, llm-foundry's `fused_crossentropy`, the default of its MPT models):
+             2 forward; backward reads the logits and writes their gradient, 4."""
+    if loss == "fused":
+        return Kernel("loss", "memory", bytes=2.0 * tokens * vocab, op="elementwise", bwd_factor=2.0)
+    return Kernel("loss", "memory", bytes=14.0 * tokens * vocab, op="elementwise", bwd_factor=22 / 14)
+
+
+def root_forward(model: Any, micro_batch: int, seq_len: int, loss: str = "eager") -> list[Kernel]:
     """The root unit: the embedding lookup (and learned positions), the final norm, the head's
-    matmul over the vocabulary and the loss (logits upcast to fp32, log-softmax)."""
+    matmul over the vocabulary and the loss (`loss_kernel`)."""
     t, h, v = micro_batch * seq_len, model.hidden, model.vocab
     out = [memory("embedding", 2 * t * h, 1.5)]
     if getattr(model, "positions", 0):
         out.append(memory("positions", 3 * t * h, 1.0))
-    out += [memory("norm", 2 * t * h, 1.5), matmul("head", t, v, h),
-            # bf16 logits read, fp32 copy written (6 bytes); log-softmax reads and writes fp32 (8)
-            Kernel("loss", "memory", bytes=14.0 * t * v, op="elementwise", bwd_factor=22 / 14)]
+    out += [memory("norm", 2 * t * h, 1.5), matmul("head", t, v, h), loss_kernel(t, v, loss)]
     return out
 
 

@@ -73,6 +73,21 @@ def calibrate(measured_s: float, gpu: str, configuration: dict[str, Any],
     return ComputeCalibration(solve_scale(measured_s, step_at), gpu, measured_s, step_at(1.0), configuration)
 
 
+def calibrate_step(measured_s: float, gpu: str, configuration: dict[str, Any], model: Any, train: Any,
+                   network: Any) -> ComputeCalibration:
+    """The scale with which `train` (priced per kernel) over `network` steps in `measured_s`:
+    compose --measured-step and the published-runs check both calibrate through this."""
+    from dataclasses import replace
+
+    from ..fsdp import predict_step
+
+    def step_at(scale: float) -> float:
+        return predict_step(model, replace(train, compute_scale=scale), network.all_gather,
+                            network.reduce_scatter).step_s
+
+    return calibrate(measured_s, gpu, configuration, step_at)
+
+
 def read_calibration(summary_calibration: Any, source: str) -> ComputeCalibration:
     """The compute calibration a compose record keeps under summary.calibration."""
     cal = summary_calibration if isinstance(summary_calibration, dict) else {}

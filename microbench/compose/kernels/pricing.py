@@ -10,9 +10,10 @@ what one measured step says the described kernels missed (communication is not s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from . import eager
 from .blocks import Kernel, backward_of, block_forward, fsdp_copies, root_backward, root_forward
 from .recompute import Checkpointing, recomputed
 
@@ -28,6 +29,14 @@ class Rates(Protocol):
 class TableRates:
     table: Any                 # tables.KernelTable
     memory_gbps: float         # the GPU's peak bandwidth (an H200 reads H100's compute table)
+    attention_impl: str | None = None   # None: the table's default implementation
+
+    def attention_source(self) -> str:
+        t, asked = self.table, self.attention_impl
+        used = t.attention_impl(asked).name
+        if t.has_attention(asked):
+            return f"table {t.gpu} attention {used}"
+        return f"table {t.gpu} attention {used} ({asked}: no {t.gpu} figure in the table)"
 
     def rate(self, kernel: Kernel) -> tuple[float, str]:
         t = self.table
@@ -35,8 +44,8 @@ class TableRates:
             return t.matmul(kernel.m, kernel.n, kernel.k) * 1e12, f"table {t.gpu} matmul"
         if kernel.cls == "attention":
             bwd = kernel.pass_ == "bwd"
-            return (t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd) * 1e12,
-                    f"table {t.gpu} attention {'bwd' if bwd else 'fwd'}")
+            return (t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd, self.attention_impl) * 1e12,
+                    f"{self.attention_source()} {'bwd' if bwd else 'fwd'}")
         return self.memory_gbps * t.memory_fraction * 1e9, f"table {t.gpu} memory {t.memory_fraction:.3g} x peak"
 
 
@@ -92,6 +101,7 @@ class StepCompute:
     rows: tuple[ClassRow, ...]
     checkpointing: str
     flops_per_step: float
+    memory_from: tuple[str, ...] = ()   # where the memory-bound kernels' bytes came from, per unit
 
     def times(self, scale: float = 1.0) -> dict[str, float]:
         return {"block_fwd": self.block_fwd_s / scale, "block_bwd": self.block_bwd_s / scale,
@@ -115,17 +125,66 @@ def _price(kernels: list[Kernel], rates: Rates, scale: float, rows: dict[tuple[s
     return total
 
 
+def _from_count(counted: eager.Counted, pass_: str, compute: list[Kernel]) -> list[Kernel]:
+    """A counted pass as kernels: its matmuls are the listed ones of the same (m, n, k) (their
+    names and ops), attention the listed attention, memory-bound work the counted bytes."""
+    by_shape = {(k.m, k.n, k.k): k for k in compute if k.cls == "matmul"}
+    attention = [k for k in compute if k.cls == "attention"]
+    out = []
+    for op in counted.passes[pass_]:
+        if op.cls == "matmul":
+            m, n, k = op.mnk
+            out.append(by_shape.get(op.mnk) or Kernel(f"matmul {m}x{n}x{k}", "matmul", flops=2.0 * m * n * k,
+                                                       m=m, n=n, k=k, op="mm"))
+        elif op.cls == "attention":
+            out.extend(attention)
+        else:
+            out.append(op.kernel)
+    return out
+
+
+def block_kernels(model: Any, micro_batch: int, seq_len: int, mode: Checkpointing, precision: str = "bf16",
+                  attention_call: str = "sdpa", early_stop: bool = True,
+                  counted_ops: bool = True) -> tuple[list[Kernel], list[Kernel], list[Kernel], str]:
+    """(forward, backward, recompute, where the memory-bound bytes came from) for one block. The
+    matmuls and attention are blocks.py's; memory-bound work and what a checkpointing mode runs
+    again are the eager count's where it covers the layout (eager.py) and `counted_ops`, else
+    blocks.py's list."""
+    fwd = block_forward(model, micro_batch, seq_len)
+    counted = eager.counted_block(model, micro_batch, seq_len, precision, attention_call) if counted_ops else None
+    if counted is None:
+        return fwd, [b for k in reversed(fwd) for b in backward_of(k)], recomputed(fwd, mode), "hand-listed"
+    compute = [k for k in fwd if k.cls != "memory"]
+    bwd = [b for k in reversed(compute) for b in backward_of(k, bias_grad=False)] + counted.memory("bwd")
+    again: list[Kernel] = []
+    if mode.recomputes:
+        key = f"recompute_{'ops' if mode.mode == 'ops' else 'full'}{'' if early_stop else '_no_early_stop'}"
+        weight = mode.fraction if mode.mode == "blocks" else 1.0
+        again = [replace(k, pass_="recompute", count=k.count * weight) for k in _from_count(counted, key, compute)]
+    return compute + counted.memory("fwd"), bwd, again, f"counted {counted.signature}"
+
+
+def root_kernels(model: Any, micro_batch: int, seq_len: int, loss: str, precision: str = "bf16",
+                 counted_ops: bool = True) -> tuple[list[Kernel], list[Kernel], str]:
+    rfwd = root_forward(model, micro_batch, seq_len, loss)
+    counted = eager.counted_root(model, micro_batch, seq_len, precision, loss) if counted_ops else None
+    if counted is None:
+        return rfwd, root_backward(model, rfwd), "hand-listed"
+    compute = [k for k in rfwd if k.cls != "memory"]
+    bwd = [b for k in reversed(compute) for b in backward_of(k, bias_grad=False)] + counted.memory("bwd")
+    return compute + counted.memory("fwd"), bwd, f"counted {counted.signature}"
+
+
 def price_step(model: Any, micro_batch: int, seq_len: int, grad_accum: int, checkpointing: Checkpointing,
                rates: Rates, *, param_bytes: int = 2, reduce_bytes: int = 2, reshard: bool = True,
-               scale: float = 1.0) -> StepCompute:
+               scale: float = 1.0, loss: str = "eager", precision: str = "bf16", attention_call: str = "sdpa",
+               early_stop: bool = True, counted_ops: bool = True) -> StepCompute:
     """Every kernel of one optimizer step on one rank, priced; per-micro-batch unit times for the
     overlap model. The FSDP copies ride with the unit they belong to."""
-    fwd = block_forward(model, micro_batch, seq_len)
-    bwd = [b for k in reversed(fwd) for b in backward_of(k)]
-    again = recomputed(fwd, checkpointing)
+    fwd, bwd, again, block_from = block_kernels(model, micro_batch, seq_len, checkpointing, precision,
+                                                attention_call, early_stop, counted_ops)
     copy_out, copy_in = fsdp_copies(model.block_params, param_bytes, reduce_bytes, reshard)
-    rfwd = root_forward(model, micro_batch, seq_len)
-    rbwd = root_backward(model, rfwd)
+    rfwd, rbwd, root_from = root_kernels(model, micro_batch, seq_len, loss, precision, counted_ops)
     root_out, root_in = fsdp_copies(model.root_params, param_bytes, reduce_bytes, False)
     rows: dict[tuple[str, str], ClassRow] = {}
     per_step = grad_accum * model.layers
@@ -137,7 +196,8 @@ def price_step(model: Any, micro_batch: int, seq_len: int, grad_accum: int, chec
                                                    for c in CLASSES + ("fsdp copies",))}
     ordered = tuple(sorted(rows.values(), key=lambda r: order.get((r.cls, r.pass_), 99)))
     flops = sum(r.flops for r in ordered)
-    return StepCompute(block_fwd, block_bwd, root_fwd, root_bwd, ordered, checkpointing.label, flops)
+    return StepCompute(block_fwd, block_bwd, root_fwd, root_bwd, ordered, checkpointing.label, flops,
+                       (f"blocks: {block_from}", f"root: {root_from}"))
 
 
 def model_flops_per_token(model: Any, seq_len: int) -> float:

@@ -39,8 +39,45 @@ def breakdown_table(compute: StepCompute, scale: float,
     return headers, rows
 
 
+def bytes_line(compute: StepCompute) -> str:
+    """Where the memory-bound kernels' bytes came from: the eager count (its signature) or the hand list."""
+    parts = "; ".join(compute.memory_from) or "hand-listed"
+    return (f"memory-bound bytes per unit: {parts} (counted: the aten ops eager PyTorch runs, "
+            f"benchmarks/eager_ops.py; hand-listed: kernels/blocks.py's list, for a layout the count does not cover)")
+
+
 def sources_lines(table: Any) -> list[str]:
     """Where each class's table values come from, for the lines under the breakdown."""
     if table is None:
         return []
     return [f"{cls} rates: {text}" for cls, text in table.sources.items()]
+
+
+def compute_lines(train: Any, table: Any, rates: Any, format_time: Callable[[float], str], *, model: str = "",
+                  measured: Any = None, scale_from: str | None = None) -> list[str]:
+    """What compose prints of compute priced per kernel: the breakdown, where each class's rates
+    and the memory-bound bytes came from, a compute record's other shapes (and the command that
+    measures them), the scale a measured step gave or a calibration applied."""
+    from tabulate import tabulate
+
+    from .measured import RecordRates, shapes_line
+
+    compute, scale = train.kernel_compute, train.compute_scale
+    headers, rows = breakdown_table(compute, scale, format_time)
+    out = [f"\n## compute per kernel class (one optimizer step, one rank; checkpointing {compute.checkpointing}, "
+           f"gradient sync {'every micro-batch' if train.sync_every_microbatch else 'deferred to the last micro-batch'})",
+           tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    out += [f"# {line}" for line in sources_lines(table)]
+    out.append(f"# {bytes_line(compute)}")
+    if isinstance(rates, RecordRates):
+        line = shapes_line(rates, model, train.micro_batch, train.seq_len, compute.checkpointing)
+        if line:
+            out.append(f"# {line}")
+    if measured is not None:
+        out.append(f"# measured step {measured.measured_step_s:g} s on this configuration: every compute rate x "
+                   f"{measured.scale:.3g} reproduces it (unscaled {format_time(measured.predicted_unscaled_s)}); the "
+                   f"record keeps it (summary.calibration) for --calibration on other configurations")
+    elif scale_from:
+        out.append(f"# compute rates x {scale:.3g}, the scale --calibration {scale_from} measured "
+                   f"(communication is not scaled)")
+    return out

@@ -10,6 +10,12 @@ zero seconds or infinity without a word.
 Lookups interpolate linearly in log2 of every axis between grid points and hold the edge value
 outside the grid (a shape beyond the largest measured one runs at the largest one's rate:
 matmuls and attention plateau there).
+
+Attention is tabulated per implementation (FlashAttention-2, FlashAttention-1, the Triton
+FlashAttention kernel, or whatever a measured table's SDPA ran), each with its own source: the
+same FLOPs run at very different rates on one GPU. `overlap` holds the share of its rate compute
+keeps while a collective runs beside it (NCCL's CTAs hold whole SMs), on one node and across
+nodes; a table without it says so and prices no contention.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +35,53 @@ ATTENTION_KEYS = ("fwd_tflops", "fwd_causal_tflops", "bwd_tflops", "bwd_causal_t
 
 
 @dataclass(frozen=True)
+class AttentionTable:
+    """One attention implementation's rates: key -> [head_dim][seq_len] TFLOP/s."""
+    name: str
+    head_dims: tuple[float, ...]
+    seq_lens: tuple[float, ...]
+    tflops: dict[str, tuple[tuple[float, ...], ...]]
+    source: str
+
+    def rate(self, seq_len: float, head_dim: float, causal: bool, backward: bool) -> float:
+        key = ("bwd" if backward else "fwd") + ("_causal" if causal else "") + "_tflops"
+        return _interp2(self.head_dims, self.seq_lens, self.tflops[key], head_dim, seq_len)
+
+
+@dataclass(frozen=True)
 class KernelTable:
     gpu: str
     peak_bf16_tflops: float
     memory_gbps: float
     matmul_axes: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
     matmul_tflops: tuple[tuple[tuple[float, ...], ...], ...]
-    attention_head_dims: tuple[float, ...]
-    attention_seq_lens: tuple[float, ...]
-    attention_tflops: dict[str, tuple[tuple[float, ...], ...]]   # key -> [head_dim][seq_len]
+    attention_impls: dict[str, AttentionTable]
+    default_attention: str
     memory_fraction: float
     sources: dict[str, str]       # kernel class -> where its values came from
     path: str
+    overlap_rates: dict[str, float] | None = None   # "one_node" / "multi_node" -> compute's share of its rate
 
     def matmul(self, m: float, n: float, k: float) -> float:
         """TFLOP/s of one (m x k) @ (k x n) matmul."""
         return _interp3(self.matmul_axes, self.matmul_tflops, (m, n, k))
 
-    def attention(self, seq_len: float, head_dim: float, causal: bool, backward: bool) -> float:
-        key = ("bwd" if backward else "fwd") + ("_causal" if causal else "") + "_tflops"
-        rows = self.attention_tflops[key]
-        return _interp2(self.attention_head_dims, self.attention_seq_lens, rows, head_dim, seq_len)
+    def attention_impl(self, impl: str | None = None) -> AttentionTable:
+        """The implementation asked for, or the table's default when it is None or not tabulated
+        (`has_attention` tells which; the caller says so)."""
+        return self.attention_impls.get(impl or self.default_attention) or self.attention_impls[self.default_attention]
+
+    def has_attention(self, impl: str | None) -> bool:
+        return impl is None or impl in self.attention_impls
+
+    def attention(self, seq_len: float, head_dim: float, causal: bool, backward: bool, impl: str | None = None) -> float:
+        return self.attention_impl(impl).rate(seq_len, head_dim, causal, backward)
+
+    def overlap_rate(self, multi_node: bool) -> float:
+        """The share of its rate compute keeps while a collective runs beside it (1: not tabulated)."""
+        if not self.overlap_rates:
+            return 1.0
+        return self.overlap_rates["multi_node" if multi_node else "one_node"]
 
     @property
     def memory_gbps_achieved(self) -> float:
@@ -126,6 +159,42 @@ class _Reader:
         return text.strip()
 
 
+def _attention_impl(r: _Reader, section: Any, name: str, where: str) -> AttentionTable:
+    dims = r.axis(r.get(section, "head_dim", where), f"{where}.head_dim")
+    seqs = r.axis(r.get(section, "seq_len", where), f"{where}.seq_len")
+    grids = {key: r.grid(r.get(section, key, where), (len(dims), len(seqs)), f"{where}.{key}")
+             for key in ATTENTION_KEYS}
+    return AttentionTable(name, dims, seqs, grids, r.source(section, where))
+
+
+def _attention(r: _Reader, att: Any) -> tuple[dict[str, AttentionTable], str]:
+    """{implementation: table} and the default. A table of one implementation (the form the
+    first tables had: the grids directly under `attention`) is read as that one, named by its
+    `implementation` (or "sdpa")."""
+    if isinstance(att, dict) and "fwd_tflops" in att:
+        name = str(att.get("implementation") or "sdpa").strip().lower() or "sdpa"
+        return {name: _attention_impl(r, att, name, "attention")}, name
+    default = r.get(att, "default", "attention")
+    impls = {str(k): _attention_impl(r, v, str(k), f"attention.{k}") for k, v in att.items() if isinstance(v, dict)}
+    if not isinstance(default, str) or default not in impls:
+        raise r.fail("attention.default", f"is {default!r}, not one of the implementations ({', '.join(impls)})")
+    return impls, default
+
+
+def _overlap(r: _Reader, section: Any) -> dict[str, float] | None:
+    if section is None:
+        return None
+    rates = r.get(section, "compute_rate", "overlap")
+    out = {}
+    for key in ("one_node", "multi_node"):
+        value = r.number(r.get(rates, key, "overlap.compute_rate"), f"overlap.compute_rate.{key}")
+        if value > 1:
+            raise r.fail(f"overlap.compute_rate.{key}", f"is {value!r}, more than the whole rate")
+        out[key] = value
+    r.source(section, "overlap")
+    return out
+
+
 def parse_table(data: Any, path: str) -> KernelTable:
     r = _Reader(path)
     if not isinstance(data, dict):
@@ -134,20 +203,19 @@ def parse_table(data: Any, path: str) -> KernelTable:
     mm = r.get(data, "matmul", "")
     axes = tuple(r.axis(r.get(mm, a, "matmul"), f"matmul.{a}") for a in "mnk")
     grid = r.grid(r.get(mm, "tflops", "matmul"), tuple(len(a) for a in axes), "matmul.tflops")
-    att = r.get(data, "attention", "")
-    dims = r.axis(r.get(att, "head_dim", "attention"), "attention.head_dim")
-    seqs = r.axis(r.get(att, "seq_len", "attention"), "attention.seq_len")
-    attention = {key: r.grid(r.get(att, key, "attention"), (len(dims), len(seqs)), f"attention.{key}")
-                 for key in ATTENTION_KEYS}
+    impls, default = _attention(r, r.get(data, "attention", ""))
     mem = r.get(data, "memory", "")
     fraction = r.number(r.get(mem, "fraction_of_peak", "memory"), "memory.fraction_of_peak")
     if fraction > 1:
         raise r.fail("memory.fraction_of_peak", f"is {fraction!r}, more than the whole bandwidth")
-    sources = {"matmul": r.source(mm, "matmul"), "attention": r.source(att, "attention"),
+    overlap = _overlap(r, data.get("overlap"))
+    sources = {"matmul": r.source(mm, "matmul"), "attention": impls[default].source,
                "memory": r.source(mem, "memory")}
+    if overlap is not None:
+        sources["overlap"] = r.source(data["overlap"], "overlap")
     return KernelTable(str(gpu), r.number(r.get(data, "peak_bf16_tflops", ""), "peak_bf16_tflops"),
-                       r.number(r.get(data, "memory_gbps", ""), "memory_gbps"), axes, grid, dims, seqs, attention,
-                       fraction, sources, path)
+                       r.number(r.get(data, "memory_gbps", ""), "memory_gbps"), axes, grid, impls, default,
+                       fraction, sources, path, overlap)
 
 
 def load_table(path: str | Path) -> KernelTable:
@@ -160,7 +228,13 @@ def shipped(gpu_name: str) -> KernelTable | None:
     """The table shipped for this GPU (a100 serves the A100's 40 and 80 GB parts), or None."""
     key = gpu_name.lower().replace("-", "").replace("_", "")
     for name in (key, key[:4]):
-        path = DATA / f"{name}.json"
-        if path.is_file():
-            return load_table(path)
+        if (DATA / f"{name}.json").is_file():
+            return _shipped_file(name)
     return None
+
+
+@lru_cache(maxsize=None)
+def _shipped_file(name: str) -> KernelTable:
+    """The shipped files never change while a process runs: read each once (a calibration's
+    bisection prices the step dozens of times)."""
+    return load_table(DATA / f"{name}.json")

@@ -35,6 +35,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...results.schema import ProbeRow
 from ...targets.mount import facts as mount_facts
 from .durable import timed_save
+from .staging_clock import StagingClock
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -52,6 +53,9 @@ class CheckpointRow(_CheckpointRequired, total=False):
     read_gbps: float                # load
     blocked_time_us: float          # async_save: the training loop's wait
     durable_time_us: float          # async_save: until the checkpoint is on storage
+    staging_time_us: float          # async_save: of the blocked time, DCP's copy of the state into CPU memory
+    staging_make_time_us: float     # of which making the staged tensors (torch's _create_cpu_state_dict)
+    staging_copy_time_us: float     # of which copying the state into them (torch's _copy_state_dict)
     checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
     # --state-dict full (probes/checkpoint/full.py), rank 0's parts, medians over iterations:
     gather_time_us: float           # save: get_model_state_dict(full_state_dict, cpu_offload)
@@ -240,14 +244,19 @@ class CheckpointProbe(Probe):
                 return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
                                   time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
             return Timed(time.perf_counter() - start)
-        future = self._guard("async_save", lambda: self.dcp.async_save(
-            self.state, storage_writer=writer, process_group=self.group))
+        with StagingClock(writer) as staging:
+            future = self._guard("async_save", lambda: self.dcp.async_save(
+                self.state, storage_writer=writer, process_group=self.group))
         blocked = time.perf_counter() - start
         self._guard("async_save", lambda: _result(future))
         durable = time.perf_counter() - start
-        both = self.world.all_gather_object((blocked, durable))
-        return Timed(durable, {"blocked_time_us": max(b for b, _ in both) * 1e6,
-                               "durable_time_us": max(d for _, d in both) * 1e6})
+        every = self.world.all_gather_object({"blocked": blocked, "durable": durable, **staging.spent})
+        # Training waits for the rank that returns last: its blocked time and what it spent it on.
+        slowest = max(every, key=lambda one: one["blocked"])
+        names = {"blocked": "blocked_time_us", "stage": "staging_time_us", "make": "staging_make_time_us",
+                 "copy": "staging_copy_time_us"}
+        return Timed(durable, {"durable_time_us": max(one["durable"] for one in every) * 1e6,
+                               **{column: slowest[key] * 1e6 for key, column in names.items() if key in slowest}})
 
     def _timed_load(self) -> Timed:
         assert self.dest is not None and self.last_step is not None

@@ -84,9 +84,9 @@ def validate(config: Config) -> Config:
     try:
         layout(config.size_bytes, ranks, DTYPE_BYTES[config.dtype])  # too small for the world: fail now
     except UsageError as exc:
-        from ...core.units import format_size
+        from ...core.units import format_size_exact
 
-        raise UsageError(f"invalid --size {format_size(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}") from None
+        raise UsageError(f"invalid --size {format_size_exact(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}") from None
     return replace(config, target=target.display, nproc=nproc, device=chosen.device, backend=chosen.backend,
                    save_format=fmt)
 

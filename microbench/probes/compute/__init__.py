@@ -342,7 +342,7 @@ class ComputeProbe(Probe):
 
 
 def print_report(outcome: Any, config: Config) -> None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     from ...compose.report import format_time
 
@@ -357,9 +357,9 @@ def print_report(outcome: Any, config: Config) -> None:
         return f"{r['gbps']:.1f} GB/s" if r.get("cls") == "memory" else f"{r['tflops']:.2f} TFLOP/s"
 
     table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
-              f"{r['per_block']:g}") for r in outcome.rows]
-    print(tabulate(table, headers=["kernel", "class", "shape (m x n x k)", "time p50", "rate", "per block"],
-                   tablefmt="simple", disable_numparse=True))
+              float(r["per_block"])) for r in outcome.rows]
+    print(text_table(table, headers=["kernel", "class", "shape (m x n x k)", "time p50", "rate", "per block"],
+                     tablefmt="simple"))
     impl = outcome.record["implementation"]
     achieved = outcome.record["summary"]["achieved_tflops"]
     if config.micro_batch:

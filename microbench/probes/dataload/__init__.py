@@ -23,7 +23,7 @@ from ...core.errors import UsageError
 from ...core.options import choice, nonneg_int, option, positive_int, nbytes, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import format_bytes_human, format_size, parse_number, parse_size
+from ...core.units import format_bytes_human, format_size, format_size_exact, parse_number, parse_size
 from ...results.schema import ProbeRow
 from . import dataset as ds
 from .run import print_report, run
@@ -35,8 +35,8 @@ def size_or_range(text: Any, flag: str) -> list[int]:
     """`16K` (every sample that size) or `8K-64K` (sizes spread over the range)."""
     raw = str(text).strip()
     low_text, sep, high_text = raw.partition("-")
-    low = parse_size(low_text, what=flag)
-    high = parse_size(high_text, what=flag) if sep else low
+    low = parse_size(low_text, what=flag, typed=raw)
+    high = parse_size(high_text, what=flag, typed=raw) if sep else low
     if high < low:
         raise UsageError(f"invalid {flag} {text!r}: the range's end is below its start; expected e.g. {flag} 8K-64K")
     return [low, high]
@@ -103,9 +103,9 @@ def validate(config: Config) -> Config:
         raise UsageError(f"--endpoint only applies to s3:// targets; the dataset goes to {target.path!r}")
     low, high = config.sample_size
     if config.layout == "shards" and ds.tar_bytes(high) > config.shard_size:
-        raise UsageError(f"invalid --sample-size {format_size(high)}: larger than a shard (--shard-size "
-                         f"{format_size(config.shard_size)}, {ds.TAR_BLOCK} bytes of which a member's header); use a "
-                         f"larger --shard-size, e.g. --shard-size {format_size(1 << (ds.tar_bytes(high) * 4).bit_length())}")
+        raise UsageError(f"invalid --sample-size {format_size_exact(high)}: larger than a shard (--shard-size "
+                         f"{format_size_exact(config.shard_size)}, {ds.TAR_BLOCK} bytes of which a member's header); use a "
+                         f"larger --shard-size, e.g. --shard-size {format_size_exact(1 << (ds.tar_bytes(high) * 4).bit_length())}")
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
     if target.kind == "local":

@@ -123,7 +123,7 @@ def _remove(target: ct.Target, source: Source, made: str) -> None:
 
 
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     record = outcome.record
     impl = record["implementation"]
@@ -140,9 +140,9 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                       f"{row['batch_wait_us_p99']:.0f}")
                      + ((f"{row['s3_requests']:.0f}" if "s3_requests" in row else "-",) if s3 else ())
                      + ("N/A" if row.get("nwrong") is None else row["nwrong"],))
-    print(tabulate(table, headers=["layout", "workers", "ranks", "batch", "samples/s", "GB/s", "first batch (s)",
+    print(text_table(table, headers=["layout", "workers", "ranks", "batch", "samples/s", "GB/s", "first batch (s)",
                                    "wait p50 (us)", "wait p99 (us)"] + (["S3 GETs"] if s3 else []) + ["#wrong"],
-                   tablefmt="simple", disable_numparse=True))
+                   tablefmt="simple"))
     print(f"# page cache: {impl['cache_drop']}; rate = all ranks' samples / slowest rank's pass")
     if any(row.get("served_from_memory") for row in outcome.rows):
         print(f"# (memory!): the dataset is on {impl['filesystem']}, memory: these are not storage rates")

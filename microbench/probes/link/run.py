@@ -45,7 +45,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
 
 
 def print_report(outcome: RunOutcome, config: Any) -> None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     record = outcome.record
     impl = record["implementation"]
@@ -59,13 +59,13 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
           + ((expectations.pct_cell(r["bw_gbps"], expected),) if known else ())
           for r in record["rows"] if r["op"] != "rtt"]
     if bw:
-        print(tabulate(bw, headers=["op", "size", "streams", "time p50 (us)", "GB/s", "Gbit/s", "both ways GB/s"]
+        print(text_table(bw, headers=["op", "size", "streams", "time p50 (us)", "GB/s", "Gbit/s", "both ways GB/s"]
                        + (["% of expected"] if known else []), tablefmt="simple"))
     lat = [(format_size(r["size_bytes"]), r["rtt_samples"], f"{r['rtt_us_p50']:.1f}", f"{r['rtt_us_p99']:.1f}")
            for r in record["rows"] if r["op"] == "rtt"]
     if lat:
         print()
-        print(tabulate(lat, headers=["rtt size", "samples", "p50 (us)", "p99 (us)"], tablefmt="simple"))
+        print(text_table(lat, headers=["rtt size", "samples", "p50 (us)", "p99 (us)"], tablefmt="simple"))
     if record["summary"].get("link_gbps"):
         print(f"# link ceiling (one way, largest size): {record['summary']['link_gbps']:.3f} GB/s = "
               f"{record['summary']['link_gbps'] * 8:.2f} Gbit/s")

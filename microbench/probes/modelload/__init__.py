@@ -27,7 +27,7 @@ from ...core.errors import UsageError
 from ...core.options import choice, option, positive_int, nbytes, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, memory_shortfall
+from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, format_size_exact, memory_shortfall
 from ...results.schema import ProbeRow
 from . import model_dir as md
 from .run import print_report, run
@@ -108,7 +108,7 @@ def validate(config: Config) -> Config:
         if size_bytes > room:
             size_bytes, capped = max(room, md.COLUMNS * elem), size_bytes
     if size_bytes < md.COLUMNS * elem:
-        raise UsageError(f"invalid --size {format_size(size_bytes)}: below one {md.COLUMNS}-element row of "
+        raise UsageError(f"invalid --size {format_size_exact(size_bytes)}: below one {md.COLUMNS}-element row of "
                          f"{config.dtype} ({md.COLUMNS * elem} bytes); e.g. --size 1G")
     if target.kind == "local" or config.endpoint is None:
         ct.check_free_space(base, size_bytes + (16 << 20), f"a {format_bytes_human(size_bytes)} model")

@@ -102,7 +102,7 @@ def _body(spec: Any, world: Any, config: Any, lay: md.Layout, target: ct.Target,
 
 
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     impl = outcome.record["implementation"]
     what = f"--model {config.model}" if config.model else "--size"
@@ -119,8 +119,8 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                       f"{row['raw_read_gbps']:.3f}{mem}" if "raw_read_gbps" in row else "-",
                       f"{row['aggregate_read_gbps']:.3f}" if "aggregate_read_gbps" in row else "-",
                       "N/A" if row.get("nwrong") is None else row["nwrong"]))
-    print(tabulate(table, headers=["op", "ranks", "tensors", "load_s", "GB/s", "raw read GB/s", "all ranks GB/s",
-                                   "#wrong"], tablefmt="simple", disable_numparse=True))
+    print(text_table(table, headers=["op", "ranks", "tensors", "load_s", "GB/s", "raw read GB/s", "all ranks GB/s",
+                                   "#wrong"], tablefmt="simple"))
     print(f"# page cache: {impl['cache_drop']}; time = slowest rank; GB/s = model bytes / time (1e9 B/s)")
     if mem:
         print(f"# (memory!): the model is on {impl['filesystem']}, memory: these are not storage rates")

@@ -22,13 +22,14 @@ from typing import Any, Callable
 from ...core.errors import UsageError
 from ...core.probe import Case, Probe
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
+from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401
 from ...results.schema import ProbeRow
 from ...world import collectives
 from .config import Config, validate
 from .run import print_outcome, run as run_command
-from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, bytes_needed_per_rank,  # noqa: F401
-                  check_algo, check_memory, op_bytes_per_rank)
+from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, check_algo,  # noqa: F401
+                  effective_size)
+from .plan import MemoryPlan, bytes_needed_per_rank, op_bytes_per_rank, plan_memory, role_bytes  # noqa: F401
 
 
 
@@ -49,12 +50,6 @@ class NcclRow(_NcclRequired, total=False):
     groups_at_once: int             # node and cross: how many such groups ran at once
 
 
-
-
-def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
-    """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
-    unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
-    return max(unit, size_bytes // unit * unit)
 
 
 def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
@@ -220,19 +215,23 @@ class CollectiveProbe(Probe):
                 **(self._transport() if self._transport else {})}
 
     def cases(self) -> list[Case]:
+        """Every op, group, size and placement of the sweep, but those the memory plan skips
+        (run.py sets `memory_plan` from the ranks' free memory before the sweep)."""
+        plan = getattr(self, "memory_plan", None)
         out = []
         for name in self.config.ops:
             op = OPS[name]
             for group in self.groups.values():
                 seen = set()
-                for size in self.config.sizes:
-                    size = effective_size(op, size, group.size, self.elem,
+                for requested in self.config.sizes:
+                    size = effective_size(op, requested, group.size, self.elem,
                                           chunked=op.chunked or self.config.algo == "ring")
                     if size in seen:
                         continue
                     seen.add(size)
                     for placement in op.placements:
-                        out.append(Case(name, size, (("placement", placement), ("group", group.name))))
+                        if plan is None or not plan.skips(name, requested, placement):
+                            out.append(Case(name, size, (("placement", placement), ("group", group.name))))
         return out
 
     def _group(self, case: Case) -> Any:
@@ -250,13 +249,16 @@ class CollectiveProbe(Probe):
         return pattern(count, rank, offset, dtype=self.dtype, device=self.device)
 
     def _buffer(self, case: Case, role: str, count: int) -> Any:
-        """A `count`-element view of this op's `role` arena, sized for the op's largest case."""
+        """A `count`-element view of this op's `role` arena, sized for the largest case of the op
+        that uses the role (plan.role_bytes): an in-place 4G case that runs where the out-of-place
+        one was skipped must not get the 2 GiB output chunk only out of place needs."""
         if self._arena_op != case.op:
             self._arena, self._arena_op = {}, case.op  # free the previous op's buffers first
         buf = self._arena.get(role)
         if buf is None or buf.numel() < count:
-            largest = max(c.size_bytes for c in self._cases_of(case.op, case.param("group")))
-            capacity = max(count, -(-count * largest // case.size_bytes))
+            group = self._group(case)
+            capacity = max([count] + [role_bytes(c.op, c.size_bytes, group.size, c.param("placement")).get(role, 0)
+                                      // self.elem for c in self._cases_of(case.op, case.param("group"))])
             buf = self._arena[role] = self.torch.empty(capacity, dtype=self.dtype, device=self.device)
         return buf[:count]
 
@@ -353,6 +355,11 @@ class CollectiveProbe(Probe):
                     out[name] = fit
         # "fits" stays the world's curve, where readers of one-level records look for it.
         summary: dict[str, Any] = {"fits": per_group.get("world", {})}
+        plan = getattr(self, "memory_plan", None)
+        if plan is not None and plan.skipped:
+            # Not rows: every reader of rows (fits, compose, compare, plots) reads a measured time.
+            summary["skipped"] = {"reason": f"does not fit in memory: {plan.why()}",
+                                  "cases": [one.to_dict() for one in plan.skipped]}
         if self.topology is not None:
             summary["topology"] = self.topology.to_dict()
             summary["groups"] = {g.name: {"ranks": g.size, "groups_at_once": g.concurrent, "fits": per_group[g.name]}

@@ -1,14 +1,14 @@
 """The collectives, one entry each (nccl-tests keeps a struct of hooks per collective; ours are
 short enough to share one table): what each reduces, where its root is, which placements it
-has, and how many bytes a rank holds for it. Every list of op names comes from here."""
+has, and what the backend stages beside a rank's buffers (the buffers and the plan of what fits
+in memory: plan.py). Every list of op names comes from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from ...core.errors import UsageError
-from ...core.units import MEMORY_SHARE, bus_factor, format_bytes_human, format_size, memory_shortfall
+from ...core.units import bus_factor
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,6 @@ class CollOp:
     root: int                        # -1 where the op has no root
     placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
     chunked: bool                    # S must split into n equal chunks
-    # (per-rank bytes held for the op) as a multiple of S, for the memory check
-    footprint: Callable[[int], float]
 
     def factor(self, n: int) -> float:
         """busbw / algbw for n ranks."""
@@ -27,12 +25,12 @@ class CollOp:
 
 
 OPS: dict[str, CollOp] = {
-    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
-    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True, lambda n: 1 + 1 / n),
+    "reduce_scatter": CollOp("reduce_scatter", "sum", -1, ("out", "in"), True),
+    "all_gather": CollOp("all_gather", "none", -1, ("out", "in"), True),
     # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False, lambda n: 1.0),
-    "broadcast": CollOp("broadcast", "none", 0, ("in",), False, lambda n: 1.0),
-    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True, lambda n: 2.0),
+    "all_reduce": CollOp("all_reduce", "sum", -1, ("in",), False),
+    "broadcast": CollOp("broadcast", "none", 0, ("in",), False),
+    "all_to_all": CollOp("all_to_all", "none", -1, ("out",), True),
 }
 DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")   # the ones FSDP uses
 # microbench's own rings over send/recv (--algo ring) exist for these
@@ -40,7 +38,14 @@ RING_OPS = ("reduce_scatter", "all_gather", "all_reduce")
 ALGOS = ("torch", "ring")
 
 
+def effective_size(op: CollOp, size_bytes: int, n: int, elem: int, chunked: bool | None = None) -> int:
+    """Round down so the buffer splits into whole elements (and n equal chunks where needed)."""
+    unit = elem * (n if (op.chunked if chunked is None else chunked) else 1)
+    return max(unit, size_bytes // unit * unit)
+
+
 # --------------------------------------------------------------------------- memory a sweep needs
+# (what a rank holds for each case, and the plan of what fits: plan.py)
 
 # What the backend itself allocates beyond our buffers, as a multiple of S, measured (VmHWM of
 # 2 ranks, torch 2.13, S = 512 MiB): gloo's reduce_scatter_tensor clones its input and
@@ -51,45 +56,6 @@ STAGING = {"gloo": {"reduce_scatter": 1.0, "all_gather": 1.0}}
 # A rank's interpreter, torch and the backend before any buffer (measured: 0.49 GiB for the
 # launcher and 2 ranks at --sizes 1M).
 PROCESS_BYTES = 256 << 20
-
-
-def op_bytes_per_rank(name: str, size_bytes: int, n: int, backend: str = "gloo") -> int:
-    """Peak bytes one rank holds while `name` runs at size_bytes: our buffers (sized for the op's
-    largest case; the previous op's are freed before the next op's are made, see _buffer), the
-    backend's staging copy, and the process itself. The check allocates nothing (count_wrong
-    compares in place)."""
-    share = OPS[name].footprint(n) + STAGING.get(backend, {}).get(name, 0.0)
-    return int(share * size_bytes) + PROCESS_BYTES
-
-
-def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int, backend: str = "gloo") -> int:
-    """Peak bytes one rank holds for the largest case: the largest op's, since ops run one at a
-    time and each frees its buffers before the next allocates."""
-    return max(op_bytes_per_rank(name, size_bytes, n, backend) for name in ops)
-
-
-def check_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str,
-                 backend: str | None = None) -> None:
-    # Without a backend named: host memory is a CPU world's (gloo), GPU memory NCCL's.
-    backend = backend or ("nccl" if where.startswith("GPU") else "gloo")
-    n = max(ranks_here, 1)
-    need = bytes_needed_per_rank(ops, max(sizes), n, backend) * ranks_here
-    shortfall = memory_shortfall(need, free_bytes, f"{where} for {ranks_here} rank(s) here")
-    if shortfall:
-        per_op = ", ".join(f"{name} {format_bytes_human(op_bytes_per_rank(name, max(sizes), n, backend))}" for name in ops)
-        fits = [name for name in ops if op_bytes_per_rank(name, max(sizes), n, backend) * ranks_here
-                <= free_bytes * MEMORY_SHARE]
-        other = f" or only --ops {','.join(fits)}" if fits else ""
-        raise UsageError(f"--sizes up to {format_bytes_human(max(sizes))} {shortfall}; per rank: {per_op}; "
-                         f"use a smaller maximum, e.g. --sizes 1M-{_suggest(free_bytes, ops, ranks_here, backend)}"
-                         f"{other}")
-
-
-def _suggest(free_bytes: int, ops: list[str], ranks_here: int, backend: str = "gloo") -> str:
-    size = 1 << 20
-    while bytes_needed_per_rank(ops, size * 2, max(ranks_here, 1), backend) * ranks_here < free_bytes * MEMORY_SHARE:
-        size *= 2
-    return format_size(size)
 
 
 def check_algo(algo: str, ops: list[str]) -> None:

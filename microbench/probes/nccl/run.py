@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ...core.errors import UsageError
 from ...core.jsonfile import load_json
 from ...expect import overrides as expectations
-from ...core.units import element_size
+from ...core.units import element_size, format_bytes_human
 from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
@@ -25,7 +25,8 @@ from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, i
 from ...world.launch import detect_world
 from ...world.topology import Topology, machine_ranks, topology
 from .groups import check_groups, expected_for_group
-from .ops import check_memory
+from .ops import OPS, effective_size
+from .plan import MemoryPlan, Skipped, plan_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
@@ -44,8 +45,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
         launcher_memory_check(config, choice.device, nproc)
 
     def body(world: Any) -> int:
-        rank_memory_check(config, choice.device, world)
+        plan = rank_memory_plan(config, choice.device, world)
         probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
+        probe.memory_plan = plan   # before anything asks for its cases
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
                                               transport=choice.transport)
         probe.expected = expect["expected"]
@@ -67,7 +69,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                                            for c in probe.cases()],
                                           element_size(config.dtype), emit=_emit, link_gbps=ceiling,
                                           expected=expect["expected"], expected_groups=expect.get("expected_groups"),
-                                          titles=group_titles(probe))
+                                          titles=group_titles(probe), skipped=skipped_cells(probe))
             # The table's own lines are the progress here; the generic per-case lines would repeat them.
             settings = dataclasses.replace(inv.settings, progress=False) if stream else inv.settings
             outcome = run_probe(probe, settings, config=config, world=world, json_path=inv.json_path,
@@ -78,7 +80,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                                                else config.link_result} if ceiling else {})})
         if world.rank == 0:
             outcome.notes.update(streamed=stream is not None, transport_at_start=transport_at_start,
-                                 link_gbps=ceiling)
+                                 link_gbps=ceiling, skipped_cells=skipped_cells(probe))
             outcomes.append(outcome)
         return 0
 
@@ -109,27 +111,47 @@ def group_titles(probe: Any) -> dict[str, str]:
 
 def launcher_memory_check(config: Any, device: str, nproc: int,
                           gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context) -> None:
-    """Before any rank starts (exit 2). CPU ranks share this host's memory: nproc times one rank's
-    need. GPU ranks each have their own GPU: one rank's need against each GPU, read through NVML
-    (no CUDA context stays in the launcher); without NVML the ranks check their own GPUs."""
+    """Before any rank starts (exit 2): refuse a sweep of which nothing fits; which cases fit is
+    planned by the ranks (rank_memory_plan). CPU ranks share this host's memory: nproc times one
+    rank's need. GPU ranks each have their own GPU: one rank's need against each GPU, read
+    through NVML (no CUDA context stays in the launcher); without NVML the ranks check theirs."""
     if device != "cuda":
-        check_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
+        plan_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
         return
     for index, free in enumerate(gpu_free(nproc) or []):
-        check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend)
+        plan_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend,
+                    world=nproc)
 
 
-def rank_memory_check(config: Any, device: str, world: Any) -> None:
-    """In the world: every rank's own free memory, gathered, so that every rank refuses alike
-    (a rank that refused alone would leave the others waiting in the first collective)."""
-    local = machine_ranks()
-    frees = world.all_gather_object(free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
-                                                      else device))
+def rank_memory_plan(config: Any, device: str, world: Any) -> MemoryPlan:
+    """In the world: the cases that fit, from every rank's free memory gathered, so that every
+    rank plans the same sweep (a rank that skipped a case alone would leave the others waiting
+    in its collective) and refuses alike. The same need as the launcher's check, processes
+    included, though they already run: a margin of a few hundred MiB, and a plan that never
+    keeps what the launcher would refuse."""
+    facts = world.all_gather_object((free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
+                                                       else device), machine_ranks()))
+    free = min(f for f, _ in facts)
     if device != "cuda":
-        check_memory(config.ops, config.sizes, local, frees[world.rank], "host memory", backend=config.backend)
-        return
-    rank = min(range(len(frees)), key=lambda r: frees[r])
-    check_memory(config.ops, config.sizes, 1, frees[rank], f"GPU memory of rank {rank}", backend=config.backend)
+        return plan_memory(config.ops, config.sizes, max(local for _, local in facts), free, "host memory",
+                           backend=config.backend, world=world.size)
+    rank = min(range(len(facts)), key=lambda r: facts[r][0])
+    return plan_memory(config.ops, config.sizes, 1, free, f"GPU memory of rank {rank}", backend=config.backend,
+                       world=world.size)
+
+
+def skipped_cells(probe: Any) -> dict[tuple[str, int], dict[str, str]]:
+    """(op, size as it runs) -> {placement: why it was skipped} for the tables, from the memory plan."""
+    plan = getattr(probe, "memory_plan", None)
+    out: dict[tuple[str, int], dict[str, str]] = {}
+    for one in (plan.skipped if plan else []):
+        op = OPS[one.op]
+        for group in probe.groups.values():
+            size = effective_size(op, one.size_bytes, group.size, probe.elem,
+                                  chunked=op.chunked or probe.config.algo == "ring")
+            out.setdefault((one.op, size), {})[one.placement] = (f"needs {format_bytes_human(one.need_bytes)}; "
+                                                                   f"{plan.why()}")
+    return out
 
 
 def torch_current_device() -> int:
@@ -140,18 +162,28 @@ def torch_current_device() -> int:
 
 def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
     if not outcome.notes.get("streamed"):
-        print_report(outcome.record, config, outcome.notes.get("link_gbps"))
+        print_report(outcome.record, config, outcome.notes.get("link_gbps"), outcome.notes.get("skipped_cells"))
     elif outcome.record["implementation"].get("transport_used") != outcome.notes.get("transport_at_start"):
         # NCCL names its transport only once it has connected, after the header went out.
         print(f"# transport used: {outcome.record['implementation'].get('transport_used', 'unknown')}")
     if outcome.notes.get("streamed") and outcome.record["summary"].get("groups"):
         print(groups_side_by_side(outcome.rows, outcome.record["summary"]))
+    skipped = outcome.record["summary"].get("skipped")
+    if skipped:
+        print(skipped_line(skipped))
     print(f"# results: {outcome.path}")
     wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
     if wrong:
         return (f"{wrong} wrong element(s) in the results (see the #wrong columns); "
                 f"the fabric or the collective library corrupted data")
     return None
+
+
+def skipped_line(skipped: dict[str, Any]) -> str:
+    """The closing line of a run that skipped cases: which, what each needs, and why."""
+    cases = [Skipped(c["op"], c["size_bytes"], c["placement"], c["need_bytes"]) for c in skipped["cases"]]
+    return (f"# skipped {len(cases)} case(s) that do not fit in memory ({skipped['reason'].removeprefix('does not fit in memory: ')}): "
+            f"{'; '.join(c.words() for c in cases)}; every other size and placement ran")
 
 
 def measure_link_gbps(world: Any, timeout_s: float) -> float:
@@ -209,7 +241,8 @@ def _emit(text: str) -> None:
     print(text, flush=True)
 
 
-def print_report(record: dict, config: Any, link_gbps: float | None = None) -> None:
+def print_report(record: dict, config: Any, link_gbps: float | None = None,
+                 skipped: dict[tuple[str, int], dict[str, str]] | None = None) -> None:
     print(header_line(record["config"]["world"]["size"], record["implementation"], config))
     summary = record["summary"]
     groups = summary.get("groups")
@@ -223,7 +256,9 @@ def print_report(record: dict, config: Any, link_gbps: float | None = None) -> N
                         else summary.get("expected_groups", {}).get(group, {}))
             title = None if not groups else f"{op}, group {group} ({_group_words(group, groups[group])})"
             print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps if group == "world" else None,
-                                   expected=expected.get(op), title=title))
+                                   expected=expected.get(op), title=title,
+                                   skipped={size: cells for (name, size), cells in (skipped or {}).items()
+                                            if name == op}))
             print()
     if groups:
         print(groups_side_by_side(record["rows"], summary))

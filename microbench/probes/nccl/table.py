@@ -36,10 +36,11 @@ class CollectiveLayout:
 
     @classmethod
     def for_rows(cls, rows: list[dict[str, Any]], expected: dict[str, Any] | None = None) -> "CollectiveLayout":
+        """Widths for these rows; a skipped size's key row (no time) sizes the key columns only."""
         layout = cls(max((r["size_bytes"] for r in rows), default=0), max((r["count"] for r in rows), default=0),
                      expected)
         for row in rows:
-            for index, text in enumerate(_cell_texts(row)):
+            for index, text in enumerate(_cell_texts(row) if "time_us" in row else ()):
                 layout.cell[index] = max(layout.cell[index], len(text) + 1)
             for index, text in enumerate(_key_texts(row)):
                 layout.key[index] = max(layout.key[index], len(text) + 1)
@@ -58,14 +59,18 @@ class CollectiveLayout:
             units += _pad("(busbw)", _EXP_WIDTH)
         return "\n".join("#" + line[1:] for line in (top.rstrip(), names, units))
 
-    def line(self, pair: dict[str, dict[str, Any]]) -> str:
-        """One size: its out-of-place and in-place rows (either may be missing)."""
+    def line(self, pair: dict[str, dict[str, Any]], skipped: dict[str, str] | None = None) -> str:
+        """One size: its out-of-place and in-place rows (either may be missing, or skipped: the
+        placements in `skipped`, which `pair` may give as a key row without a time)."""
         first = pair.get("out") or pair.get("in")
         assert first is not None
         text = "".join(_pad(t, w) for t, w in zip(_key_texts(first), self.key))
         for placement in ("out", "in"):
             row = pair.get(placement)
-            cells = _cell_texts(row) if row is not None else ("-",) * len(self.cell)
+            if placement in (skipped or {}):
+                cells: tuple[str, ...] = ("skipped",) + ("-",) * (len(self.cell) - 1)
+            else:
+                cells = _cell_texts(row) if row is not None and "time_us" in row else ("-",) * len(self.cell)
             text += "".join(_pad(t, w) for t, w in zip(cells, self.cell))
         if self.expected_gbps:
             text += _pad(_expected_cell(pair, self.expected_gbps), _EXP_WIDTH)
@@ -78,8 +83,27 @@ _EXP_WIDTH = 15
 def _expected_cell(pair: dict[str, dict[str, Any]], expected_gbps: float) -> str:
     # The out-of-place busbw's share (in-place where the op has only that): the column
     # nccl-tests summaries quote.
-    row = pair.get("out") or pair.get("in")
+    row = next((r for r in (pair.get("out"), pair.get("in")) if r and "busbw_gbps" in r), None)
     return f"{100 * row['busbw_gbps'] / expected_gbps:.0f}%" if row else "-"
+
+
+def skipped_rows(rows: list[dict[str, Any]], skipped: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+    """Key rows (size, count, type, redop, root; no time) for the sizes of `skipped` that no
+    measured row has: a size where every placement was skipped still gets its line."""
+    if not rows:
+        return []
+    have = {r["size_bytes"] for r in rows}
+    like = rows[0]
+    elem = max(like["size_bytes"] // max(like["count"], 1), 1)
+    return [{"size_bytes": size, "count": size // elem, "dtype": like["dtype"], "redop": like["redop"],
+             "root": like["root"], "placement": next(iter(cells))}
+            for size, cells in sorted(skipped.items()) if size not in have]
+
+
+def skipped_note(skipped: dict[int, dict[str, str]]) -> list[str]:
+    """Under a table: what was skipped and why."""
+    return [f"# skipped {'out-of-place' if placement == 'out' else 'in-place'} at {size} B: {why}"
+            for size, cells in sorted(skipped.items()) for placement, why in sorted(cells.items(), reverse=True)]
 
 
 def _key_texts(row: dict[str, Any]) -> tuple[str, ...]:
@@ -107,8 +131,8 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
         tail.insert(0, f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
                        f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
     if fit.get("fitted") is False:
-        # A degenerate model (latency 0, half of peak at 0 B, peak under the measured maximum)
-        # is worse than none: say so, with why, and what was measured.
+        # A model more than core/fit's tolerance off the measured busbw at some size is worse
+        # than none: say so, with why, and what was measured.
         best = fit["measured_max_busbw_gbps"]
         shares = [f"{100 * best / expected['gbps']:.0f}% of expected"] if expected and expected.get("gbps") else []
         shares += [f"{100 * best / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)"] if link_gbps else []
@@ -117,7 +141,9 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
                 + (f" = {', '.join(shares)}" if shares else ""), *tail]
     avg = fit["avg_busbw_bw_bound_gbps"]
     share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
-    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): latency {fit['latency_us']:.1f} us, "
+    latency = (f"latency {fit['latency_us']:.1f} us, " if fit["latency_us"] > 0
+               else "latency 0 (times proportional to size), ")
+    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): {latency}"
             f"peak busbw {'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, "
             f"half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}",
             f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
@@ -126,11 +152,14 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
 
 def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
                      link_gbps: float | None = None, expected: dict[str, Any] | None = None,
-                     title: str | None = None) -> str:
-    layout = CollectiveLayout.for_rows(rows, expected)
+                     title: str | None = None, skipped: dict[int, dict[str, str]] | None = None) -> str:
+    """One op's table; `skipped`: size -> {placement: why} for the cases the memory plan skipped."""
+    skipped = skipped or {}
+    every = rows + skipped_rows(rows, skipped)
+    layout = CollectiveLayout.for_rows(every, expected)
     lines = [f"# {title or op}", layout.header()]
-    lines += [layout.line(pair) for pair in _by_size(rows).values()]
-    return "\n".join(lines + fit_lines(fit, link_gbps, expected))
+    lines += [layout.line(pair, skipped.get(size)) for size, pair in _by_size(every).items()]
+    return "\n".join(lines + skipped_note(skipped) + fit_lines(fit, link_gbps, expected))
 
 
 class CollectiveStream:
@@ -142,18 +171,19 @@ class CollectiveStream:
     def __init__(self, cases: list[tuple[Any, ...]], elem_bytes: int, emit: Any = print,
                  link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None,
                  expected_groups: dict[str, dict[str, dict[str, Any]]] | None = None,
-                 titles: dict[str, str] | None = None):
+                 titles: dict[str, str] | None = None, skipped: dict[tuple[str, int], dict[str, str]] | None = None):
         self._per_curve_expected = {(op, "world"): e for op, e in (expected or {}).items()}
         self._per_curve_expected.update({(op, g): e for g, per_op in (expected_groups or {}).items()
                                          for op, e in per_op.items()})
         self._titles = titles or {}
+        self._skipped = skipped or {}      # (op, size) -> {placement: why}: the memory plan's
         self._expected: dict[tuple[str, str, int], set[str]] = {}
         self._last_size: dict[tuple[str, str], int] = {}
         for op, size, placement, *group_of in cases:   # (op, size, placement) alone: the world's
             group = group_of[0] if group_of else None
             self._expected.setdefault((op, group or "world", size), set()).add(placement)
             self._last_size[(op, group or "world")] = size
-        top = max((case[1] for case in cases), default=0)
+        top = max([case[1] for case in cases] + [size for _, size in self._skipped], default=0)
         self._layout_args = (top, top // max(elem_bytes, 1))
         self._layouts: dict[tuple[str, str], CollectiveLayout] = {}
         self._emit, self._link_gbps = emit, link_gbps
@@ -172,12 +202,16 @@ class CollectiveStream:
         pair = self._pending.setdefault((*curve, size), {})
         pair[row.get("placement", "out")] = row
         if set(pair) >= self._expected.get((*curve, size), set()):
-            self._emit(self._layouts[curve].line(self._pending.pop((*curve, size))))
+            self._emit(self._layouts[curve].line(self._pending.pop((*curve, size)), self._skipped.get((op, size))))
             if size == self._last_size.get(curve):
                 from ...core.fit import fit_latency_bandwidth
 
                 link = self._link_gbps if curve[1] == "world" else None
-                self._emit("\n".join(fit_lines(fit_latency_bandwidth(self._rows[curve]), link,
+                mine = {s: cells for (name, s), cells in self._skipped.items() if name == op}
+                # Sizes skipped in every placement come after the last that ran: their lines now.
+                self._emit("\n".join([self._layouts[curve].line({r["placement"]: r}, mine[r["size_bytes"]])
+                                      for r in skipped_rows(self._rows[curve], mine)] + skipped_note(mine)
+                                     + fit_lines(fit_latency_bandwidth(self._rows[curve]), link,
                                                  self._per_curve_expected.get(curve)) + [""]))
 
 

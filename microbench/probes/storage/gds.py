@@ -324,7 +324,7 @@ def run(spec: Any, config: Config, inv: Any) -> Any:
 
 
 def print_report(outcome: Any, config: Config) -> str | None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     from ...core.units import format_size
 
@@ -333,7 +333,7 @@ def print_report(outcome: Any, config: Config) -> str | None:
               f"{r.get('write_gbps', r.get('read_gbps')):.2f}", "N/A" if r["nwrong"] is None else r["nwrong"])
              for r in outcome.rows]
     print(f"# microbench storage gds: {impl['engine']}, served by {impl['served_by']}")
-    print(tabulate(table, headers=["op", "size", "iters", "time p50 (ms)", "GB/s", "#wrong"], tablefmt="simple"))
+    print(text_table(table, headers=["op", "size", "iters", "time p50 (ms)", "GB/s", "#wrong"], tablefmt="simple"))
     print(f"# results: {outcome.path}")
     wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
     return f"{wrong} wrong byte(s) after GDS transfers (see #wrong)" if wrong else None

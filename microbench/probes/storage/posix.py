@@ -21,7 +21,7 @@ from typing import Any
 from ...targets import native
 from ...core.errors import UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.units import format_size
+from ...core.units import format_size, format_size_exact
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
 from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
@@ -110,17 +110,17 @@ def validate(config: Workload) -> Workload:
                          f"files; use a --mode cached mount, or `microbench storage mount --mode direct`")
     for bs in config.bs:
         if config.size < bs * config.threads * config.qd:
-            raise UsageError(f"--size {format_size(config.size)} is too small for --bs {format_size(bs)} with "
+            raise UsageError(f"--size {format_size_exact(config.size)} is too small for --bs {format_size_exact(bs)} with "
                              f"{config.threads} thread(s) x qd {config.qd}: each of the "
                              f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
-                             f"--size {format_size(bs * config.threads * config.qd * 4)}")
+                             f"--size {format_size_exact(bs * config.threads * config.qd * 4)}")
     if config.direct is not False:
         align = direct_alignment(config.path)
         for bs in config.bs:
             if bs % align:
-                raise UsageError(f"invalid --bs {format_size(bs)!r}: with O_DIRECT the block size must be a multiple "
+                raise UsageError(f"invalid --bs {format_size_exact(bs)!r}: with O_DIRECT the block size must be a multiple "
                                  f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
-                                 f"{format_size(max(align, bs // align * align))} or --buffered")
+                                 f"{format_size_exact(max(align, bs // align * align))} or --buffered")
     return config
 
 
@@ -350,6 +350,18 @@ def _run(spec: Any, config: Config, inv: Any) -> Any:
     return run_storage(PosixProbe, Target, config, inv, compare_fio=config.compare_fio)
 
 
+def case_words(key: str, row: dict[str, Any]) -> str | None:
+    """A legend's words for a row: its I/O streams (threads x queue depth, each an outstanding
+    request), and the single-stream case as one stream."""
+    single = row.get("stream") == "single"
+    if key == "stream" and single:
+        return "1 stream"
+    if key in ("threads", "qd"):
+        streams = 1 if single else int(row.get("threads") or 1) * int(row.get("qd") or 1)
+        return f"{streams} stream{'' if streams == 1 else 's'}"
+    return None
+
+
 SPEC = ProbeSpec(
     name="storage_posix", command=("storage", "posix"), order=40,
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
@@ -358,6 +370,6 @@ SPEC = ProbeSpec(
     metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
     row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
-    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), feeds=("tier",),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), case_words=case_words, feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M"), ops=RW),),
 )

@@ -42,7 +42,7 @@ def _us(value: Any) -> str:
 
 
 def print_report(outcome: RunOutcome, config: Any) -> None:
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     tools = tuple(outcome.notes.get("tools") or ("posix",))
     impl = outcome.record["implementation"]
@@ -69,7 +69,7 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
             table.append((op, format_size(bs), _gbps(mine) if mine else "-", _gbps(fio) if fio else "-", ratio,
                           _us(mine and mine.get("lat_us_p99")), _us(fio and fio.get("lat_us_p99")))
                          + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
-        print(tabulate(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
+        print(text_table(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"] + pct, tablefmt="simple"))
         for r in rows:
             if r.get("stream") == "single":
@@ -83,7 +83,7 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
                   _us(r.get("lat_us_p50")), _us(r.get("lat_us_p99")), _us(r.get("lat_us_p999")), r["iters"])
                  + ((expectations.pct_cell(r[r["op"] + "_gbps"], expected),) if known else ())
                  for r in rows]
-        print(tabulate(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]
+        print(text_table(table, headers=["rw", "bs", "tool", "GB/s", "IOPS", "p50 us", "p99 us", "p99.9 us", "iters"]
                        + pct, tablefmt="simple"))
     if any(r.get("stream") == "single" for r in rows):
         print("# posix 1 stream: one buffered sequential writer, fsync at the end (how torch.save writes a full state "

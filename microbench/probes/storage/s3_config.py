@@ -55,7 +55,7 @@ def validate(config: Config) -> Config:
     """Every flag checked before any server starts or any request goes out."""
     from dataclasses import replace
 
-    from ...core.units import format_size
+    from ...core.units import format_size, format_size_exact
     from ...targets.s3client import check_bucket, unique_prefix
     from ...targets.s3server import DEFAULT_BUCKET
 
@@ -65,12 +65,12 @@ def validate(config: Config) -> Config:
     bucket = check_bucket(DEFAULT_BUCKET if config.bucket is None else config.bucket)
     config = replace(config, bucket=bucket, prefix=config.prefix or unique_prefix())
     if config.part_size > MAX_PART_BYTES:
-        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: S3 parts are at most 5G, "
+        raise UsageError(f"invalid --part-size {format_size_exact(config.part_size)!r}: S3 parts are at most 5G, "
                          f"e.g. --part-size 16M")
     parts = -(-config.object_size // config.part_size)
     if parts > MAX_PARTS:
         need_mib = -(-config.object_size // (MAX_PARTS << 20))
-        raise UsageError(f"invalid --part-size {format_size(config.part_size)!r}: a "
+        raise UsageError(f"invalid --part-size {format_size_exact(config.part_size)!r}: a "
                          f"{format_size(config.object_size)} object would need {parts} parts, S3 allows "
                          f"{MAX_PARTS}; e.g. --part-size {need_mib}M")
     _check_concurrency(config)

@@ -39,7 +39,7 @@ def run_s3(spec: Any, config: Any, inv: Any) -> RunOutcome:
 
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
     """The table; a failure line (wrong objects read back) for the command to raise, or None."""
-    from tabulate import tabulate
+    from ...core.tables import text_table
 
     record = outcome.record
     impl = record["implementation"]
@@ -63,9 +63,9 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                       _ms(pooled.get("ttfb_ms_p50")), _ms(pooled.get("ttfb_ms_p99")),
                       "N/A" if row["nwrong"] is None else row["nwrong"])
                      + ((expectations.pct_cell(row["throughput_gbps"], expected),) if known else ()))
-    print(tabulate(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
+    print(text_table(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
                                    "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"]
-                   + (["% of expected"] if known else []), tablefmt="simple", disable_numparse=True))
+                   + (["% of expected"] if known else []), tablefmt="simple"))
     if any(row.get("stream") == "single" for row in record["rows"]):
         print("# put 1 stream: one object, its parts uploaded one after another by one thread, then completed (how "
               "torch.save through s3fs writes a full state dict); `microbench compose` takes it as the single-stream "

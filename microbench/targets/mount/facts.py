@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import Interrupted, RunError
-from ...core.units import format_bytes_human
+from ...core.units import format_bytes_human, format_number
 from . import system as sysm
 
 POLL_S = 0.02
@@ -72,7 +72,7 @@ def facts_for_path(path: str) -> dict[str, Any] | None:
                durable_when=("close returns once the object is uploaded (direct mount): blocked = durable, "
                              "checked over the S3 API" if state.mode == "direct" else
                              f"the store holds every byte, polled over the S3 API after close (cached mount, "
-                             f"upload {state.write_back_s:g} s after close)"))
+                             f"upload {format_number(state.write_back_s, 6)} s after close)"))
     return out
 
 
@@ -152,7 +152,7 @@ def wait_durable(directory: str, *, started_at: float, timeout_s: float) -> Dura
             if held == total:
                 return Durable(time.perf_counter() - started_at, total, held, len(expected))
             if time.perf_counter() > deadline:
-                raise RunError(f"not durable within --timeout {timeout_s:g} s: the store held "
+                raise RunError(f"not durable within --timeout {format_number(timeout_s, 6)} s: the store held "
                                f"{format_bytes_human(held)} of {format_bytes_human(total)} written to {directory}; "
                                f"the rest is still in the mount's cache (`microbench mount status`)")
             time.sleep(POLL_S)
