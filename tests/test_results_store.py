@@ -212,3 +212,16 @@ def test_a_new_file_is_claimed_written_whole_and_never_overwritten(tmp_path):
     with pytest.raises(TypeError):
         atomic_write_new(broken, object(), "heatmap")  # type: ignore[arg-type]
     assert not broken.exists() and os.listdir(tmp_path) == ["heat.png"]
+
+
+def test_a_number_that_is_not_finite_is_written_as_null_and_the_record_reads_back(tmp_path):
+    # A bound that is never reached (compose's breakeven bandwidth for a latency-bound step) is
+    # inf in memory; the file has no infinity for the one JSON reader to refuse.
+    writer = RecordWriter(record(), tmp_path / "r.json")
+    writer.add_rows([{"op": "x", "size_bytes": 1, "breakeven_busbw_gbps": float("inf"),
+                      "nested": {"values": [1.5, float("nan"), -float("inf")]}}])
+    path = writer.finish("complete")
+    assert "Infinity" not in path.read_text() and "NaN" not in path.read_text()
+    row = load_record(path)["rows"][0]
+    assert row["breakeven_busbw_gbps"] is None
+    assert row["nested"]["values"] == [1.5, None, None]

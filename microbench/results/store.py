@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import tempfile
@@ -133,7 +134,7 @@ class RecordWriter:
     def flush(self) -> None:
         if self.failed is not None:
             raise RunError(self.failed)
-        text = (json.dumps(self.record, indent=1, sort_keys=False, default=str) + "\n").encode()
+        text = record_text(self.record).encode()
         try:
             atomic_write_text(self.path, text)
         except OSError as exc:
@@ -153,7 +154,7 @@ class RecordWriter:
         record = json.loads(self._saved)
         record.update(status="partial", status_reason=redact_text(self.failed), ended_at=utc_now())
         try:
-            atomic_write_text(self.path, json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
+            atomic_write_text(self.path, record_text(record))
         except OSError:
             at = self._saved.find(_RUNNING)
             if at >= 0:
@@ -182,6 +183,24 @@ class RecordWriter:
             here = here.parent
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def record_text(record: dict[str, Any]) -> str:
+    """A record as its file holds it. A number that is not finite is written as null: JSON has
+    no infinity, and the one reader of records (core/jsonfile) refuses one, so a record with a
+    bound that is never reached (a breakeven bandwidth of inf) would be written and then never
+    read back."""
+    return json.dumps(_finite(record), indent=1, sort_keys=False, default=str, allow_nan=False) + "\n"
+
+
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     """Mark a record its writer left "running" (killed, frozen) as partial with `reason`; its
     finished rows stay. True if it was changed."""
@@ -193,7 +212,7 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
         return False
     record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
     try:
-        atomic_write_text(Path(path), json.dumps(record, indent=1, sort_keys=False, default=str) + "\n")
+        atomic_write_text(Path(path), record_text(record))
     except OSError:
         return False
     return True
