@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from microbench.lab import namespaces as labmod
-from microbench.lab.shaping import parse_shaping, shape_commands
+from microbench.lab.shaping import parse_shaping, shape_commands, tbf_buckets
 from microbench.core.units import format_link_rate, parse_link_rate
 from microbench.lab.placement import _without
 from microbench.core.errors import UsageError
@@ -59,10 +59,43 @@ def test_shape_commands_tbf_burst_covers_a_timer_tick():
     assert int(tbf[tbf.index("burst") + 1]) >= 10**9 / 8 * 0.004
 
 
+def _tbf(cmd: list[str]) -> dict[str, str]:
+    tbf = cmd[cmd.index("tbf") + 1:]
+    return dict(zip(tbf[::2], tbf[1::2]))
+
+
+def _idle_credit_s(rate_bps: float, burst: int, peak_bps: float | None = None, peak_bucket: int = 0) -> float:
+    """How much sooner than its rate allows a link idle long enough delivers its next `burst`
+    bytes: without a peak rate the whole bucket leaves at once; with one, the peak bucket leaves
+    at once and the rest at the peak rate."""
+    at_rate = burst * 8 / rate_bps
+    if peak_bps is None:
+        return at_rate
+    return at_rate - max(0, burst - peak_bucket) * 8 / peak_bps
+
+
+@pytest.mark.parametrize("rate", [10**8, 10**9, 10**10])
+def test_shape_commands_peak_rate_caps_what_an_idle_link_hands_out(rate):
+    """A training step idles its links during compute and a probe times collectives back to
+    back: the shaped link must not give the first carries credit that the second never gets."""
+    args = _tbf(shape_commands("mb-x-h0", rate, 0.0)[-1])
+    burst, peak, bucket = int(args["burst"]), int(args["peakrate"].removesuffix("bit")), int(args["mtu"])
+    assert (burst, peak, bucket) == tbf_buckets(rate)
+    assert peak > rate                         # the kernel refuses a peak rate at or below the rate
+    assert bucket >= 64 * 1024                 # a whole GSO packet passes unsplit
+    assert bucket * 8 / peak >= 0.001          # what one late wakeup may send: a millisecond at the peak
+    credit = _idle_credit_s(rate, burst, peak, bucket)
+    # tbf alone hands out its whole burst (10 ms of the rate at 1gbit and above); the peak rate
+    # leaves at most its own bucket plus a tenth of the burst, about a third of that at 100mbit.
+    assert credit <= bucket * 8 / peak + 0.1 * burst * 8 / rate
+    assert credit <= 0.35 * _idle_credit_s(rate, burst)
+
+
 def test_shape_commands_delay_puts_tbf_under_netem():
     cmds = shape_commands("mb-x-h0", 10**9, 2.0)
     assert "netem" in cmds[1] and "2ms" in cmds[1]
     assert cmds[2][cmds[2].index("parent") + 1] == "1:" and "tbf" in cmds[2]
+    assert "peakrate" in _tbf(cmds[2])
 
 
 def test_shape_commands_unlimited_only_clears():
@@ -72,6 +105,11 @@ def test_shape_commands_unlimited_only_clears():
 def test_parse_shaping_reads_tc_output():
     text = "qdisc netem 1: root refcnt 2 limit 1000 delay 2ms qdisc tbf 2: parent 1: rate 1Gbit burst 1250000b lat 20ms"
     assert parse_shaping(text) == (10**9, 2.0)
+
+
+def test_parse_shaping_reads_the_rate_not_the_peak_rate():
+    text = "qdisc tbf 1: root refcnt 3 rate 1Gbit burst 1250000b peakrate 1100Mbit minburst 137437b lat 28.1ms"
+    assert parse_shaping(text) == (10**9, 0.0)
 
 
 def test_without_strips_option_and_value():

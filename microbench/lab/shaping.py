@@ -26,6 +26,19 @@ _UNLIMITED_BPS = 100 * 10**9
 # timer tick (HZ 100-1000), and a bucket shallower than one tick caps a link below its rate.
 _BURST_S = 0.01
 _QUEUE_S = 0.02
+# That bucket is also credit: a link idle for _BURST_S sends its next burst bytes at the veth's
+# own speed (tens of Gbit/s), not at the rate. A NIC has no such credit, and a training step
+# idles its links during compute, so on a 1gbit lab every collective issued after compute ran
+# faster than the same collective back to back, where a probe times it (an AllGather of 2.95 MB
+# over 2 hosts x 2 ranks: 8-9 ms after 10 ms idle, 16-17 ms back to back), and verify's step
+# predictions came out 11-12 % high. tbf's peak rate caps how fast the bucket may drain: a tenth
+# above the rate leaves the link headroom to catch up after a late wakeup, and a peak bucket of
+# a millisecond of it (at least one 64 KiB GSO packet, so tbf need not split them) is what one
+# wakeup may send; at half that, the kernel's wakeups came too late under load and the link fell
+# to half its rate.
+_PEAK_OVER_RATE = 1.1
+_PEAK_BUCKET_S = 0.001
+_GSO_BYTES = 64 * 1024
 
 
 @dataclass
@@ -83,15 +96,22 @@ def parse_pair_links(items: list[str], hosts: int) -> dict[tuple[int, int], int 
     return out
 
 
+def tbf_buckets(rate_bps: int) -> tuple[int, int, int]:
+    """(burst bytes, peak rate in bit/s, peak bucket bytes) of a host's tbf at this rate (pure)."""
+    burst = max(256 * 1024, int(rate_bps / 8 * _BURST_S))
+    peak_bps = int(rate_bps * _PEAK_OVER_RATE)
+    return burst, peak_bps, max(_GSO_BYTES, int(peak_bps / 8 * _PEAK_BUCKET_S))
+
+
 def shape_commands(ns: str, rate_bps: int | None, delay_ms: float) -> list[list[str]]:
     """tc commands that give one host's egress the rate and delay (pure: unit-tested)."""
     cmds = [["tc", "-n", ns, "qdisc", "del", "dev", IFNAME, "root"]]
     tbf: list[str] = []
     if rate_bps is not None:
-        rate_Bps = rate_bps / 8
-        burst = max(256 * 1024, int(rate_Bps * _BURST_S))
-        limit = burst + int(rate_Bps * (_QUEUE_S + delay_ms / 1000))
-        tbf = ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(limit)]
+        burst, peak_bps, peak_bucket = tbf_buckets(rate_bps)
+        limit = burst + int(rate_bps / 8 * (_QUEUE_S + delay_ms / 1000))
+        tbf = ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(limit),
+               "peakrate", f"{peak_bps}bit", "mtu", str(peak_bucket)]
     if delay_ms > 0:
         # netem holds the delayed packets; its queue must cover rate x delay or it drops.
         limit = max(10000, int((rate_bps or 100 * 10**9) / 8 * delay_ms / 1000 / 1500 * 2))
