@@ -53,6 +53,25 @@ class RecordWriter:
             except OSError:
                 pass  # only a fallback for a rank 0 that dies; the run itself goes on
 
+    @classmethod
+    def resume(cls, path: str | os.PathLike) -> "RecordWriter":
+        """The writer of a record another process of this run claimed and wrote (a launcher's
+        record, which each phase's rank 0 and then the launcher again carry on): the file's
+        content as it is now, rewritten in place from here on. Claims nothing."""
+        writer = cls.__new__(cls)
+        writer.path = Path(path)
+        try:
+            writer.record = json.loads(writer.path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunError(f"cannot read back results file {str(path)!r}: {exc}") from None
+        return writer
+
+    def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Change the record in place (its summary, say) and rewrite the file."""
+        change(self.record)
+        self.flush()
+        return self.record
+
     @staticmethod
     def _claim(path: Path | None, directory: Path, kind: str) -> Path:
         if path is not None:
