@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.units import parse_number, parse_positive_int
+from ..verify import launch
 from ..verify import model as fm
 from ..verify.fsdp import plan
 from ..verify.job import plan as jplan
@@ -103,8 +104,8 @@ def options(args: argparse.Namespace) -> plan.VerifyOptions:
 
 def run_fsdp(args: argparse.Namespace) -> int:
     if args.phase_spec:
-        return vrun.run_phase(args.phase_spec)
-    vrun.refuse_in_world()
+        vrun.run_phase(args.phase_spec)
+    launch.refuse_in_world("verify fsdp")
     return vrun.run_fsdp(options(args))
 
 
@@ -188,6 +189,6 @@ def run_job(args: argparse.Namespace) -> int:
     from ..verify.job import run as job_run
 
     if args.phase_spec:
-        return job_run.run_phase(args.phase_spec)
-    vrun.refuse_in_world()
+        job_run.run_phase(args.phase_spec)
+    launch.refuse_in_world("verify job")
     return job_run.run_job(job_options(args))
