@@ -429,3 +429,41 @@ def test_existing_json_or_csv_is_refused_before_anything(tmp_path, capsys):
     (tmp_path / "have.csv").write_text("x")
     rc = main(["compose", "--gpu", "h100", "--net", "ib=40GB/s", "--ranks", "8", "--csv", str(tmp_path / "have.csv")])
     assert rc == 2 and "already exists" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the schedule
+
+def test_the_schedule_is_what_predict_step_prices():
+    """FSDP2's collectives per micro-batch, in order: root and blocks gathered for forward, each
+    block gathered again and reduce-scattered in backward, the root last; the step's
+    communication totals are those collectives' times on the curve."""
+    from microbench.compose.fsdp import schedule, unit_bytes
+
+    model = PRESETS["llama-3.1-8b"]
+    plan = schedule(model.layers)
+    assert [(c.op, c.unit) for c in plan[:2]] == [("all_gather", "root"), ("all_gather", "block")]
+    assert [(c.op, c.phase) for c in plan[model.layers + 1:model.layers + 3]] == [
+        ("all_gather", "backward"), ("reduce_scatter", "backward")]
+    assert (plan[-1].op, plan[-1].unit) == ("reduce_scatter", "root")
+    train = TrainSpec(ranks=8, micro_batch=1, seq_len=4096, flops_per_rank=400e12)
+    net = synthetic_network("ib", 40.0, 30e-6, "ib=40GB/s@30us")
+    pred = predict_step(model, train, net.all_gather, net.reduce_scatter)
+
+    def total(phase, op):
+        curve = net.all_gather if op == "all_gather" else net.reduce_scatter
+        return sum(curve.time_s(unit_bytes(model, c.unit, c.op, "bfloat16", "bfloat16"), 8)[0]
+                   for c in plan if c.phase == phase and c.op == op)
+
+    assert pred.allgather_fwd_s == pytest.approx(total("forward", "all_gather"))
+    assert pred.allgather_bwd_s == pytest.approx(total("backward", "all_gather"))
+    assert pred.reduce_scatter_s == pytest.approx(total("backward", "reduce_scatter"))
+
+
+def test_the_schedule_without_reshard_and_with_replicas():
+    from microbench.compose.fsdp import schedule
+
+    kept = schedule(4, reshard_after_forward=False)
+    assert sum(c.op == "all_gather" for c in kept) == 5 and sum(c.op == "reduce_scatter" for c in kept) == 5
+    hsdp = schedule(4, replicas=True)
+    after = [(a.op, b.op, a.unit) for a, b in zip(hsdp, hsdp[1:]) if a.op == "reduce_scatter"]
+    assert after == [("reduce_scatter", "all_reduce", "block")] * 4 + [("reduce_scatter", "all_reduce", "root")]

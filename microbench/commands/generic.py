@@ -30,7 +30,7 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
     try:
         g = p.add_argument_group("probe")
         for flag in options.flags(spec.config):
-            _add_flag(g, flag)
+            options.add_flag(g, flag)
         if any(f.opt.parse is options.sweep or (f.opt.parse is None and f.kind == "sizes")
                for f in options.flags(spec.config)) and "--factor" not in declared:
             g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
@@ -45,25 +45,6 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
                          f"other field names than the sweep and output options (e.g. not iters or json)") from None
     p.set_defaults(handler=functools.partial(_skips_recorded, spec, functools.partial(run, spec)))
     return p
-
-
-def _add_flag(group: Any, flag: options.Flag) -> None:
-    opt = flag.opt
-    required = flag.default is dataclasses.MISSING
-    # A default of None that the field does not describe is "not given": nothing to show.
-    shown = "" if (required or (flag.default is None and opt.shown is None)) else flag.shown()
-    text = opt.help if (opt.switch or shown == "") else f"{opt.help} (default {shown})"
-    if opt.switch:
-        group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=opt.switch_value, default=None,
-                           help=text)
-    elif flag.is_bool:
-        group.add_argument(flag.flag, dest=flag.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
-    else:
-        group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
-                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices)
-    if opt.negative:
-        group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
-                           help=f"same as --no-{flag.flag[2:]}")
 
 
 def _add_needs(p: argparse.ArgumentParser, spec: ProbeSpec, declared: set[str]) -> None:
@@ -141,7 +122,7 @@ def build_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
         given = getattr(args, flag.dest, None)
         if given is None:
             continue
-        values[flag.name] = given if flag.opt.switch else flag.parse(given, factor)
+        values[flag.name] = flag.value(given, factor)
     return spec.config(**values)
 
 

@@ -36,6 +36,37 @@ from ..core.errors import UsageError
 from ..core.units import DTYPE_BYTES, bus_factor
 ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
+UNITS = ("root", "block")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of FSDP2's step: which op, on which unit, in which pass."""
+    op: str           # all_gather | reduce_scatter | all_reduce (HSDP: across the replicas)
+    unit: str         # root | block
+    phase: str        # forward | backward
+
+
+def schedule(layers: int, *, reshard_after_forward: bool = True, replicas: bool = False) -> list[Collective]:
+    """The collectives of one micro-batch in the order FSDP2 issues them, the one list that
+    predict_step prices and verify runs back to back to time communication alone. Forward: the
+    root's AllGather, then each block's. Backward: each block gathered again (unless kept since
+    forward) and its gradients reduce-scattered, the root's ReduceScatter last. With replicas
+    (HSDP), each unit's gradient shard is all-reduced across them right after its ReduceScatter."""
+    out = [Collective("all_gather", "root", "forward")] + [Collective("all_gather", "block", "forward")] * layers
+    block = ([Collective("all_gather", "block", "backward")] if reshard_after_forward else []) + \
+        [Collective("reduce_scatter", "block", "backward")] + \
+        ([Collective("all_reduce", "block", "backward")] if replicas else [])
+    out += block * layers + [Collective("reduce_scatter", "root", "backward")]
+    return out + ([Collective("all_reduce", "root", "backward")] if replicas else [])
+
+
+def unit_bytes(model: Any, unit: str, op: str, param_dtype: str, reduce_dtype: str) -> Any:
+    """Bytes of one unsharded unit as a collective moves it (nccl-tests' size): AllGather moves
+    parameters in param_dtype, ReduceScatter and the replicas' all-reduce gradients in
+    reduce_dtype (the all-reduce over a shard of it: these bytes over the shard group's ranks)."""
+    params = model.root_params if unit == "root" else model.block_params
+    return params * DTYPE_BYTES[param_dtype if op == "all_gather" else reduce_dtype]
 
 
 class CollectiveCurve(Protocol):
@@ -137,7 +168,6 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
                  reduce_scatter: CollectiveCurve) -> StepPrediction:
     _check(model, train)
     L, n = model.layers, train.ranks
-    pd, rd = DTYPE_BYTES[train.param_dtype], DTYPE_BYTES[train.reduce_dtype]
     notes: set[str] = set()
 
     def coll(curve: CollectiveCurve, size: float, what: str) -> float:
@@ -147,10 +177,13 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
         notes.add(f"{what} {how}")
         return t
 
-    ag = coll(allgather, model.block_params * pd, "allgather")
-    rs = coll(reduce_scatter, model.block_params * rd, "reduce_scatter")
-    ag_root = coll(allgather, model.root_params * pd, "allgather")
-    rs_root = coll(reduce_scatter, model.root_params * rd, "reduce_scatter")
+    def size(unit: str, op: str) -> float:
+        return unit_bytes(model, unit, op, train.param_dtype, train.reduce_dtype)
+
+    ag = coll(allgather, size("block", "all_gather"), "allgather")
+    rs = coll(reduce_scatter, size("block", "reduce_scatter"), "reduce_scatter")
+    ag_root = coll(allgather, size("root", "all_gather"), "allgather")
+    rs_root = coll(reduce_scatter, size("root", "reduce_scatter"), "reduce_scatter")
     c = compute_times(model, train)
     cf, cb = c["block_fwd"], c["block_bwd"]
     opt = optimizer_s(model, train)

@@ -1,5 +1,6 @@
 """A probe's option table: its Config dataclass, one field per flag (fio declares an engine's
-options once, next to the engine; torchtitan makes its CLI from config dataclasses).
+options once, next to the engine; torchtitan makes its CLI from config dataclasses). Commands
+that are not probes (compose, verify) declare theirs the same way, in sections (core/sections.py).
 
 Each field that is a flag carries `option(...)` metadata: help once, how the text is parsed
 (one of the parsers in core/units.py, so every number is checked in one place), and how --help
@@ -15,6 +16,7 @@ same default. A field without `option` metadata is not a flag: the probe's valid
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import typing
 from dataclasses import MISSING, dataclass
@@ -39,6 +41,7 @@ class Opt:
     choices: tuple[str, ...] | None = None
     record: bool = True              # False: a flag for this run only, not part of the resolved config
     group: str = "probe"             # the --help section
+    repeat: bool = False             # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -99,10 +102,18 @@ class Flag:
             return units.format_size(self.default)
         return format_value(self.default)
 
+    def value(self, given: Any, factor: float = 2.0) -> Any:
+        """The field's value from what argparse collected for the flag (not None: it was given)."""
+        if self.opt.switch:
+            return given
+        if self.opt.repeat:
+            return [self.parse(item, factor) for item in given]
+        return self.parse(given, factor)
+
     def parse(self, text: Any, factor: float = 2.0) -> Any:
         if self.is_bool:
             return bool(text)
-        parse = self.opt.parse or _PARSERS.get(self.kind)
+        parse = self.opt.parse or _PARSERS.get("str" if self.opt.repeat else self.kind)
         if self.opt.choices is not None and self.opt.parse is None:
             parse = choice(self.opt.choices)
         if parse is sweep:
@@ -185,6 +196,36 @@ def recorded(config: Any) -> dict[str, Any]:
     skip = {f.name for f in dataclasses.fields(config)
             if not getattr(f.metadata.get("option"), "record", True) or f.metadata.get("record") is False}
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+
+
+def add_flag(group: Any, flag: Flag) -> None:
+    """One flag on an argparse parser or group, its help stating the default. argparse collects
+    the text only (default None: not given); Flag.value parses it into the field's type."""
+    opt = flag.opt
+    required = flag.default is dataclasses.MISSING
+    # A default of None that the field does not describe is "not given": nothing to show. A
+    # switch states its default only when the field says how (shown="off").
+    shown = "" if (required or (flag.default is None and opt.shown is None)) else flag.shown()
+    if opt.switch and opt.shown is None:
+        shown = ""
+    text = opt.help if shown == "" else f"{opt.help} (default {shown})"
+    text = text.replace("%", "%%")   # argparse formats help with %
+    if opt.switch:
+        group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=opt.switch_value, default=None,
+                           help=text)
+    elif flag.is_bool:
+        group.add_argument(flag.flag, dest=flag.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+    elif opt.repeat:
+        # An empty list, not None, when never given: nothing to parse, and --help's reader of
+        # argparse's own default sees what it always saw for a repeatable flag.
+        group.add_argument(flag.flag, dest=flag.dest, action="append", default=[], help=text,
+                           metavar=opt.metavar or flag.name.upper())
+    else:
+        group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
+                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices)
+    if opt.negative:
+        group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
+                           help=f"same as --no-{flag.flag[2:]}")
 
 
 # ----------------------------------------------------------------------------- parsers

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.units import DTYPE_BYTES
 from ..curves import Network
-from ..fsdp import MemoryCheck, StepPrediction, TrainSpec, compute_times, memory_check, predict_step
+from ..fsdp import MemoryCheck, StepPrediction, TrainSpec, compute_times, memory_check, predict_step, unit_bytes
 from ..levels import GroupCurve, Levels
 
 STRATEGIES = ("full", "hybrid")
@@ -143,17 +142,17 @@ def predict_sharding(model: Any, train: TrainSpec, levels: Levels | None, *, ran
     if m == 1:
         return ShardedStep(label, g, 1, base, 0.0, 0.0, memory, base.notes)
 
-    rd = DTYPE_BYTES[train.reduce_dtype]
     notes = set(base.notes)
 
-    def allreduce(params: float) -> float:
-        if params <= 0:
+    def allreduce(unit: str) -> float:
+        size = unit_bytes(model, unit, "all_reduce", train.param_dtype, train.reduce_dtype)
+        if size <= 0:
             return 0.0
-        t, how = levels.all_reduce_time_s(params * rd / g, m, rep_nodes, rep_sharing)
+        t, how = levels.all_reduce_time_s(size / g, m, rep_nodes, rep_sharing)   # the gradient shard
         notes.add(f"allreduce {how}")
         return t
 
-    ar_block, ar_root = allreduce(model.block_params), allreduce(model.root_params)
+    ar_block, ar_root = allreduce("block"), allreduce("root")
     ar_total = model.layers * ar_block + ar_root
     exposed = _exposed_allreduce(model, shard_train, ag, rs, ar_block, ar_root)
     if shard_nodes > 1:
@@ -175,11 +174,15 @@ def _exposed_allreduce(model: Any, train: TrainSpec, ag: GroupCurve, rs: GroupCu
     """The all-reduce queue's tail past the end of the last micro-batch's backward, with the
     backward paced as fsdp.predict_step paces it (root's backward, then per block the larger of
     its compute and its AllGather + ReduceScatter, the root's ReduceScatter last)."""
-    g, pd, rd = train.ranks, DTYPE_BYTES[train.param_dtype], DTYPE_BYTES[train.reduce_dtype]
+    g = train.ranks
     c = compute_times(model, train)
-    ag_b = ag.time_s(model.block_params * pd, g)[0] if train.reshard_after_forward and g > 1 else 0.0
-    rs_b = rs.time_s(model.block_params * rd, g)[0] if g > 1 else 0.0
-    rs_root = rs.time_s(model.root_params * rd, g)[0] if g > 1 and model.root_params else 0.0
+
+    def size(unit: str, op: str) -> float:
+        return unit_bytes(model, unit, op, train.param_dtype, train.reduce_dtype)
+
+    ag_b = ag.time_s(size("block", "all_gather"), g)[0] if train.reshard_after_forward and g > 1 else 0.0
+    rs_b = rs.time_s(size("block", "reduce_scatter"), g)[0] if g > 1 else 0.0
+    rs_root = rs.time_s(size("root", "reduce_scatter"), g)[0] if g > 1 and model.root_params else 0.0
     t = max(c["root_bwd"], ag_b)
     queue = 0.0
     for block in range(model.layers):

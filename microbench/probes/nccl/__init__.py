@@ -24,6 +24,7 @@ from ...core.probe import Case, Probe
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, MEMORY_SHARE, bus_factor, element_size, format_bytes_human, memory_shortfall
 from ...results.schema import ProbeRow
+from ...world import collectives
 from .config import Config, validate
 from .run import print_outcome, run as run_command
 from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, bytes_needed_per_rank,  # noqa: F401
@@ -193,9 +194,7 @@ class CollectiveProbe(Probe):
         self._arena: dict[str, Any] = {}
         self._arena_op: str | None = None
         self._case_list: list[Case] | None = None
-        # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
-        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        reduce_scatter, all_gather = collectives.reduce_scatter(dist), collectives.all_gather(dist)
         for group in self.groups.values():
             pg = group.pg
             if config.algo == "ring":

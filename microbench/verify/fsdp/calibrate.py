@@ -41,6 +41,7 @@ from .. import model as fm
 from . import paired
 from . import steps as vf
 from ...core.stats import percentile
+from ...world import collectives
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -124,7 +125,7 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
         for _ in range(k):
             torch.matmul(a, b)
 
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    all_gather = collectives.all_gather(dist)
 
     def gather() -> None:
         all_gather(full, shard)

@@ -23,9 +23,12 @@ from typing import Any, Callable
 
 from .. import model as fm
 from ...compose.curves import Curve, Network
+from ...compose.fsdp import schedule
 from ...compose.levels import Levels
 from ...compose.sharding.predict import predict_sharding
 from ...probes import nccl as coll
+from ...core.units import element_size
+from ...world import collectives
 from ...world.topology import Topology, topology
 
 SHARDINGS = ("full", "hybrid")
@@ -126,25 +129,26 @@ def comm_plan(world: Any, shape: Any, precision: fm.Precision, device: Any, size
     cross, _ = dist.new_subgroups_by_enumeration(topo.cross_groups())
     g = topo.ranks_per_node
     pd, rd = getattr(torch, precision.param_dtype), getattr(torch, precision.reduce_dtype)
-    rbytes = 2 if precision.reduce_dtype != "float32" else 4
+    rbytes = element_size(precision.reduce_dtype)
 
     def bufs(nbytes: int, dtype: Any, elem: int) -> tuple[Any, Any]:
         count = max(g, nbytes // elem // g * g)
         return torch.zeros(count, dtype=dtype, device=device), torch.zeros(count // g, dtype=dtype, device=device)
 
-    blk_ag, root_ag = bufs(sizes["block_ag"], pd, precision.bytes), bufs(sizes["root_ag"], pd, precision.bytes)
-    blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
-    L = shape.layers
-    plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    buffers = {(unit, "all_gather"): bufs(sizes[f"{unit}_ag"], pd, precision.bytes) for unit in ("block", "root")}
+    buffers.update({(unit, "reduce_scatter"): bufs(sizes[f"{unit}_rs"], rd, rbytes) for unit in ("block", "root")})
+    # The replicas all-reduce the shard their ReduceScatter left.
+    buffers.update({(unit, "all_reduce"): buffers[(unit, "reduce_scatter")] for unit in ("block", "root")})
+    plan = [(c.op, buffers[(c.unit, c.op)]) for c in schedule(shape.layers, replicas=True)]
+    all_gather, reduce_scatter = collectives.all_gather(dist), collectives.reduce_scatter(dist)
 
     def once() -> None:
         for what, (full, shard) in plan:
-            if what == "ag":
+            if what == "all_gather":
                 all_gather(full, shard, group=node)
-            else:
+            elif what == "reduce_scatter":
                 reduce_scatter(shard, full, group=node)
+            else:
                 dist.all_reduce(shard, group=cross)
 
     return once

@@ -27,14 +27,14 @@ from typing import Any, Callable
 from . import hybrid
 from .. import model as fm
 from ...compose.curves import Curve
-from ...compose.fsdp import TrainSpec, compute_times, predict_step
+from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, schedule, unit_bytes
 from ...compose.model import ModelShape
 from ...probes import nccl as coll
 from ...probes import compute as cm
 from ...run.runner import SweepSettings, measure_case
 from ...core.stats import percentile
-
-ADAMW_BYTES_PER_PARAM = 28   # the composer's count (compose.fsdp.ADAMW_BYTES_MOVED_PER_PARAM)
+from ...core.units import element_size
+from ...world import collectives
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,11 @@ def compute_input(shape: ModelShape, tokens: int, samples_s: list[float]) -> dic
 
 def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
     """Bytes of one unsharded unit as the collectives move it (nccl-tests size convention)."""
-    reduce_bytes = 2 if precision.reduce_dtype != "float32" else 4
-    return {"block_ag": shape.block_params * precision.bytes, "root_ag": shape.root_params * precision.bytes,
-            "block_rs": shape.block_params * reduce_bytes, "root_rs": shape.root_params * reduce_bytes}
+    def size(unit: str, op: str) -> int:
+        return unit_bytes(shape, unit, op, precision.param_dtype, precision.reduce_dtype)
+
+    return {"block_ag": size("block", "all_gather"), "root_ag": size("root", "all_gather"),
+            "block_rs": size("block", "reduce_scatter"), "root_rs": size("root", "reduce_scatter")}
 
 
 # One reading of the collective probe taken right before a step: every case once more, few
@@ -163,7 +165,7 @@ def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = 
 
 def optimizer_input(time_s: float, shard_params: int) -> dict[str, Any]:
     """AdamW's time over the shard as the composer takes it: bytes moved per second."""
-    return {"memory_gbps": shard_params * ADAMW_BYTES_PER_PARAM / time_s / 1e9, "shard_params": shard_params,
+    return {"memory_gbps": shard_params * ADAMW_BYTES_MOVED_PER_PARAM / time_s / 1e9, "shard_params": shard_params,
             "time_s": time_s, "probe": "AdamW over a flat tensor of the shard's size"}
 
 
@@ -296,19 +298,17 @@ def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, d
         count = max(n, nbytes // elem // n * n)
         return torch.zeros(count, dtype=dtype, device=device), torch.zeros(count // n, dtype=dtype, device=device)
 
-    blk_ag, root_ag = bufs(sizes["block_ag"], pd, precision.bytes), bufs(sizes["root_ag"], pd, precision.bytes)
-    rbytes = 2 if precision.reduce_dtype != "float32" else 4
-    blk_rs, root_rs = bufs(sizes["block_rs"], rd, rbytes), bufs(sizes["root_rs"], rd, rbytes)
-    L = shape.layers
-    plan = ([("ag", root_ag)] + [("ag", blk_ag)] * L + [("ag", blk_ag), ("rs", blk_rs)] * L + [("rs", root_rs)])
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    rbytes = element_size(precision.reduce_dtype)
+    buffers = {(unit, "all_gather"): bufs(sizes[f"{unit}_ag"], pd, precision.bytes) for unit in ("block", "root")}
+    buffers.update({(unit, "reduce_scatter"): bufs(sizes[f"{unit}_rs"], rd, rbytes) for unit in ("block", "root")})
+    plan = [(c.op, buffers[(c.unit, c.op)]) for c in schedule(shape.layers)]
+    all_gather, reduce_scatter = collectives.all_gather(dist), collectives.reduce_scatter(dist)
 
     def once() -> float:
         world.barrier()
         start = time.perf_counter()
         for what, (full, shard) in plan:
-            if what == "ag":
+            if what == "all_gather":
                 all_gather(full, shard)
             else:
                 reduce_scatter(shard, full)
