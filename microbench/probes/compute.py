@@ -28,6 +28,7 @@ from ..core.probe import Case, Probe
 from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..core.units import DTYPE_BYTES
 from ..results.schema import ProbeRow
+from ..world.dist import World
 
 
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
@@ -304,7 +305,7 @@ class StepReplay:
 
             torch.cuda.synchronize()
 
-    def time_once(self, world: Any = None) -> float:
+    def time_once(self, world: World | None = None) -> float:
         """One replay from a barrier; the slowest rank's seconds (this rank's without a world)."""
         if world is not None:
             world.barrier()

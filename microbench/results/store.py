@@ -39,11 +39,10 @@ class RecordWriter:
     def __init__(self, record: dict[str, Any], path: str | os.PathLike | None = None,
                  directory: str | os.PathLike = DEFAULT_DIR):
         self.record = record
-        self.path: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
         if not path:
             check_results_dir(directory)
-        self.path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
+        self.path: Path = self._claim(Path(path) if path else None, Path(directory), record["kind"])
         self.flush()
         note = os.environ.get(RECORD_NOTE_ENV)
         if note:
@@ -106,7 +105,8 @@ class RecordWriter:
         try:
             check()
         except ValueError as exc:
-            where = f" {str(self.path)!r}" if self.path else ""
+            claimed = getattr(self, "path", None)   # None until the file is claimed
+            where = f" {str(claimed)!r}" if claimed else ""
             raise RunError(f"bug: the {self.record.get('kind')!r} record{where} would not be readable: {exc}") from None
 
     def add_rows(self, rows: list[dict[str, Any]], *, complete: bool = False) -> None:

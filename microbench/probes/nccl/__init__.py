@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...core.errors import UsageError
-from ...core.probe import Case, Probe
+from ...core.probe import Case, Probe, RankGroup
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, element_size  # noqa: F401  (DTYPES: one table, read through here too)
 from ...results.schema import ProbeRow
@@ -84,7 +84,7 @@ def cpu_threads_per_rank(torch: Any) -> int:
 class CollectiveProbe(Probe):
     name = "nccl"
 
-    def __init__(self, config: Config, world: Any, transport: Callable[[], dict[str, Any]] | None = None):
+    def __init__(self, config: Config, world: RankGroup, transport: Callable[[], dict[str, Any]] | None = None):
         import torch
         import torch.distributed as dist
 

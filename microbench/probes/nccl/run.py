@@ -27,6 +27,7 @@ from ...world.topology import Topology, machine_ranks, topology
 from .groups import check_groups, expected_for_group
 from .ops import check_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
+from ...world.dist import World
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
@@ -43,7 +44,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     def before_launch() -> None:
         launcher_memory_check(config, choice.device, nproc)
 
-    def body(world: Any) -> int:
+    def body(world: World) -> int:
         rank_memory_check(config, choice.device, world)
         probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
@@ -119,7 +120,7 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
         check_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend)
 
 
-def rank_memory_check(config: Any, device: str, world: Any) -> None:
+def rank_memory_check(config: Any, device: str, world: World) -> None:
     """In the world: every rank's own free memory, gathered, so that every rank refuses alike
     (a rank that refused alone would leave the others waiting in the first collective)."""
     local = machine_ranks()
@@ -154,7 +155,7 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
     return None
 
 
-def measure_link_gbps(world: Any, timeout_s: float) -> float:
+def measure_link_gbps(world: World, timeout_s: float) -> float:
     """The same-run link ceiling: one-way TCP between rank 0 and rank 1 at 64 MiB with the link
     probe, before the sweep, so busbw can be stated as a share of the measured link."""
     from .. import link

@@ -46,7 +46,7 @@ def _checksum(model: Any) -> float:
     return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
 
 
-def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
+def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
                reps: int) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -166,7 +166,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
                                       "spread_pct": spread_pct(convert_t)}}}
 
 
-def written_bytes(world: Any, run_dir: ct.RunDir, sub: str) -> int:
+def written_bytes(world: World, run_dir: ct.RunDir, sub: str) -> int:
     """The bytes the save stored, from its DCP metadata (every stored chunk once): with HSDP, the
     replicas hold the same shards and DCP writes each once (dedup), so this is one copy."""
     total = None

@@ -42,6 +42,7 @@ from . import paired
 from . import steps as vf
 from ...core.stats import percentile
 from ...world import collectives
+from ...world.dist import World
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -51,7 +52,7 @@ UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
 UNIT_TOKENS = 16
 
 
-def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, reps: int = 9) -> dict[str, Any]:
+def compute_efficiency(world: World, device: Any, precision: fm.Precision, dev: str, reps: int = 9) -> dict[str, Any]:
     """The compute replay's time over the calibration model's real forward+backward (unsharded),
     the two alternating: what share of the model's compute time the
     replay's kernels are. The median of each pair's ratio: a burst of someone else's work on a
@@ -64,7 +65,7 @@ def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: st
             "replay_samples_s": replays, "measured_samples_s": real, "ratios": ratios}
 
 
-def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
+def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
                  unit_overhead_s: float, reps: int = 9, layout: Any = None) -> dict[str, Any]:
     # The compute replay, the collective probe and AdamW right before each step, as verify's rows read them.
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
@@ -99,7 +100,7 @@ def _overlap_of(serial: float, pipelined: float, measured: float) -> float:
     return (serial - measured) / (serial - pipelined) if serial > pipelined else 0.0
 
 
-def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+def backend_overlap(world: World, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -153,7 +154,7 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
             "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
 
 
-def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 15,
+def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int = 15,
                   layout: Any = None) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
@@ -177,7 +178,7 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
             "tokens": tokens, "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
-def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str,
+def calibrate(world: World, device: Any, precision: fm.Precision, dev: str, backend: str,
               layout: Any = None, reps: int | None = None) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form. With
     a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration).

@@ -15,6 +15,7 @@ from .. import model as fm
 from . import steps as vf
 from ...compose.model import ModelShape
 from ...core.stats import percentile
+from ...world.dist import World
 
 
 def median_collectives(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,7 +42,7 @@ class Inputs:
         return vf.compute_input(shape, tokens, [self.replay_s]), self.collectives, self.optimizer
 
 
-def inputs_sampler(world: Any, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
+def inputs_sampler(world: World, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
                    precision: fm.Precision, layout: Any = None) -> Callable[[], Inputs]:
     """One call: the compute replay, the collective probe (a steps.PAIRED reading) and one AdamW step."""
     probe = vf.replay(shape, tokens, dev, precision.param_dtype)

@@ -48,6 +48,7 @@ def _raise_interrupt() -> None:
 
 def guarded(world: World, record: RecordWriter | None, what: str, fn: Callable[[], Any]) -> Any:
     """Run fn; turn a peer's death into one line naming it, with the record marked partial."""
+    error: MicrobenchError
     try:
         return fn()
     except (KeyboardInterrupt, Interrupted):
@@ -143,7 +144,7 @@ def _run_steps(world: World, spec: StepsSpec) -> int:
     record = RecordWriter.resume(spec.record) if world.rank == 0 else None
     given = spec.calibration
     if given is not None:
-        cal_dict, source = given, spec.calibration_source
+        cal_dict, source = given, spec.calibration_source or "--calibration"
     else:
         cal_dict = guarded(world, record, f"the calibration ({key})",
                            lambda: vc.calibrate(world, device, precision, dev, backend, layout, spec.cal_reps))

@@ -84,10 +84,10 @@ def run_fsdp(opts: VerifyOptions) -> int:
                     labmod.shape(lab.name, rate, lab.delay_ms)
                 for sharding in opts.shardings:
                     key = cal_key(label, sharding)
-                    given = cal
+                    phase_cal = cal
                     if cal is not None and key in (cal.get("profiles") or {}):
-                        given = {**cal, **cal["profiles"][key]}   # measured under this very profile
-                    spec = StepsSpec(**_fields(base), calibration=given, shapes=shape_kwargs, configs=configs,
+                        phase_cal = {**cal, **cal["profiles"][key]}   # measured under this very profile
+                    spec = StepsSpec(**_fields(base), calibration=phase_cal, shapes=shape_kwargs, configs=configs,
                                      steps=steps, warmup=int(warmup), calibrate_only=opts.calibrate_only,
                                      profile=label, sharding=sharding)
                     code = launch.launch(spec, choice, lab=opts.lab)

@@ -29,7 +29,7 @@ def run_profile(world: World, spec: JobSpec) -> int:
     precision = fm.precision_for(dev)
     record = RecordWriter.resume(spec.record) if world.rank == 0 else None
     if spec.calibration is not None:
-        cal_dict, source = spec.calibration, spec.calibration_source
+        cal_dict, source = spec.calibration, spec.calibration_source or "--calibration"
     else:
         cal_dict = guarded(world, record, f"the calibration ({profile})",
                            lambda: vc.calibrate(world, device, precision, dev, backend, reps=spec.cal_reps))
