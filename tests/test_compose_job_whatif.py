@@ -6,7 +6,8 @@ import pytest
 from microbench.compose import inputs
 from microbench.compose.dataload import DataRate, ModelLoad
 from microbench.compose.job.inputs import CkptTarget, JobAsk
-from microbench.compose.job.whatif import Config, JobModel, whatif
+from microbench.compose.job.assignment import Assignment
+from microbench.compose.job.whatif import JobModel, whatif
 from microbench.core.errors import UsageError
 
 
@@ -27,10 +28,10 @@ def test_the_recommendation_is_the_fastest_durable_assignment_resuming_from_its_
     # 2 steps of 1 s, a checkpoint after step 1 and the final save: total = load 1 + 2 + 2 x save.
     m = _model([_target("fast_local", 1.0, durable=False), _target("a", 10.0), _target("b", 20.0)])
     res = whatif(m)
-    assert res.outcomes[0].config == Config("net", "d", "fast_local", "fast_local")
+    assert res.outcomes[0].config == Assignment("d", "fast_local", "fast_local", "net")
     assert res.outcomes[0].total_s == pytest.approx(1 + 2 + 2) and "ephemeral checkpoint" in res.outcomes[0].marks
-    assert res.best.config == Config("net", "d", "a", "a") and res.best.total_s == pytest.approx(23)
-    assert res.worst.config == Config("net", "d", "b", "b") and res.worst.total_s == pytest.approx(43)
+    assert res.best.config == Assignment("d", "a", "a", "net") and res.best.total_s == pytest.approx(23)
+    assert res.worst.config == Assignment("d", "b", "b", "net") and res.worst.total_s == pytest.approx(43)
     assert res.end_to_end == pytest.approx(43 / 23)
     resumes_elsewhere = [o for o in res.outcomes if o.config.model_from != o.config.ckpt_to]
     assert resumes_elsewhere and all(not o.allowed and any("resumes from" in k for k in o.marks)

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import compose as cp
 from ..core import registry
+from .calibration import Calibration, from_record
 from .curves import Network, record_rows, synthetic_network
 from .sharding import inputs as two_level  # issue 24: two networks and sharding
 from .hardware import Gpu, gpu as gpu_by_name
@@ -257,37 +258,9 @@ def overhead_fraction(text: str) -> float:
     return value / 100 if raw.endswith("%") else value
 
 
-@dataclass(frozen=True)
-class Calibration:
-    overlap: float | None
-    unit_overhead_s: float | None
-    backend: str | None
-    source: str
-    compute_efficiency: float | None = None   # the measured compute rate's share of a real step's compute
-    device: str | None = None
-
-
 def calibration(req: ComposeRequest) -> Calibration | None:
-    """`summary.calibration` of a `verify --calibrate-only` record: {overlap (0..1), unit_overhead_s,
-    backend}; a flag given on the command line wins over it."""
-    if not req.calibration:
-        return None
-    record = load_record(req.calibration)
-    cal = (record.get("summary") or {}).get("calibration") if isinstance(record.get("summary"), dict) else None
-    if record.get("kind") not in ("verify", "calibration") or not isinstance(cal, dict):
-        raise UsageError(f"--calibration {req.calibration!r} is a {record.get('kind')!r} record without "
-                         f"summary.calibration; expected one from `microbench verify --calibrate-only`")
-    values = {}
-    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
-        value = cal.get(key)
-        if value is not None:
-            values[key] = parse_number(value, what=f"--calibration {key}", example="0.8", minimum=0, maximum=hi)
-    if values.get("compute_efficiency") == 0:
-        raise UsageError(f"--calibration {req.calibration!r} has compute_efficiency 0; expected a positive share, "
-                         f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
-    return Calibration(values.get("overlap"), values.get("unit_overhead_s"),
-                       str(cal["backend"]) if cal.get("backend") else None, req.calibration,
-                       values.get("compute_efficiency"), str(cal["device"]) if cal.get("device") else None)
+    """The --calibration record's numbers; a flag given on the command line wins over them."""
+    return from_record(load_record(req.calibration), req.calibration) if req.calibration else None
 
 
 def train_spec(req: ComposeRequest, world: int, rate: ComputeRate,

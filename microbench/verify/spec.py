@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .job.plan import Assignment
+from ..compose.job.assignment import Assignment
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 from .timeline import KINDS, JobTimeline, Phase
 from . import inputs as ji
-from .whatif import MAX_FACTOR, PHASE_FLAGS, JobModel, WhatIf, rows, whatif
+from .assignment import PHASE_FLAGS
+from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 from ..report import format_time
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
@@ -143,7 +144,7 @@ def lines(model: JobModel, result: WhatIf, notes: list[str], fits: bool | None) 
         return out
     job = top.timeline
     out.append(f"# {'recommended' if top is result.best else 'fastest (none meets the constraint)'}: "
-               f"{top.config.label()}")
+               f"{top.config.describe()}")
     out.append(tabulate(job_rows(job) + [("total", "", format_time(job.total_s), "100%")],
                         headers=["phase", "start", "time", "share"], tablefmt="simple", disable_numparse=True))
     kinds = job.time_by_kind()
@@ -189,8 +190,8 @@ def recommendation_lines(result: WhatIf) -> list[str]:
     if best is None or worst is None:
         return out + ["# none: every configuration checkpoints to an ephemeral tier, resumes from another tier or "
                       "never trains; add a durable tier (e.g. --tier shared=1.6:6.4)"]
-    out.append(f"# best:  {best.config.label()}: {format_time(best.total_s)}")
-    out.append(f"# worst: {worst.config.label()}: {format_time(worst.total_s)}")
+    out.append(f"# best:  {best.config.describe()}: {format_time(best.total_s)}")
+    out.append(f"# worst: {worst.config.describe()}: {format_time(worst.total_s)}")
     out.append(f"# end to end: {result.end_to_end:.2f}x between them")
     body = []
     for f in result.flips:
@@ -210,7 +211,7 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
     """summary["job"]: the ask, the recommendation, the flips, each configuration (by total) and its
     timeline (an index into "timelines": JobTimeline.as_dict)."""
     def pick(o: Any) -> dict[str, Any] | None:
-        return None if o is None else {**o.config.__dict__, "total_s": o.total_s}
+        return None if o is None else {**o.config.as_dict(), "total_s": o.total_s}
 
     # A timeline is a function of its plan and costs: configurations that give the same (the data
     # tier rarely changes a total) share one entry, so a large what-if stays a small record.
@@ -226,7 +227,7 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
             "flips": [{"phase": f.phase, "recommended": f.recommended, "alternative": f.alternative,
                        "factor": f.factor, "ties": f.ties} for f in result.flips],
             "timelines": timelines,
-            "configurations": [{**o.config.__dict__, "marks": list(o.marks), "never_trains": o.never,
+            "configurations": [{**o.config.as_dict(), "marks": list(o.marks), "never_trains": o.never,
                                 "total_s": o.total_s if o.plan else None,
                                 "timeline": index[(o.plan, o.costs)] if o.plan else None}
                                for o in result.outcomes]}

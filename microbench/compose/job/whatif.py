@@ -19,23 +19,11 @@ from typing import Any
 from ...core.errors import UsageError
 from ..dataload import DataRate, ModelLoad, data_stall
 from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
+from .assignment import PHASES, Assignment
 from .inputs import CkptTarget, JobAsk, scaled_rate
 
-PHASES = ("data", "model_from", "ckpt_to")
-PHASE_FLAGS = {"data": "--data", "model_from": "--model-from", "ckpt_to": "--ckpt-to"}
 MAX_FACTOR = 100.0
 _SAME = 1e-9     # relative: totals closer than this are a tie
-
-
-@dataclass(frozen=True)
-class Config:
-    network: str
-    data: str
-    model_from: str
-    ckpt_to: str
-
-    def label(self) -> str:
-        return f"{self.network}: data {self.data}, model from {self.model_from}, checkpoints to {self.ckpt_to}"
 
 
 def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
@@ -80,7 +68,7 @@ def _timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
 
 @dataclass
 class Outcome:
-    config: Config
+    config: Assignment
     plan: JobPlan | None                # None: never trains
     costs: PhaseCosts | None
     total_s: float                      # inf: never trains
@@ -126,11 +114,11 @@ class JobModel:
     choices: dict[str, list[str]]       # phase -> candidate names
     named_ckpt: bool                    # --ckpt-to was given: a configuration that never trains is misuse
 
-    def configs(self) -> list[Config]:
-        return [Config(n, d, m, c) for n in self.step_s for d in self.choices["data"]
+    def configs(self) -> list[Assignment]:
+        return [Assignment(d, m, c, n) for n in self.step_s for d in self.choices["data"]
                 for m in self.choices["model_from"] for c in self.choices["ckpt_to"]]
 
-    def marks(self, cfg: Config) -> tuple[str, ...]:
+    def marks(self, cfg: Assignment) -> tuple[str, ...]:
         target = self.ckpt[cfg.network][cfg.ckpt_to]
         out = []
         if not target.durable:
@@ -139,7 +127,7 @@ class JobModel:
             out.append(f"resumes from {cfg.model_from}, not {cfg.ckpt_to}")
         return tuple(out)
 
-    def evaluate(self, cfg: Config, scale: tuple[str, str, float] | None = None) -> Outcome:
+    def evaluate(self, cfg: Assignment, scale: tuple[str, str, float] | None = None) -> Outcome:
         """One configuration; scale = (phase, tier, factor): that phase's tier that much faster."""
         def f(phase: str) -> float:
             return scale[2] if scale and scale[0] == phase and scale[1] == getattr(cfg, phase) else 1.0
@@ -197,7 +185,7 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= _SAME * max(abs(a), abs(b), 1e-30)
 
 
-def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Config]) -> Flip:
+def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Assignment]) -> Flip:
     """The least factor on one alternative tier's bandwidth (for this phase) at which a
     configuration using it beats the recommendation."""
     rec = getattr(best.config, phase)

@@ -40,6 +40,7 @@ from typing import Any
 from .. import model as fm
 from . import paired
 from . import steps as vf
+from ...compose.calibration import Calibration
 from ...core.stats import percentile
 from ...world import collectives
 from ...world.dist import World
@@ -71,7 +72,7 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
     steps, samples = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
     del sample
-    cal = vf.Calibration(0.0, unit_overhead_s, efficiency, "")
+    cal = Calibration(0.0, unit_overhead_s, efficiency, "")
 
     def bounds(inputs: tuple[dict[str, Any], ...]) -> tuple[float, float]:
         """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
@@ -201,6 +202,7 @@ def calibrate(world: World, device: Any, precision: fm.Precision, dev: str, back
             "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
 
 
-def as_calibration(cal: dict[str, Any], source: str) -> vf.Calibration:
-    return vf.Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]),
-                          float(cal.get("compute_efficiency") or 1.0), source)
+def as_calibration(cal: dict[str, Any], source: str) -> Calibration:
+    """summary.calibration as verify's predictions take it: no efficiency recorded counts as 1."""
+    return Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]), float(cal.get("compute_efficiency") or 1.0),
+                       source, cal.get("backend"), cal.get("device"))

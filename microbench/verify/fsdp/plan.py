@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import model as fm
+from ...compose.calibration import checked
 from ...core.errors import UsageError
 from ...core.units import element_size, format_link_rate, parse_link_rate, parse_number, parse_positive_int
 from ...results import load_record
@@ -136,9 +137,7 @@ def calibration_from(path: str, backend: str, device: str) -> dict[str, Any]:
         raise UsageError(f"--calibration {path!r} was measured on another model ({family or 'unnamed'}); "
                          f"verify builds a {fm.FAMILY}: calibrate it, e.g. `microbench verify fsdp "
                          f"--calibrate-only --json cal.json`")
-    for key, hi in (("overlap", 1.0), ("unit_overhead_s", 1.0), ("compute_efficiency", 10.0)):
-        if cal.get(key) is not None:
-            parse_number(cal[key], what=f"--calibration {key}", example="0.5", minimum=0, maximum=hi)
+    checked(cal)
     return cal
 
 

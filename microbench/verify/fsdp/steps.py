@@ -21,11 +21,11 @@ in sequence (communication), and the overlap those two imply.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import hybrid
 from .. import model as fm
+from ...compose.calibration import Calibration
 from ...compose.curves import Curve
 from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, schedule, unit_bytes
 from ...compose.model import ModelShape
@@ -36,14 +36,6 @@ from ...core.stats import percentile
 from ...core.units import element_size
 from ...world import collectives
 from ...world.dist import World
-
-
-@dataclass(frozen=True)
-class Calibration:
-    overlap: float
-    unit_overhead_s: float
-    compute_efficiency: float    # matmul-probe compute time / the model's real compute time
-    source: str
 
 
 def sync(device: Any) -> None:

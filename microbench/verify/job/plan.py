@@ -12,26 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...compose.job.assignment import PHASE_FLAGS, Assignment
 from ...core.errors import UsageError
 from ...core.units import parse_number, parse_positive_int, parse_size
 
 TIERS = ("dir", "s3", "mount")
-PHASES = (("data", "--data"), ("model", "--model-from"), ("ckpt", "--ckpt-to"))
-
-
-@dataclass(frozen=True)
-class Assignment:
-    data: str
-    model: str
-    ckpt: str
-
-    @property
-    def label(self) -> str:
-        return f"data={self.data},model={self.model},ckpt={self.ckpt}"
-
-    def tiers(self) -> set[str]:
-        return {self.data, self.model, self.ckpt}
-
 
 # The matrix: everything on a local directory, and everything on the object store (batches and
 # the model over the S3 API, checkpoints to a cached mount of the same bucket: the tier per phase
@@ -110,7 +95,7 @@ def check_tokens_fit(tokens: int, batch_size: int, sample_size: int) -> None:
 def assignments(data: str | None, model: str | None, ckpt: str | None, matrix: bool,
                 fuse_reason: str | None) -> tuple[list[Assignment], list[str]]:
     """The assignments to run and notes for the record. --matrix with tier flags is misuse."""
-    given = [flag for (_, flag), value in zip(PHASES, (data, model, ckpt)) if value is not None]
+    given = [flag for flag, value in zip(PHASE_FLAGS.values(), (data, model, ckpt)) if value is not None]
     if matrix:
         if given:
             raise UsageError(f"--matrix runs its own storage assignments; drop {', '.join(given)} or --matrix")

@@ -69,13 +69,13 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
     plan = JobPlan(steps=spec.steps, ckpt_every=spec.ckpt_every, async_ckpt=spec.async_ckpt,
                    tokens_per_step=tokens * world.size)
     names = world.broadcast_object([Place(t, tiers, w).name for t, w in
-                                    ((a.model, "model"), (a.model, "modelprobe"), (a.data, "data"),
-                                     (a.ckpt, "ckptprobe"), (a.ckpt, "ckpt"))] if world.rank == 0 else None)
-    model_place, probe_place, data_place = (Place(a.model, tiers, "model", names[0]),
-                                            Place(a.model, tiers, "modelprobe", names[1]),
+                                    ((a.model_from, "model"), (a.model_from, "modelprobe"), (a.data, "data"),
+                                     (a.ckpt_to, "ckptprobe"), (a.ckpt_to, "ckpt"))] if world.rank == 0 else None)
+    model_place, probe_place, data_place = (Place(a.model_from, tiers, "model", names[0]),
+                                            Place(a.model_from, tiers, "modelprobe", names[1]),
                                             Place(a.data, tiers, "data", names[2]))
-    probe_dir, job_dir = (Place(a.ckpt, tiers, "ckptprobe", names[3]).run_dir(),
-                          Place(a.ckpt, tiers, "ckpt", names[4]).run_dir())
+    probe_dir, job_dir = (Place(a.ckpt_to, tiers, "ckptprobe", names[3]).run_dir(),
+                          Place(a.ckpt_to, tiers, "ckpt", names[4]).run_dir())
     dplan = jr.data_plan(world.size, batch, plan.steps, workers, spec.sample_bytes)
     state = ji.model_state(shape)
     keys: list[str] = []
@@ -129,8 +129,8 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
             for run_dir in (probe_dir, job_dir):
                 run_dir.remove()
     phases, total = jr.compare(tl, measured)
-    return {"kind": "job", "profile": spec.profile, "assignment": a.label, "data": a.data, "model_from": a.model,
-            "ckpt_to": a.ckpt, "model": shape.name, "model_bytes": nbytes, "tokens": tokens, "ranks": world.size,
+    return {"kind": "job", "profile": spec.profile, "assignment": a.label, "data": a.data, "model_from": a.model_from,
+            "ckpt_to": a.ckpt_to, "model": shape.name, "model_bytes": nbytes, "tokens": tokens, "ranks": world.size,
             "steps": plan.steps, "ckpt_every": plan.ckpt_every, "async_ckpt": plan.async_ckpt, "batch_size": batch,
             "sample_bytes": spec.sample_bytes, "workers": workers,
             "phases": phases, "total": total, "error_pct": total["error_pct"],
