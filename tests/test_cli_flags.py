@@ -44,6 +44,20 @@ CHANGED_ON_PURPOSE = {
 }
 
 
+# Flags whose --help stated no default and now states one (verify's flags are declared in sections,
+# and its --help lists every flag with its default); the value itself is unchanged.
+STATED_SINCE = {
+    ("verify fsdp", "--calibrate-only"): "off",
+    ("verify fsdp", "--calibration"): "none: calibrate in this run",
+    ("verify fsdp", "--hidden"): "the preset's",
+    ("verify fsdp", "--json"): "a new file in --results-dir",
+    ("verify fsdp", "--lab"): "none: local ranks on loopback",
+    ("verify fsdp", "--layers"): "the preset's",
+    ("verify fsdp", "--link-profiles"): "none: the links as they are",
+    ("verify fsdp", "--matrix"): "off",
+}
+
+
 def test_every_command_keeps_its_flags_and_defaults():
     """Every flag of main's commands is still there with the default it showed; flags and
     commands added since (new probes, new composer inputs) are not compared."""
@@ -54,5 +68,15 @@ def test_every_command_keeps_its_flags_and_defaults():
                for command, flags in before.items()}
     for (command, flag), (was, now_shown, _why) in CHANGED_ON_PURPOSE.items():
         assert changed.get(command, {}).pop(flag, None) == {"before": was, "now": now_shown}, (command, flag)
+    for (command, flag), stated in STATED_SINCE.items():
+        assert changed.get(command, {}).pop(flag, None) == {"before": None, "now": stated}, (command, flag)
     assert {command: diff for command, diff in changed.items() if diff} == {}
+
+
+def test_every_verify_flag_states_its_default():
+    """verify fsdp's and verify job's --help: every flag with its default."""
+    now = flags_shown(build_parser())
+    for command in ("verify fsdp", "verify job"):
+        silent = [flag for flag, shown in now[command].items() if shown is None and flag != "--phase-spec"]
+        assert silent == [], command
 

@@ -18,7 +18,6 @@ from .phases import cal_key
 from ..checkpoint.sharded import check_ckpt_dir
 from .report import print_report, verdict
 from ...core.errors import RunError, UsageError
-from ...core.units import parse_positive_int
 from ...lab import namespaces as labmod
 from ...lab import placement as labrun
 from ...results import RecordWriter, new_record
@@ -37,7 +36,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
                                                   opts.timeout_s, opts.profiles)
     choice = backends.choose(opts.backend)
     lab = labmod.get(opts.lab) if opts.lab else None
-    given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
+    given = opts.nproc
     per_node = 1
     if lab is not None:
         nproc = labrun.place(lab.name, nproc=given).nproc

@@ -20,7 +20,6 @@ from .plan import MATRIX_PROFILES, JobOptions
 from .report import print_report, verdict
 from ..fsdp.plan import calibration_from, check_memory
 from ...core.errors import RunError
-from ...core.units import parse_positive_int
 from ...lab import namespaces as labmod
 from ...lab import placement as labrun
 from ...results import RecordWriter, new_record
@@ -56,14 +55,14 @@ def _own_lab(stack: contextlib.ExitStack, opts: JobOptions) -> JobOptions:
     except MicrobenchError as exc:
         return dataclasses.replace(opts, notes=[*opts.notes, f"one link profile only (loopback): no lab ({exc})"])
     profiles = [(label.strip(), parse_link_rate(label.strip())) for label in MATRIX_PROFILES.split(",")]
-    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or "2", profiles=profiles,
+    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or 2, profiles=profiles,
                                notes=[*opts.notes, f"the link profiles run on lab {name} (2 hosts), made and "
                                                    f"removed by this run"])
 
 
 def _run(opts: JobOptions, choice: BackendChoice) -> int:
     lab = labmod.get(opts.lab) if opts.lab else None
-    given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
+    given = opts.nproc
     nproc = labrun.place(lab.name, nproc=given).nproc if lab is not None else (given or local_ranks())
     if lab is None and detect_world() is None:
         check_local_world(nproc)
