@@ -69,8 +69,8 @@ def cpu_threads_per_rank(torch: Any) -> int:
     """Give each rank of a CPU world its share of the cores and set it. torch's default, every
     core per rank, oversubscribes them: gloo's reduce_scatter clones and copies S and its
     all_gather copies out S with torch's threads, so 2 ranks x 2 threads on 2 cores fought over
-    them and the probe measured 0.87-0.90x a bare loop with one thread per rank
-    (benchmarks/nccl_overhead.py, docs/BENCHMARKS.md)."""
+    them and the probe read below a bare loop with one thread per rank
+    (benchmarks/nccl_overhead.py; figures in docs/BENCHMARKS.md)."""
     import os
 
     from ...world.topology import machine_ranks
@@ -274,7 +274,7 @@ SPEC = ProbeSpec(
     case_keys=("placement", "dtype", "redop", "root", "algo", "group"), case_defaults=(("group", "world"),), identity_keys=("backend",), feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
-    # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
+    # (docs/BENCHMARKS.md), and seconds off the suite's minute.
     # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
     suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--warmup", "1"), aliases=("collectives",)),),
 )

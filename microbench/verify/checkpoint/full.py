@@ -100,8 +100,8 @@ def _scatter_alone(world: World, model: Any, optim: Any, dev: str) -> float:
     set_model_state_dict + set_optimizer_state_dict (broadcast_from_rank0), each rank's time.
     The probe's scatter, one set_model_state_dict over a module of synthetic tensors in the
     state's layout, skips the optimizer's own state-dict code (its FQN mapping and per-state
-    distribution), which cost this model's load 5-30 ms more (64-76 ms against 69-99 ms) in
-    seven quiet runs; the sharded load's state-dict conversion is timed on the model the same way."""
+    distribution), which costs a real load measurably more (docs/verify.md); the sharded load's
+    state-dict conversion is timed on the model the same way."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -59,8 +59,8 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
     # The input: the checkpoint probe on this target, a synthetic state dict in this state's
     # layout: the same top-level keys, tensor shapes, sharding and order (DCP pays per item in
     # planning and metadata, and an S3 load's read-ahead windows follow the items' sizes and
-    # order: with equal tensors under sorted flat keys the probe fetched 212 MB per rank where
-    # this state fetches 121-159 MB), saved the same way (one file per rank and the metadata,
+    # order: equal tensors under sorted flat keys made the probe fetch far more per rank than this
+    # state does, docs/verify.md), saved the same way (one file per rank and the metadata,
     # fsync'd). One probe save and load right before each
     # real save and load: the page cache's flush and other work on the machine move a save by
     # tens of percent from one minute to the next, and alternating puts that into both sides.
@@ -75,8 +75,8 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
             collector.young()   # between repetitions, outside every clock (collector.py)
             # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
             # storage part only. The state-dict conversion around it, timed here on this model
-            # with its own state (no load), is the other input: 10-40 ms here, up to a fifth of a
-            # directory load of this state.
+            # with its own state (no load), is the other input: a sizeable share of a small
+            # state's directory load.
             world.barrier()
             start = time.perf_counter()
             msd, osd = get_state_dict(model, optim)

@@ -25,10 +25,9 @@ measured on a configuration of its own (never one the matrix checks).
                       replay does not do), on the calibration model unsharded, the two
                       alternating: the median of the pairs' ratios. What the overlap's
                       fully_shard steps took beyond their serial prediction is recorded beside
-                      it (details.overlap.beyond_serial_s) and not applied: with every input read
-                      right before each step its median of 9 steps carried about 10 ms of noise
-                      (standard error) against a mean of 4.4 ms, and the held-out rows came out
-                      no better with it (docs/verify.md).
+                      it (details.overlap.beyond_serial_s) and not applied: its median over the
+                      calibration's steps carries more noise than its own size, and the held-out
+                      rows came out no better with it (docs/verify.md has the figures).
 """
 
 from __future__ import annotations
@@ -166,10 +165,9 @@ def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int 
     fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
                                          lambda: (compute(), comm(), optimizer()), layout)
     units = shape.layers + 1
-    # Each step less the samples taken right before it, then the median. The difference of
-    # medians carried each part's noise (per unit 5.5-8.2 ms in three runs), and an optimizer
-    # probe timed once, apart from the steps, moved it by up to 1.4 ms per unit between runs
-    # (AdamW read 25-46 ms in eight runs).
+    # Each step less the samples taken right before it, then the median: a difference of
+    # medians carries every part's noise, and an optimizer probe timed once, apart from the
+    # steps, moved the per-unit cost between runs with the machine's drift (docs/verify.md).
     left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts)], 50)
     per_unit = max(0.0, left_s / (2 * units))
     return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": percentile(fsdp, 50),

@@ -11,7 +11,7 @@ Inputs, all measured in this invocation and none from the steps being predicted:
                (the composer's memory bandwidth term); one step right before each measured step
                (paired.py reads the three together; a step is predicted from its own);
   calibration  overlap, FSDP's per-unit cost and the compute efficiency of the non-matmul work,
-               from `verify_calibrate` on a configuration of its own (or a --calibration record).
+               from calibrate.py on a configuration of its own (or a --calibration record).
 Measured: forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
 starting together; the slowest rank's time per step. Beside it, per part, so a miss can be
 explained: the unsharded model's forward+backward alone (compute), the step's collectives alone
@@ -342,9 +342,8 @@ def error_pct(predicted: float, measured: float) -> float:
 
 def paired_error_pct(predicted_each: list[float], measured_each: list[float]) -> float:
     """The median of the pairs' errors: each measurement against the prediction made from the
-    probe sample taken right before it. This VM's speed drifts by tens of percent within a run;
-    a pair shares the drift, two medians taken apart do not (13 runs of verify: a sharded save's
-    error of the medians was +15.8 % where the pairs' was +1.0 %)."""
+    probe sample taken right before it. A shared machine's speed drifts by tens of percent within
+    a run; a pair shares the drift, two medians taken apart do not (docs/verify.md)."""
     return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each)], 50)
 
 
