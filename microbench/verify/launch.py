@@ -13,12 +13,12 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn
+from typing import Callable, Iterator, NoReturn, Sequence
 
 from . import spec as specs
 from ..core.errors import Interrupted, UsageError
-from ..results.store import atomic_write_text, mark_abandoned
-from ..world import backends, interrupts
+from ..results.store import RecordWriter, atomic_write_text, mark_abandoned
+from ..world import backends, interrupts, load
 from ..world.backends import BackendChoice
 from ..world.dist import World
 from ..world.launch import RankLaunch, detect_world
@@ -35,10 +35,11 @@ def refuse_in_world(command: str) -> None:
 
 
 def launch(spec: specs.RankSpec, choice: BackendChoice, *, lab: str | None = None,
-           per_node: int | None = None) -> int:
+           per_node: int | None = None, helpers: Sequence[int | None] = ()) -> int:
     """Run one phase on spec.nproc local ranks and return their exit code. lab: one rank per lab
     host slot (the lab's own placement); per_node: on loopback, but with local worlds of that many
-    ranks, the nodes HSDP's mesh is built from."""
+    ranks, the nodes HSDP's mesh is built from. The record keeps what other processes took of the
+    machine meanwhile (summary.load_by_phase[spec.where]; helpers: our servers' pids, not others')."""
     from ..lab import placement
 
     fd, path = tempfile.mkstemp(suffix=".json", prefix=f"microbench-verify-{spec.phase}-")
@@ -52,8 +53,15 @@ def launch(spec: specs.RankSpec, choice: BackendChoice, *, lab: str | None = Non
             master, per_rank = placed.master_addr, placed.per_rank
         elif per_node:
             per_rank = _loopback_nodes(per_node)
-        return in_world(nproc=spec.nproc, timeout_s=spec.timeout_s, choice=choice, body=lambda world: 0,
+        own = [p for p in helpers if p]
+        before = load.read(own)
+        code = in_world(nproc=spec.nproc, timeout_s=spec.timeout_s, choice=choice, body=lambda world: 0,
                         per_rank=per_rank, master_addr=master, argv=[*COMMANDS[spec.phase], "--phase-spec", path])
+        if code == 0:
+            seen = load.between(before, load.read(own))
+            RecordWriter.resume(spec.record).update(
+                lambda r: r["summary"].setdefault("load_by_phase", {}).__setitem__(spec.where, seen))
+        return code
     finally:
         os.unlink(path)
 

@@ -33,6 +33,11 @@ class RankSpec:
     calibration_source: str | None = None
     cal_reps: int | None = None              # timed steps per calibration number (None: their defaults)
 
+    @property
+    def where(self) -> str:
+        """The phase as its rows name it: what the launcher's record of its load is keyed by."""
+        return self.phase
+
 
 @dataclass(frozen=True)
 class StepsSpec(RankSpec):
@@ -47,6 +52,10 @@ class StepsSpec(RankSpec):
     calibrate_only: bool = False
     profile: str = "loopback"
     sharding: str = "full"
+
+    @property
+    def where(self) -> str:
+        return where(self.profile, self.sharding)
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,15 @@ class JobSpec(RankSpec):
     workers: int = 1
     tiers: JobTiers = field(default_factory=lambda: JobTiers(dir=""))
     assignments: list[Assignment] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return self.profile
+
+
+def where(profile: str, sharding: str | None) -> str:
+    """A step phase's name: its link profile, and its sharding beside full ("1gbit hybrid")."""
+    return profile if sharding in (None, "full") else f"{profile} {sharding}"
 
 
 PHASES: dict[str, type[RankSpec]] = {cls.phase: cls for cls in (StepsSpec, CheckpointSpec, JobSpec)}

@@ -16,7 +16,7 @@ from . import steps as vf
 from . import calibrate as vc
 from . import hybrid
 from . import paired
-from ..spec import StepsSpec
+from ..spec import StepsSpec, where
 from ...compose.model import ModelShape
 from ...core.errors import Interrupted, MicrobenchError, RunError
 from ...core.stats import percentile
@@ -124,7 +124,7 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
 
 def cal_key(profile: str, sharding: str | None) -> str:
     """Where a calibration is kept: per link profile, and per sharding beside full ("1gbit hybrid")."""
-    return profile if sharding in (None, "full") else f"{profile} {sharding}"
+    return where(profile, sharding)
 
 
 def run_steps(world: World, spec: StepsSpec) -> int:

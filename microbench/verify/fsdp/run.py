@@ -11,13 +11,14 @@ from typing import Any, NoReturn
 
 from .. import collector
 from .. import launch
+from .. import noise
 from .. import model as fm
 from ..spec import CheckpointSpec, RankSpec, StepsSpec
 from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
 from .phases import cal_key
 from ..checkpoint.sharded import check_ckpt_dir
-from .report import print_report, verdict
-from ...core.errors import RunError, UsageError
+from .report import attach, print_report, verdict
+from ...core.errors import UsageError
 from ...lab import namespaces as labmod
 from ...lab import placement as labrun
 from ...results import RecordWriter, new_record
@@ -128,7 +129,7 @@ def _checkpoint_phase(ckpt_dir: str | None, base: RankSpec, shardings: list[str]
                               shardings=shardings, reps=reps, state_dicts=state_dicts,
                               targets=[("directory", directory), ("s3", "s3://microbench/verify")])
         return launch.launch(spec, dataclasses.replace(choice, env={**choice.env, **env}),
-                             per_node=per_node if "hybrid" in shardings else None)
+                             per_node=per_node if "hybrid" in shardings else None, helpers=[server.pid])
 
 
 def run_phase(path: str) -> NoReturn:
@@ -160,7 +161,9 @@ def _finish(path: Path, tol: float, ckpt_tol: float, calibrate_only: bool, given
                                                 "compute_efficiency": v["compute_efficiency"]}
                                                 for k, v in by_profile.items()}}
         if not calibrate_only:
-            record["summary"]["verdict"] = verdict(record["rows"], tol, ckpt_tol)
+            judged = verdict(record["rows"], tol, ckpt_tol, record["summary"].get("load_by_phase"))
+            record["summary"]["verdict"] = judged
+            attach(record, judged)
 
     writer.update(summarize)
     writer.finish("complete")
@@ -169,8 +172,4 @@ def _finish(path: Path, tol: float, ckpt_tol: float, calibrate_only: bool, given
     print(f"# results: {path}")
     if calibrate_only:
         return 0
-    outside = record["summary"]["verdict"]["outside"]
-    if outside:
-        raise RunError(f"{len(outside)} configuration(s) outside the tolerance: {'; '.join(outside)} "
-                       f"(every row is in {path})")
-    return 0
+    return noise.exit_for(record["summary"]["verdict"], path)
