@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from microbench.compose import dataload as dl
+from microbench.compose.tiers import Tier
 from microbench.core.errors import UsageError
 
 
@@ -37,8 +38,7 @@ def test_model_load_at_start_and_each_restart():
     rec = _record([{"op": "raw_read", "raw_read_gbps": 3.0, "ranks": 2},
                    {"op": "every-rank", "load_gbps": 1.0, "ranks": 2},
                    {"op": "rank0-broadcast", "load_gbps": 2.0, "ranks": 2}], kind="modelload")
-    loads = dl.model_loads(["nvme=x.json"], [{"tier": "s3", "write_gbps": 1, "read_gbps": 0.5, "source": "--tier"}],
-                           24e9, 8 * 3600, lambda path: rec)
+    loads = dl.model_loads([("nvme", "x.json")], [Tier("s3", 1.0, 0.5, "--tier")], 24e9, 8 * 3600, lambda path: rec)
     assert [m.tier for m in loads] == ["nvme", "s3"]
     assert loads[0].load_s == pytest.approx(12.0) and loads[0].restarts_per_day == 3 and loads[0].per_day_s == 36
     assert loads[1].load_s == pytest.approx(48.0)

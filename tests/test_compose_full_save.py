@@ -7,6 +7,7 @@ import pytest
 
 from microbench.compose.checkpoint import full as fs
 from microbench.compose.curves import Curve
+from microbench.compose.tiers import Tier, described
 from microbench.core.errors import UsageError
 
 GB = 1e9
@@ -46,14 +47,14 @@ def test_host_memory_for_the_whole_state_on_rank0s_node():
     assert fs.full_save("t", 100 * GB, host_memory_bytes=120 * GB, **args).host_fits is True
     st = fs.full_save("t", 100 * GB, fmt="safetensors", host_memory_bytes=120 * GB, **args)
     assert st.host_bytes == 200 * GB and st.host_fits is False   # safetensors builds the file in memory
-    lines = fs.notes([{"tier": "t", "stream_gbps": 2.0}], ["full"], "x", 120 * GB, [st])
+    lines = fs.notes([Tier("t", 1.0, None, "--tier", stream_gbps=2.0)], ["full"], "x", 120 * GB, [st])
     assert any(line.startswith("DOES NOT FIT: a full safetensors save on t needs 200.0 GB") for line in lines)
 
 
 def test_predict_saves_gives_both_per_tier_and_the_sharded_one_is_bytes_over_the_aggregate():
     curve = Curve.synthetic("all_gather", 40.0, 0.0, "test")
-    tiers = [{"tier": "nvme", "write_gbps": 10.0, "stream_gbps": 2.0, "rated_only": False},
-             {"tier": "shared", "write_gbps": 1.6, "stream_gbps": None, "rated_only": True}]
+    tiers = [Tier("nvme", 10.0, None, "--tier", stream_gbps=2.0, rated_only=False),
+             Tier("shared", 1.6, None, "--tier", stream_gbps=None, rated_only=True)]
     preds = fs.predict_saves(tiers, ["full", "sharded"], None, 146 * GB, unit_bytes=4 * GB, ranks=16, nodes=2,
                              curve=curve, host_link_gbps=64.0, serialize_gbps=2.0)
     assert [(p.tier, p.state_dict, p.save_format) for p in preds] == [
@@ -73,7 +74,7 @@ def test_predict_saves_gives_both_per_tier_and_the_sharded_one_is_bytes_over_the
     (lambda: fs.parse_state_dicts(""), "invalid --state-dict ''"),
     (lambda: fs.save_format("full", "pickle"), "invalid --save-format 'pickle'"),
     (lambda: fs.save_format("full", "dcp"), "invalid --save-format 'dcp' with --state-dict full"),
-    (lambda: fs.split_stream("nvme=10:10,stream=2,stream=3"), "one stream=GB/S at most"),
+    (lambda: described.split_stream("nvme=10:10,stream=2,stream=3"), "one stream=GB/S at most"),
     (lambda: fs.serialize_from_record({"kind": "checkpoint", "config": {"probe": {"state_dict": "sharded"}}}, "r.json"),
      "of a sharded save"),
 ])
@@ -88,9 +89,11 @@ def test_serialization_rate_from_a_full_checkpoint_record():
               "rows": [{"op": "save", "size_bytes": 2 * GB, "serialize_write_time_us": 1e6}]}
     gbps, source = fs.serialize_from_record(record, "r.json")
     assert gbps == pytest.approx(2.0) and source.startswith("measured: r.json")
-    assert fs.split_stream("nvme=10:10,stream=2") == ("nvme=10:10", "2")
-    assert fs.split_stream("nvme=10:10") == ("nvme=10:10", None)
-    assert fs.split_stream("m=2:4,cached,stream=0.5,drain=1") == ("m=2:4,cached,drain=1", "0.5")
+    from microbench.compose.tiers.described import split_stream
+
+    assert split_stream("nvme=10:10,stream=2") == ("nvme=10:10", "2")
+    assert split_stream("nvme=10:10") == ("nvme=10:10", None)
+    assert split_stream("m=2:4,cached,stream=0.5,drain=1") == ("m=2:4,cached,drain=1", "0.5")
 
 
 def test_the_acceptance_command_prints_both_saves_per_tier(run_cli):

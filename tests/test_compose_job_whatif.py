@@ -3,7 +3,7 @@ golden inputs, totals and flip factors worked out by hand."""
 
 import pytest
 
-from microbench.compose import inputs
+from microbench.compose.tiers import described
 from microbench.compose.dataload import DataRate, ModelLoad
 from microbench.compose.job.inputs import CkptTarget, JobAsk
 from microbench.compose.job.assignment import Assignment
@@ -73,25 +73,26 @@ def test_an_interval_shorter_than_every_save_is_refused_with_the_numbers():
 
 
 def _tiers(*texts):
-    return inputs.tiers(inputs.ComposeRequest(tier=list(texts)))
+    return described.resolve([described.parse(text) for text in texts])
 
 
 def test_ephemeral_tiers_are_not_durable_and_others_are():
-    by = {t["tier"]: t for t in _tiers("nvme=10:10,ephemeral", "shared=1.6:6.4", "s=2:4,durable")}
-    assert by["nvme"]["durable"] is False and by["shared"]["durable"] and by["s"]["durable"]
-    assert (by["nvme"]["write_gbps"], by["nvme"]["read_gbps"]) == (10, 10)
+    by = {t.name: t for t in _tiers("nvme=10:10,ephemeral", "shared=1.6:6.4", "s=2:4,durable")}
+    assert by["nvme"].durable is False and by["shared"].durable and by["s"].durable
+    assert (by["nvme"].write_gbps, by["nvme"].read_gbps) == (10, 10)
+    assert by["nvme"].as_dict()["durable"] is False and by["nvme"].as_dict()["tier"] == "nvme"
 
 
 def test_a_cached_mount_without_drain_caches_on_the_fastest_ephemeral_tier_and_drains_at_its_own_rate():
-    by = {t["tier"]: t for t in _tiers("cached=0.3:0.3,cached", "nvme=10:10,ephemeral", "slow=2:2,ephemeral")}
-    mount = by["cached"]["mount"]
-    assert by["cached"]["write_gbps"] == 10 and mount["write_gbps"] == 10 and mount["drain_gbps"] == pytest.approx(0.3)
-    assert mount["cached"] and by["cached"]["read_gbps"] == 0.3 and by["cached"]["durable"]
-    assert "nvme's write (10 GB/s)" in by["cached"]["note"]
-    given = {t["tier"]: t for t in _tiers("c=0.3:0.3,cached,cache=4")}["c"]
-    assert given["write_gbps"] == 4 and given["mount"]["drain_gbps"] == pytest.approx(0.3) and "cache=GB/S given" in given["note"]
-    old = {t["tier"]: t for t in _tiers("b=10:20,cached,drain=1")}["b"]    # the issue-22 form keeps its meaning
-    assert old["write_gbps"] == 10 and old["mount"]["drain_gbps"] == 1 and "note" not in old
+    by = {t.name: t for t in _tiers("cached=0.3:0.3,cached", "nvme=10:10,ephemeral", "slow=2:2,ephemeral")}
+    mount = by["cached"].mount
+    assert by["cached"].write_gbps == 10 and mount.write_gbps == 10 and mount.drain_gbps == pytest.approx(0.3)
+    assert mount.cached and by["cached"].read_gbps == 0.3 and by["cached"].durable
+    assert "nvme's write (10 GB/s)" in by["cached"].note
+    given = {t.name: t for t in _tiers("c=0.3:0.3,cached,cache=4")}["c"]
+    assert given.write_gbps == 4 and given.mount.drain_gbps == pytest.approx(0.3) and "cache=GB/S given" in given.note
+    old = {t.name: t for t in _tiers("b=10:20,cached,drain=1")}["b"]    # the older form keeps its meaning
+    assert old.write_gbps == 10 and old.mount.drain_gbps == 1 and old.note is None and "note" not in old.as_dict()
 
 
 def test_a_cached_mount_with_nowhere_to_cache_is_refused_with_examples():

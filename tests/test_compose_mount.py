@@ -1,8 +1,11 @@
 """Golden-input tests of the bucket-mount tier (compose/checkpoint/mount.py): values worked out by hand."""
 
+import json
+
 import pytest
 
 from microbench.compose.checkpoint.mount import MountTier, from_record, parse_options, plan
+from microbench.compose.report import format_time
 from microbench.core.errors import UsageError
 
 GB = 1e9
@@ -65,3 +68,21 @@ def test_compose_command_prints_the_mount_table(run_cli):
                   "--tier", "direct=0.1:0.3,direct", "--ckpt-interval", "30min")
     assert res.returncode == 0, res.stderr
     assert "bucket mounts" in res.stdout and "least bucket" in res.stdout and "direct" in res.stdout
+
+
+def test_the_mount_table_takes_the_jobs_own_checkpoint_period(run_cli, tmp_path):
+    """With --steps and --ckpt-every the mount table's interval is the job's: its steps of the
+    recommended configuration and then the save, not --ckpt-interval's 30 min."""
+    base = ["compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
+            "--net", "ib=40GB/s", "--tier", "bucket=10:20,cached,drain=1,delay=5s"]
+    job = run_cli(*base, "--steps", "200", "--ckpt-every", "5", "--json", "j.json")
+    assert job.returncode == 0, job.stderr
+    table = job.stdout.split("## bucket mounts:", 1)[1].split("\n\n", 1)[0]
+    assert table.startswith(" a checkpoint every 5 steps (--ckpt-every): ") and "30.0 min" not in table
+    rec = json.loads((tmp_path / "j.json").read_text())
+    step_s = next(r["step_s"] for r in rec["rows"] if r["op"] == "step")
+    blocked_s = rec["summary"]["checkpoint"]["training_checkpoint_bytes"] / 10e9
+    row = next(line for line in table.splitlines() if line.startswith("bucket "))
+    assert row.split()[2:4] == format_time(5 * step_s + blocked_s).split()
+    plain = run_cli(*base, "--ckpt-interval", "30min")
+    assert "## bucket mounts: a checkpoint every 30.0 min, at most 5% blocked" in plain.stdout

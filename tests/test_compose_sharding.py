@@ -207,12 +207,13 @@ def test_two_levels_seen_as_one_network():
 
 
 def test_the_whatif_rows_ratio_to_the_best_that_fits_and_scale_without_repeats():
-    from microbench.compose.sharding.inputs import described, for_job, plan
+    from microbench.compose.sharding.inputs import described, for_job, parse_level, plan
     from microbench.compose.sharding.whatif import scale, whatif
 
-    nets = for_job(described(["360GB/s"], ["eth=1.2GB/s"]), 16, 2)
+    nets = for_job(described([parse_level("360GB/s", "--net-intra")], [parse_level("eth=1.2GB/s", "--net-inter")]),
+                   16, 2)
     model, t = preset("llama-3.1-8b"), dataclasses.replace(train(), seq_len=4096)
-    p = plan("full,hybrid,hybrid:1", "1,64", nets, 16, 2)
+    p = plan(tuple(parse_sharding("full,hybrid,hybrid:1")), (1, 64), nets, 16, 2)
     rows = {r.strategy: r for r in whatif(model, t, nets, p, 72e9)}
     assert rows["hybrid:1"].result.memory.fits is False
     assert rows["hybrid:8"].ratio == 1.0                       # the best that fits

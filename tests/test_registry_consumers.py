@@ -108,7 +108,7 @@ def test_accept_report_and_compose_read_the_spec(widgets, tmp_path):
 # Consumers of records: none may hold its own list of metric columns or probe names.
 CONSUMERS = ("accept/plots.py", "core/progress.py", "accept/suite.py", "accept/compare.py", "accept/report.py",
              "accept/rules.py", "accept/junit.py", "expect/formulas.py", "probes/nccl/table.py", "accept/pytest_plugin.py",
-             "lab/hunt.py", "lab/hunt_pairs.py", "compose/tiers/records.py", "compose/curves.py", "compose/inputs.py",
+             "lab/hunt.py", "lab/hunt_pairs.py", "compose/tiers/records.py", "compose/curves.py", "compose/inputs/build.py", "compose/inputs/parsers.py",
              "compose/whatif.py", "expect/overrides.py")
 PACKAGE = Path(registry.__file__).parent.parent   # microbench/
 

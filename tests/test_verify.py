@@ -109,22 +109,22 @@ def test_inputs_read_before_each_step_make_the_row_input_from_their_medians():
 
 
 def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_same_device(tmp_path):
-    from types import SimpleNamespace
-
-    from microbench.compose import inputs as ci
+    from microbench.compose.calibration import from_record
+    from microbench.compose.inputs import ComposeOptions, ComputeRate
+    from microbench.compose.inputs.build import train_spec
+    from microbench.compose.inputs.sections import Compute, Training
+    from microbench.results import load_record
 
     path = calibration_record(tmp_path / "cal.json", compute_efficiency=0.8, overlap=0.0)
-    cal = ci.calibration(SimpleNamespace(calibration=path))
+    cal = from_record(load_record(path), path)
     assert (cal.compute_efficiency, cal.device) == (0.8, "cpu")
-    args = SimpleNamespace(overlap=None, unit_overhead=None, reduce_dtype=None, micro_batch="1", seq_len="256",
-                           grad_accum="1", param_dtype="float32", activation_checkpointing=False,
-                           no_reshard_after_forward=False, compute="c.json")
-    cpu_rate = ci.ComputeRate(1e11, "measured", None, on_cpu=True)
-    assert ci.train_spec(args, 2, cpu_rate, cal).flops_per_rank == pytest.approx(0.8e11)
+    opts = ComposeOptions(training=Training(seq_len=256, param_dtype="float32"), compute=Compute(compute="c.json"))
+    cpu_rate = ComputeRate(1e11, "measured", None, on_cpu=True)
+    assert train_spec(opts, 2, cpu_rate, cal).flops_per_rank == pytest.approx(0.8e11)
     # A GPU's rate (another device than the calibration's) or a rate given by hand is left alone.
-    assert ci.train_spec(args, 2, ci.ComputeRate(1e14, "measured", None, on_cpu=False), cal).flops_per_rank == 1e14
-    args.compute = None
-    assert ci.train_spec(args, 2, ci.ComputeRate(1e11, "--tflops 0.1", None), cal).flops_per_rank == 1e11
+    assert train_spec(opts, 2, ComputeRate(1e14, "measured", None, on_cpu=False), cal).flops_per_rank == 1e14
+    opts.compute.compute = None
+    assert train_spec(opts, 2, ComputeRate(1e11, "--tflops 0.1", None), cal).flops_per_rank == 1e11
 
 
 # --------------------------------------------------------------------------- real ranks
@@ -168,11 +168,10 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert row["noise"]["verdict"] == verdict_["verdict"] and row["noise"]["readings"] == 2
     assert "predicted" in done.stdout and "verdict" in done.stdout
     # The record states the calibration it used, in the form compose --calibration reads.
-    from types import SimpleNamespace
+    from microbench.compose.calibration import from_record
+    from microbench.results import load_record
 
-    from microbench.compose.inputs import calibration
-
-    got = calibration(SimpleNamespace(calibration=str(out)))
+    got = from_record(load_record(str(out)), str(out))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
@@ -218,11 +217,10 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert ov["beyond_serial_s"] == pytest.approx(beyond)
     assert cal["compute_efficiency"] == eff["compute_efficiency"] and "compute_in_step" not in cal["details"]
     # The composer's reader takes it as it is.
-    from types import SimpleNamespace
+    from microbench.compose.calibration import from_record
+    from microbench.results import load_record
 
-    from microbench.compose.inputs import calibration
-
-    got = calibration(SimpleNamespace(calibration=str(out)))
+    got = from_record(load_record(str(out)), str(out))
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
 
 

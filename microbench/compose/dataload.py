@@ -18,7 +18,7 @@ load_gbps, or a tier's read GB/s), paid at job start and again at each restart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 from ..core.errors import UsageError
@@ -82,19 +82,20 @@ def rate_from_text(text: str, sample_bytes: float | None) -> DataRate:
     name, value = _split(text)
     if not name:
         raise UsageError(f"invalid --data-rate {text!r}: expected NAME=SAMPLES/S, e.g. --data-rate nvme=4000")
-    rate = parse_number(value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0,
-                        allow_minimum=False)
+    try:
+        rate = parse_number(value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0,
+                            allow_minimum=False)
+    except UsageError as exc:   # the message quotes the flag's value as typed, name and all
+        why = str(exc).split(": ", 1)[1].split(", e.g.")[0]
+        raise UsageError(f"invalid --data-rate {text!r}: {why}, e.g. --data-rate nvme=4000") from None
     return DataRate(name, rate, True, f"--data-rate {text} (per rank, prefetching)", sample_bytes)
 
 
-def data_rates(dataload: list[str], data_rate: list[str], sample_bytes: float | None,
+def data_rates(records: list[tuple[str, str]], described: list[DataRate], sample_bytes: float | None,
                load: Callable[[str], dict[str, Any]]) -> list[DataRate]:
-    out = []
-    for text in dataload:
-        name, path = _split(text)
-        out.append(rate_from_record(load(path), path, sample_bytes, name))
-    out += [rate_from_text(text, sample_bytes) for text in data_rate]
-    return out
+    """The loader rates of --dataload records ((name, path) each) and --data-rate, at this sample size."""
+    out = [rate_from_record(load(path), path, sample_bytes, name) for name, path in records]
+    return out + [replace(rate, sample_bytes=sample_bytes) for rate in described]
 
 
 def data_stall(rate: DataRate, samples_per_step: int, step_s: float, network: str = "") -> DataStall:
@@ -140,18 +141,17 @@ def model_load(tier: str, load_gbps: float, weight_bytes: float, source: str,
     return ModelLoad(tier, load_gbps, weight_bytes, load_s, source, per_day, load_s * per_day if per_day else None)
 
 
-def model_loads(modelload: list[str], tiers: list[dict[str, Any]], weight_bytes: float, mtbf_s: float | None,
+def model_loads(records: list[tuple[str, str]], tiers: list[Any], weight_bytes: float, mtbf_s: float | None,
                 load: Callable[[str], dict[str, Any]]) -> list[ModelLoad]:
-    """From each --modelload record, and from each tier's read rate (a raw read: safetensors'
-    own cost is not in it)."""
+    """From each --modelload record ((name, path)), and from each tier's read rate (a raw read:
+    safetensors' own cost is not in it)."""
     out = []
-    for text in modelload:
-        name, path = _split(text)
+    for name, path in records:
         tier, gbps, source = load_rate_from_record(load(path), path, name)
         out.append(model_load(tier, gbps, weight_bytes, source, mtbf_s))
     for t in tiers:
-        if t.get("read_gbps"):
-            out.append(model_load(t["tier"], t["read_gbps"], weight_bytes, f"{t['source']} (read rate)", mtbf_s))
+        if t.read_gbps:
+            out.append(model_load(t.name, t.read_gbps, weight_bytes, f"{t.source} (read rate)", mtbf_s))
     return out
 
 
@@ -180,18 +180,21 @@ def report_lines(stalls: list[DataStall], loads: list[ModelLoad], format_time: C
     return lines
 
 
-def loading_report(args: Any, weight_bytes: float, samples_per_step: int, step_s: dict[str, float],
-                   tiers: list[dict[str, Any]], mtbf_s: float | None, format_time: Callable[[float], str]) -> dict[str, Any]:
-    """`microbench compose --dataload/--data-rate/--modelload`: print the data stall per data
-    tier and network and the model load time per tier; what the record's summary keeps."""
-    from ..core.units import parse_size
-    from ..results import load_record
+@dataclass(frozen=True)
+class Loading:
+    """The data stall per data tier and network, and the model load per tier."""
+    stalls: list[DataStall]
+    loads: list[ModelLoad]
 
-    sample_bytes = parse_size(args.sample_bytes, what="--sample-bytes") if args.sample_bytes else None
-    rates = data_rates(args.dataload, args.data_rate, sample_bytes, load_record)
+    def as_dict(self) -> dict[str, Any]:
+        return {"data_stall": [s.as_dict() for s in self.stalls], "model_load": [m.as_dict() for m in self.loads]}
+
+
+def loading(rates: list[DataRate], modelload: list[tuple[str, str]], tiers: list[Any], weight_bytes: float,
+            samples_per_step: int, step_s: dict[str, float], mtbf_s: float | None,
+            load: Callable[[str], dict[str, Any]]) -> Loading:
+    """`compose --dataload/--data-rate/--modelload`: each loader against each network's step, and
+    the model's load per tier (asked for with any of the three)."""
     stalls = [data_stall(r, samples_per_step, step, net) for r in rates for net, step in step_s.items()]
-    loads = model_loads(args.modelload, tiers, weight_bytes, mtbf_s, load_record) \
-        if (args.modelload or rates) else []
-    for line in report_lines(stalls, loads, format_time):
-        print(line)
-    return {"data_stall": [s.as_dict() for s in stalls], "model_load": [m.as_dict() for m in loads]}
+    loads = model_loads(modelload, tiers, weight_bytes, mtbf_s, load) if (modelload or rates) else []
+    return Loading(stalls, loads)

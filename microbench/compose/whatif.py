@@ -1,5 +1,8 @@
-"""One what-if: the step prediction per network, the memory check, the checkpoint per tier, and
-the compose record that holds them (pure: the command prints it and writes the record)."""
+"""One composition, everything `microbench compose` predicts from its inputs: the step per
+network, the memory check, the checkpoint per tier and the saves as trainers write them, the
+sharding what-if, the data stall and model load, the whole job; and the compose record that
+holds them. Pure: the command prints it and writes the record; every refusal comes from here,
+before anything is printed."""
 
 from __future__ import annotations
 
@@ -7,13 +10,17 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checkpoint import full as full_save
 from .. import __version__
-from .checkpoint.tier import checkpoint_parts, predict_tier, required_write_gbps
+from ..core.sections import resolved
 from ..core.units import DTYPE_BYTES
+from ..results import new_record
+from . import dataload
+from .checkpoint import full as full_save
+from .checkpoint.tier import checkpoint_parts, predict_tier, required_write_gbps
 from .fsdp import MemoryCheck, StepPrediction, memory_check, predict_step
 from .inputs import ComposeInputs
-from ..results import new_record
+from .job import report as job_report
+from .sharding import whatif as sharding_whatif
 
 
 @dataclass
@@ -23,11 +30,20 @@ class Composition:
     memory: MemoryCheck
     parts: dict[str, float]              # checkpoint_parts: the bytes of each part of a checkpoint
     tiers: list[Any]                     # predict_tier per tier, in the inputs' order
-    extra_rows: list[dict[str, Any]] = field(default_factory=list)   # more rows for the record (sharding)
+    saves: list[full_save.SavePrediction] = field(default_factory=list)   # per tier and state dict
+    sharding: list[sharding_whatif.ShardingRow] = field(default_factory=list)   # at the job's node count
+    scaled: list[sharding_whatif.ShardingRow] = field(default_factory=list)     # at --scale-nodes
+    loading: dataload.Loading = field(default_factory=lambda: dataload.Loading([], []))
+    job: job_report.JobResult | None = None
 
     @property
     def checkpoint_bytes(self) -> float:
         return self.parts["training_checkpoint_bytes"]
+
+    @property
+    def full_saves(self) -> bool:
+        """A full state dict was asked for: the saves table beside the sharded one above it."""
+        return "full" in self.inputs.state_dicts
 
 
 def compose(inputs: ComposeInputs) -> Composition:
@@ -36,23 +52,42 @@ def compose(inputs: ComposeInputs) -> Composition:
     memory = memory_check(model, train, rate.gpu.usable_memory_bytes if rate.gpu else None)
     parts = checkpoint_parts(model.total_params, DTYPE_BYTES[train.param_dtype])
     staging = rate.gpu.host_link_gbps * inputs.world if rate.gpu else None
-    tiers = [predict_tier(t["tier"], parts["training_checkpoint_bytes"], t["write_gbps"], t["read_gbps"],
+    tiers = [predict_tier(t.name, parts["training_checkpoint_bytes"], t.write_gbps, t.read_gbps,
                           staging_gbps=staging, mtbf_s=inputs.mtbf_s) for t in inputs.tiers]
-    return Composition(inputs, steps, memory, parts, tiers)
+    out = Composition(inputs, steps, memory, parts, tiers)
+    step_s = {n.name: steps[n.name].step_s for n in inputs.networks}
+    out.job = job_report.run(inputs, out.checkpoint_bytes, step_s)
+    if inputs.sharding is not None:
+        capacity = rate.gpu.usable_memory_bytes if rate.gpu else None
+        out.sharding = sharding_whatif.whatif(model, train, inputs.networks, inputs.sharding, capacity)
+        out.scaled = sharding_whatif.scale(model, train, inputs.networks, inputs.sharding, capacity)
+    if inputs.tiers:
+        out.saves = full_save.predict_saves(
+            inputs.tiers, inputs.state_dicts, inputs.options.storage.save_format, out.checkpoint_bytes,
+            unit_bytes=4.0 * model.block_params, ranks=inputs.world, nodes=inputs.nodes or 1,
+            curve=inputs.networks[0].all_gather, serialize_gbps=inputs.serialize_gbps,
+            host_link_gbps=rate.gpu.host_link_gbps if rate.gpu else None, host_memory_bytes=inputs.host_memory_bytes)
+    loading = inputs.options.loading
+    rates = dataload.data_rates([(r.name, r.path) for r in loading.dataload], loading.data_rate,
+                                loading.sample_bytes.value if loading.sample_bytes else None, inputs.load)
+    out.loading = dataload.loading(rates, [(r.name, r.path) for r in loading.modelload], inputs.tiers,
+                                   model.total_params * DTYPE_BYTES[train.param_dtype],
+                                   train.micro_batch * train.grad_accum, step_s, inputs.mtbf_s, inputs.load)
+    return out
 
 
-def record(result: Composition, loading: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The compose record (kind "compose"), ready for a RecordWriter; loading: the data stall and
-    model load summary (compose/dataload.loading_report), when asked for."""
+def record(result: Composition) -> dict[str, Any]:
+    """The compose record (kind "compose"), ready for a RecordWriter."""
     inputs, memory, parts = result.inputs, result.memory, result.parts
     model, train, rate, nets = inputs.model, inputs.train, inputs.rate, inputs.networks
     config = {"calibration": inputs.calibration.source if inputs.calibration else None, "model": model.describe(),
               "train": {**train.__dict__, "tokens_per_rank": train.tokens_per_rank},
               "compute": {"flops_per_rank": rate.flops_per_rank, "source": rate.source,
                           "gpu": rate.gpu.as_dict() if rate.gpu else None},
-              "networks": [n.describe() for n in nets], "tiers": inputs.tiers,
+              "networks": [n.describe() for n in nets], "tiers": [t.as_dict() for t in inputs.tiers],
               "checkpoint": {"interval_s": inputs.interval_s, "overhead_fraction": inputs.overhead,
-                             "mtbf_s": inputs.mtbf_s}}
+                             "mtbf_s": inputs.mtbf_s},
+              "options": resolved(inputs.options)}
     # A prediction does not depend on the machine that computed it: no probe of the hardware here.
     environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
     out = new_record("compose", config, environment, {"name": "python", "engine": "microbench.compose"})
@@ -60,11 +95,16 @@ def record(result: Composition, loading: dict[str, Any] | None = None) -> dict[s
                  for n in nets]
     for row in step_rows:
         row["notes"] = list(row["notes"])
+    tiers = result.tiers + (result.saves if result.full_saves else [])
     ckpt_rows = [{"op": "save" if isinstance(t, full_save.SavePrediction) else "checkpoint", **t.as_dict(),
-                  "checkpoint_bytes": parts["training_checkpoint_bytes"]} for t in result.tiers]
-    out["rows"] = step_rows + ckpt_rows + list(result.extra_rows)
+                  "checkpoint_bytes": parts["training_checkpoint_bytes"]} for t in tiers]
+    sharding_rows = ([r.as_dict() for r in result.sharding]
+                     + [dict(r.as_dict(), scaled=True, method=sharding_whatif.SCALE_METHOD) for r in result.scaled])
+    out["rows"] = step_rows + ckpt_rows + sharding_rows + (result.job.rows() if result.job else [])
     out["summary"] = {"memory": memory.as_dict(), "fits_in_memory": memory.fits, "checkpoint": parts,
                       "required_write_gbps_blocking": required_write_gbps(
                           parts["training_checkpoint_bytes"], inputs.interval_s, inputs.overhead),
-                      "warnings": [w for n in nets for w in n.warnings], **(loading or {})}
+                      "warnings": [w for n in nets for w in n.warnings], **result.loading.as_dict()}
+    if result.job is not None:
+        out["summary"]["job"] = result.job.summary()
     return out

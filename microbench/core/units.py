@@ -128,13 +128,16 @@ def parse_int(text: str | int, *, what: str, minimum: int | None = None, example
     return value
 
 
-def parse_positive_int(text: str | int, *, what: str, example: str = "4") -> int:
+def parse_positive_int(text: str | int, *, what: str, example: str = "4", maximum: int | None = None) -> int:
+    """A whole number from 1 to `maximum` (a bound past which the value is a typo, not a plan)."""
     try:
         value = int(str(text).strip())
     except ValueError:
         raise UsageError(f"invalid {what} {text!r}: expected a positive whole number, e.g. {example}") from None
     if value <= 0:
         raise UsageError(f"invalid {what} {text!r}: must be at least 1, e.g. {example}")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"invalid {what} {text!r}: must be at most {maximum:,}, e.g. {example}")
     return value
 
 

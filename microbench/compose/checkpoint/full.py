@@ -59,17 +59,6 @@ def save_format(state_dict: str, text: str | None) -> str:
     return text or "torch"
 
 
-def split_stream(text: str) -> tuple[str, str | None]:
-    """'nvme=10:10,stream=2' -> ('nvme=10:10', '2'): the single-stream rate a --tier may carry
-    among its comma options; the others (a mount's ,cached,drain=) stay in the text."""
-    head, *options = str(text).split(",")
-    streams = [o.partition("=")[2].strip() for o in options if o.strip().startswith("stream=")]
-    if len(streams) > 1 or (streams and not streams[0]):
-        raise UsageError(f"invalid --tier {text!r}: one stream=GB/S at most, e.g. --tier nvme=10:10,stream=2")
-    rest = [o for o in options if not o.strip().startswith("stream=")]
-    return ",".join([head, *rest]), (streams[0] if streams else None)
-
-
 def serialize_from_record(record: dict[str, Any], source: str) -> tuple[float, str]:
     """(GB/s, source) of one process's serialize+write from a `checkpoint --state-dict full`
     record's save row."""
@@ -144,17 +133,17 @@ def full_save(tier: str, total_bytes: float, *, gather_time_s: float, host_link_
                           offload if host_link_gbps else None, write, rate, bounded, host, fits)
 
 
-def notes(tiers: list[dict[str, Any]], state_dicts: list[str], serialize_source: str,
+def notes(tiers: list[Any], state_dicts: list[str], serialize_source: str,
           host_memory_bytes: float | None, preds: list[SavePrediction]) -> list[str]:
     """The lines under the table: where the rates came from and what was assumed."""
     out = []
     if "full" in state_dicts:
         out.append(f"full save: serialization {serialize_source}")
         for t in tiers:
-            if not t.get("stream_gbps"):
-                out.append(f"{t['tier']}: single-stream write not given: assumed one node's share of its aggregate; "
+            if not t.stream_gbps:
+                out.append(f"{t.name}: single-stream write not given: assumed one node's share of its aggregate; "
                            f"on shared filesystems and object stores one stream usually gets far less: measure it "
-                           f"with {MEASURE_STREAM}, or give --tier {t['tier']}=W:R,stream=GB/S")
+                           f"with {MEASURE_STREAM}, or give --tier {t.name}=W:R,stream=GB/S")
         full = [p for p in preds if p.state_dict == "full" and p.host_bytes]
         if full and host_memory_bytes is None:
             out.append(f"rank 0's node needs {max(p.host_bytes or 0 for p in full) / 1e9:,.1f} GB of free host memory "
@@ -165,13 +154,13 @@ def notes(tiers: list[dict[str, Any]], state_dicts: list[str], serialize_source:
                            f"of host memory on rank 0's node, {host_memory_bytes / 1e9:,.1f} GB given "
                            f"(--host-memory); use --state-dict sharded")
     for t in tiers:
-        if t.get("rated_only"):
-            out.append(f"{t['tier']}: described only by its rated aggregate bandwidth; a DCP save from GPUs "
+        if t.rated_only:
+            out.append(f"{t.name}: described only by its rated aggregate bandwidth; a DCP save from GPUs "
                        f"usually reaches far less of it: measure it with {MEASURE_DCP}")
     return out
 
 
-def predict_saves(tiers: list[dict[str, Any]], state_dicts: list[str], fmt_text: str | None, total_bytes: float, *,
+def predict_saves(tiers: list[Any], state_dicts: list[str], fmt_text: str | None, total_bytes: float, *,
                   unit_bytes: float, ranks: int, nodes: int, curve: Any, host_link_gbps: float | None,
                   serialize_gbps: float, host_memory_bytes: float | None = None) -> list[SavePrediction]:
     """Every tier's save for every state dict asked for, tier by tier."""
@@ -181,12 +170,12 @@ def predict_saves(tiers: list[dict[str, Any]], state_dicts: list[str], fmt_text:
     for t in tiers:
         for sd in state_dicts:
             if sd == "sharded":
-                out.append(sharded_save(t["tier"], total_bytes, t["write_gbps"]))
+                out.append(sharded_save(t.name, total_bytes, t.write_gbps))
             else:
-                out.append(full_save(t["tier"], total_bytes, gather_time_s=gathered, host_link_gbps=host_link_gbps,
-                                     serialize_gbps=serialize_gbps, stream_gbps=t.get("stream_gbps"),
-                                     aggregate_gbps=t["write_gbps"], nodes=nodes,
-                                     aggregate_is_job=t.get("aggregate_is_job", True), fmt=fmts[sd],
+                out.append(full_save(t.name, total_bytes, gather_time_s=gathered, host_link_gbps=host_link_gbps,
+                                     serialize_gbps=serialize_gbps, stream_gbps=t.stream_gbps,
+                                     aggregate_gbps=t.write_gbps, nodes=nodes,
+                                     aggregate_is_job=t.aggregate_is_job, fmt=fmts[sd],
                                      host_memory_bytes=host_memory_bytes))
     return out
 

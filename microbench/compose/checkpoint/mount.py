@@ -122,13 +122,28 @@ def _least_bucket(tier: MountTier, ckpt_bytes: float, interval_s: float, max_ove
     return ckpt_bytes / window / 1e9, "cached: drain within the interval after the save and the write-back delay"
 
 
-def report_lines(tiers: list[dict[str, Any]], ckpt_bytes: float, interval_s: float, max_overhead: float) -> list[str]:
-    """The compose command's mount table: one row per tier that is a mount (its "mount" entry)."""
+@dataclass(frozen=True)
+class Period:
+    """The job's own checkpoint period (--steps with --ckpt-every): `steps` steps of `train_s`
+    seconds of training between saves, on the configuration named `on`."""
+    steps: int
+    train_s: float
+    on: str
+
+
+def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, max_overhead: float,
+                 period: Period | None = None) -> list[str]:
+    """The compose command's mount table: one row per tier that is a mount. With the job's own
+    period, each save starts its training stretch plus its own blocked time after the last,
+    instead of every --ckpt-interval."""
     from tabulate import tabulate
 
     from ..report import format_bytes, format_rate, format_time
 
-    plans = [plan(MountTier(**t["mount"]), ckpt_bytes, interval_s, max_overhead) for t in tiers if t.get("mount")]
+    def interval(m: MountTier) -> float:
+        return interval_s if period is None else period.train_s + ckpt_bytes / (m.write_gbps * 1e9)
+
+    plans = [plan(m, ckpt_bytes, interval(m), max_overhead) for m in mounts]
     if not plans:
         return []
     rows = [(p.tier, "cached" if p.cached else "direct", format_time(p.blocked_s), format_time(p.durable_s),
@@ -137,9 +152,17 @@ def report_lines(tiers: list[dict[str, Any]], ckpt_bytes: float, interval_s: flo
              if p.cache_growth_bytes_per_interval > 0 else "no: durable after the next starts (no growth)",
              format_time(p.min_interval_s), format_rate(p.least_bucket_gbps) if p.least_bucket_gbps else "none")
             for p in plans]
-    table = tabulate(rows, headers=["mount tier", "mode", "blocked", "durable", "overhead", "drained before next",
-                                    "shortest interval", "least bucket"], tablefmt="simple", disable_numparse=True)
+    headers = ["mount tier", "mode", "blocked", "durable", "overhead", "drained before next", "shortest interval",
+               "least bucket"]
+    if period is not None:
+        rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans)]
+        headers = [*headers[:2], "interval", *headers[2:]]
+        every = (f"every {period.steps} steps (--ckpt-every): {format_time(period.train_s)} of training on "
+                 f"{period.on}, then the save")
+    else:
+        every = f"every {format_time(interval_s)}"
+    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     notes = [f"# {p.tier}: least bucket: {p.least_bucket_note}" for p in plans]
-    return [f"\n## bucket mounts: a checkpoint every {format_time(interval_s)}, at most {max_overhead:.0%} blocked",
+    return [f"\n## bucket mounts: a checkpoint {every}, at most {max_overhead:.0%} blocked",
             table, *notes, "# durable = blocked + write-back delay + bytes / drain (cached); least bucket = the "
             "bandwidth keeping blocked time under --ckpt-overhead with each checkpoint durable before the next"]

@@ -1,4 +1,4 @@
-"""The whole job's inputs (issue 23): what `compose --steps/--tokens` asks for, and every storage
+"""The whole job's inputs: what `compose --steps/--tokens` asks for, and every storage
 choice per phase turned into costs the timeline (compose/job/timeline.py) adds up.
 
 Sources per phase, by name (a `--data`/`--model-from`/`--ckpt-to` value names one):
@@ -20,11 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ...core.errors import UsageError
-from ...core.units import DTYPE_BYTES, parse_number, parse_positive_int, parse_size
+from ...core.units import DTYPE_BYTES
 from .. import dataload
 from ..checkpoint import full as fs
 from .timeline import JobPlan, steps_for_tokens
 from ..checkpoint.mount import MountTier
+from ..inputs.parsers import MAX_STEPS
+from ..inputs.sections import Job, Loading
+from ..tiers import Tier
 
 TOKEN_ID_BYTES = 4      # pre-tokenized samples as uint32/int32 token ids
 
@@ -44,36 +47,21 @@ class JobAsk:
         return JobPlan(self.steps, ckpt_every, self.async_ckpt, True, self.tokens_per_step)
 
 
-def _names(text: str | None, flag: str) -> list[str] | None:
-    if text is None:
+def ask(job: Job, tokens_per_step: int) -> JobAsk | None:
+    """The job asked for (--steps or --tokens), or None; the job flags without either were
+    refused when argv was read (inputs/sections.Job.check)."""
+    if not job.asked:
         return None
-    names = list(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip()))
-    if not names:
-        raise UsageError(f"invalid {flag} {text!r}: expected tier names (a comma list), e.g. {flag} shared")
-    return names
-
-
-def ask(req: Any, tokens_per_step: int) -> JobAsk | None:
-    """The job asked for, or None when neither --steps nor --tokens is given (then the job flags
-    are misuse, refused)."""
-    if req.steps is None and req.tokens is None:
-        given = [f for f, v in (("--ckpt-every", req.ckpt_every), ("--data", req.data), ("--model-from", req.model_from),
-                                ("--ckpt-to", req.ckpt_to), ("--async-ckpt", req.async_ckpt or None)) if v is not None]
-        if given:
-            raise UsageError(f"{given[0]} describes a job: give its length too, e.g. --steps 80 (or --tokens 1e9)")
-        return None
-    if req.steps is not None and req.tokens is not None:
-        raise UsageError(f"--steps {req.steps} and --tokens {req.tokens} both give the job's length; give one, "
-                         f"e.g. --steps 80")
-    if req.steps is not None:
-        steps, source = parse_positive_int(req.steps, what="--steps", example="80"), f"--steps {req.steps}"
+    if job.steps is not None:
+        steps, source = job.steps, f"--steps {job.steps}"
     else:
-        tokens = parse_number(req.tokens, what="--tokens", example="1e9", minimum=1)
-        steps = steps_for_tokens(int(tokens), tokens_per_step)
-        source = f"--tokens {req.tokens}: {steps} steps of {tokens_per_step:,} tokens"
-    every = parse_positive_int(req.ckpt_every, what="--ckpt-every", example="5") if req.ckpt_every is not None else None
-    return JobAsk(steps, every, bool(req.async_ckpt), tokens_per_step, _names(req.data, "--data"),
-                  _names(req.model_from, "--model-from"), _names(req.ckpt_to, "--ckpt-to"), source)
+        assert job.tokens is not None
+        steps = steps_for_tokens(int(job.tokens.value), tokens_per_step)
+        if steps > MAX_STEPS:
+            raise UsageError(f"--tokens {job.tokens.text} is {steps:,} steps of {tokens_per_step:,} tokens, more than "
+                             f"{MAX_STEPS:,}; expected fewer tokens or larger steps, e.g. --tokens 1e9")
+        source = f"--tokens {job.tokens.text}: {steps} steps of {tokens_per_step:,} tokens"
+    return JobAsk(steps, job.ckpt_every, job.async_ckpt, tokens_per_step, job.data, job.model_from, job.ckpt_to, source)
 
 
 @dataclass(frozen=True)
@@ -106,34 +94,35 @@ def pick(kind: str, flag: str, available: dict[str, Any], asked: list[str] | Non
     return asked
 
 
-def data_sources(req: Any, tiers: list[dict[str, Any]], ranks: int, seq_len: int,
+def data_sources(loading: Loading, tiers: list[Tier], ranks: int, seq_len: int,
                  load: Callable[[str], dict[str, Any]]) -> tuple[dict[str, dataload.DataRate], str]:
     """{name: loader rate per rank}, and how the sample size was chosen."""
-    if req.sample_bytes:
-        sample, how = float(parse_size(req.sample_bytes, what="--sample-bytes")), f"--sample-bytes {req.sample_bytes}"
+    if loading.sample_bytes is not None:
+        sample, how = loading.sample_bytes.value, f"--sample-bytes {loading.sample_bytes.text}"
     else:
         sample = float(seq_len * TOKEN_ID_BYTES)
         how = (f"assumed {sample / 1e3:,.1f} kB per sample (seq-len {seq_len} x {TOKEN_ID_BYTES}-byte token ids, "
                f"pre-tokenized; give --sample-bytes)")
     out: dict[str, dataload.DataRate] = {}
-    for rate in dataload.data_rates(req.dataload, req.data_rate, sample, load):
+    records = [(r.name, r.path) for r in loading.dataload]
+    for rate in dataload.data_rates(records, loading.data_rate, sample, load):
         out.setdefault(rate.name, rate)
     for t in tiers:
-        if t.get("read_gbps") and t["tier"] not in out:
-            out[t["tier"]] = dataload.DataRate(t["tier"], t["read_gbps"] * 1e9 / ranks / sample, True,
-                                               f"{t['source']} (read / {ranks} ranks / {sample:,.0f} B)", sample)
+        if t.read_gbps and t.name not in out:
+            out[t.name] = dataload.DataRate(t.name, t.read_gbps * 1e9 / ranks / sample, True,
+                                            f"{t.source} (read / {ranks} ranks / {sample:,.0f} B)", sample)
     return out, how
 
 
-def model_sources(req: Any, tiers: list[dict[str, Any]], weight_bytes: float,
+def model_sources(loading: Loading, tiers: list[Tier], weight_bytes: float,
                   load: Callable[[str], dict[str, Any]]) -> dict[str, dataload.ModelLoad]:
     out: dict[str, dataload.ModelLoad] = {}
-    for m in dataload.model_loads(req.modelload, tiers, weight_bytes, None, load):
+    for m in dataload.model_loads([(r.name, r.path) for r in loading.modelload], tiers, weight_bytes, None, load):
         out.setdefault(m.tier, m)
     return out
 
 
-def ckpt_targets(tiers: list[dict[str, Any]], ckpt_bytes: float, *, state_dict: str, fmt: str | None,
+def ckpt_targets(tiers: list[Tier], ckpt_bytes: float, *, state_dict: str, fmt: str | None,
                  async_ckpt: bool, staging_gbps: float | None, full_args: dict[str, Any]) -> dict[str, CkptTarget]:
     """One target per tier for one network (a full save gathers over it: full_args["curve"])."""
     out = {}
@@ -141,19 +130,17 @@ def ckpt_targets(tiers: list[dict[str, Any]], ckpt_bytes: float, *, state_dict: 
     gathered = fs.gather_s(ckpt_bytes, full_args["unit_bytes"], full_args["ranks"], full_args["curve"]) \
         if state_dict == "full" else 0.0
     for t in tiers:
-        mount = MountTier(**t["mount"]) if t.get("mount") else None
-        cached = bool(mount and mount.cached)
+        mount = t.mount
+        cached = t.cached
 
-        def save_s(f: float, t: dict[str, Any] = t) -> float:
+        def save_s(f: float, t: Tier = t) -> float:
             if state_dict == "sharded":
-                return ckpt_bytes / (t["write_gbps"] * f * 1e9)
-            scaled = dict(t, write_gbps=t["write_gbps"] * f,
-                          stream_gbps=t["stream_gbps"] * f if t.get("stream_gbps") else None)
-            return fs.full_save(t["tier"], ckpt_bytes, gather_time_s=gathered,
+                return ckpt_bytes / (t.write_gbps * f * 1e9)
+            return fs.full_save(t.name, ckpt_bytes, gather_time_s=gathered,
                                 host_link_gbps=full_args["host_link_gbps"], serialize_gbps=full_args["serialize_gbps"],
-                                stream_gbps=scaled["stream_gbps"], aggregate_gbps=scaled["write_gbps"],
-                                nodes=full_args["nodes"], aggregate_is_job=t.get("aggregate_is_job", True),
-                                fmt=fs.save_format("full", fmt)).save_s
+                                stream_gbps=t.stream_gbps * f if t.stream_gbps else None,
+                                aggregate_gbps=t.write_gbps * f, nodes=full_args["nodes"],
+                                aggregate_is_job=t.aggregate_is_job, fmt=fs.save_format("full", fmt)).save_s
 
         def costs(f: float, mount: MountTier | None = mount, cached: bool = cached,
                   save_s: Callable[[float], float] = save_s) -> tuple[float, float, bool, float]:
@@ -168,7 +155,7 @@ def ckpt_targets(tiers: list[dict[str, Any]], ckpt_bytes: float, *, state_dict: 
 
         how = ("cached mount: blocks on the cache write, uploads queued" if cached else
                "async: staging copy blocks, the save drains" if async_ckpt and state_dict == "sharded" else "blocking save")
-        out[t["tier"]] = CkptTarget(t["tier"], t.get("durable", True) is not False, bool(t.get("read_gbps")), how, costs)
+        out[t.name] = CkptTarget(t.name, t.durable, bool(t.read_gbps), how, costs)
     return out
 
 

@@ -1,16 +1,17 @@
 """`compose --steps/--tokens`: the job model built from the composer's inputs, and what the
-command prints and the record keeps (issue 23): the job table of the recommended configuration,
-the ranked what-if and the recommendation with what would change it."""
+command prints and the record keeps: the job table of the recommended configuration, the ranked
+what-if and the recommendation with what would change it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from .timeline import KINDS, JobTimeline, Phase
 from . import inputs as ji
 from .assignment import PHASE_FLAGS
 from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
+from ..checkpoint.mount import Period
 from ..report import format_time
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
@@ -20,18 +21,18 @@ KIND_LABELS = {"model_load": "model load", "train": "training steps", "data_stal
                "ckpt_drain": "drain (overlapped)", "final_save": "final save until durable"}
 
 
-def build(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any]]) -> tuple[JobModel, list[str]] | None:
+def build(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> tuple[JobModel, list[str]] | None:
     """The job model (None when no job was asked for) and the assumptions it ran with."""
-    train = given.train
+    train, load, opts = given.train, given.load, given.options
     tokens_per_step = given.world * train.micro_batch * train.grad_accum * train.seq_len
-    job = ji.ask(req, tokens_per_step)
+    job = ji.ask(opts.job, tokens_per_step)
     if job is None:
         return None
     tiers = given.tiers
-    data, sample_how = ji.data_sources(req, tiers, given.world, train.seq_len, load)
-    models = ji.model_sources(req, tiers, ji.weight_bytes(given.model, train.param_dtype), load)
-    unreadable = [t["tier"] for t in tiers if not t.get("read_gbps")]
-    names = [t["tier"] for t in tiers]
+    data, sample_how = ji.data_sources(opts.loading, tiers, given.world, train.seq_len, load)
+    models = ji.model_sources(opts.loading, tiers, ji.weight_bytes(given.model, train.param_dtype), load)
+    unreadable = [t.name for t in tiers if not t.read_gbps]
+    names = [t.name for t in tiers]
     choices = {"data": ji.pick("data", "--data", data, job.data, sorted(set(names) | set(data)), unreadable),
                "model_from": ji.pick("model load", "--model-from", models, job.model_from,
                                      sorted(set(names) | set(models)), unreadable),
@@ -41,13 +42,12 @@ def build(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any
     ckpt = {}
     for net in given.networks:
         ckpt[net.name] = ji.ckpt_targets(
-            tiers, result.checkpoint_bytes, state_dict=state_dict, fmt=req.save_format, async_ckpt=job.async_ckpt,
+            tiers, checkpoint_bytes, state_dict=state_dict, fmt=opts.storage.save_format, async_ckpt=job.async_ckpt,
             staging_gbps=gpu.host_link_gbps * given.world if gpu else None,
             full_args={"unit_bytes": 4.0 * given.model.block_params, "ranks": given.world, "curve": net.all_gather,
                        "host_link_gbps": gpu.host_link_gbps if gpu else None, "serialize_gbps": given.serialize_gbps,
                        "nodes": given.nodes or 1})
-    model = JobModel(job, {n.name: result.steps[n.name].step_s for n in given.networks},
-                     train.micro_batch * train.grad_accum, data, models, ckpt, given.interval_s, choices,
+    model = JobModel(job, dict(step_s), train.micro_batch * train.grad_accum, data, models, ckpt, given.interval_s, choices,
                      job.ckpt_to is not None)
     notes = [f"data: {sample_how}" if any(d.sample_bytes for d in data.values()) else "",
              f"checkpoints: {state_dict} state dict"
@@ -57,7 +57,7 @@ def build(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any
              if job.async_ckpt and state_dict == "sharded" and gpu is None else "",
              "async applies to sharded DCP saves; a full state dict is saved synchronously"
              if job.async_ckpt and state_dict == "full" else "",
-             *[t["note"] for t in tiers if t.get("note")]]
+             *[t.note for t in tiers if t.note]]
     return model, [n for n in notes if n]
 
 
@@ -233,11 +233,37 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
                                for o in result.outcomes]}
 
 
-def run(req: Any, given: Any, result: Any, load: Callable[[str], dict[str, Any]]) -> tuple[list[str], dict[str, Any]] | None:
-    """(lines to print, summary["job"], rows) or None without a job."""
-    built = build(req, given, result, load)
+@dataclass
+class JobResult:
+    """The job asked for: its model, every configuration ranked, the assumptions it ran with."""
+    model: JobModel
+    whatif: WhatIf
+    notes: list[str]
+
+    def lines(self, fits: bool | None) -> list[str]:
+        return lines(self.model, self.whatif, self.notes, fits)
+
+    def summary(self) -> dict[str, Any]:
+        return record(self.model, self.whatif, self.notes)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return rows(self.whatif)
+
+    def period(self) -> Period | None:
+        """The checkpoint period --ckpt-every gives the recommended configuration (the fastest
+        when none is recommended): its steps with their data stall; None without --ckpt-every."""
+        top = self.whatif.best or self.whatif.outcomes[0]
+        every = self.model.ask.ckpt_every
+        if every is None or top.costs is None:
+            return None
+        return Period(every, every * (top.costs.step_s + top.costs.data_stall_s),
+                      f"{top.config.network}, data {top.config.data}")
+
+
+def run(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> JobResult | None:
+    """The job's what-if, or None without a job (--steps or --tokens)."""
+    built = build(given, checkpoint_bytes, step_s)
     if built is None:
         return None
     model, notes = built
-    res = whatif(model)
-    return lines(model, res, notes, result.memory.fits), {"summary": record(model, res, notes), "rows": rows(res)}
+    return JobResult(model, whatif(model), notes)

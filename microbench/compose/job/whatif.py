@@ -1,6 +1,6 @@
 """Every network x every storage assignment per phase, each a job timeline (compose/job/timeline.py),
 ranked by total; the recommendation under the durability constraint and how much faster each
-phase's tier would have to be to change it (issue 23).
+phase's tier would have to be to change it.
 
 The constraint: a restart must find the last checkpoint on durable storage and load the model
 from there, so an assignment is recommended only when its checkpoint tier is durable and the

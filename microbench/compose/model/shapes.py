@@ -164,4 +164,4 @@ def format_params(n: float) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
 
 
-__all__ = ["ModelShape", "CrudeModel", "VisionTower", "PRESETS", "preset", "from_hf_config", "format_params"]
+__all__ = ["ModelShape", "CrudeModel", "VisionTower", "format_params"]

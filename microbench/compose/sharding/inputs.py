@@ -1,7 +1,7 @@
-"""compose's flags for two networks and sharding (issue 24), turned into the composer's inputs:
---net-intra / --net-inter (described levels), `nccl --groups world,node,cross` records (measured
-levels), --sharding (the strategies) and --scale-nodes (other node counts). A one-level --net or
---nccl keeps its meaning: the world's collective, full sharding."""
+"""Two networks and sharding as the composer takes them: --net-intra / --net-inter (described
+levels), `nccl --groups world,node,cross` records (measured levels), and the what-if's plan from
+--sharding (the strategies) and --scale-nodes (other node counts), checked against the job. A
+one-level --net or --nccl keeps its meaning: the world's collective, full sharding."""
 
 from __future__ import annotations
 
@@ -9,30 +9,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_positive_int
+from ...core.units import parse_bandwidth_bytes_per_s, parse_duration_s
 from ..curves import Network, network_from_record
 from ..levels import described_levels, levels_from_record, record_groups, two_level_network
-from .predict import Strategy, parse_sharding
+from .predict import Strategy
 
 EXAMPLE = "--net-intra 360GB/s --net-inter 1.25GB/s"
-MAX_SCALE_NODES = 100_000
 
 
-def _level(flag: str, text: str) -> tuple[str, float, float, str]:
-    """[NAME=]BW[@LATENCY] -> (name or "", GB/s, latency s, rate as written)."""
-    name, sep, spec = text.partition("=")
+@dataclass(frozen=True)
+class Level:
+    """--net-intra or --net-inter: [NAME=]BW[@LATENCY]."""
+    name: str             # "" when not named
+    gbps: float
+    latency_s: float
+    rate: str             # the bandwidth as written
+    text: str
+
+
+def parse_level(text: str, flag: str) -> Level:
+    name, sep, spec = str(text).partition("=")
     if not sep:
-        name, spec = "", text
+        name, spec = "", str(text)
     rate, _, latency = spec.partition("@")
     if not rate.strip() or (sep and not name.strip()):
         raise UsageError(f"invalid {flag} {text!r}: expected [NAME=]BW[@LATENCY], e.g. {flag} "
                          f"{'360GB/s' if flag == '--net-intra' else 'eth=1.25GB/s@50us'}")
     gbps = parse_bandwidth_bytes_per_s(rate, what=f"{flag} bandwidth") / 1e9
     lat = parse_duration_s(latency, what=f"{flag} latency", example="30us") if latency else 0.0
-    return name.strip(), gbps, lat, rate.strip()
+    return Level(name.strip(), gbps, lat, rate.strip(), str(text))
 
 
-def described(intra: list[str], inter: list[str]) -> list[Network]:
+def described(intra: list[Level], inter: list[Level]) -> list[Network]:
     """Two-level networks from --net-intra and --net-inter: one --net-intra goes with every
     --net-inter (a what-if over the NICs), or as many of each, paired in order. Until `for_job`
     knows the ranks per node, the full-sharding view assumes one node."""
@@ -47,13 +55,11 @@ def described(intra: list[str], inter: list[str]) -> list[Network]:
                          f"one per --net-inter (paired in order), e.g. --net-intra 360GB/s --net-inter eth=1.25GB/s "
                          f"--net-inter ib=400GB/s")
     out = []
-    for index, text in enumerate(inter):
-        intra_text = intra[0] if len(intra) == 1 else intra[index]
-        _, intra_gbps, intra_lat, intra_rate = _level("--net-intra", intra_text)
-        name, gbps, lat, rate = _level("--net-inter", text)
-        name = name or f"inter {rate}"
-        source = f"--net-intra {intra_text} --net-inter {text}"
-        levels = described_levels(name, intra_gbps, intra_lat, gbps, lat, source)
+    for index, level in enumerate(inter):
+        near = intra[0] if len(intra) == 1 else intra[index]
+        name = level.name or f"inter {level.rate}"
+        source = f"--net-intra {near.text} --net-inter {level.text}"
+        levels = described_levels(name, near.gbps, near.latency_s, level.gbps, level.latency_s, source)
         out.append(two_level_network(name, levels, 1))
     return out
 
@@ -105,31 +111,25 @@ class ShardingPlan:
     scale_nodes: tuple[int, ...]
 
 
-def plan(sharding: str | None, scale_nodes: str | None, nets: list[Network], world: int,
-         nodes: int | None) -> ShardingPlan | None:
+def plan(strategies: tuple[Strategy, ...] | None, scale_nodes: tuple[int, ...] | None, nets: list[Network],
+         world: int, nodes: int | None) -> ShardingPlan | None:
     """What the sharding what-if runs, checked against the job (exit 2 on a shard group that
     does not fit it); None when neither --sharding nor --scale-nodes was given."""
-    if not sharding and not scale_nodes:
+    if not strategies and not scale_nodes:
         return None
-    strategies = parse_sharding(sharding or "full")
+    strategies = strategies or (Strategy("full", None),)
     per_node = ranks_per_node(nets, world, nodes)
     two_level = [n for n in nets if n.levels is not None]
     if per_node is None:
         if any(s.name == "hybrid" for s in strategies) or scale_nodes:
-            raise UsageError(f"--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
-                             f"e.g. --nodes 2 --gpus-per-node 8")
+            raise UsageError("--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
+                             "e.g. --nodes 2 --gpus-per-node 8")
         per_node = world
     if any(s.name == "hybrid" for s in strategies) and not two_level:
-        raise UsageError(f"--sharding {sharding} needs two networks, inside a node and between nodes: give both "
+        text = ",".join(s.text for s in strategies)
+        raise UsageError(f"--sharding {text} needs two networks, inside a node and between nodes: give both "
                          f"levels, e.g. {EXAMPLE}, or an `nccl --groups world,node,cross` record (--net and a "
                          f"one-level --nccl are the world's collective only)")
     for s in strategies:
         s.resolve(world, per_node)
-    counts: list[int] = []
-    for part in [p.strip() for p in (scale_nodes or "").split(",") if p.strip()]:
-        n = parse_positive_int(part, what="--scale-nodes", example="2,8,64")
-        if n > MAX_SCALE_NODES:
-            raise UsageError(f"invalid --scale-nodes {part!r}: at most {MAX_SCALE_NODES:,} nodes, e.g. --scale-nodes 2,8,64")
-        if n not in counts:
-            counts.append(n)
-    return ShardingPlan(tuple(strategies), per_node, tuple(counts))
+    return ShardingPlan(tuple(strategies), per_node, tuple(scale_nodes or ()))

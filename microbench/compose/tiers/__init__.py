@@ -1,2 +1,6 @@
-"""Storage tiers: bandwidths read from storage records (records.py), described tiers' durability
-and cache options (options.py)."""
+"""Storage tiers: what one is (tier.py: a Tier, described or measured), one described by --tier
+(described.py) and one measured by a storage record (records.py)."""
+
+from .tier import Tier
+
+__all__ = ["Tier"]

@@ -1,5 +1,6 @@
 """Storage tiers from saved storage records: the best sustained write and read bandwidth a
-probe measured, whatever the probe (posix/fio rows read/write, S3 put/get, DCP save/load)."""
+probe measured, whatever the probe (posix/fio rows read/write, S3 put/get, DCP save/load), its
+single stream, and a bucket mount's blocking and drain (a `storage mount` record)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import Any
 
 from ...core import registry
 from ...core.errors import UsageError
+from ..checkpoint import mount as mount_tier
+from ..curves import record_rows
+from .tier import Tier
 
 WRITE_OPS = ("write", "put", "save", "async_save")
 READ_OPS = ("read", "get", "load")
@@ -48,3 +52,26 @@ def tier_stream_gbps(record: dict[str, Any]) -> float | None:
              and not (row.get("served_from_memory") or row.get("above_memory_ceiling"))]
     found = [v for v in found if v]
     return max(found) if found else None
+
+
+def measured(record: dict[str, Any], name: str, path: str, *, allow_partial: bool = False) -> Tier:
+    """The tier a storage or checkpoint record measured (`--storage [NAME=]RECORD`): its rows'
+    aggregate as this run got it, named NAME or the record's kind."""
+    record_rows(record, path)
+    if record.get("status") != "complete" and not allow_partial:
+        raise UsageError(f"--storage {path!r} is a {record.get('status')!r} record; re-run it, or pass --allow-partial")
+    write, read = tier_bandwidths(record, path)
+    name = name or str(record.get("kind"))
+    mount = mount_tier.from_record(record, name, path)
+    return Tier(name, write, read, f"measured: {path}", tier_stream_gbps(record), rated_only=False,
+                aggregate_is_job=False, described=False, mount=mount,
+                medium="mount" if mount is not None else _medium(record))
+
+
+def _medium(record: dict[str, Any]) -> str:
+    """s3 or directory, from where the record's probe wrote: an S3 endpoint or an s3:// target."""
+    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    probe = config.get("probe") if isinstance(config.get("probe"), dict) else {}
+    s3 = "endpoint" in impl or str(probe.get("target") or "").startswith("s3://")
+    return "s3" if s3 else "directory"
