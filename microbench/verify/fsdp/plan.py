@@ -37,7 +37,7 @@ def check_hybrid(shardings_: list[str], nodes: int, per_node: int) -> None:
 
 @dataclass
 class VerifyOptions:
-    """verify fsdp's flags, parsed (commands/verify.py builds it; verify.run.run_fsdp takes it)."""
+    """What verify fsdp runs, resolved from its flags (fsdp/options.py builds it; fsdp/run.run_fsdp takes it)."""
     shapes: dict[str, dict[str, Any]]       # name -> the keyword arguments of model.shape_from_args
     tokens: list[int]
     steps: int

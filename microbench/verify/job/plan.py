@@ -28,7 +28,7 @@ MATRIX_PROFILES = "unlimited,1gbit"
 
 @dataclass
 class JobOptions:
-    """verify job's flags, parsed (commands/verify.py builds it; verify.job_run takes it)."""
+    """What verify job runs, resolved from its flags (job/options.py builds it; job/run.run_job takes it)."""
     shape: dict[str, Any]                    # the keyword arguments of model.shape_from_args
     tokens: int
     steps: int
