@@ -127,10 +127,10 @@ def why(j: Judgement, tolerance_pct: float) -> str:
 
 
 def how_to_get_clean(judgements: list[Judgement]) -> str:
-    loaded = [j for j in judgements if (j.load or {}).get("other_share") and j.load["other_share"] >= 0.05]
-    if loaded:
+    shares = [(j.load or {}).get("other_share") or 0.0 for j in judgements]
+    if max(shares, default=0.0) >= 0.05:
         return ("rerun when the machine is quiet (other processes took up to "
-                f"{max(j.load['other_share'] for j in loaded) * 100:.0f}% of the CPUs during this run), or with more "
+                f"{max(shares) * 100:.0f}% of the CPUs during this run), or with more "
                 "--steps (--ckpt-reps for checkpoints) to narrow the readings")
     return "rerun with more --steps (--ckpt-reps for checkpoints) to narrow the readings"
 

@@ -65,13 +65,11 @@ def ints(text: str, what: str, example: str) -> list[int]:
     return [parse_positive_int(t, what=what, example=example) for t in str(text).split(",") if t.strip()]
 
 
-def shapes(model: str | None, models: str | None, dims: dict[str, str | None],
+def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
            matrix: bool) -> dict[str, dict[str, Any]]:
     """name -> the keyword arguments that rebuild the shape on every rank. dims: --hidden,
-    --layers, --heads, --vocab as given (None where not)."""
-    explicit = {k: parse_positive_int(dims.get(k), what=f"--{k}", example=ex)
-                for k, ex in (("hidden", "512"), ("layers", "4"), ("heads", "8"), ("vocab", "4096"))
-                if dims.get(k) is not None}
+    --layers, --heads, --vocab as parsed (None where not given)."""
+    explicit = {k: v for k in ("hidden", "layers", "heads", "vocab") if (v := dims.get(k)) is not None}
     if explicit:
         if model or models:
             raise UsageError("--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one")

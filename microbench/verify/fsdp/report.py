@@ -16,7 +16,7 @@ def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_
     row's error against its tolerance with the noise of its paired readings and the load its
     phase saw (verify/noise.py)."""
     loads = loads or {}
-    out = []
+    out: list[tuple[int, str | None, noise.Judgement]] = []
     for i, row in enumerate(rows):
         if row.get("kind") == "step":
             errors = noise.paired(row.get("predicted_steps_s"), row.get("measured_steps_s"), row["error_pct"])

@@ -82,7 +82,7 @@ def resolve(flags: JobFlags) -> plan.JobOptions:
     from ..options import link_profiles
 
     j, d, s, r = flags.job, flags.data, flags.storage, flags.ranks
-    shape = {"model": j.model, "hidden": None, "layers": None, "heads": None, "vocab": None}
+    shape: dict[str, Any] = {"model": j.model, "hidden": None, "layers": None, "heads": None, "vocab": None}
     fm.check_buildable(fm.shape_from_args(**shape))
     plan.check_tokens_fit(j.tokens, d.batch_size, d.sample_bytes)
     needs_fuse = j.matrix or "mount" in {str(t).strip().lower() for t in (s.data, s.model_from, s.ckpt_to) if t}

@@ -33,7 +33,7 @@ def judge_job(row: dict[str, Any], tolerance_pct: float, load: dict[str, Any] | 
     total, phases, measured = row["total"], row.get("phases") or {}, row.get("measured") or {}
     step = (row.get("inputs") or {}).get("step") or {}
     pred_total, meas_total = total.get("predicted_s") or 0.0, total.get("measured_s") or 0.0
-    sides = {"predicted": [], "measured": []}
+    sides: dict[str, list[tuple[float, tuple[float, float, float] | None]]] = {"predicted": [], "measured": []}
     if pred_total > 0 and meas_total > 0:
         train = phases.get("train") or {}
         sides["predicted"].append((train.get("predicted_s", 0.0) / pred_total,
