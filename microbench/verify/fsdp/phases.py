@@ -65,11 +65,15 @@ def guarded(world: World, record: RecordWriter | None, what: str, fn: Callable[[
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         world.note_failure(first)
         missing = world.missing_ranks()
+        notes = {} if missing else world.peer_notes()
         if missing:
             reason = (f"rank {', '.join(map(str, missing))} died or stopped responding during {what} "
                       f"(no heartbeat, no error reported)")
         else:
             reason = f"{what} failed: {type(exc).__name__}: {first}"
+            # What the others saw: where a peer failed first, its own error says more than the
+            # collective it broke here ("Connection closed by peer").
+            reason += "".join(f"; rank {r}: {note}" for r, note in sorted(notes.items()) if note != first)
         error = RunError(reason)
     if record is not None and world.rank == 0:
         record.finish("partial", reason)
