@@ -69,7 +69,9 @@ def markdown(record: dict) -> str:
                            f"{gbps:.3f} GB/s |")
     verdict = record["summary"].get("verdict") or {}
     out.append("")
-    out.append(f"verdict: {'PASS' if verdict.get('pass') else 'FAIL'}; outside: {verdict.get('outside') or 'none'}")
+    shown = verdict.get("verdict") or ("PASS" if verdict.get("pass") else "FAIL")
+    out.append(f"verdict: {shown}; outside: {verdict.get('outside') or 'none'}; "
+               f"inconclusive: {verdict.get('inconclusive') or 'none'}")
     return "\n".join(out)
 
 

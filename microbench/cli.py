@@ -1,8 +1,8 @@
 """The command line: one subcommand per probe or tool, thin over library functions.
 
 Only here do errors become exit codes: MicrobenchError -> its exit_code (2 misuse, 1 failure,
-0 for a probe skipped with its reason) and one line on stderr; never a traceback unless
-MICROBENCH_DEBUG=1.
+3 a verify whose measurements cannot tell pass from fail, 0 for a probe skipped with its reason)
+and one line on stderr; never a traceback unless MICROBENCH_DEBUG=1.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from microbench.targets import checkpoint_target as ct
-from microbench.core.errors import UsageError
+from microbench.core.errors import RunError, UsageError
 from microbench.probes import checkpoint as ck
 
 from conftest import last_line, tmpfs
@@ -102,6 +102,34 @@ def test_run_dir_removes_only_what_it_created(tmp_path):
     assert run.created == [str(tmp_path / "mine" / "a"), str(tmp_path / "mine" / "a" / "b")]
     run.remove()
     assert sorted(os.listdir(tmp_path / "mine")) == ["other.txt"]
+
+
+def test_a_target_whose_stat_failed_once_is_taken_as_it_is_and_a_dead_one_is_named(tmp_path, monkeypatch):
+    """exists() said no (a busy FUSE mount's stat failed) but the directory is there: used, not
+    created or removed; a target whose stat fails for good is refused with that error."""
+    import errno
+
+    target = tmp_path / "mnt"
+    target.mkdir()
+    real_exists, real_lexists = os.path.exists, os.path.lexists   # a FUSE getattr that failed fails both
+    monkeypatch.setattr(ct.os.path, "exists", lambda p: False if str(p) == str(target) else real_exists(p))
+    monkeypatch.setattr(ct.os.path, "lexists", lambda p: False if str(p) == str(target) else real_lexists(p))
+    run = ct.RunDir(ct.parse_target(str(target)), ct.unique_name())
+    run.create()
+    assert run.created == [] and (target / run.name).is_dir()
+    run.remove()
+    assert target.is_dir()
+
+    real_stat = os.stat
+
+    def dead(path, *args, **kwargs):   # the mount point's own stat fails, nothing else's
+        if str(path) == str(target):
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(ct.os, "stat", dead)
+    with pytest.raises(RunError, match="the mount is dead: Transport endpoint is not connected"):
+        ct.RunDir(ct.parse_target(str(target)), ct.unique_name()).create()
 
 
 @pytest.mark.slow

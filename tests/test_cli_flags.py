@@ -50,16 +50,27 @@ CHANGED_ON_PURPOSE = {
 }
 
 
-# compose's flags moved into sections (compose/inputs/sections.py), whose --help states every
-# default: a flag that stated none before now says what applies when it is not given (a
-# repeatable one: "none", where argparse's empty list showed). No value changed.
+# compose's and verify's flags moved into sections (compose/inputs/sections.py, verify/options.py
+# and each verify command's options.py), whose --help states every default: a flag that stated
+# none before now says what applies when it is not given (a repeatable one: "none", where
+# argparse's empty list showed). No value changed.
 STATED_SINCE = {
-    "--allow-partial": "off", "--no-reshard-after-forward": "off",
-    "--calibration": "none", "--csv": "none", "--compute": "none: --gpu x --mfu or --tflops",
-    "--gpu": "none: give --tflops or --compute", "--layers": "none: the model's shapes",
-    "--params": "none: the model's shapes", "--model-config": "none: --model's preset",
-    "--mtbf-hours": "none: no Young/Daly interval", "--tflops": "none: --gpu x --mfu",
-    "--nccl": "none", "--storage": "none", "--tier": "none",
+    ("compose", "--allow-partial"): "off",
+    ("compose", "--no-reshard-after-forward"): "off",
+    ("compose", "--calibration"): "none", ("compose", "--csv"): "none",
+    ("compose", "--compute"): "none: --gpu x --mfu or --tflops",
+    ("compose", "--gpu"): "none: give --tflops or --compute", ("compose", "--layers"): "none: the model's shapes",
+    ("compose", "--params"): "none: the model's shapes", ("compose", "--model-config"): "none: --model's preset",
+    ("compose", "--mtbf-hours"): "none: no Young/Daly interval", ("compose", "--tflops"): "none: --gpu x --mfu",
+    ("compose", "--nccl"): "none", ("compose", "--storage"): "none", ("compose", "--tier"): "none",
+    ("verify fsdp", "--calibrate-only"): "off",
+    ("verify fsdp", "--calibration"): "none: calibrate in this run",
+    ("verify fsdp", "--hidden"): "the preset's",
+    ("verify fsdp", "--json"): "a new file in --results-dir",
+    ("verify fsdp", "--lab"): "none: local ranks on loopback",
+    ("verify fsdp", "--layers"): "the preset's",
+    ("verify fsdp", "--link-profiles"): "none: the links as they are",
+    ("verify fsdp", "--matrix"): "off",
 }
 
 
@@ -73,8 +84,16 @@ def test_every_command_keeps_its_flags_and_defaults():
                for command, flags in before.items()}
     for (command, flag), (was, now_shown, _why) in CHANGED_ON_PURPOSE.items():
         assert changed.get(command, {}).pop(flag, None) == {"before": was, "now": now_shown}, (command, flag)
-    for flag, stated in STATED_SINCE.items():
-        assert changed.get("compose", {}).pop(flag, None) == {"before": before["compose"][flag], "now": stated}, flag
-        assert before["compose"][flag] in (None, "[]"), flag
+    for (command, flag), stated in STATED_SINCE.items():
+        assert changed.get(command, {}).pop(flag, None) == {"before": before[command][flag], "now": stated}, flag
+        assert before[command][flag] in (None, "[]"), flag
     assert {command: diff for command, diff in changed.items() if diff} == {}
+
+
+def test_every_verify_flag_states_its_default():
+    """verify fsdp's and verify job's --help: every flag with its default."""
+    now = flags_shown(build_parser())
+    for command in ("verify fsdp", "verify job"):
+        silent = [flag for flag, shown in now[command].items() if shown is None and flag != "--phase-spec"]
+        assert silent == [], command
 

@@ -116,3 +116,35 @@ def test_memory_plan_keeps_everything_when_it_fits():
     assert coll.plan_memory(["all_reduce"], [1 << 20, 64 << 20], 2, 8 << 30, "host memory").skipped == []
     # Our buffers (1 + 1/n) S, gloo's flat staging copy S, the process.
     assert coll.bytes_needed_per_rank(["all_gather"], 1 << 30, 4) == int((1 + 1 / 4 + 1) * (1 << 30)) + coll.PROCESS_BYTES
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_each_op_lays_out_its_own_buffers_as_nccl_tests_counts_them(name):
+    """A CollOp's buffers: out of place two arenas of its send and receive counts; in place one,
+    the send and receive views where its in-place offsets put them; the send view holds the
+    rank's pattern."""
+    op, n, rank, count = OPS[name], 4, 2, 4 * 6
+    c = op.counts(count, n)
+    for placement in op.placements:
+        arenas = {}
+
+        def arena(role, elements):
+            arenas[role] = torch.full((elements,), 7.0)
+            return arenas[role]
+
+        send, recv = op.buffers(arena, count, n, rank, placement)
+        assert (send.numel(), recv.numel()) == (c.send, c.recv)
+        assert torch.equal(send, pattern(c.send, rank, dtype=torch.float32))
+        if placement == "in":
+            (whole,) = arenas.values()
+            assert send.data_ptr() == whole.data_ptr() + c.send_in_place * rank * whole.element_size()
+            assert recv.data_ptr() == whole.data_ptr() + c.recv_in_place * rank * whole.element_size()
+        else:
+            assert set(arenas) == {"send", "recv"} and send.data_ptr() != recv.data_ptr()
+        if op.zero_recv and placement == "out":
+            assert not recv.any()
+
+
+def test_a_ring_exists_exactly_for_the_ops_ring_lists():
+    assert set(coll.RING_OPS) == {name for name, op in OPS.items() if op.ring_call is not None}
+    assert set(coll.RING_OPS) == {"reduce_scatter", "all_gather", "all_reduce"}

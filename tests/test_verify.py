@@ -161,7 +161,11 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert {"compute", "collectives", "overlap"} <= set(row["parts"])
     assert math.isfinite(row["parts"]["compute"]["measured_alone_s"])
     verdict_ = record["summary"]["verdict"]
-    assert verdict_["pass"] == (abs(row["error_pct"]) <= 1000) and done.returncode == (0 if verdict_["pass"] else 1)
+    # A mechanism check, not this machine's accuracy: with a 1000 % tolerance no noise makes it FAIL,
+    # and the exit code follows the verdict (a busy machine may leave it INCONCLUSIVE, exit 3).
+    assert verdict_["verdict"] in ("PASS", "INCONCLUSIVE") and verdict_["pass"] == (verdict_["verdict"] == "PASS")
+    assert done.returncode == {"PASS": 0, "INCONCLUSIVE": 3}[verdict_["verdict"]], done.stderr
+    assert row["noise"]["verdict"] == verdict_["verdict"] and row["noise"]["readings"] == 2
     assert "predicted" in done.stdout and "verdict" in done.stdout
     # The record states the calibration it used, in the form compose --calibration reads.
     from microbench.compose.calibration import from_record

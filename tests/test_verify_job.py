@@ -151,7 +151,12 @@ def test_a_short_job_on_a_directory_times_and_predicts_every_phase(run_cli, tmp_
     assert row["inputs"]["calibration"]["source"] == f"--calibration {cal}"
     # the compute probe sampled on both sides of the job, never during it
     assert len(step["replay_before_s"]) == len(step["replay_after_s"]) == 3
-    assert "TOTAL" in done.stdout and "verdict: PASS" in done.stdout and done.returncode == 0
+    # With a 1000 % tolerance no noise makes it FAIL; a busy machine may leave it INCONCLUSIVE (exit 3).
+    shown = record["summary"]["verdict"]["verdict"]
+    assert shown in ("PASS", "INCONCLUSIVE") and total["noise"]["verdict"] == shown
+    assert "TOTAL" in done.stdout and f"verdict: {shown}" in done.stdout
+    assert done.returncode == {"PASS": 0, "INCONCLUSIVE": 3}[shown], done.stderr
+    assert "other_share" in record["summary"]["load_by_phase"]["loopback"]
     assert os.listdir(base) == []   # the run removed everything it wrote
 
 

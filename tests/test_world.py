@@ -96,3 +96,17 @@ def test_an_unresolvable_master_is_named():
 @pytest.mark.parametrize("warm, want", [([1e-4], 20), ([0.5, 0.4], 5), ([10.0], 3), ([], 20)])
 def test_iterations_fit_the_budget_but_never_drop_below_the_minimum(warm, want):
     assert _iterations(SweepSettings(iters=20, budget_s_per_case=2.0, min_iters=3), warm) == want
+
+
+def test_a_rank_reads_the_notes_its_peers_left_when_they_failed():
+    """A rank whose collective broke learns what its peers' own errors were (their departure notes)."""
+    from torch.distributed import HashStore
+
+    from microbench.world.dist import World
+
+    world = World.__new__(World)   # the store is all peer_notes reads
+    world.rank, world.size, world.store = 0, 3, HashStore()
+    assert world.peer_notes() == {}
+    world.store.set("mb/left/2", "CheckpointException: rank 2 could not write step-4")
+    world.store.set("mb/left/0", "Connection closed by peer")   # this rank's own note is not a peer's
+    assert world.peer_notes() == {2: "CheckpointException: rank 2 could not write step-4"}

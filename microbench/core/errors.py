@@ -26,6 +26,14 @@ class RunError(MicrobenchError):
     exit_code = 1
 
 
+class Inconclusive(MicrobenchError):
+    """A run finished, but its measurements cannot tell pass from fail: noise alone (the readings'
+    spread, other work on the machine) could move a result across its tolerance (exit 3). The
+    message says what was unsure and how to get a clean verdict."""
+
+    exit_code = 3
+
+
 class ProbeUnavailable(MicrobenchError):
     """The probe cannot run on this machine (no GPU, no fio, no root); the message says why.
 

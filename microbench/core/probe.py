@@ -10,7 +10,22 @@ documents its derivation in `metrics`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
+
+
+class RankGroup(Protocol):
+    """The ranks a case runs over, as the runner and a probe's collectives see them: this rank's
+    index and their number, and small object exchanges among them. world/dist.World is one; a
+    sub-world of some of its ranks over a group of their own (lab/bisect.py's halves) is another."""
+
+    rank: int
+    size: int
+
+    def all_gather_object(self, obj: Any) -> list[Any]: ...
+
+    def broadcast_object(self, obj: Any) -> Any: ...
+
+    def barrier(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from . import formulas as ex
 from . import facts as hwfacts
 from ..core.errors import UsageError
 from ..core.units import parse_bandwidth_bytes_per_s
+from ..core.probe import RankGroup
 
 
 def add_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -30,7 +31,7 @@ def override(text: str | None) -> dict[str, Any] | None:
     return ex.known(gbps, "given with --expected", "override", expected=str(text))
 
 
-def layout(world: Any) -> tuple[int, int]:
+def layout(world: RankGroup) -> tuple[int, int]:
     """(nodes, ranks per node) from every rank's host name (a lab host counts as a node)."""
     me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()
     hosts = world.all_gather_object(me)
@@ -38,7 +39,7 @@ def layout(world: Any) -> tuple[int, int]:
     return nodes, max(1, world.size // nodes)
 
 
-def for_collectives(world: Any, ops: list[str], device: str, given: dict[str, Any] | None,
+def for_collectives(world: RankGroup, ops: list[str], device: str, given: dict[str, Any] | None,
                     transport: str = "auto") -> dict[str, Any]:
     """{"expected": {op: expectation}, "expected_facts": facts}, the same on every rank."""
     nodes, per_node = layout(world)

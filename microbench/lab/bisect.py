@@ -17,6 +17,7 @@ from .hunt import HuntOptions
 from ..core.errors import RunError
 from ..probes.nccl import CollectiveProbe, Config
 from ..run.runner import SweepSettings, measure_case
+from ..world.dist import World
 
 
 class SubWorld:
@@ -48,7 +49,7 @@ def _groups(halves: tuple[list[int], list[int]], participants: list[int], opts: 
     return [dist.new_group(ranks=[participants[i] for i in half], backend="gloo", timeout=timeout) for half in halves]
 
 
-def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list[int]], participants: list[int],
+def _all_reduce_row(world: World, groups: list[Any], halves: tuple[list[int], list[int]], participants: list[int],
                     me: int | None, opts: HuntOptions) -> dict[str, Any] | None:
     """This rank's row of the all_reduce over its half, None when it is in neither."""
     import torch.distributed as dist
@@ -63,7 +64,7 @@ def _all_reduce_row(world: Any, groups: list[Any], halves: tuple[list[int], list
     return measure_case(probe, probe.cases()[0], settings, sub)
 
 
-def bisect(world: Any, participants: list[int], names: list[str], me: int | None, opts: HuntOptions,
+def bisect(world: World, participants: list[int], names: list[str], me: int | None, opts: HuntOptions,
            emit: Any) -> tuple[list[int], list[int], list[dict[str, Any]]]:
     """Halve until the suspects are fewer than 4 or halving cannot tell; returns (suspects,
     cleared, steps). suspects is every host when the first halving was already inconclusive."""

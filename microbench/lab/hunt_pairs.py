@@ -32,6 +32,7 @@ from ..world import environment as envmod
 from ..world.backends import BackendChoice
 from ..world.launch import detect_world
 from ..world.policy import in_world
+from ..world.dist import World
 
 
 def run(opts: HuntOptions) -> int:
@@ -96,7 +97,7 @@ def measure_pair(me: int, peer: int, infos: list[tuple[str, str, int]], listener
     return out
 
 
-def _body(world: Any, opts: HuntOptions) -> int:
+def _body(world: World, opts: HuntOptions) -> int:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("0.0.0.0", 0))
@@ -172,7 +173,7 @@ def _body(world: Any, opts: HuntOptions) -> int:
 class HuntRun:
     """What every rank knows as the hunt goes on: all of them see every round's results."""
 
-    def __init__(self, world: Any, me: int | None, infos: list, names: list[str], listener: socket.socket,
+    def __init__(self, world: World, me: int | None, infos: list, names: list[str], listener: socket.socket,
                  opts: HuntOptions, writer: RecordWriter | None):
         self.world, self.me, self.infos, self.names, self.listener = world, me, infos, names, listener
         self.opts, self.writer = opts, writer

@@ -18,6 +18,7 @@ from ..world.launch import RankLaunch, package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
 from ..results.store import load_record
 from ..run.invocation import Placement
+from ..world.dist import World
 
 
 def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None) -> Placement:
@@ -80,7 +81,7 @@ def lab_facts() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def naming_lab_hosts(lab_name: str | None, world: Any) -> Iterator[None]:
+def naming_lab_hosts(lab_name: str | None, world: World) -> Iterator[None]:
     """A failed run on a lab names the hosts whose link is down (rank 0 can see every host)."""
     try:
         yield

@@ -55,7 +55,7 @@ class RecordWriter:
     def __init__(self, record: dict[str, Any], path: str | os.PathLike | None = None,
                  directory: str | os.PathLike = DEFAULT_DIR):
         self.record = record
-        self.path: Path | None = None
+        self.path: Path = Path()     # claimed below
         self.failed: str | None = None   # why the last write was refused; nothing is written after
         self.saved_rows = 0              # rows in the version on disk
         self._saved: bytes | None = None
@@ -73,6 +73,28 @@ class RecordWriter:
                     handle.write(f"{self.path.resolve()}\n")
             except OSError:
                 pass  # only a fallback for a rank 0 that dies; the run itself goes on
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike) -> "RecordWriter":
+        """The writer of a record another process of this run claimed and wrote (a launcher's
+        record, which each phase's rank 0 and then the launcher again carry on): the file's
+        content as it is now, rewritten in place from here on. Claims nothing."""
+        writer = cls.__new__(cls)
+        writer.path = Path(path)
+        writer.failed, writer._made_dir = None, None
+        try:
+            writer._saved = writer.path.read_bytes()
+            writer.record = json.loads(writer._saved)
+        except (OSError, ValueError) as exc:
+            raise RunError(f"cannot read back results file {str(path)!r}: {exc}") from None
+        writer.saved_rows = len(writer.record.get("rows", []))
+        return writer
+
+    def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Change the record in place (its summary, say) and rewrite the file."""
+        change(self.record)
+        self.flush()
+        return self.record
 
     def _claim(self, path: Path | None, directory: Path, kind: str) -> Path:
         if path is not None:
@@ -109,7 +131,8 @@ class RecordWriter:
         try:
             check()
         except ValueError as exc:
-            where = f" {str(self.path)!r}" if self.path else ""
+            claimed = getattr(self, "path", None)   # None until the file is claimed
+            where = f" {str(claimed)!r}" if claimed else ""
             raise RunError(f"bug: the {self.record.get('kind')!r} record{where} would not be readable: {exc}") from None
 
     def add_rows(self, rows: list[dict[str, Any]], *, complete: bool = False) -> None:

@@ -16,6 +16,7 @@ from ..core.errors import UsageError
 from ..core.registry import ProbeSpec
 from . import provision
 from .runner import RunOutcome, SweepSettings, run_probe
+from ..world.dist import World
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Invocation:
     # What a launcher's world ended with (its rank 0's exit code, which has printed the reason).
     exit_code: int = 0
 
-    def named(self, world: Any) -> ContextManager[None]:
+    def named(self, world: World) -> ContextManager[None]:
         return self.naming(world) if self.naming is not None else contextlib.nullcontext()
 
 
@@ -75,7 +76,7 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
     nproc = getattr(config, "nproc", None) or local_ranks()
     outcomes: list[RunOutcome] = []
 
-    def body(world: Any) -> int:
+    def body(world: World) -> int:
         with provision.prepare(spec, _needs_view(config)) as context:
             context.world = world
             probe = spec.build(config, context)

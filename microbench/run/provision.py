@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from ..core.errors import ProbeUnavailable, RunError, UsageError
 from ..core.registry import ProbeSpec
 from ..core.units import format_bytes_human
+from ..world.dist import World
 
 # How a launching process hands its embedded server to the ranks it spawns. The key pair is
 # generated per run and only ever travels in the ranks' environment.
@@ -142,7 +143,7 @@ def s3_target(endpoint: str | None, server: Any) -> tuple[Any, str | None]:
 # --------------------------------------------------------------------------- a world's run directory
 
 
-def on_rank0(world: Any, action: Any) -> None:
+def on_rank0(world: World, action: Any) -> None:
     """Run `action` on rank 0 only (or here, without a world); a UsageError or RunError it raises
     ends every rank (rank 0 with the message, the others pointing at rank 0) instead of leaving
     them waiting."""
@@ -162,7 +163,7 @@ def on_rank0(world: Any, action: Any) -> None:
         raise (UsageError if error[0] == "UsageError" else RunError)(error[1])
 
 
-def shared_run_dir(world: Any, target: Any, access: Any, need_bytes: int, what: str) -> Any:
+def shared_run_dir(world: World, target: Any, access: Any, need_bytes: int, what: str) -> Any:
     """The run's own directory under a local or s3:// target (checkpoint_target.RunDir), one name
     for every rank, created by rank 0 once the free space is there; the caller removes it."""
     from ..targets import checkpoint_target as ct
@@ -190,7 +191,7 @@ class Context:
     workdir: Any = None        # workdir.WorkDir under --path (needs.target)
     s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
     bucket: str | None = None
-    world: Any = None          # dist.World on every rank (needs.world)
+    world: World | None = None   # dist.World on every rank (needs.world)
     run_dir: Any = None        # a run directory a probe's own run made (checkpoint)
     transport: Any = None      # () -> what the record says about the transport (nccl)
     cred_source: str = "unknown"   # where S3 credentials came from, for the record

@@ -13,7 +13,7 @@ from ..world import interrupts
 from ..world.dist import World
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, ProbeUnavailable, RunError
 from ..core.options import recorded
-from ..core.probe import Case, Probe, Timed
+from ..core.probe import Case, Probe, RankGroup, Timed
 from ..core.progress import Progress
 from ..results import RecordWriter, new_record
 from .failures import dead_peers, diagnose, wrapped
@@ -104,7 +104,7 @@ def _time_once(probe: Probe, case: Case) -> tuple[float, dict[str, Any]]:
     return elapsed, {}
 
 
-def _warm_up(probe: Probe, case: Case, settings: SweepSettings, world: World | None) -> list[float]:
+def _warm_up(probe: Probe, case: Case, settings: SweepSettings, world: RankGroup | None) -> list[float]:
     """Warm-up iterations. After the first, a slow case stops warming once half the per-case
     budget is spent: one 256M gloo all_reduce takes ~0.3 s, and five of them would cost more
     than the timed part. Rank 0 decides, so every rank runs the same collectives."""
@@ -120,7 +120,7 @@ def _warm_up(probe: Probe, case: Case, settings: SweepSettings, world: World | N
     return warm
 
 
-def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: World | None) -> dict[str, Any]:
+def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: RankGroup | None) -> dict[str, Any]:
     """Run one case on this rank and return its row (complete on every rank)."""
     probe.prepare(case)
     try:

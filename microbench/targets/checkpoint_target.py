@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import socket
 import time
 import uuid
@@ -254,7 +255,15 @@ class RunDir:
             raise UsageError(f"invalid --target {self.target.path!r}: {path} is not a directory")
         try:
             for directory in reversed(missing):
-                os.mkdir(directory)
+                try:
+                    os.mkdir(directory)
+                except FileExistsError:
+                    # exists() said no, yet it is there: its stat failed (a FUSE mount whose
+                    # daemon is busy or gone answers stat with an error) or another process made
+                    # it meanwhile. Its own stat says which: a directory is taken as it is.
+                    if not stat.S_ISDIR(os.stat(directory).st_mode):
+                        raise
+                    continue
                 self.created.append(directory)
             os.mkdir(self.root)
         except OSError as exc:

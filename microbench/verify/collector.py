@@ -3,10 +3,9 @@
 torchtitan's trainer turns the automatic collector off, freezes what setup made, and collects
 generation 1 every `gc_freq` steps (50), so no full collection lands inside a step or a save at
 a random moment. Without that, a full collection over a rank's objects (the model, its DTensors,
-the optimizer state, DCP's plans: 0.11-0.19 s on the 2-core VM) landed in the timed loops every
-few repetitions, in whichever side it hit: verify's sharded directory load measured 240 ms at
-its first and last repetition against 90-130 ms between, in four runs out of four, while the
-probe's loads beside them did not pay it. Both sides of a comparison now run under this regime,
+the optimizer state, DCP's plans: a tenth of a second or more on a small CPU box) landed in the
+timed loops every few repetitions, in whichever side it hit: a real load paid it where the
+probe's loads beside it did not (docs/verify.md). Both sides of a comparison now run under this regime,
 and `young()` collects at fixed points outside the clocks.
 """
 

@@ -89,6 +89,20 @@ class World:
         except Exception:
             return False
 
+    def peer_notes(self) -> dict[int, str]:
+        """The departure notes other ranks left (note_failure): each one's own error, which a
+        rank that only saw its collective break cannot know. Empty when the store does not answer."""
+        others = [r for r in range(self.size) if r != self.rank]
+
+        def read() -> dict[int, str]:
+            return {r: self.store.get(f"mb/left/{r}").decode(errors="replace") for r in others
+                    if self.store.check([f"mb/left/{r}"])}
+
+        try:
+            return bounded(read, STORE_OP_S)
+        except Exception:
+            return {}
+
     def missing_ranks(self, settle_s: float = 4 * HEARTBEAT_S) -> list[int]:
         """Ranks that died without a word: no departure note and a heartbeat that stood still.
 

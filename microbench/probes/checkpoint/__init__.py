@@ -36,6 +36,7 @@ from ...results.schema import ProbeRow
 from ...targets.mount import facts as mount_facts
 from .durable import timed_save
 from .staging_clock import StagingClock
+from ...world.dist import World
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -75,7 +76,7 @@ def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
 class CheckpointProbe(Probe):
     name = "checkpoint"
 
-    def __init__(self, config: Config, world: Any, run_dir: Any):
+    def __init__(self, config: Config, world: World, run_dir: Any):
         import torch
         import torch.distributed.checkpoint as dcp
         from torch.distributed.device_mesh import init_device_mesh

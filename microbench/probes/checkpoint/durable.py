@@ -10,9 +10,10 @@ from typing import Any
 from ...core.errors import Interrupted, RunError
 from ...core.probe import Timed
 from ...targets.mount import facts as mount_facts
+from ...world.dist import World
 
 
-def timed_save(world: Any, directory: str, mount: dict[str, Any], started_at: float, blocked_s: float,
+def timed_save(world: World, directory: str, mount: dict[str, Any], started_at: float, blocked_s: float,
                size_bytes: int, timeout_s: float) -> Timed:
     blocked = max(world.all_gather_object(blocked_s))
     outcome: tuple[str, Any] = ("ok", None)

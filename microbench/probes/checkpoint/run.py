@@ -17,6 +17,7 @@ from ...world import backends
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
 from .config import full_host_bytes, host_bytes_per_rank
+from ...world.dist import World
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
@@ -28,7 +29,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             check_local_world(config.nproc)  # before the memory check, which scales with nproc
             choice = _preflight(stack, config, target, choice)
 
-        def body(world: Any) -> int:
+        def body(world: World) -> int:
             outcome = _body(spec, world, config, target, inv)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -81,7 +82,7 @@ def _s3_access(config: Any) -> ct.S3Access:
     return ct.S3Access(server["endpoint"], server["key"], server["secret"], embedded=True, root_dir=server["root"])
 
 
-def _body(spec: Any, world: Any, config: Any, target: ct.Target, inv: Any) -> RunOutcome | None:
+def _body(spec: Any, world: World, config: Any, target: ct.Target, inv: Any) -> RunOutcome | None:
     access = _s3_access(config) if target.kind == "s3" else None
     run_dir = provision.shared_run_dir(world, target, access, ct.required_bytes(config.size_bytes), "the checkpoint")
     try:

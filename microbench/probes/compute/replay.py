@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...world.dist import World
 from . import Config, _device_resolved, matmul_shapes
 
 
@@ -80,7 +81,7 @@ class StepReplay:
 
             torch.cuda.synchronize()
 
-    def time_once(self, world: Any = None) -> float:
+    def time_once(self, world: World | None = None) -> float:
         """One replay from a barrier; the slowest rank's seconds (this rank's without a world)."""
         if world is not None:
             world.barrier()

@@ -27,6 +27,7 @@ from ...core.units import format_bytes_human, format_size, format_size_exact, pa
 from ...results.schema import ProbeRow
 from . import dataset as ds
 from .run import print_report, run
+from ...world.dist import World
 
 LAYOUTS = ("shards", "files")
 
@@ -158,7 +159,7 @@ class DataloadRow(_DataloadRequired, total=False):
 class DataloadProbe(Probe):
     name = "dataload"
 
-    def __init__(self, config: Config, world: Any, data: Any):
+    def __init__(self, config: Config, world: World, data: Any):
         self.config, self.world, self.data = config, world, data
         self.plan: ds.Plan = data.plan
         self.rank = world.rank if world is not None else 0

@@ -17,6 +17,7 @@ from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages, mount_of
 from . import dataset as ds
 from .loader import Source
+from ...world.dist import World
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 
@@ -44,7 +45,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
         server, env = provision.embedded_s3_for_ranks(stack, target, config.endpoint, plan.disk_bytes(),
                                                       "fewer --samples")
 
-        def body(world: Any) -> int:
+        def body(world: World) -> int:
             outcome = _body(spec, world, config, target, plan, server, inv)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -54,7 +55,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     return outcomes[0] if outcomes else None
 
 
-def _body(spec: Any, world: Any, config: Any, target: ct.Target, plan: ds.Plan, server: Any,
+def _body(spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan, server: Any,
           inv: Any) -> RunOutcome | None:
     rank = world.rank if world is not None else 0
     bcast = world.broadcast_object if world is not None else (lambda obj: obj)

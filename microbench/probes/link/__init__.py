@@ -32,6 +32,7 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
 from .run import print_report, run as run_command
+from ...world.dist import World
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -112,7 +113,7 @@ class LinkRow(_LinkRequired, total=False):
 class LinkProbe(Probe):
     name = "link"
 
-    def __init__(self, config: Config, world: Any):
+    def __init__(self, config: Config, world: World):
         if world.size != 2:
             raise UsageError(f"the link probe runs between exactly 2 ranks, this world has {world.size}; "
                              f"launch 2 ranks (e.g. --nproc 2) or use --lab NAME --pair 0,1")

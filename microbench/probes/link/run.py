@@ -13,6 +13,7 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...world.backends import BackendChoice
 from ...world.policy import in_world
+from ...world.dist import World
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
@@ -20,7 +21,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     placement = inv.placement
     outcomes: list[RunOutcome] = []
 
-    def body(world: Any) -> int:
+    def body(world: World) -> int:
         me = os.environ.get("MICROBENCH_LAB_HOST") or socket.gethostname()
         config.hosts = world.all_gather_object(me)
         probe = spec.build(config, provision.Context(world=world))

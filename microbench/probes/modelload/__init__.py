@@ -31,6 +31,7 @@ from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, 
 from ...results.schema import ProbeRow
 from . import model_dir as md
 from .run import print_report, run
+from ...world.dist import World
 
 MODES = ("every-rank", "rank0-broadcast")
 
@@ -139,7 +140,7 @@ class ModelloadRow(_ModelloadRequired, total=False):
 class ModelloadProbe(Probe):
     name = "modelload"
 
-    def __init__(self, config: Config, world: Any, model: Any):
+    def __init__(self, config: Config, world: World, model: Any):
         import torch
 
         self.torch, self.config, self.world, self.model = torch, config, world, model

@@ -17,6 +17,7 @@ from ...targets.workdir import mount_of
 from . import model_dir as md
 from . import store
 from .store import LocalModel, S3Model
+from ...world.dist import World
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 
@@ -32,7 +33,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
         server, env = provision.embedded_s3_for_ranks(stack, target, config.endpoint, lay.total_bytes + (16 << 20),
                                                       "a smaller --size")
 
-        def body(world: Any) -> int:
+        def body(world: World) -> int:
             outcome = _body(spec, world, config, lay, target, server, inv)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -48,7 +49,7 @@ def md_elem(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def _body(spec: Any, world: Any, config: Any, lay: md.Layout, target: ct.Target, server: Any,
+def _body(spec: Any, world: World, config: Any, lay: md.Layout, target: ct.Target, server: Any,
           inv: Any) -> RunOutcome | None:
     import torch
 

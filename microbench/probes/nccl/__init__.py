@@ -1,7 +1,7 @@
 """Collective bandwidth over torch.distributed (NCCL on GPUs, gloo on CPUs).
 
-Each collective is a small `CollOp` entry (nccl-tests keeps one file per collective behind a
-struct; ours are short enough to share one table). Sizes, bus bandwidth and in-place semantics
+Each collective is one `CollOp` entry (ops.py), with its buffers, call, expected values and bus
+factor as nccl-tests' `struct testColl` has them. Sizes, bus bandwidth and in-place semantics
 follow nccl-tests exactly, so numbers compare one to one:
 
   algbw = S / t.  busbw = algbw * factor(n), nccl-tests' factors (units.bus_factor, shared with
@@ -9,28 +9,25 @@ follow nccl-tests exactly, so numbers compare one to one:
   S is the largest buffer of the op: the full gathered buffer for AllGather, the full input for
   ReduceScatter, the per-rank buffer for AllReduce, AllToAll and Broadcast.
 
-Correctness: rank r's element i holds ((i + r) mod 3) - 1. Every partial sum over at most 256
-ranks is a small integer, exact in float32, bfloat16 and float16, so results are compared for
-exact equality and #wrong counts mismatching elements.
+Correctness: every rank sends a known pattern and every element received is compared with what
+the op must deliver (pattern.py); #wrong counts the mismatches.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...core.errors import UsageError
-from ...core.probe import Case, Probe
+from ...core.probe import Case, Probe, RankGroup
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401
+from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401  (DTYPES: one table, read through here too)
 from ...results.schema import ProbeRow
-from ...world import collectives
 from .config import Config, validate
 from .run import print_outcome, run as run_command
-from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, check_algo,  # noqa: F401
-                  effective_size)
+from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, Segment,  # noqa: F401
+                  check_algo, effective_size, op_named)
+from .pattern import count_wrong, fill_pattern, pattern, segments_tensor  # noqa: F401
 from .plan import MemoryPlan, bytes_needed_per_rank, op_bytes_per_rank, plan_memory, role_bytes  # noqa: F401
-
 
 
 class _NcclRequired(ProbeRow):
@@ -52,97 +49,24 @@ class NcclRow(_NcclRequired, total=False):
 
 
 
-def fill_pattern(buf: Any, rank: int, offset: int = 0) -> Any:
-    """Write rank `rank`'s input elements offset..offset+len-1, ((i + rank) mod 3) - 1, into buf.
-
-    Tiled from three values, in place: an int64 index for a 256M float32 buffer would need
-    512 MiB and seconds of CPU on every prepare and check."""
-    import torch
-
-    start = offset + rank
-    tile = torch.tensor([(start + j) % 3 - 1 for j in range(3)], dtype=buf.dtype, device=buf.device)
-    return _fill_tiled(buf, tile)
-
-
-def _fill_tiled(buf: Any, tile: Any) -> Any:
-    count = buf.numel()
-    full = count // 3 * 3
-    if full:
-        buf[:full].view(-1, 3).copy_(tile.expand(full // 3, 3))
-    if count > full:
-        buf[full:].copy_(tile[:count - full])
-    return buf
-
-
-def pattern(count: int, rank: int, offset: int = 0, *, dtype: Any = None, device: Any = "cpu") -> Any:
-    """A new tensor holding rank `rank`'s input elements offset..offset+count-1 (see fill_pattern)."""
-    import torch
-
-    return fill_pattern(torch.empty(count, dtype=dtype, device=device), rank, offset)
-
-
-def expected_segments(op: str, count: int, n: int, rank: int) -> list[tuple[int, int, tuple[int, int, int]]]:
+def expected_segments(op: str, count: int, n: int, rank: int) -> list[Segment]:
     """What rank `rank`'s output buffer must hold after `op` over n ranks on the patterns, as
-    (start, length, tile) segments: element start+k must equal tile[k mod 3].
-
-    count is the op's element count (its size S over the element size); chunked ops use
-    count // n per rank. Sums: whole cycles of three ranks add up to zero, so only the first
-    n mod 3 ranks' patterns remain."""
-    chunk = count // n
-
-    def tile(first: int, ranks: range | list[int]) -> tuple[int, int, int]:
-        vals = [sum((first + j + r) % 3 - 1 for r in ranks) for j in range(3)]
-        return vals[0], vals[1], vals[2]
-
-    if op == "all_reduce":
-        return [(0, count, tile(0, range(n % 3)))]
-    if op == "reduce_scatter":
-        return [(0, chunk, tile(rank * chunk, range(n % 3)))]
-    if op == "all_gather":
-        return [(r * chunk, chunk, tile(0, [r])) for r in range(n)]
-    if op == "all_to_all":
-        return [(r * chunk, chunk, tile(rank * chunk, [r])) for r in range(n)]
-    if op == "broadcast":
-        return [(0, count, tile(0, [OPS["broadcast"].root]))]
-    raise UsageError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    (start, length, tile) segments: element start+k must equal tile[k mod 3]. count is the op's
+    element count (its size S over the element size)."""
+    return op_named(op).expected(count, n, rank)
 
 
 def expected_result(op: str, count: int, n: int, rank: int, *, dtype: Any = None, device: Any = "cpu") -> Any:
-    """The expected output as a tensor (for tests and small checks; the probe compares
-    segment by segment without building it)."""
-    import torch
-
-    segments = expected_segments(op, count, n, rank)
-    out = torch.empty(sum(length for _, length, _ in segments), dtype=dtype, device=device)
-    for start, length, values in segments:
-        _fill_tiled(out[start:start + length], torch.tensor(values, dtype=dtype, device=device))
-    return out
-
-
-def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]]) -> int:
-    """Elements of `got` that differ from the expected segments. The common, correct case is
-    one vectorized equality per segment against a broadcast tile, with nothing allocated."""
-    import torch
-
-    wrong = 0
-    for start, length, values in segments:
-        seg = got[start:start + length]
-        tile = torch.tensor(values, dtype=got.dtype, device=got.device)
-        full = length // 3 * 3
-        head, tail = seg[:full].view(-1, 3), seg[full:]
-        expected_head, expected_tail = tile.expand(full // 3, 3), tile[:length - full]
-        if torch.equal(head, expected_head) and torch.equal(tail, expected_tail):
-            continue
-        wrong += int((head != tile).sum().item()) + int((tail != expected_tail).sum().item())
-    return wrong
+    """The expected output as a tensor (for tests and small checks)."""
+    return segments_tensor(expected_segments(op, count, n, rank), dtype=dtype, device=device)
 
 
 def cpu_threads_per_rank(torch: Any) -> int:
     """Give each rank of a CPU world its share of the cores and set it. torch's default, every
     core per rank, oversubscribes them: gloo's reduce_scatter clones and copies S and its
     all_gather copies out S with torch's threads, so 2 ranks x 2 threads on 2 cores fought over
-    them and the probe measured 0.87-0.90x a bare loop with one thread per rank
-    (benchmarks/nccl_overhead.py, docs/BENCHMARKS.md)."""
+    them and the probe read below a bare loop with one thread per rank
+    (benchmarks/nccl_overhead.py; figures in docs/BENCHMARKS.md)."""
     import os
 
     from ...world.topology import machine_ranks
@@ -156,7 +80,7 @@ def cpu_threads_per_rank(torch: Any) -> int:
 class CollectiveProbe(Probe):
     name = "nccl"
 
-    def __init__(self, config: Config, world: Any, transport: Callable[[], dict[str, Any]] | None = None):
+    def __init__(self, config: Config, world: RankGroup, transport: Callable[[], dict[str, Any]] | None = None):
         import torch
         import torch.distributed as dist
 
@@ -189,22 +113,17 @@ class CollectiveProbe(Probe):
         self._arena: dict[str, Any] = {}
         self._arena_op: str | None = None
         self._case_list: list[Case] | None = None
-        reduce_scatter, all_gather = collectives.reduce_scatter(dist), collectives.all_gather(dist)
         for group in self.groups.values():
-            pg = group.pg
+            ring = None
             if config.algo == "ring":
                 from .ring import Ring
 
                 ring = Ring(dist, group.rank, group.size, peers=group.members)
-                group.ops.update(reduce_scatter=ring.reduce_scatter, all_gather=ring.all_gather,
-                                 all_reduce=ring.all_reduce)
-            else:
-                group.ops.update(reduce_scatter=lambda out, inp, pg=pg: reduce_scatter(out, inp, group=pg),
-                                 all_gather=lambda out, inp, pg=pg: all_gather(out, inp, group=pg),
-                                 all_reduce=lambda buf, pg=pg: dist.all_reduce(buf, group=pg))
-            group.ops.update(all_to_all=lambda out, inp, pg=pg: dist.all_to_all_single(out, inp, group=pg),
-                             broadcast=lambda buf, pg=pg, root=group.members[OPS["broadcast"].root]:
-                             dist.broadcast(buf, src=root, group=pg))
+            for name in config.ops:
+                op = OPS[name]
+                root = group.members[op.root] if op.root >= 0 else -1
+                group.ops[name] = (op.ring_call(ring) if ring is not None and op.ring_call is not None
+                                   else op.torch_call(dist, group.pg, root))
 
     def implementation(self) -> dict[str, Any]:
         engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
@@ -245,9 +164,6 @@ class CollectiveProbe(Probe):
                 **({"groups_at_once": group.concurrent} if group.name != "world" else {})}
 
     # ------------------------------------------------------------------ buffers and the op
-    def _pattern(self, count: int, rank: int, offset: int = 0) -> Any:
-        return pattern(count, rank, offset, dtype=self.dtype, device=self.device)
-
     def _buffer(self, case: Case, role: str, count: int) -> Any:
         """A `count`-element view of this op's `role` arena, sized for the largest case of the op
         that uses the role (plan.role_bytes): an in-place 4G case that runs where the out-of-place
@@ -268,36 +184,14 @@ class CollectiveProbe(Probe):
         return [c for c in self._case_list if c.op == op and c.param("group") == case_group]
 
     def prepare(self, case: Case) -> None:
-        count = case.size_bytes // self.elem
         group = self._group(case)
-        chunk = count // group.size
-        in_place = case.param("placement") == "in"
-        name, r = case.op, group.rank
-        if name in ("all_reduce", "broadcast"):
-            send = recv = fill_pattern(self._buffer(case, "send", count), r)
-        elif name == "reduce_scatter":
-            send = fill_pattern(self._buffer(case, "send", count), r)
-            recv = send[r * chunk:(r + 1) * chunk] if in_place else self._buffer(case, "recv", chunk)
-        elif name == "all_gather":
-            recv = self._buffer(case, "recv", count).zero_()
-            if in_place:
-                send = fill_pattern(recv[r * chunk:(r + 1) * chunk], r)
-            else:
-                send = fill_pattern(self._buffer(case, "send", chunk), r)
-        elif name == "all_to_all":
-            send = fill_pattern(self._buffer(case, "send", count), r)
-            recv = self._buffer(case, "recv", count)
-        else:  # guarded in __init__
-            raise UsageError(f"unknown op {name!r}")
+        send, recv = OPS[case.op].buffers(lambda role, count: self._buffer(case, role, count),
+                                          case.size_bytes // self.elem, group.size, group.rank,
+                                          case.param("placement") or "out")
         self._buffers = {"send": send, "recv": recv}
 
     def run_once(self, case: Case) -> None:
-        send, recv = self._buffers["send"], self._buffers["recv"]
-        ops = self._group(case).ops
-        if case.op in ("all_reduce", "broadcast"):
-            ops[case.op](recv)
-        else:
-            ops[case.op](recv, send)
+        self._group(case).ops[case.op](self._buffers["send"], self._buffers["recv"])
         return None
 
     def sync(self) -> None:
@@ -312,7 +206,7 @@ class CollectiveProbe(Probe):
     def check(self, case: Case) -> int:
         # In-place reductions feed each iteration's output into the next, so the buffers are
         # refilled for one checked run; every other op's last timed output is already final.
-        if case.op == "all_reduce" or (case.op == "reduce_scatter" and case.param("placement") == "in"):
+        if case.param("placement") in OPS[case.op].feeds_back:
             self.prepare(case)
             self.run_once(case)
             self.sync()
@@ -388,7 +282,7 @@ SPEC = ProbeSpec(
     case_keys=("placement", "dtype", "redop", "root", "algo", "group"), case_defaults=(("group", "world"),), identity_keys=("backend",), feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
-    # (0.98-1.00x over 3 rounds, docs/BENCHMARKS.md), 1.3 s of the suite's minute.
+    # (docs/BENCHMARKS.md), and seconds off the suite's minute.
     # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
     suite=(SuiteStep("nccl", ("--sizes", "1M-16M", "--warmup", "1"), aliases=("collectives",)),),
 )

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ...core.errors import UsageError
 from ...expect.formulas import expected_busbw, inter_node_gbps, known, lab_link, unknown
 from ...world.topology import Topology
+from ...core.probe import RankGroup
 
 GROUPS = ("world", "node", "cross")
 WORLD = "world"
@@ -49,7 +50,7 @@ class Group:
         return len(self.members)
 
 
-def make_groups(dist: Any, names: list[str], world: Any, topo: Topology | None) -> dict[str, Group]:
+def make_groups(dist: Any, names: list[str], world: RankGroup, topo: Topology | None) -> dict[str, Group]:
     """This rank's Group of every kind asked for. Every rank creates every subgroup, in the same
     order (torch's new_group is collective over the whole world). The world group is the world's
     own process group: the default one, or a sub-world's (`world.group`, `world.ranks`: hunt

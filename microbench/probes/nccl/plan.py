@@ -26,15 +26,12 @@ PLACEMENT_WORDS = {"out": "out-of-place", "in": "in-place"}
 
 
 def role_bytes(name: str, size_bytes: int, n: int, placement: str) -> dict[str, int]:
-    """The buffers prepare() makes for one case, by role: what the arenas must hold."""
-    chunk = size_bytes // max(n, 1)
-    if name in ("all_reduce", "broadcast"):
-        return {"send": size_bytes}
-    if name == "reduce_scatter":
-        return {"send": size_bytes} if placement == "in" else {"send": size_bytes, "recv": chunk}
-    if name == "all_gather":
-        return {"recv": size_bytes} if placement == "in" else {"recv": size_bytes, "send": chunk}
-    return {"send": size_bytes, "recv": size_bytes}   # all_to_all, out of place only
+    """The buffers one case makes, by role (CollOp.buffers: in place one buffer, the larger
+    side's): what the arenas must hold."""
+    c = OPS[name].counts(size_bytes, max(n, 1))
+    if placement == "in":
+        return {"recv" if c.recv > c.send else "send": max(c.send, c.recv)}
+    return {"send": c.send, "recv": c.recv}
 
 
 def op_peak_bytes(name: str, cases: list[tuple[int, str]], n: int, backend: str,

@@ -2,8 +2,8 @@
 well a collective library uses it.
 
 Why this exists: torch's gloo ReduceScatter and AllGather exchange data send-before-receive,
-and on a 2-host 1 Gbit/s lab an isend/irecv exchange posted in that order ran at half duplex
-(16 MiB each way: 278 ms, against 140 ms with the receive posted first). These rings always
+and on a 2-host 1 Gbit/s lab an isend/irecv exchange posted in that order ran at half duplex,
+twice as long as with the receive posted first (docs/BENCHMARKS.md). These rings always
 post the receive first, so `--algo ring` shows the link's capability while the default
 (`--algo torch`) shows what FSDP really gets from the library. Both use the same buffers,
 sizes and checks, so the two columns compare directly.

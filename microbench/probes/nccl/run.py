@@ -28,6 +28,7 @@ from .groups import check_groups, expected_for_group
 from .ops import OPS, effective_size
 from .plan import MemoryPlan, Skipped, plan_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
+from ...world.dist import World
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
@@ -44,7 +45,7 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     def before_launch() -> None:
         launcher_memory_check(config, choice.device, nproc)
 
-    def body(world: Any) -> int:
+    def body(world: World) -> int:
         plan = rank_memory_plan(config, choice.device, world)
         probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
         probe.memory_plan = plan   # before anything asks for its cases
@@ -123,7 +124,7 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
                     world=nproc)
 
 
-def rank_memory_plan(config: Any, device: str, world: Any) -> MemoryPlan:
+def rank_memory_plan(config: Any, device: str, world: World) -> MemoryPlan:
     """In the world: the cases that fit, from every rank's free memory gathered, so that every
     rank plans the same sweep (a rank that skipped a case alone would leave the others waiting
     in its collective) and refuses alike. The same need as the launcher's check, processes
@@ -186,7 +187,7 @@ def skipped_line(skipped: dict[str, Any]) -> str:
             f"{'; '.join(c.words() for c in cases)}; every other size and placement ran")
 
 
-def measure_link_gbps(world: Any, timeout_s: float) -> float:
+def measure_link_gbps(world: World, timeout_s: float) -> float:
     """The same-run link ceiling: one-way TCP between rank 0 and rank 1 at 64 MiB with the link
     probe, before the sweep, so busbw can be stated as a share of the measured link."""
     from .. import link

@@ -25,13 +25,14 @@ from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
 from ...targets import checkpoint_target as ct
 from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
+from ...world.dist import World
 
 
 def _checksum(model: Any) -> float:
     return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
 
 
-def _save(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float, float]:
+def _save(world: World, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float, float]:
     """One real full save: (total, gather, write+durable) seconds; rank 0 writes."""
     import torch
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -62,7 +63,7 @@ def _save(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev:
     return end - start, gathered - start, end - gathered
 
 
-def _load(world: Any, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float]:
+def _load(world: World, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, dev: str) -> tuple[float, float]:
     """One real full load: (total, read on rank 0) seconds; the rest is the scatter."""
     import torch
 
@@ -94,13 +95,13 @@ def _scatter(model: Any, optim: Any, msd: dict[str, Any], osd: dict[str, Any], d
     sync(dev)
 
 
-def _scatter_alone(world: Any, model: Any, optim: Any, dev: str) -> float:
+def _scatter_alone(world: World, model: Any, optim: Any, dev: str) -> float:
     """The full load's scatter on this model with its own state gathered to rank 0 and no file:
     set_model_state_dict + set_optimizer_state_dict (broadcast_from_rank0), each rank's time.
     The probe's scatter, one set_model_state_dict over a module of synthetic tensors in the
     state's layout, skips the optimizer's own state-dict code (its FQN mapping and per-state
-    distribution), which cost this model's load 5-30 ms more (64-76 ms against 69-99 ms) in
-    seven quiet runs; the sharded load's state-dict conversion is timed on the model the same way."""
+    distribution), which costs a real load measurably more (docs/verify.md); the sharded load's
+    state-dict conversion is timed on the model the same way."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -112,7 +113,7 @@ def _scatter_alone(world: Any, model: Any, optim: Any, dev: str) -> float:
     return time.perf_counter() - start
 
 
-def run_full_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
+def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
                     reps: int) -> dict[str, Any]:
     import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict

@@ -24,7 +24,10 @@ from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
 from ...core.stats import percentile
 from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
-from ..fsdp.phases import RecordFile, device_of, guarded, quiet
+from ..fsdp.phases import device_of, guarded, quiet
+from ..spec import CheckpointSpec
+from ...results.store import RecordWriter
+from ...world.dist import World
 
 
 def check_ckpt_dir(directory: str, size_bytes: int = 64 << 20) -> None:
@@ -43,7 +46,7 @@ def _checksum(model: Any) -> float:
     return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
 
 
-def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
+def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
                reps: int) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -56,8 +59,8 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
     # The input: the checkpoint probe on this target, a synthetic state dict in this state's
     # layout: the same top-level keys, tensor shapes, sharding and order (DCP pays per item in
     # planning and metadata, and an S3 load's read-ahead windows follow the items' sizes and
-    # order: with equal tensors under sorted flat keys the probe fetched 212 MB per rank where
-    # this state fetches 121-159 MB), saved the same way (one file per rank and the metadata,
+    # order: equal tensors under sorted flat keys made the probe fetch far more per rank than this
+    # state does, docs/verify.md), saved the same way (one file per rank and the metadata,
     # fsync'd). One probe save and load right before each
     # real save and load: the page cache's flush and other work on the machine move a save by
     # tens of percent from one minute to the next, and alternating puts that into both sides.
@@ -72,8 +75,8 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
             collector.young()   # between repetitions, outside every clock (collector.py)
             # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
             # storage part only. The state-dict conversion around it, timed here on this model
-            # with its own state (no load), is the other input: 10-40 ms here, up to a fifth of a
-            # directory load of this state.
+            # with its own state (no load), is the other input: a sizeable share of a small
+            # state's directory load.
             world.barrier()
             start = time.perf_counter()
             msd, osd = get_state_dict(model, optim)
@@ -163,7 +166,7 @@ def run_target(world: Any, run_dir: ct.RunDir, label: str, model: Any, optim: An
                                       "spread_pct": spread_pct(convert_t)}}}
 
 
-def written_bytes(world: Any, run_dir: ct.RunDir, sub: str) -> int:
+def written_bytes(world: World, run_dir: ct.RunDir, sub: str) -> int:
     """The bytes the save stored, from its DCP metadata (every stored chunk once): with HSDP, the
     replicas hold the same shards and DCP writes each once (dedup), so this is one copy."""
     total = None
@@ -173,25 +176,25 @@ def written_bytes(world: Any, run_dir: ct.RunDir, sub: str) -> int:
     return world.broadcast_object(total)
 
 
-def run_checkpoints(world: Any, opts: dict[str, Any]) -> int:
+def run_checkpoints(world: World, spec: CheckpointSpec) -> int:
     quiet()
     with collector.as_trainer():
-        for sharding in opts.get("shardings") or ["full"]:
-            checkpoint_sharding(world, opts, sharding)
+        for sharding in spec.shardings or ["full"]:
+            checkpoint_sharding(world, spec, sharding)
     return 0
 
 
-def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None:
+def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> None:
     """Save and load the state of the model sharded one way (full, or hybrid: HSDP's 2-D mesh)."""
     import torch
 
     from ..fsdp import hybrid
 
-    dev, backend = opts["device"], opts["backend"]
+    dev, backend = spec.device, spec.backend
     device = device_of(dev)
     precision = fm.precision_for(dev)
-    record = RecordFile(opts["record"]) if world.rank == 0 else None
-    shape = fm.shape_from_args(**opts["shape"])
+    record = RecordWriter.resume(spec.record) if world.rank == 0 else None
+    shape = fm.shape_from_args(**spec.shape)
     layout = hybrid.layout_for(sharding, world.size)
     torch.manual_seed(0)
     model = fm.shard(fm.build(shape, device), precision, mesh=hybrid.mesh(layout, device) if layout.hybrid else None)
@@ -199,8 +202,8 @@ def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None
     ids, targets = fm.batch(shape, 64, device, seed=world.rank)
     fm.step(model, optim, ids, targets)     # optimizer state exists only after a step
     # A full state dict of an HSDP model is the same gather as full sharding's: only the sharded save differs.
-    state_dicts = (opts.get("state_dicts") or ["sharded"]) if not layout.hybrid else ["sharded"]
-    for label, target_text in opts["targets"]:
+    state_dicts = (spec.state_dicts or ["sharded"]) if not layout.hybrid else ["sharded"]
+    for label, target_text in spec.targets:
         target = ct.parse_target(target_text)
         access = None
         if target.kind == "s3":
@@ -222,7 +225,7 @@ def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None
                 else:
                     run_one = run_target
                 rows.append(guarded(world, record, f"the {state_dict} checkpoint to {label}",
-                                    lambda: run_one(world, run_dir, label, model, optim, dev, backend, opts["reps"])))
+                                    lambda: run_one(world, run_dir, label, model, optim, dev, backend, spec.reps)))
                 world.barrier()
         finally:
             if world.rank == 0:
@@ -234,7 +237,7 @@ def checkpoint_sharding(world: Any, opts: dict[str, Any], sharding: str) -> None
             if layout.hybrid and layout.topo is not None:
                 row["replicas"] = layout.topo.nodes
             if record is not None:
-                record.add_row(row)
+                record.add_rows([row])
                 def shown(op: str) -> str:
                     return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
                                    for name, p in (row[op].get("parts") or {}).items())

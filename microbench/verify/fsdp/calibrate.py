@@ -25,10 +25,9 @@ measured on a configuration of its own (never one the matrix checks).
                       replay does not do), on the calibration model unsharded, the two
                       alternating: the median of the pairs' ratios. What the overlap's
                       fully_shard steps took beyond their serial prediction is recorded beside
-                      it (details.overlap.beyond_serial_s) and not applied: with every input read
-                      right before each step its median of 9 steps carried about 10 ms of noise
-                      (standard error) against a mean of 4.4 ms, and the held-out rows came out
-                      no better with it (docs/verify.md).
+                      it (details.overlap.beyond_serial_s) and not applied: its median over the
+                      calibration's steps carries more noise than its own size, and the held-out
+                      rows came out no better with it (docs/verify.md has the figures).
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from . import steps as vf
 from ...compose.calibration import Calibration
 from ...core.stats import percentile
 from ...world import collectives
+from ...world.dist import World
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -52,7 +52,7 @@ UNIT_SHAPE = replace(CAL_SHAPE, name="calib-units", layers=6)
 UNIT_TOKENS = 16
 
 
-def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: str, reps: int = 9) -> dict[str, Any]:
+def compute_efficiency(world: World, device: Any, precision: fm.Precision, dev: str, reps: int = 9) -> dict[str, Any]:
     """The compute replay's time over the calibration model's real forward+backward (unsharded),
     the two alternating: what share of the model's compute time the
     replay's kernels are. The median of each pair's ratio: a burst of someone else's work on a
@@ -65,7 +65,7 @@ def compute_efficiency(world: Any, device: Any, precision: fm.Precision, dev: st
             "replay_samples_s": replays, "measured_samples_s": real, "ratios": ratios}
 
 
-def fsdp_overlap(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
+def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
                  unit_overhead_s: float, reps: int = 9, layout: Any = None) -> dict[str, Any]:
     # The compute replay, the collective probe and AdamW right before each step, as verify's rows read them.
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
@@ -100,7 +100,7 @@ def _overlap_of(serial: float, pipelined: float, measured: float) -> float:
     return (serial - measured) / (serial - pipelined) if serial > pipelined else 0.0
 
 
-def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
+def backend_overlap(world: World, device: Any, precision: fm.Precision, reps: int = 5) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -154,7 +154,7 @@ def backend_overlap(world: Any, device: Any, precision: fm.Precision, reps: int 
             "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
 
 
-def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 15,
+def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int = 15,
                   layout: Any = None) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
@@ -165,10 +165,9 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
     fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
                                          lambda: (compute(), comm(), optimizer()), layout)
     units = shape.layers + 1
-    # Each step less the samples taken right before it, then the median. The difference of
-    # medians carried each part's noise (per unit 5.5-8.2 ms in three runs), and an optimizer
-    # probe timed once, apart from the steps, moved it by up to 1.4 ms per unit between runs
-    # (AdamW read 25-46 ms in eight runs).
+    # Each step less the samples taken right before it, then the median: a difference of
+    # medians carries every part's noise, and an optimizer probe timed once, apart from the
+    # steps, moved the per-unit cost between runs with the machine's drift (docs/verify.md).
     left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts)], 50)
     per_unit = max(0.0, left_s / (2 * units))
     return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": percentile(fsdp, 50),
@@ -178,7 +177,7 @@ def unit_overhead(world: Any, device: Any, precision: fm.Precision, reps: int = 
             "tokens": tokens, "fsdp_steps_s": fsdp, "samples_s": parts}
 
 
-def calibrate(world: Any, device: Any, precision: fm.Precision, dev: str, backend: str,
+def calibrate(world: World, device: Any, precision: fm.Precision, dev: str, backend: str,
               layout: Any = None, reps: int | None = None) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form. With
     a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration).

@@ -30,6 +30,7 @@ from ...probes import nccl as coll
 from ...core.units import element_size
 from ...world import collectives
 from ...world.topology import Topology, topology
+from ...world.dist import World
 
 SHARDINGS = ("full", "hybrid")
 
@@ -65,7 +66,7 @@ def mesh(layout: Layout, device: Any) -> Any:
 KEEP = ("op", "group", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
 
 
-def collective_cases(world: Any, precision: fm.Precision, device: str, backend: str,
+def collective_cases(world: World, precision: fm.Precision, device: str, backend: str,
                      sizes: dict[str, int]) -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     """Within each node: AllGather and ReduceScatter at the unit sizes (`sizes`, steps.unit_sizes);
     across nodes: the all-reduce at the gradient shards' sizes (a unit's reduced bytes / shard).
@@ -117,7 +118,7 @@ def predict(shape: Any, train: Any, collectives: dict[str, Any], backend: str, d
     return out
 
 
-def comm_plan(world: Any, shape: Any, precision: fm.Precision, device: Any, sizes: dict[str, int],
+def comm_plan(world: World, shape: Any, precision: fm.Precision, device: Any, sizes: dict[str, int],
               topo: Topology) -> Callable[[], None]:
     """The hybrid step's collectives back to back: root and blocks gathered in the node for
     forward, blocks again for backward with each unit's ReduceScatter in the node and its
@@ -154,7 +155,7 @@ def comm_plan(world: Any, shape: Any, precision: fm.Precision, device: Any, size
     return once
 
 
-def timed_sampler(world: Any, device: Any, run: Callable[[], None], sync: Callable[[Any], None],
+def timed_sampler(world: World, device: Any, run: Callable[[], None], sync: Callable[[Any], None],
                   slowest: Callable[[Any, float], float]) -> Callable[[], float]:
     def once() -> float:
         world.barrier()

@@ -1,10 +1,9 @@
 """The composer's measured inputs for a step, read together right before it: the compute replay,
-the collective probe at the unit sizes and AdamW at the shard size, every rank at once. On this
-shared VM the machine's speed drifts by tens of percent within a minute; a step predicted from
-inputs read at its own moment carries the same drift as the step. Over 29 verify runs before
-this, the collectives read once before the steps were off the same collectives timed alone after
-them by 17 % (sd), and that error went with the step row's (correlation 0.59), though collectives
-are a fifth of the step."""
+the collective probe at the unit sizes and AdamW at the shard size, every rank at once. On a
+shared machine the speed drifts by tens of percent within a minute; a step predicted from inputs
+read at its own moment carries the same drift as the step. Collectives read once before the
+steps drifted away from the same collectives timed after them, and the step rows' errors went
+with theirs though collectives are a small part of a step (docs/verify.md has the figures)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from .. import model as fm
 from . import steps as vf
 from ...compose.model import ModelShape
 from ...core.stats import percentile
+from ...world.dist import World
 
 
 def median_collectives(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ class Inputs:
         return vf.compute_input(shape, tokens, [self.replay_s]), self.collectives, self.optimizer
 
 
-def inputs_sampler(world: Any, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
+def inputs_sampler(world: World, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
                    precision: fm.Precision, layout: Any = None) -> Callable[[], Inputs]:
     """One call: the compute replay, the collective probe (a steps.PAIRED reading) and one AdamW step."""
     probe = vf.replay(shape, tokens, dev, precision.param_dtype)

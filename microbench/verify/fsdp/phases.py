@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import os
 import traceback
-
-import json
 import warnings
-from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from .. import collector
 from .. import model as fm
@@ -20,62 +16,14 @@ from . import steps as vf
 from . import calibrate as vc
 from . import hybrid
 from . import paired
+from ..spec import StepsSpec, where
+from ...compose.model import ModelShape
 from ...core.errors import Interrupted, MicrobenchError, RunError
-from ...core.redaction import redact_text
-from ...world import interrupts
-from ...world.topology import machine_ranks
-from ...results.schema import utc_now
-from ...results.store import atomic_write_text, mark_abandoned
 from ...core.stats import percentile
-
-
-class RecordFile:
-    """The run's record on disk, rewritten atomically on every change (rank 0, or the launcher
-    while no rank runs)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def load(self) -> dict[str, Any]:
-        return json.loads(self.path.read_text())
-
-    def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        record = self.load()
-        change(record)
-        atomic_write_text(self.path, json.dumps(record, indent=1, default=str) + "\n")
-        return record
-
-    def add_row(self, row: dict[str, Any]) -> None:
-        self.update(lambda r: r["rows"].append(row))
-
-    def finish(self, status: str, reason: str | None = None) -> dict[str, Any]:
-        def change(r: dict[str, Any]) -> None:
-            r["status"], r["status_reason"], r["ended_at"] = status, None if reason is None else redact_text(reason), utc_now()
-        return self.update(change)
-
-
-@contextmanager
-def partial_unless_finished(path: str | Path) -> Iterator[None]:
-    """The launcher's guard over its ranks: whatever ends the run early (a signal, a failed phase,
-    an error of its own) leaves the record partial with the reason and ended_at, never "running".
-    A record already finished (a rank marked it partial with a better reason) is left alone."""
-    try:
-        yield
-    except (KeyboardInterrupt, Interrupted):
-        mark_abandoned(path, "interrupted (SIGINT or SIGTERM)")
-        raise
-    except BaseException as exc:
-        mark_abandoned(path, (str(exc).strip().splitlines() or [type(exc).__name__])[0])
-        raise
-
-
-def left_partial(path: str | Path, code: int) -> int:
-    """A phase whose ranks failed without marking the record (killed, or stopped by a signal the
-    launcher took and forwarded to them): partial, saying which. Returns `code`."""
-    # The launcher forwards a signal to its ranks and returns their exit code: say which it was.
-    why = "interrupted (SIGINT or SIGTERM)" if interrupts.seen() else f"a verify phase failed (exit code {code})"
-    mark_abandoned(path, f"{why}; the rows finished before are kept")
-    return code
+from ...results.store import RecordWriter
+from ...world import interrupts
+from ...world.dist import World
+from ...world.topology import machine_ranks
 
 
 def quiet() -> None:
@@ -98,8 +46,9 @@ def _raise_interrupt() -> None:
     raise KeyboardInterrupt
 
 
-def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], Any]) -> Any:
+def guarded(world: World, record: RecordWriter | None, what: str, fn: Callable[[], Any]) -> Any:
     """Run fn; turn a peer's death into one line naming it, with the record marked partial."""
+    error: MicrobenchError
     try:
         return fn()
     except (KeyboardInterrupt, Interrupted):
@@ -116,21 +65,26 @@ def guarded(world: Any, record: RecordFile | None, what: str, fn: Callable[[], A
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         world.note_failure(first)
         missing = world.missing_ranks()
+        notes = {} if missing else world.peer_notes()
         if missing:
             reason = (f"rank {', '.join(map(str, missing))} died or stopped responding during {what} "
                       f"(no heartbeat, no error reported)")
         else:
             reason = f"{what} failed: {type(exc).__name__}: {first}"
+            # What the others saw: where a peer failed first, its own error says more than the
+            # collective it broke here ("Connection closed by peer").
+            reason += "".join(f"; rank {r}: {note}" for r, note in sorted(notes.items()) if note != first)
         error = RunError(reason)
     if record is not None and world.rank == 0:
-        rows = len(record.finish("partial", reason)["rows"])
+        record.finish("partial", reason)
+        rows = len(record.record["rows"])
         raise type(error)(f"{reason}; kept {rows} finished row(s) in {record.path} (partial)") from None
     raise error from None
 
 
 # --------------------------------------------------------------------------- steps
 
-def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
+def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
              cal: vf.Calibration, steps: int, warmup: int, profile: str, layout: Any = None) -> dict[str, Any]:
     # The compute replay (the step's kernels at its shapes), the collective probe at the unit sizes
     # and AdamW at the shard size run right before each step (paired.py): each step is predicted
@@ -174,44 +128,44 @@ def step_row(world: Any, shape: Any, tokens: int, device: Any, dev: str, backend
 
 def cal_key(profile: str, sharding: str | None) -> str:
     """Where a calibration is kept: per link profile, and per sharding beside full ("1gbit hybrid")."""
-    return profile if sharding in (None, "full") else f"{profile} {sharding}"
+    return where(profile, sharding)
 
 
-def run_steps(world: Any, opts: dict[str, Any]) -> int:
+def run_steps(world: World, spec: StepsSpec) -> int:
     """One link profile: calibrate (unless given), then every (model, tokens) configuration,
     with Python's collector as a trainer runs it (collector.py)."""
     quiet()
     with collector.as_trainer():
-        return _run_steps(world, opts)
+        return _run_steps(world, spec)
 
 
-def _run_steps(world: Any, opts: dict[str, Any]) -> int:
-    dev, backend, profile = opts["device"], opts["backend"], opts["profile"]
-    layout = hybrid.layout_for(opts.get("sharding"), world.size)
+def _run_steps(world: World, spec: StepsSpec) -> int:
+    dev, backend, profile = spec.device, spec.backend, spec.profile
+    layout = hybrid.layout_for(spec.sharding, world.size)
     key = cal_key(profile, layout.sharding)
     device = device_of(dev)
     precision = fm.precision_for(dev)
-    record = RecordFile(opts["record"]) if world.rank == 0 else None
-    given = opts.get("calibration")
+    record = RecordWriter.resume(spec.record) if world.rank == 0 else None
+    given = spec.calibration
     if given is not None:
-        cal_dict, source = given, opts["calibration_source"]
+        cal_dict, source = given, spec.calibration_source or "--calibration"
     else:
         cal_dict = guarded(world, record, f"the calibration ({key})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend, layout, opts.get("cal_reps")))
+                           lambda: vc.calibrate(world, device, precision, dev, backend, layout, spec.cal_reps))
         source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {key}"
         if record is not None:
             record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(key, cal_dict))
-    if opts.get("calibrate_only"):
+    if spec.calibrate_only:
         return 0
     cal = vc.as_calibration(cal_dict, source)
-    for i, (model_name, tokens) in enumerate(opts["configs"]):
+    for model_name, tokens in spec.configs:
         collector.young()   # between configurations, outside every clock
-        shape = fm.shape_from_args(**opts["shapes"][model_name])
+        shape = fm.shape_from_args(**spec.shapes[model_name])
         label = f"{key} {shape.name} {tokens} tokens"
         row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,
-                                                            cal, opts["steps"], opts["warmup"], profile, layout))
+                                                            cal, spec.steps, spec.warmup, profile, layout))
         if record is not None:
-            record.add_row(row)
+            record.add_rows([row])
             print(f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
                   f"measured {row['measured_s'] * 1e3:.1f} ms (spread {row['spread_pct']:.0f}%), "
                   f"error {row['error_pct']:+.1f}%", flush=True)

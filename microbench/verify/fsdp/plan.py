@@ -9,7 +9,7 @@ from typing import Any
 from .. import model as fm
 from ...compose.calibration import checked
 from ...core.errors import UsageError
-from ...core.units import element_size, format_link_rate, parse_link_rate, parse_number, parse_positive_int
+from ...core.units import element_size, parse_positive_int
 from ...results import load_record
 from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context
 
@@ -37,7 +37,7 @@ def check_hybrid(shardings_: list[str], nodes: int, per_node: int) -> None:
 
 @dataclass
 class VerifyOptions:
-    """verify fsdp's flags, parsed (commands/verify.py builds it; verify.run.run_fsdp takes it)."""
+    """What verify fsdp runs, resolved from its flags (fsdp/options.py builds it; fsdp/run.run_fsdp takes it)."""
     shapes: dict[str, dict[str, Any]]       # name -> the keyword arguments of model.shape_from_args
     tokens: list[int]
     steps: int
@@ -49,7 +49,7 @@ class VerifyOptions:
     profiles: list[tuple[str, int | None]]  # (label, egress rate in bit/s or None for unshaped)
     backend: str = "auto"
     lab: str | None = None
-    nproc: str | None = None                # as given: checked against the lab's hosts, or local ranks
+    nproc: int | None = None                # as given: checked against the lab's hosts, else local ranks
     calibration: str | None = None          # a calibration record's path
     calibrate_only: bool = False
     checkpoint: bool = False
@@ -65,13 +65,11 @@ def ints(text: str, what: str, example: str) -> list[int]:
     return [parse_positive_int(t, what=what, example=example) for t in str(text).split(",") if t.strip()]
 
 
-def shapes(model: str | None, models: str | None, dims: dict[str, str | None],
+def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
            matrix: bool) -> dict[str, dict[str, Any]]:
     """name -> the keyword arguments that rebuild the shape on every rank. dims: --hidden,
-    --layers, --heads, --vocab as given (None where not)."""
-    explicit = {k: parse_positive_int(dims.get(k), what=f"--{k}", example=ex)
-                for k, ex in (("hidden", "512"), ("layers", "4"), ("heads", "8"), ("vocab", "4096"))
-                if dims.get(k) is not None}
+    --layers, --heads, --vocab as parsed (None where not given)."""
+    explicit = {k: v for k in ("hidden", "layers", "heads", "vocab") if (v := dims.get(k)) is not None}
     if explicit:
         if model or models:
             raise UsageError("--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one")
@@ -85,40 +83,6 @@ def shapes(model: str | None, models: str | None, dims: dict[str, str | None],
         shape = fm.shape_from_args(**kwargs)
         fm.check_buildable(shape)
         out[shape.name] = kwargs
-    return out
-
-
-def cal_reps(text: str | None) -> int | None:
-    """--cal-reps: None keeps each calibration number's default (15 unit steps, 9 for the rest)."""
-    if text is None:
-        return None
-    reps = parse_positive_int(text, what="--cal-reps", example="9")
-    if reps < 3:
-        raise UsageError(f"invalid --cal-reps {text!r}: each calibration number is a median with its middle half "
-                         f"beside it, which needs at least 3 readings, e.g. --cal-reps 9")
-    return reps
-
-
-def tolerance(text: str, what: str) -> float:
-    return parse_number(text, what=what, example="10", minimum=0, allow_minimum=False, maximum=1000)
-
-
-def profiles(link_profiles: str | None, lab: str | None) -> list[tuple[str, int | None]]:
-    if link_profiles is None:
-        return [("unlimited" if lab else "loopback", None)]
-    labels = [p.strip() for p in str(link_profiles).split(",") if p.strip()]
-    if not labels:
-        raise UsageError(f"invalid --link-profiles {link_profiles!r}: expected rates, e.g. unlimited,1gbit")
-    out = []
-    for label in labels:
-        try:
-            out.append((format_link_rate(parse_link_rate(label)), parse_link_rate(label)))
-        except UsageError:
-            raise UsageError(f"unknown link profile {label!r} in --link-profiles: expected unlimited or a rate in "
-                             f"bit/kbit/mbit/gbit, e.g. --link-profiles unlimited,1gbit") from None
-    if not lab:
-        raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between profiles, "
-                         "e.g. --lab v --link-profiles unlimited,1gbit")
     return out
 
 

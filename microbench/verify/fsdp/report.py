@@ -6,18 +6,47 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .. import noise
 from ...compose.report import format_time
 
 
-def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float) -> dict[str, Any]:
-    """Every row judged; `outside` names each configuration whose |error| exceeds its tolerance."""
-    outside, checked = [], 0
-    for row in rows:
+def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,
+               loads: dict[str, Any] | None = None) -> list[tuple[int, str | None, noise.Judgement]]:
+    """(row index, part: None for a step, save or load for a checkpoint, its judgement): each
+    row's error against its tolerance with the noise of its paired readings and the load its
+    phase saw (verify/noise.py)."""
+    loads = loads or {}
+    out: list[tuple[int, str | None, noise.Judgement]] = []
+    for i, row in enumerate(rows):
+        if row.get("kind") == "step":
+            errors = noise.paired(row.get("predicted_steps_s"), row.get("measured_steps_s"), row["error_pct"])
+            out.append((i, None, noise.judge(errors, row["error_pct"], tolerance_pct, loads.get(_where(row)))))
+        elif row.get("kind") == "checkpoint":
+            for op in ("save", "load"):
+                part = row[op]
+                errors = noise.paired(part.get("predicted_s_each"), part.get("measured_s_each"), part["error_pct"])
+                out.append((i, op, noise.judge(errors, part["error_pct"], ckpt_tolerance_pct, loads.get("checkpoint"))))
+    return out
+
+
+def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,
+            loads: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every row judged: `outside` names each configuration the measurement shows beyond its
+    tolerance (FAIL), `inconclusive` each one that noise alone could have moved across it."""
+    outside, unsure, checked = [], [], 0
+    judged = judgements(rows, tolerance_pct, ckpt_tolerance_pct, loads)
+    by_row = {(i, part): j for i, part, j in judged}
+
+    def count(j: noise.Judgement, name: str, tol: float) -> None:
+        if j.verdict == noise.FAIL:
+            outside.append(f"{name} {j.error_pct:+.1f}% (> {tol:g}%)")
+        elif j.verdict == noise.INCONCLUSIVE:
+            unsure.append(f"{name}: {noise.why(j, tol)}")
+
+    for i, row in enumerate(rows):
         if row.get("kind") == "step":
             checked += 1
-            if not abs(row["error_pct"]) <= tolerance_pct:
-                outside.append(f"{_where(row)} {row['model']} {row['tokens']} tokens {row['error_pct']:+.1f}% "
-                               f"(> {tolerance_pct:g}%)")
+            count(by_row[(i, None)], f"{_where(row)} {row['model']} {row['tokens']} tokens", tolerance_pct)
         elif row.get("kind") == "checkpoint":
             copies = _copies_stored(row)
             if copies is not None and copies > 1.1:
@@ -26,13 +55,14 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
                                f"replicas' shards stored {copies:.2f} times, not once")
             for op in ("save", "load"):
                 checked += 1
-                err = row[op]["error_pct"]
-                if not abs(err) <= ckpt_tolerance_pct:
-                    outside.append(f"checkpoint {op} to {row['target']} {err:+.1f}% (> {ckpt_tolerance_pct:g}%)")
+                count(by_row[(i, op)], f"checkpoint {op} to {row['target']}", ckpt_tolerance_pct)
                 if op == "load" and row.get("wrong_loads"):
                     outside.append(f"checkpoint load from {row['target']} returned other values than were saved")
     return {"tolerance_pct": tolerance_pct, "ckpt_tolerance_pct": ckpt_tolerance_pct, "checked": checked,
-            "outside": outside, "pass": not outside and checked > 0}
+            "outside": outside, "inconclusive": unsure, "pass": not outside and not unsure and checked > 0,
+            "verdict": noise.FAIL if outside or not checked else noise.INCONCLUSIVE if unsure else noise.PASS,
+            "rule": noise.RULE, "clean": noise.how_to_get_clean([j for _, _, j in judged]) if unsure else None,
+            "rows": [{"row": i, "part": part, **j.as_dict()} for i, part, j in judged]}
 
 
 def _copies_stored(row: dict[str, Any]) -> float | None:
@@ -56,15 +86,15 @@ def step_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
     table = []
     for r in rows:
         p = r["parts"]
+        shown, band = noise.cells(r, tolerance_pct)
         table.append((_where(r), r["model"], r["tokens"], _ms(r["predicted_s"]), _ms(r["measured_s"]),
-                      f"{r['spread_pct']:.0f}%", f"{r['error_pct']:+.1f}%",
-                      "ok" if abs(r["error_pct"]) <= tolerance_pct else "OUTSIDE",
+                      f"{r['spread_pct']:.0f}%", f"{r['error_pct']:+.1f}%", band, shown,
                       f"{p['compute']['error_pct']:+.0f}%",
                       "-" if p["collectives"]["error_pct"] is None else f"{p['collectives']['error_pct']:+.0f}%",
                       "-" if p["overlap"]["implied_by_step"] is None
                       else f"{p['overlap']['used']:.2f}/{p['overlap']['implied_by_step']:.2f}"))
     return tabulate(table, headers=["profile", "model", "tokens", "predicted", "measured p50", "spread", "error",
-                                    "verdict", "compute err", "comm err", "overlap used/implied"],
+                                    "with noise", "verdict", "compute err", "comm err", "overlap used/implied"],
                     tablefmt="simple", disable_numparse=True)
 
 
@@ -99,11 +129,13 @@ def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
             part = r[op]
             copies = _copies_stored(r)
             stored = f" (stored x{copies:.2f})" if copies is not None and op == "save" else ""
+            shown, band = noise.cells(part, tolerance_pct)
             table.append((_where({"profile": r["target"], "sharding": r.get("sharding", "full")}), op,
                           f"{r['bytes'] / 1e6:.1f} MB{stored}", _ms(part["predicted_s"]),
                           _ms(part["measured_s"]), f"{part['spread_pct']:.0f}%", f"{part['error_pct']:+.1f}%",
-                          "ok" if abs(part["error_pct"]) <= tolerance_pct else "OUTSIDE"))
-    return tabulate(table, headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error", "verdict"],
+                          band, shown))
+    return tabulate(table, headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error",
+                                    "with noise", "verdict"],
                     tablefmt="simple", disable_numparse=True)
 
 
@@ -152,6 +184,13 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
               "measured p50 are each side's own median, so their ratio can differ (the record keeps both: "
               "error_pct, error_of_medians_pct)")
     if verdict_:
-        print(f"# verdict: {'PASS' if verdict_['pass'] else 'FAIL'} ({verdict_['checked']} checked, "
-              f"{len(verdict_['outside'])} outside |step error| <= {verdict_['tolerance_pct']:g}%, "
-              f"|checkpoint error| <= {verdict_['ckpt_tolerance_pct']:g}%)")
+        noise.print_verdict(verdict_, f"|step error| <= {verdict_['tolerance_pct']:g}%, "
+                                f"|checkpoint error| <= {verdict_['ckpt_tolerance_pct']:g}%")
+
+
+def attach(record: dict[str, Any], verdict_: dict[str, Any]) -> None:
+    """Each row (each checkpoint save and load) keeps its judgement beside its error."""
+    for judged in verdict_.get("rows") or []:
+        row = record["rows"][judged["row"]]
+        target = row if judged["part"] is None else row[judged["part"]]
+        target["noise"] = {k: v for k, v in judged.items() if k not in ("row", "part")}

@@ -5,36 +5,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import collector
+from .. import launch
+from .. import noise
 from .. import model as fm
+from ..spec import CheckpointSpec, RankSpec, StepsSpec
 from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
 from .phases import cal_key
 from ..checkpoint.sharded import check_ckpt_dir
-from .phases import left_partial, partial_unless_finished
-from .report import print_report, verdict
-from ...core.errors import RunError, UsageError
-from ...core.units import parse_positive_int
+from .report import attach, print_report, verdict
+from ...core.errors import UsageError
 from ...lab import namespaces as labmod
 from ...lab import placement as labrun
 from ...results import RecordWriter, new_record
-from ...results.store import atomic_write_text
 from ...targets import native
 from ...world import backends, environment as envmod
-from ...world.launch import RankLaunch, check_local_world, detect_world
-from ...world.policy import in_world, local_ranks
-
-
-def refuse_in_world() -> None:
-    if detect_world() is not None:
-        raise UsageError("verify fsdp launches its own ranks (a world per link profile); run it without "
-                         "torchrun/srun/mpirun")
+from ...world.backends import BackendChoice
+from ...world.dist import World
+from ...world.launch import check_local_world, detect_world
+from ...world.policy import local_ranks
 
 
 def run_fsdp(opts: VerifyOptions) -> int:
@@ -44,7 +37,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
                                                   opts.timeout_s, opts.profiles)
     choice = backends.choose(opts.backend)
     lab = labmod.get(opts.lab) if opts.lab else None
-    given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
+    given = opts.nproc
     per_node = 1
     if lab is not None:
         nproc = labrun.place(lab.name, nproc=given).nproc
@@ -76,61 +69,50 @@ def run_fsdp(opts: VerifyOptions) -> int:
                          "gc": collector.NOTE})
     writer = RecordWriter(record, opts.json, opts.results_dir)
     path = writer.path
-    base = {"device": choice.device, "backend": choice.backend, "record": str(path), "timeout": timeout_s,
-            "nproc": nproc, "shapes": shape_kwargs, "configs": configs, "steps": steps, "warmup": int(warmup),
-            "calibrate_only": opts.calibrate_only, "calibration": cal, "cal_reps": opts.cal_reps,
-            "calibration_source": f"--calibration {opts.calibration}" if opts.calibration else None}
+    base = RankSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=timeout_s, nproc=nproc,
+                    calibration=cal, cal_reps=opts.cal_reps,
+                    calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
     print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
           f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
           f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
           f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
-    # A signal or a failed phase must not leave the record "running" (issue 20).
-    with partial_unless_finished(path):
+    # A signal or a failed phase must not leave the record "running".
+    with launch.partial_unless_finished(path):
         try:
             for label, rate in profs:
                 if lab is not None:
                     labmod.shape(lab.name, rate, lab.delay_ms)
                 for sharding in opts.shardings:
-                    spec = {**base, "phase": "steps", "profile": label, "sharding": sharding}
                     key = cal_key(label, sharding)
+                    phase_cal = cal
                     if cal is not None and key in (cal.get("profiles") or {}):
-                        spec["calibration"] = {**cal, **cal["profiles"][key]}   # measured under this very profile
-                    code = _launch(spec, nproc, timeout_s, choice, opts.lab)
+                        phase_cal = {**cal, **cal["profiles"][key]}   # measured under this very profile
+                    spec = StepsSpec(**_fields(base), calibration=phase_cal, shapes=shape_kwargs, configs=configs,
+                                     steps=steps, warmup=int(warmup), calibrate_only=opts.calibrate_only,
+                                     profile=label, sharding=sharding)
+                    code = launch.launch(spec, choice, lab=opts.lab)
                     if code != 0:
-                        return left_partial(path, code)
+                        return launch.left_partial(path, code)
             if checkpoint:
-                code = _checkpoint_phase(opts.ckpt_dir, {**base, "shardings": opts.shardings}, shape_kwargs, nproc,
-                                         timeout_s, choice, ckpt_reps, opts.state_dicts, per_node)
+                code = _checkpoint_phase(opts.ckpt_dir, base, opts.shardings, shape_kwargs, choice, ckpt_reps,
+                                         opts.state_dicts, per_node)
                 if code != 0:
-                    return left_partial(path, code)
+                    return launch.left_partial(path, code)
         finally:
             if lab is not None:
                 labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
     return _finish(path, tol, ckpt_tol, opts.calibrate_only, cal)
 
 
-def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None,
-            per_node: int | None = None) -> int:
-    fd, spec_path = tempfile.mkstemp(suffix=".json", prefix="microbench-verify-")
-    os.close(fd)
-    try:
-        atomic_write_text(Path(spec_path), json.dumps(spec, default=str), mode=0o600)  # as mkstemp made it
-        per_rank, master = None, "127.0.0.1"
-        if lab_name and spec["phase"] == "steps":
-            placed = labrun.place(lab_name, nproc=nproc)
-            master, per_rank = placed.master_addr, placed.per_rank
-        elif per_node:
-            # On loopback, but with the lab's nodes (HSDP's mesh is built from them).
-            per_rank = lambda rank: RankLaunch(env={"LOCAL_RANK": str(rank % per_node),  # noqa: E731
-                                                    "LOCAL_WORLD_SIZE": str(per_node)})
-        return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=lambda w: 0, per_rank=per_rank,
-                        master_addr=master, argv=["verify", "fsdp", "--phase-spec", spec_path])
-    finally:
-        os.unlink(spec_path)
+def _fields(spec: RankSpec) -> dict[str, Any]:
+    """The common fields of a phase's spec, to build the phase's own from (calibration aside)."""
+    out = {f.name: getattr(spec, f.name) for f in dataclasses.fields(RankSpec)}
+    out.pop("calibration")
+    return out
 
 
-def _checkpoint_phase(ckpt_dir: str | None, base: dict[str, Any], shape_kwargs: dict[str, Any], nproc: int,
-                      timeout_s: float, choice: Any, reps: int, state_dicts: list[str], per_node: int = 1) -> int:
+def _checkpoint_phase(ckpt_dir: str | None, base: RankSpec, shardings: list[str], shape_kwargs: dict[str, Any],
+                      choice: BackendChoice, reps: int, state_dicts: list[str], per_node: int = 1) -> int:
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
     from ...targets import checkpoint_target as ct
     from ...targets.s3server import EmbeddedS3
@@ -143,38 +125,30 @@ def _checkpoint_phase(ckpt_dir: str | None, base: dict[str, Any], shape_kwargs: 
         server = stack.enter_context(EmbeddedS3(bucket="microbench"))
         env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
                ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
-        spec = {**base, "phase": "checkpoint", "shape": shape_kwargs[largest], "reps": reps, "state_dicts": state_dicts,
-                "targets": [("directory", directory), ("s3", "s3://microbench/verify")]}
-        return _launch(spec, nproc, timeout_s, dataclasses.replace(choice, env={**choice.env, **env}), None,
-                       per_node if "hybrid" in base["shardings"] else None)
+        spec = CheckpointSpec(**_fields(base), calibration=base.calibration, shape=shape_kwargs[largest],
+                              shardings=shardings, reps=reps, state_dicts=state_dicts,
+                              targets=[("directory", directory), ("s3", "s3://microbench/verify")])
+        return launch.launch(spec, dataclasses.replace(choice, env={**choice.env, **env}),
+                             per_node=per_node if "hybrid" in shardings else None, helpers=[server.pid])
 
 
-def run_phase(path: str) -> int:
-    """A rank's side: run the phase its spec file names, then leave without interpreter teardown."""
-    with open(path) as handle:
-        spec = json.load(handle)
-    choice = backends.choose(spec["backend"])
-    if spec["phase"] == "checkpoint":
-        from ..checkpoint.sharded import run_checkpoints
+def run_phase(path: str) -> NoReturn:
+    """A rank's side: the phase its spec file names."""
+    def body(world: World, spec: RankSpec) -> int:
+        if isinstance(spec, CheckpointSpec):
+            from ..checkpoint.sharded import run_checkpoints
 
-        body = lambda world: run_checkpoints(world, spec)  # noqa: E731
-    else:
+            return run_checkpoints(world, spec)
         from .phases import run_steps
 
-        body = lambda world: run_steps(world, spec)  # noqa: E731
-    code = in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice, body=body)
-    # A rank is done once its world is closed; the interpreter's teardown of gloo's threads can
-    # still abort ("terminate called without an active exception") and turn a finished phase
-    # into a failed rank, so a rank that finished leaves without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        assert isinstance(spec, StepsSpec)
+        return run_steps(world, spec)
+
+    launch.run_rank(path, body)
 
 
-def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
-    from .phases import RecordFile
-
-    record_file = RecordFile(path)
+def _finish(path: Path, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
+    writer = RecordWriter.resume(path)   # as the phases' rank 0 left it
 
     def summarize(record: dict[str, Any]) -> None:
         by_profile = record["summary"].get("calibration_by_profile") or {}
@@ -187,16 +161,15 @@ def _finish(path: Any, tol: float, ckpt_tol: float, calibrate_only: bool, given:
                                                 "compute_efficiency": v["compute_efficiency"]}
                                                 for k, v in by_profile.items()}}
         if not calibrate_only:
-            record["summary"]["verdict"] = verdict(record["rows"], tol, ckpt_tol)
+            judged = verdict(record["rows"], tol, ckpt_tol, record["summary"].get("load_by_phase"))
+            record["summary"]["verdict"] = judged
+            attach(record, judged)
 
-    record = record_file.update(summarize)
-    record = record_file.finish("complete")
+    writer.update(summarize)
+    writer.finish("complete")
+    record = writer.record
     print_report(record, calibrate_only)
     print(f"# results: {path}")
     if calibrate_only:
         return 0
-    outside = record["summary"]["verdict"]["outside"]
-    if outside:
-        raise RunError(f"{len(outside)} configuration(s) outside the tolerance: {'; '.join(outside)} "
-                       f"(every row is in {path})")
-    return 0
+    return noise.exit_for(record["summary"]["verdict"], path)

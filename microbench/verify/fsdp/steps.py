@@ -11,7 +11,7 @@ Inputs, all measured in this invocation and none from the steps being predicted:
                (the composer's memory bandwidth term); one step right before each measured step
                (paired.py reads the three together; a step is predicted from its own);
   calibration  overlap, FSDP's per-unit cost and the compute efficiency of the non-matmul work,
-               from `verify_calibrate` on a configuration of its own (or a --calibration record).
+               from calibrate.py on a configuration of its own (or a --calibration record).
 Measured: forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
 starting together; the slowest rank's time per step. Beside it, per part, so a miss can be
 explained: the unsharded model's forward+backward alone (compute), the step's collectives alone
@@ -36,6 +36,7 @@ from ...run.runner import SweepSettings, measure_case
 from ...core.stats import percentile
 from ...core.units import element_size
 from ...world import collectives
+from ...world.dist import World
 
 
 def sync(device: Any) -> None:
@@ -45,7 +46,7 @@ def sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def slowest(world: Any, value: float) -> float:
+def slowest(world: World, value: float) -> float:
     return max(world.all_gather_object(value))
 
 
@@ -95,7 +96,7 @@ PAIRED = SweepSettings(warmup=1, iters=3, budget_s_per_case=0.2, min_iters=3, ch
 KEEP = ("op", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
 
 
-def collectives_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
+def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
                         layout: Any = None) -> Callable[[SweepSettings], dict[str, Any]]:
     """The collective probe at the unit sizes (hybrid: within each node, and the all-reduce across
     nodes), built once: its groups and buffers. Each call measures every case again with the
@@ -122,7 +123,7 @@ def collectives_sampler(world: Any, shape: ModelShape, precision: fm.Precision, 
     return once
 
 
-def probe_collectives(world: Any, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
+def probe_collectives(world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
                       layout: Any = None) -> dict[str, Any]:
     return collectives_sampler(world, shape, precision, device, backend, layout)(_settings(budget_s=0.6))
 
@@ -133,7 +134,7 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
             Curve.from_record(record, "reduce_scatter", "measured in this run"))
 
 
-def optimizer_sampler(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
+def optimizer_sampler(world: World, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
     """One AdamW step per call over one flat fp32 tensor the size of this rank's shard, every
     rank at once: the slowest rank's seconds. Returns (sampler, shard params), the sampler warm:
     two untimed steps first allocate AdamW's state and warm the caches."""
@@ -162,7 +163,7 @@ def optimizer_input(time_s: float, shard_params: int) -> dict[str, Any]:
             "time_s": time_s, "probe": "AdamW over a flat tensor of the shard's size"}
 
 
-def probe_optimizer(world: Any, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
+def probe_optimizer(world: World, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
     """AdamW over one flat fp32 tensor the size of this rank's shard: bytes moved per second."""
     once, n = optimizer_sampler(world, shape, device, layout)
     return optimizer_input(percentile([once() for _ in range(4)], 50), n)
@@ -191,13 +192,13 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
 
 # --------------------------------------------------------------------------- measurement
 
-def measure_steps(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+def measure_steps(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                   steps: int, warmup: int, layout: Any = None) -> list[float]:
     """The slowest rank's time for each timed step of the fully_shard model."""
     return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None, layout)[0]
 
 
-def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                         steps: int, warmup: int, before_each: Callable[[], Any] | None,
                         layout: Any = None) -> tuple[list[float], list[Any]]:
     """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
@@ -226,7 +227,7 @@ def measure_interleaved(world: Any, shape: ModelShape, tokens: int, device: Any,
     return [max(step) for step in zip(*per_rank)], samples
 
 
-def compute_alone_sampler(world: Any, shape: ModelShape, tokens: int, device: Any,
+def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: Any,
                           precision: fm.Precision) -> Callable[[], float]:
     """One forward+backward of the unsharded model per call, every rank at once, no
     communication: the slowest rank's seconds."""
@@ -250,14 +251,14 @@ def compute_alone_sampler(world: Any, shape: ModelShape, tokens: int, device: An
     return once
 
 
-def measure_compute_alone(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+def measure_compute_alone(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                           reps: int = 5) -> float:
     once = compute_alone_sampler(world, shape, tokens, device, precision)
     once()
     return percentile([once() for _ in range(reps)], 50)
 
 
-def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
+def measure_compute_pairs(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
                           probe: StepReplay, reps: int) -> tuple[list[float], list[float]]:
     """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
     model = compute_alone_sampler(world, shape, tokens, device, precision)
@@ -270,7 +271,7 @@ def measure_compute_pairs(world: Any, shape: ModelShape, tokens: int, device: An
     return replays, real
 
 
-def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, device: Any,
+def comm_alone_sampler(world: World, shape: ModelShape, precision: fm.Precision, device: Any,
                        layout: Any = None) -> Callable[[], float]:
     """The step's collectives back to back per call, nothing else: root and every block gathered
     for forward, blocks gathered again for backward, every unit's gradients reduce-scattered
@@ -311,7 +312,7 @@ def comm_alone_sampler(world: Any, shape: ModelShape, precision: fm.Precision, d
     return once
 
 
-def measure_comm_alone(world: Any, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2,
+def measure_comm_alone(world: World, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2,
                        layout: Any = None) -> float:
     once = comm_alone_sampler(world, shape, precision, device, layout)
     once()
@@ -342,9 +343,8 @@ def error_pct(predicted: float, measured: float) -> float:
 
 def paired_error_pct(predicted_each: list[float], measured_each: list[float]) -> float:
     """The median of the pairs' errors: each measurement against the prediction made from the
-    probe sample taken right before it. This VM's speed drifts by tens of percent within a run;
-    a pair shares the drift, two medians taken apart do not (13 runs of verify: a sharded save's
-    error of the medians was +15.8 % where the pairs' was +1.0 %)."""
+    probe sample taken right before it. A shared machine's speed drifts by tens of percent within
+    a run; a pair shares the drift, two medians taken apart do not (docs/verify.md)."""
     return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each)], 50)
 
 

@@ -29,6 +29,7 @@ from ..fsdp.steps import sync
 from ...core.stats import percentile
 from ...probes.modelload import model_dir as md
 from ...run.runner import SweepSettings, measure_case
+from ...world.dist import World
 
 
 def settings(iters: int = 3, warmup: int = 1) -> SweepSettings:
@@ -87,7 +88,7 @@ def mirrored_layout(state: dict[str, Any]) -> md.Layout:
 
 # --------------------------------------------------------------------------- probes
 
-def probe_model_load(world: Any, place: Any, state: dict[str, Any], dev: str, backend: str) -> dict[str, Any]:
+def probe_model_load(world: World, place: Any, state: dict[str, Any], dev: str, backend: str) -> dict[str, Any]:
     import torch
 
     from ...probes import modelload as ml
@@ -114,7 +115,7 @@ def probe_model_load(world: Any, place: Any, state: dict[str, Any], dev: str, ba
                       f"cold cache, median of {row['iters']}"}
 
 
-def probe_data(world: Any, place: Any, plan: Any, workers: int, batch_size: int, dev: str) -> dict[str, Any]:
+def probe_data(world: World, place: Any, plan: Any, workers: int, batch_size: int, dev: str) -> dict[str, Any]:
     from ...probes import dataload as dl
     from ...probes.dataload.run import Dataset
 
@@ -132,7 +133,7 @@ def probe_data(world: Any, place: Any, plan: Any, workers: int, batch_size: int,
                       f"cold cache, median of {row['iters']}"}
 
 
-def probe_checkpoint(world: Any, run_dir: Any, layout: list[Any], async_ckpt: bool, dev: str,
+def probe_checkpoint(world: World, run_dir: Any, layout: list[Any], async_ckpt: bool, dev: str,
                      backend: str) -> dict[str, Any]:
     from ...probes import checkpoint as ck
     from ...probes.checkpoint import state_layout as ckl
@@ -167,7 +168,7 @@ def probe_checkpoint(world: Any, run_dir: Any, layout: list[Any], async_ckpt: bo
                       f"median of {row['iters']}"}
 
 
-def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, world: Any) -> tuple[list[Any], dict[str, Any]]:
+def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, world: World) -> tuple[list[Any], dict[str, Any]]:
     """A throwaway copy of the sharded model, fresh as the job's is after its load: its first
     steps timed (a fresh FSDP2 model's first step also initializes FSDP's buffers and AdamW's
     state: the extra over the next steps is an input of the prediction), then the layout of its
@@ -198,13 +199,13 @@ def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, worl
                               "the next three, slowest rank, in this run"}
 
 
-def step_probes(world: Any, shape: Any, device: Any, dev: str, backend: str, precision: Any) -> dict[str, Any]:
+def step_probes(world: World, shape: Any, device: Any, dev: str, backend: str, precision: Any) -> dict[str, Any]:
     """The collectives at the unit sizes and AdamW at the shard size (before the job)."""
     return {"collectives": vf.probe_collectives(world, shape, precision, dev, backend),
             "optimizer": vf.probe_optimizer(world, shape, device)}
 
 
-def replay_samples(world: Any, shape: Any, tokens: int, dev: str, precision: Any, reps: int) -> list[float]:
+def replay_samples(world: World, shape: Any, tokens: int, dev: str, precision: Any, reps: int) -> list[float]:
     """The compute probe's kernels at the step's shapes, `reps` times after a warm-up (slowest rank each)."""
     replay = vf.replay(shape, tokens, dev, precision.param_dtype)
     replay.time_once(world)
@@ -213,7 +214,7 @@ def replay_samples(world: Any, shape: Any, tokens: int, dev: str, precision: Any
     return samples
 
 
-def predict_step(world: Any, shape: Any, tokens: int, precision: Any, probes: dict[str, Any], before: list[float],
+def predict_step(world: World, shape: Any, tokens: int, precision: Any, probes: dict[str, Any], before: list[float],
                  after: list[float], cal: vf.Calibration) -> dict[str, Any]:
     """verify fsdp's step prediction. The compute samples are taken right before and right after
     the job, half each: the machine's speed drifts by tens of percent within a minute here, and

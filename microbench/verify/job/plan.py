@@ -28,7 +28,7 @@ MATRIX_PROFILES = "unlimited,1gbit"
 
 @dataclass
 class JobOptions:
-    """verify job's flags, parsed (commands/verify.py builds it; verify.job_run takes it)."""
+    """What verify job runs, resolved from its flags (job/options.py builds it; job/run.run_job takes it)."""
     shape: dict[str, Any]                    # the keyword arguments of model.shape_from_args
     tokens: int
     steps: int
@@ -45,7 +45,7 @@ class JobOptions:
     backend: str = "auto"
     lab: str | None = None
     matrix: bool = False
-    nproc: str | None = None
+    nproc: int | None = None
     calibration: str | None = None
     cal_reps: int | None = None             # timed steps per calibration number (None: each one's default)
     base_dir: str | None = None
@@ -106,7 +106,3 @@ def assignments(data: str | None, model: str | None, ckpt: str | None, matrix: b
     if "mount" in chosen.tiers() and fuse_reason:
         raise UsageError(f"a mount tier needs FUSE: {fuse_reason}; use dir or s3, e.g. --ckpt-to s3")
     return [chosen], []
-
-
-def tolerance(text: str) -> float:
-    return parse_number(text, what="--tolerance", example="15", minimum=0, allow_minimum=False, maximum=1000)

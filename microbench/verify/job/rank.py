@@ -30,6 +30,7 @@ from .tiers import Place, steady_threads, threads_settled
 from ..fsdp.steps import error_pct, sync
 from ...compose.dataload import DataRate, data_stall
 from ...compose.job.timeline import KINDS, JobPlan, PhaseCosts, timeline
+from ...world.dist import World
 
 
 
@@ -65,7 +66,7 @@ def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: di
     return timeline(plan, costs), stall.as_dict()
 
 
-def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, plan: JobPlan, model_place: Place,
+def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, plan: JobPlan, model_place: Place,
             keys: list[str], expected_sum: float, data_place: Place, dplan: Any, workers: int, batch_size: int,
             run_dir: Any, progress: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """The job, timed. `progress` (rank 0) holds every finished phase as it finishes."""
@@ -225,7 +226,7 @@ def run_job(world: Any, shape: Any, tokens: int, device: Any, precision: Any, pl
             "data_wrong": sum(e[4] for e in every)}
 
 
-def _wait_durable(world: Any, run_dir: Any, started: float, timeout_s: float) -> str:
+def _wait_durable(world: World, run_dir: Any, started: float, timeout_s: float) -> str:
     """On a cached mount rank 0 polls the store until it holds every checkpoint of the run."""
     from ...targets.mount import facts as mount_facts
 

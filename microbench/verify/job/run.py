@@ -7,30 +7,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
 import shutil
-import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from .. import launch
+from .. import noise
 from .. import model as fm
+from ..spec import JobSpec, JobTiers, RankSpec
 from .plan import MATRIX_PROFILES, JobOptions
-from .report import print_report, verdict
-from ..fsdp.phases import left_partial, partial_unless_finished
+from .report import attach, print_report, verdict
 from ..fsdp.plan import calibration_from, check_memory
-from ...core.errors import RunError
-from ...core.units import parse_positive_int
 from ...lab import namespaces as labmod
 from ...lab import placement as labrun
 from ...results import RecordWriter, new_record
-from ...results.store import atomic_write_text
 from ...targets import native
 from ...world import backends, environment as envmod
+from ...world.backends import BackendChoice
+from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
-from ...world.policy import in_world, local_ranks
+from ...world.policy import local_ranks
 
 S3_BUCKET, S3_PREFIX = "microbench", "verify-job"
 
@@ -57,14 +55,14 @@ def _own_lab(stack: contextlib.ExitStack, opts: JobOptions) -> JobOptions:
     except MicrobenchError as exc:
         return dataclasses.replace(opts, notes=[*opts.notes, f"one link profile only (loopback): no lab ({exc})"])
     profiles = [(label.strip(), parse_link_rate(label.strip())) for label in MATRIX_PROFILES.split(",")]
-    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or "2", profiles=profiles,
+    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or 2, profiles=profiles,
                                notes=[*opts.notes, f"the link profiles run on lab {name} (2 hosts), made and "
                                                    f"removed by this run"])
 
 
-def _run(opts: JobOptions, choice: Any) -> int:
+def _run(opts: JobOptions, choice: BackendChoice) -> int:
     lab = labmod.get(opts.lab) if opts.lab else None
-    given = parse_positive_int(opts.nproc, what="--nproc", example="2") if opts.nproc else None
+    given = opts.nproc
     nproc = labrun.place(lab.name, nproc=given).nproc if lab is not None else (given or local_ranks())
     if lab is None and detect_world() is None:
         check_local_world(nproc)
@@ -90,50 +88,53 @@ def _run(opts: JobOptions, choice: Any) -> int:
           f"{len(opts.assignments)} storage assignment(s) x {len(opts.profiles)} profile(s); record {path}", flush=True)
     for note in opts.notes:
         print(f"# note: {note}")
-    with partial_unless_finished(path), contextlib.ExitStack() as stack:
-        tiers, env = _tiers(stack, tiers_used, opts)
-        if lab is not None and tiers.get("ports"):
+    with launch.partial_unless_finished(path), contextlib.ExitStack() as stack:
+        tiers, env, helpers = _tiers(stack, tiers_used, opts)
+        if lab is not None and tiers.ports:
             from ...lab.relay import LoopbackRelay
 
             hosts = [h.netns for h in lab.hosts[:nproc]]
-            stack.enter_context(LoopbackRelay(hosts, tiers["ports"]))
+            stack.enter_context(LoopbackRelay(hosts, tiers.ports))
         job_choice = dataclasses.replace(choice, env={**choice.env, **env})
-        base = {"device": choice.device, "backend": choice.backend, "record": str(path), "timeout": opts.timeout_s,
-                "nproc": nproc, "shape": opts.shape, "tokens": opts.tokens, "steps": opts.steps,
-                "ckpt_every": opts.ckpt_every, "async_ckpt": opts.async_ckpt, "batch_size": opts.batch_size,
-                "sample_bytes": opts.sample_bytes, "workers": opts.workers, "tiers": tiers,
-                "assignments": [(a.data, a.model_from, a.ckpt_to) for a in opts.assignments],
-                "calibration": cal, "cal_reps": opts.cal_reps,
-                "calibration_source": f"--calibration {opts.calibration}" if opts.calibration else None}
+        base = JobSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=opts.timeout_s,
+                       nproc=nproc, shape=opts.shape, tokens=opts.tokens, steps=opts.steps,
+                       ckpt_every=opts.ckpt_every, async_ckpt=opts.async_ckpt, batch_size=opts.batch_size,
+                       sample_bytes=opts.sample_bytes, workers=opts.workers, tiers=tiers,
+                       assignments=list(opts.assignments), calibration=cal, cal_reps=opts.cal_reps,
+                       calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
         try:
             for label, rate in opts.profiles:
                 if lab is not None:
                     labmod.shape(lab.name, rate, lab.delay_ms)
-                code = _launch({**base, "profile": label}, nproc, opts.timeout_s, job_choice, opts.lab)
+                code = launch.launch(dataclasses.replace(base, profile=label), job_choice, lab=opts.lab,
+                                     helpers=helpers)
                 if code != 0:
-                    return left_partial(path, code)
+                    return launch.left_partial(path, code)
         finally:
             if lab is not None:
                 labmod.shape(lab.name, lab.rate_bps, lab.delay_ms)
     return _finish(path, opts.tolerance_pct)
 
 
-def _tiers(stack: contextlib.ExitStack, used: list[str], opts: JobOptions) -> tuple[dict[str, Any], dict[str, str]]:
-    """Start what the assignments need; every piece is undone when the stack closes."""
-    tiers: dict[str, Any] = {}
+def _tiers(stack: contextlib.ExitStack, used: list[str],
+           opts: JobOptions) -> tuple[JobTiers, dict[str, str], list[int | None]]:
+    """Start what the assignments need, and the pids of the servers started (their CPU time is the
+    run's, not other processes'); every piece is undone when the stack closes."""
     env: dict[str, str] = {}
+    helpers: list[int | None] = []
     base = opts.base_dir or tempfile.gettempdir()
     directory = tempfile.mkdtemp(prefix="microbench-verify-job-", dir=base)
     stack.callback(shutil.rmtree, directory, True)
-    tiers["dir"] = directory
+    tiers = JobTiers(dir=directory)
     if "s3" in used:
         from ...run.provision import embedded_s3_env
         from ...targets.s3server import EmbeddedS3
 
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
         env.update(embedded_s3_env(server))
-        tiers["s3"] = {"bucket": S3_BUCKET, "prefix": S3_PREFIX}
-        tiers.setdefault("ports", []).append(server.port)
+        tiers = dataclasses.replace(tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX},
+                                    ports=[*tiers.ports, server.port])
+        helpers.append(server.pid)
     if "mount" in used:
         from ...targets import mount as mountmod
 
@@ -142,53 +143,35 @@ def _tiers(stack: contextlib.ExitStack, used: list[str], opts: JobOptions) -> tu
         stack.callback(mountmod.down, name)
         state, _ = mountmod.up(mountmod.MountRequest(name=name, mode="cached", write_back_s=opts.write_back_s,
                                                      timeout_s=30))
-        tiers["mount"] = state.path
-        tiers["mount_name"] = name
         # Rank 0 polls the mount's own server for durability: on a lab host it needs the relay too.
-        tiers.setdefault("ports", []).append(int(state.endpoint.rsplit(":", 1)[1]))
-    return tiers, env
+        tiers = dataclasses.replace(tiers, mount=state.path, mount_name=name,
+                                    ports=[*tiers.ports, int(state.endpoint.rsplit(":", 1)[1])])
+        helpers += [state.rclone_pid, state.server_pid]
+    return tiers, env, helpers
 
 
-def _launch(spec: dict[str, Any], nproc: int, timeout_s: float, choice: Any, lab_name: str | None) -> int:
-    fd, spec_path = tempfile.mkstemp(suffix=".json", prefix="microbench-verify-job-")
-    os.close(fd)
-    try:
-        atomic_write_text(Path(spec_path), json.dumps(spec, default=str), mode=0o600)
-        per_rank, master = None, "127.0.0.1"
-        if lab_name:
-            placed = labrun.place(lab_name, nproc=nproc)
-            master, per_rank = placed.master_addr, placed.per_rank
-        return in_world(nproc=nproc, timeout_s=timeout_s, choice=choice, body=lambda w: 0, per_rank=per_rank,
-                        master_addr=master, argv=["verify", "job", "--phase-spec", spec_path])
-    finally:
-        os.unlink(spec_path)
-
-
-def run_phase(path: str) -> int:
-    """A rank's side: one link profile's world, then leave without interpreter teardown (as verify
-    fsdp's ranks do: gloo's threads can abort a finished rank at teardown)."""
+def run_phase(path: str) -> NoReturn:
+    """A rank's side: one link profile's world."""
     from .world import run_profile
 
-    with open(path) as handle:
-        spec = json.load(handle)
-    choice = backends.choose(spec["backend"])
-    code = in_world(nproc=spec["nproc"], timeout_s=spec["timeout"], choice=choice,
-                    body=lambda world: run_profile(world, spec))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    def body(world: World, spec: RankSpec) -> int:
+        assert isinstance(spec, JobSpec)
+        return run_profile(world, spec)
+
+    launch.run_rank(path, body)
 
 
-def _finish(path: Any, tol: float) -> int:
-    from ..fsdp.phases import RecordFile
+def _finish(path: Path, tol: float) -> int:
+    writer = RecordWriter.resume(path)   # as the profiles' rank 0 left it
 
-    record_file = RecordFile(path)
-    record_file.update(lambda r: r["summary"].__setitem__("verdict", verdict(r["rows"], tol)))
-    record = record_file.finish("complete")
+    def judge(record: dict[str, Any]) -> None:
+        judged = verdict(record["rows"], tol, record["summary"].get("load_by_phase"))
+        record["summary"]["verdict"] = judged
+        attach(record, judged)
+
+    writer.update(judge)
+    writer.finish("complete")
+    record = writer.record
     print_report(record)
     print(f"# results: {path}")
-    outside = record["summary"]["verdict"]["outside"]
-    if outside:
-        raise RunError(f"{len(outside)} configuration(s) outside the tolerance: {'; '.join(outside)} "
-                       f"(every row is in {path})")
-    return 0
+    return noise.exit_for(record["summary"]["verdict"], path)

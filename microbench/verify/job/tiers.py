@@ -14,6 +14,7 @@ import shutil
 import uuid
 from typing import Any
 
+from ..spec import JobTiers
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages
 
@@ -36,16 +37,17 @@ def s3_access() -> tuple[Any, ct.S3Access, str | None]:
 
 
 class Place:
-    def __init__(self, tier: str, tiers: dict[str, Any], what: str, name: str | None = None):
+    def __init__(self, tier: str, tiers: JobTiers, what: str, name: str | None = None):
         self.tier, self.what = tier, what
         self.name = name or f"microbench-job-{what}-{uuid.uuid4().hex[:10]}"
         self._client: Any = None
         if tier == "s3":
             self.s3, self.access, self.server_root = s3_access()
-            self.bucket, self.prefix = tiers["s3"]["bucket"], f"{tiers['s3']['prefix']}/{self.name}"
+            assert tiers.s3 is not None
+            self.bucket, self.prefix = tiers.s3["bucket"], f"{tiers.s3['prefix']}/{self.name}"
             self.root = None
         else:
-            self.root = os.path.join(tiers[tier], self.name)
+            self.root = os.path.join(tiers.root(tier), self.name)
 
     # -- where ------------------------------------------------------------------------
     @property
