@@ -300,7 +300,8 @@ TOOL_KINDS = ("compose", "hunt")
 
 
 def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
-          rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
+          rules: list[compare.Rule] | None = None, generated: str | None = None,
+          fleet: dict[str, Any] | None = None) -> str:
     generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     out = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
            f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>"]
@@ -340,5 +341,8 @@ def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
                    + _compare(comparable, rules or []))
     for label, name, record in compose_records:
         out.append(f"<h2>Composer what-if: {_e(label)}</h2>" + _compose(record))
+    if fleet is not None:   # a fleet record (`microbench fleet --json`): accept/fleet/html.py
+        from .fleet import html as fleet_html
+        out.append(fleet_html.section(fleet, _table))
     out.append("</body></html>\n")
     return "".join(out)
