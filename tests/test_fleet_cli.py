@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from conftest import cli_env, one_error_line
+from conftest import browser_dom, cli_env, one_error_line
 
 RATES = ("copy_gbps", "read_gbps", "write_gbps", "iops")
 
@@ -116,22 +116,8 @@ def test_the_degraded_node_is_named_with_its_device_and_every_output_written(run
 
 
 def _renders(out: Path, tmp_path: Path, plots: int) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    probe_js = ("<script>window.addEventListener('load',()=>{const r={imgs:[...document.images].map(i=>"
-                "[i.complete,i.naturalWidth,i.naturalHeight]),h2:[...document.querySelectorAll('h2')].map(h=>h.textContent)};"
-                "const p=document.createElement('pre');p.id='probe';p.textContent=JSON.stringify(r);"
-                "document.body.appendChild(p);});</script>")
-    text = out.read_text().replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';")
-    probe = tmp_path / "probe.html"
-    probe.write_text(text.replace("</body>", probe_js + "</body>"))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
-                          probe.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    seen = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S).group(1)
-                      .replace("&quot;", '"').replace("&amp;", "&"))
+    seen = browser_dom(out, tmp_path, "{imgs:[...document.images].map(i=>[i.complete,i.naturalWidth,i.naturalHeight]),"
+                                      "h2:[...document.querySelectorAll('h2')].map(h=>h.textContent)}")
     assert "Fleet" in seen["h2"]
     assert len(seen["imgs"]) == plots and all(ok and w > 300 and h > 100 for ok, w, h in seen["imgs"]), seen["imgs"]
 

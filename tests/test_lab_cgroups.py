@@ -43,10 +43,10 @@ def test_cpu_limits_keep_a_short_period_and_the_kernel_minimum():
 
 
 def test_files_per_version():
-    assert cgroups.cpu_files(1, 0.3) == [("cpu.shares", "8192"), ("cpu.cfs_period_us", "10000"),
+    assert cgroups.cpu_files(1, 0.3) == [("cpu.shares", "65536"), ("cpu.cfs_period_us", "10000"),
                                          ("cpu.cfs_quota_us", "3000")]
-    assert cgroups.cpu_files(2, 0.3) == [("cpu.weight", "800"), ("cpu.max", "3000 10000")]
-    assert cgroups.cpu_files(2, None) == [("cpu.weight", "800")]
+    assert cgroups.cpu_files(2, 0.3) == [("cpu.weight", "6400"), ("cpu.max", "3000 10000")]
+    assert cgroups.cpu_files(2, None) == [("cpu.weight", "6400")]
     assert cgroups.io_files(1, ["254:0"], 50_000_000) == [("blkio.throttle.read_bps_device", "254:0 50000000"),
                                                           ("blkio.throttle.write_bps_device", "254:0 50000000")]
     assert cgroups.io_files(2, ["8:0", "259:0"], 10) == [("io.max", "8:0 rbps=10 wbps=10"),

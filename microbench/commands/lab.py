@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_overrides(up)
     up.add_argument("--host-cpu", action="append", default=[], metavar="hI=FRACTION",
                     help="one host's CPU quota in CPUs, e.g. h4=0.3 (30%% of one CPU; cgroup; repeatable); every "
-                         "host then gets a CPU weight 8x the default, ahead of this machine's other work")
+                         "host then gets a CPU weight 64x the default, ahead of this machine's other work")
     up.add_argument("--host-disk", action="append", default=[], metavar="hI=RATE",
                     help="one host's block I/O, read and write, on every disk, e.g. h5=50MB/s (cgroup; repeatable)")
     shape = lsub.add_parser("shape", help="reshape a running lab: every host, one host, or one link")

@@ -8,13 +8,14 @@ the machine.
 A lab host stands for a machine of its own. On a box that runs other work too, a host's
 processes get whatever share the scheduler leaves them, and that share moves from one host's
 run to the next: with a load average of 9 on 2 cores, every host ran as slowly as one held to
-0.6 CPU, and a throttled host was no different from the others. So when any host's CPU is
-throttled, every host of the lab gets a cpu cgroup whose weight is 8 times the default
-(cpu.shares 8192, cpu.weight 800): the lab's hosts take the CPU before the box's other work,
-and a throttled host differs from its peers by its quota, not by the moment it ran.
+0.6 CPU, and a throttled host was no different from the others; at 8 times the default weight,
+unthrottled hosts' matmul rates still differed by 2x from one run to the next. So when any
+host's CPU is throttled, every host of the lab gets a cpu cgroup whose weight is 64 times the
+default (cpu.shares 65536, cpu.weight 6400): against eight busy processes of the box's other
+work a host still gets about 90% of the CPUs, and a throttled host differs from its peers by
+its quota, not by the moment it ran.
 
-The
-controllers are whatever the machine has, found in /proc/mounts: cgroup v1 `cpu`
+The controllers are whatever the machine has, found in /proc/mounts: cgroup v1 `cpu`
 (cpu.cfs_quota_us, cpu.cfs_period_us) and `blkio` (blkio.throttle.*_bps_device), or the v2
 unified hierarchy (cpu.max, io.max) where a v2 mount offers the controller. A v1 hierarchy wins
 where both exist: a controller bound to v1 is absent from v2's cgroup.controllers.
@@ -60,7 +61,7 @@ class Controller:
     root: Path
 
 
-WEIGHT_FACTOR = 8     # a lab host's CPU weight against the box's other work, when hosts are throttled
+WEIGHT_FACTOR = 64    # a lab host's CPU weight against the box's other work, when hosts are throttled
 V1_DEFAULT_SHARES, V2_DEFAULT_WEIGHT = 1024, 100
 
 

@@ -8,7 +8,8 @@ kept apart: the fleet compares every node at one size per metric (fleet/analysis
 
 The range is compare's noise model: a rate computed from time_us.p50 spans the rate of the
 slowest iteration to that of the fastest (value x p50/max .. value x p50/min); a latency that
-is its own statistic (rtt_us_p50) has none.
+is its own statistic (rtt_us_p50, over every round trip of a timed batch) is given the spread
+of its batches' times (value x max/p50 .. value x min/p50).
 """
 
 from __future__ import annotations
@@ -95,9 +96,13 @@ def _range(row: dict[str, Any], metric: str, value: float) -> tuple[float, float
     low, high = spread
     if metric == "time_us":
         return high, low
-    if compare.higher_is_better(metric) and _number(p50) and p50 > 0:
+    if not (_number(p50) and p50 > 0):
+        return value, value
+    if compare.higher_is_better(metric):
         return value * p50 / high, value * p50 / low
-    return value, value
+    # A latency that is its own statistic (link's rtt over every round trip of a batch) moves
+    # with the batches' times: their spread is its noise.
+    return value * high / p50, value * low / p50
 
 
 def samples(step: str, record: dict[str, Any]) -> list[Sample]:
