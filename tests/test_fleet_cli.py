@@ -193,25 +193,40 @@ def test_the_same_fleet_read_from_s3(run_cli, template, tmp_path, embedded_s3):
     assert nobucket.returncode == 2 and "does not exist" in one_error_line(nobucket.stderr)
 
 
-def test_a_server_failing_mid_read_is_a_run_error(template, tmp_path, embedded_s3):
-    from microbench.accept.fleet import s3source
-    from microbench.core.errors import RunError
+def test_a_server_failing_mid_read_is_exit_1(run_cli, tmp_path):
+    """A server that lists the prefix and then fails every read (HTTP 500): the run fails (exit
+    1, one line), it is no misuse of the command."""
+    import http.server
+    import threading
 
-    client = embedded_s3.client()
-    client.put_object(Bucket=embedded_s3.bucket, Key="midread/n0/memory.json",
-                      Body=(template / "memory.json").read_bytes())
-    import os
+    listing = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name><Prefix>run/</Prefix>'
+               '<KeyCount>1</KeyCount><IsTruncated>false</IsTruncated><Contents><Key>run/n0/memory.json</Key>'
+               '<Size>10</Size></Contents></ListBucketResult>').encode()
 
-    for key, value in embedded_s3.env().items():
-        os.environ[key] = value
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:   # noqa: N802 - http.server's name
+            listed = "list-type=2" in self.path
+            body = listing if listed else b"<Error><Code>InternalError</Code><Message>disk gone</Message></Error>"
+            self.send_response(200 if listed else 500)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        ((location, read),) = list(s3source.objects(f"s3://{embedded_s3.bucket}/midread", embedded_s3.endpoint_url))
-        client.delete_object(Bucket=embedded_s3.bucket, Key="midread/n0/memory.json")   # gone after the listing
-        with pytest.raises(RunError, match="while reading s3://"):
-            read()
+        done = fleet(run_cli, "s3://b/run", "--endpoint", f"http://127.0.0.1:{server.server_address[1]}",
+                     env={"AWS_ACCESS_KEY_ID": "fleettest", "AWS_SECRET_ACCESS_KEY": "fleettest-secret",
+                          "AWS_DEFAULT_REGION": "us-east-1"})
     finally:
-        for key in embedded_s3.env():
-            os.environ.pop(key, None)
+        server.shutdown()
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    line = one_error_line(done.stderr)
+    assert "while reading s3://b/run/n0/memory.json" in line and "fleettest-secret" not in done.stderr
 
 
 def _write(path: Path, value: Any) -> Path:

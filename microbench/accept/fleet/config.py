@@ -38,7 +38,7 @@ class Config:
     accept: str | None = option(None, parse=text, metavar="THRESHOLDS",
                                 help="acceptance floors (TOML or JSON, as `suite --accept`), held per node; most of a "
                                      "group below one floor is one fleet-wide finding")
-    budget: float = option(1.0, parse=budget, metavar="FLAGS",
+    budget: float = option(1.0, parse=budget, metavar="FLAGS", shown="1",
                            help="false flags allowed per run over nodes x metrics; k is set so that a healthy fleet "
                                 "stays within it in 95%% of runs")
     min_fraction: float = option(0.05, parse=fraction, metavar="SHARE",

@@ -207,13 +207,27 @@ def gate(values: dict[str, float], p: float, min_fraction: float, higher_better:
             for n in nodes}
 
 
-def noise_verdict(g: Gate, best: float, higher_better: bool) -> str:
+def noise_edge(g: Gate, peers_worst: list[float], higher_better: bool) -> float:
+    """Where a node's best iteration must lie for a FAIL: past the gate's edge and past the
+    fleet's own range of iterations, whose lower end (for a bandwidth) is the median of the
+    peers' slowest iterations. Without per-iteration times a peer's worst is its value, and
+    the gate's edge decides alone."""
+    if not peers_worst:
+        return g.edge
+    typical = median(peers_worst)
+    return min(g.edge, typical) if higher_better else max(g.edge, typical)
+
+
+def noise_verdict(g: Gate, best: float, higher_better: bool, peers_worst: list[float] | None = None) -> str:
     """PASS when not flagged; FAIL when even the node's best iteration (or best repeat) lies
-    past the band's edge; INCONCLUSIVE when its range reaches back into the band (compare's
-    rule: while any iteration was as good as the fleet's, the machine may explain the median)."""
+    outside the fleet's band: past the gate's edge and past the iterations its peers gave;
+    INCONCLUSIVE when its range reaches back into that band. compare's rule, with the fleet as
+    the other run: while any iteration was as good as a typical peer's slowest, the machine
+    (another job on a shared disk, a busy core) may explain the median."""
     if not g.flagged:
         return "PASS"
-    beyond = best < g.edge if higher_better else best > g.edge
+    edge = noise_edge(g, peers_worst or [], higher_better)
+    beyond = best < edge if higher_better else best > edge
     return "FAIL" if beyond else "INCONCLUSIVE"
 
 

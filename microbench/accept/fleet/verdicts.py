@@ -113,27 +113,31 @@ def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list
             g = gates.get(node)
             if g is None:
                 lines.append(Line(node, label, sample.size_bytes, "PASS", value, None, None, None, sample.device,
-                                  f"no peer of its kind measured it: floors only", sample.kind, "fleet",
+                                  "no peer of its kind measured it: floors only", sample.kind, "fleet",
                                   sample.higher_better, runs=runs))
                 continue
-            verdict = stats.noise_verdict(g, best, sample.higher_better)
+            peers_worst = [v[1] for other, v in by_node.items() if other != node]
+            verdict = stats.noise_verdict(g, best, sample.higher_better, peers_worst)
+            edge = stats.noise_edge(g, peers_worst, sample.higher_better)
             lines.append(Line(node, label, sample.size_bytes, verdict, value, g.reference,
                               value / g.reference if g.reference else None, g.z, sample.device,
-                              _reason(g, verdict, best, runs, min_fraction, sample.higher_better), sample.kind, "fleet",
+                              _reason(g, verdict, best, runs, edge, sample.higher_better), sample.kind, "fleet",
                               sample.higher_better, runs=runs))
     return lines
 
 
-def _reason(g: stats.Gate, verdict: str, best: float, runs: int, min_fraction: float, higher_better: bool) -> str:
+def _reason(g: stats.Gate, verdict: str, best: float, runs: int, edge: float, higher_better: bool) -> str:
     if verdict == "PASS":
         return ""
     side = "below" if higher_better else "above"
     what = f"{100 * g.worse_fraction:.0f}% worse than the median {g.reference:.4g}"
     zs = "z beyond k" if g.z is None or abs(g.z) == float("inf") else f"z {g.z:.1f}"
     span = f"its best of {runs} runs" if runs > 1 else "its best iteration"
+    band = (f"the band's edge {g.edge:.4g}" if edge == g.edge else
+            f"the peers' typical slowest iteration {edge:.4g} (band's edge {g.edge:.4g})")
     if verdict == "FAIL":
-        return f"{what} ({zs}); {span}, {best:.4g}, is still {side} the band's edge {g.edge:.4g}"
-    return f"{what} ({zs}), but {span}, {best:.4g}, is within the band (edge {g.edge:.4g}): rerun"
+        return f"{what} ({zs}); {span}, {best:.4g}, is still {side} {band}"
+    return f"{what} ({zs}), but {span}, {best:.4g}, is within the fleet's band ({band}): rerun"
 
 
 def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
@@ -152,7 +156,7 @@ def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
             others = [v[0] for p, v in devices if p != position]
             ref = stats.median(others)
             g = stats.gate_one(value, others, 0.0, min_fraction, sample.higher_better, ref, 0.0)
-            verdict = stats.noise_verdict(g, best, sample.higher_better)
+            verdict = stats.noise_verdict(g, best, sample.higher_better, [v[1] for p, v in devices if p != position])
             if verdict == "PASS":
                 continue
             lines.append(Line(node, f"{metric_label(sample, sample.size_bytes)} vs sister devices", sample.size_bytes,
