@@ -57,11 +57,12 @@ def make_fleet(template: Path, root: Path, nodes: list[str], edit: Callable[[str
 
 def slow_memory(node: str, factor: float, template: Path) -> Callable[[str, str, dict], None]:
     """`node`'s memory copies at `factor` of the others, every iteration (its times scaled too),
-    and further by the template's own spread (its p50 over its fastest iteration): on a loaded
-    machine one iteration can run twice as fast as the median, and a fault is a fault only when
-    even the node's best iteration is slower than the fleet's band (the noise rule)."""
+    and further by the template's own spread (its fastest and slowest iteration against its
+    median): on a loaded machine one iteration can run twice as fast as the median, and a fault
+    is a fault only when even the node's best iteration is slower than the fleet's band and its
+    peers' slowest iterations (the noise rule)."""
     rows = json.loads((template / "memory.json").read_text())["rows"]
-    factor /= max(r["time_us"]["p50"] / r["time_us"]["min"] for r in rows)
+    factor /= max(r["time_us"]["p50"] / r["time_us"]["min"] * r["time_us"]["max"] / r["time_us"]["p50"] for r in rows)
 
     def edit(who: str, name: str, record: dict) -> None:
         if who == node and name == "memory.json":
