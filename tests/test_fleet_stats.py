@@ -280,3 +280,11 @@ def test_a_best_iteration_within_the_peers_slowest_iterations_is_inconclusive():
     assert stats.noise_edge(g, [], True) == g.edge
     lat = stats.gate_one(120.0, [100.0, 101.0, 99.0, 100.5], 3.0, 0.05, False)
     assert stats.noise_verdict(lat, best=110.0, higher_better=False, peers_worst=[111.0, 112.0, 115.0]) == "INCONCLUSIVE"
+
+
+def test_the_spread_of_a_group_is_never_tighter_than_its_nodes_repeatability():
+    values = {"a": 1.883, "b": 1.884, "c": 1.881, "d": 1.885, "e": 1.713}
+    tight = stats.gate(values, 0.001, 0.05, True)
+    assert tight["e"].flagged                  # 9% worse, many MADs of four hosts within 0.2%
+    noisy = stats.gate(values, 0.001, 0.05, True, spread={n: 0.04 for n in values})
+    assert not noisy["e"].flagged and noisy["e"].sigma == pytest.approx(0.04)   # each host's own iterations move 2%

@@ -107,7 +107,8 @@ def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list
     lines = []
     for key, by_node in sorted(merged.items()):
         values = {node: v[0] for node, v in by_node.items()}
-        gates = stats.gate(values, p, min_fraction, next(iter(by_node.values()))[4].higher_better)
+        spread = {node: abs(v[2] - v[1]) / 2 for node, v in by_node.items()}
+        gates = stats.gate(values, p, min_fraction, next(iter(by_node.values()))[4].higher_better, spread)
         for node, (value, _worst, best, runs, sample) in sorted(by_node.items()):
             label = metric_label(sample, sample.size_bytes)
             g = gates.get(node)
