@@ -224,18 +224,26 @@ def gate(values: dict[str, float], p: float, min_fraction: float, higher_better:
     return out
 
 
-def noise_edge(g: Gate, peers_worst: list[float], higher_better: bool) -> float:
+def noise_edge(g: Gate, peers_worst: float | None, higher_better: bool) -> float:
     """Where a node's best iteration must lie for a FAIL: past the gate's edge and past the
-    fleet's own range of iterations, whose lower end (for a bandwidth) is the median of the
-    peers' slowest iterations. Without per-iteration times a peer's worst is its value, and
-    the gate's edge decides alone."""
-    if not peers_worst:
+    fleet's own range of iterations, whose end (for a bandwidth, the lower) is `peers_worst`:
+    the median of its peers' slowest iterations. Without per-iteration times a peer's worst is
+    its value, and the gate's edge decides alone."""
+    if peers_worst is None:
         return g.edge
-    typical = median(peers_worst)
-    return min(g.edge, typical) if higher_better else max(g.edge, typical)
+    return min(g.edge, peers_worst) if higher_better else max(g.edge, peers_worst)
 
 
-def noise_verdict(g: Gate, best: float, higher_better: bool, peers_worst: list[float] | None = None) -> str:
+def typical_worst(worst: dict[str, float]) -> dict[str, float]:
+    """Per node, the median of its peers' slowest iterations: of the others under SMALL_FLEET
+    nodes, of the whole group above (where one node moves the median by nothing)."""
+    if len(worst) >= SMALL_FLEET:
+        whole = median(list(worst.values()))
+        return {n: whole for n in worst}
+    return {n: median([w for m, w in worst.items() if m != n]) for n in worst if len(worst) > 1}
+
+
+def noise_verdict(g: Gate, best: float, higher_better: bool, peers_worst: float | None = None) -> str:
     """PASS when not flagged; FAIL when even the node's best iteration (or best repeat) lies
     outside the fleet's band: past the gate's edge and past the iterations its peers gave;
     INCONCLUSIVE when its range reaches back into that band. compare's rule, with the fleet as
@@ -243,7 +251,7 @@ def noise_verdict(g: Gate, best: float, higher_better: bool, peers_worst: list[f
     (another job on a shared disk, a busy core) may explain the median."""
     if not g.flagged:
         return "PASS"
-    edge = noise_edge(g, peers_worst or [], higher_better)
+    edge = noise_edge(g, peers_worst, higher_better)
     beyond = best < edge if higher_better else best > edge
     return "FAIL" if beyond else "INCONCLUSIVE"
 

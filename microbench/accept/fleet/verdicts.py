@@ -109,6 +109,7 @@ def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list
         values = {node: v[0] for node, v in by_node.items()}
         spread = {node: abs(v[2] - v[1]) / 2 for node, v in by_node.items()}
         gates = stats.gate(values, p, min_fraction, next(iter(by_node.values()))[4].higher_better, spread)
+        typical = stats.typical_worst({node: v[1] for node, v in by_node.items()})
         for node, (value, _worst, best, runs, sample) in sorted(by_node.items()):
             label = metric_label(sample, sample.size_bytes)
             g = gates.get(node)
@@ -117,9 +118,8 @@ def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list
                                   "no peer of its kind measured it: floors only", sample.kind, "fleet",
                                   sample.higher_better, runs=runs))
                 continue
-            peers_worst = [v[1] for other, v in by_node.items() if other != node]
-            verdict = stats.noise_verdict(g, best, sample.higher_better, peers_worst)
-            edge = stats.noise_edge(g, peers_worst, sample.higher_better)
+            verdict = stats.noise_verdict(g, best, sample.higher_better, typical.get(node))
+            edge = stats.noise_edge(g, typical.get(node), sample.higher_better)
             lines.append(Line(node, label, sample.size_bytes, verdict, value, g.reference,
                               value / g.reference if g.reference else None, g.z, sample.device,
                               _reason(g, verdict, best, runs, edge, sample.higher_better), sample.kind, "fleet",
@@ -157,7 +157,8 @@ def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
             others = [v[0] for p, v in devices if p != position]
             ref = stats.median(others)
             g = stats.gate_one(value, others, 0.0, min_fraction, sample.higher_better, ref, 0.0)
-            verdict = stats.noise_verdict(g, best, sample.higher_better, [v[1] for p, v in devices if p != position])
+            verdict = stats.noise_verdict(g, best, sample.higher_better,
+                                          stats.median([v[1] for p, v in devices if p != position]))
             if verdict == "PASS":
                 continue
             lines.append(Line(node, f"{metric_label(sample, sample.size_bytes)} vs sister devices", sample.size_bytes,
