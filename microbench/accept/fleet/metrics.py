@@ -14,6 +14,7 @@ of its batches' times (value x max/p50 .. value x min/p50).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -98,11 +99,16 @@ def _range(row: dict[str, Any], metric: str, value: float) -> tuple[float, float
         return high, low
     if not (_number(p50) and p50 > 0):
         return value, value
-    if compare.higher_is_better(metric):
+    if _higher_is_better(metric):
         return value * p50 / high, value * p50 / low
     # A latency that is its own statistic (link's rtt over every round trip of a batch) moves
     # with the batches' times: their spread is its noise.
     return value * high / p50, value * low / p50
+
+
+@functools.lru_cache(maxsize=None)
+def _higher_is_better(metric: str) -> bool:
+    return compare.higher_is_better(metric)
 
 
 def samples(step: str, record: dict[str, Any]) -> list[Sample]:
@@ -124,7 +130,7 @@ def samples(step: str, record: dict[str, Any]) -> list[Sample]:
         size = row.get("size_bytes") if isinstance(row.get("size_bytes"), int) else None
         position = " ".join(f"{k}={row[k]}" for k in POSITION_KEYS if k in row and row[k] is not None)
         out.append(Sample(step, f"{step} {_label(row, fields, varying.get(row.get('op'), set()))} {metric}", size,
-                          value, worst, best, compare.higher_is_better(metric), kind,
+                          value, worst, best, _higher_is_better(metric), kind,
                           device_of(spec.name if spec else "", record, row), position))
     return out
 

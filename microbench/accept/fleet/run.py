@@ -49,8 +49,7 @@ def _beside(record: Path, suffix: str, given: str | None) -> Path:
 def run(config: Config, argv: list[str] | None = None) -> Outcome:
     check_outputs(config)
     analysis = analyse(config)
-    writer = RecordWriter(outputs.record(analysis, argv), config.json, config.results_dir)
-    path = writer.finish("complete")
+    path = RecordWriter(outputs.record(analysis, argv), config.json, config.results_dir).path
     drain, rerun = _beside(path, "drain", config.drain), _beside(path, "rerun", config.rerun)
     atomic_write_new(drain, outputs.node_list(analysis.drain), "drain list")
     atomic_write_new(rerun, outputs.node_list(analysis.rerun), "rerun list")
