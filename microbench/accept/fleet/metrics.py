@@ -15,6 +15,7 @@ of its batches' times (value x max/p50 .. value x min/p50).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,8 @@ def kind_of(spec_name: str) -> str:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite number: rows are read as they are, and NaN or infinity in one is no figure."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _label(row: dict[str, Any], fields: tuple[str, ...], varying: set[str]) -> str:

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.units import format_size
 from . import stats
 from .metrics import Sample
 
@@ -96,8 +97,6 @@ def merged_values(samples: dict[str, list[Sample]], sizes: dict[tuple[str, str],
 
 
 def metric_label(sample: Sample, size: int | None) -> str:
-    from ...core.units import format_size
-
     where = f" @ {format_size(size)}" if size is not None else ""
     return f"{sample.metric}{where}{' ' + sample.position if sample.position else ''}"
 
