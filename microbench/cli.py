@@ -23,7 +23,7 @@ from .core.redaction import redact_text
 
 # The tools: each module has add_parser(subparsers) and run(args) -> int. Probe commands are not
 # listed here: they come from the registry (one ProbeSpec per probe module).
-COMMAND_MODULES = ["env", "lab", "mount", "suite", "compose", "verify", "plot", "compare", "report", "hunt"]
+COMMAND_MODULES = ["env", "lab", "mount", "suite", "compose", "verify", "plot", "compare", "report", "hunt", "fleet"]
 # Help for the first word of two-word probe commands (`storage posix`): the group, not its probes.
 GROUP_HELP = {
     "storage": ("file, object-store and GPU-direct storage throughput",

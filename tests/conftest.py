@@ -178,6 +178,35 @@ def ranks_of(pid: int, *, deep: bool = False) -> dict[int, int]:
     return out
 
 
+# --------------------------------------------------------------------------- a real browser
+
+
+def browser_dom(page: Path, tmp_path: Path, expression: str) -> Any:
+    """What headless Chromium computes of `page` once it has loaded: `expression` (JavaScript,
+    evaluated after load) as parsed JSON. A copy of the page is opened, its policy widened for
+    this one inline script; the test is skipped where chromium is not installed."""
+    import re
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    script = (f"<script>window.addEventListener('load',()=>{{const r=({expression});"
+              "const p=document.createElement('pre');p.id='probe';p.textContent=JSON.stringify(r);"
+              "document.body.appendChild(p);});</script>")
+    text = page.read_text().replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';")
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", script + "</body>"))
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+                          probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stdout[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
+
+
 # --------------------------------------------------------------------------- mounts (root)
 
 

@@ -25,7 +25,7 @@ SHELL_OPS = {"&&", "||", ";", "|", ">", ">>", "2>", "&"}
 
 def top_level_yaml(text: str) -> dict[str, object]:
     """The subset of YAML a SkyPilot task uses here: top-level `key: scalar`, `key: |` blocks and
-    one-level mappings. Used when PyYAML is absent (it is not a dependency of microbench)."""
+    nested mappings. Used when PyYAML is absent (it is not a dependency of microbench)."""
     out: dict[str, object] = {}
     lines = text.splitlines()
     i = 0
@@ -46,7 +46,24 @@ def top_level_yaml(text: str) -> dict[str, object]:
         elif rest:
             out[key] = int(rest) if rest.isdigit() else rest
         else:
-            out[key] = {k.strip(): v.strip() for k, _, v in (b.partition(":") for b in block if b.strip())}
+            out[key] = _mapping([b for b in block if b.strip() and not b.lstrip().startswith("#")])
+    return out
+
+
+def _mapping(block: list[str]) -> dict[str, object]:
+    """`key: value` lines of one indentation, a key with nothing after its colon holding the
+    more deeply indented lines below it (file_mounts: /fleet: name: ...)."""
+    out: dict[str, object] = {}
+    indent = min(len(b) - len(b.lstrip()) for b in block)
+    i = 0
+    while i < len(block):
+        key, _, value = block[i].partition(":")
+        i += 1
+        inner = []
+        while i < len(block) and len(block[i]) - len(block[i].lstrip()) > indent:
+            inner.append(block[i])
+            i += 1
+        out[key.strip()] = _mapping(inner) if inner else value.strip()
     return out
 
 
@@ -89,8 +106,12 @@ def check_invocation(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     if getattr(args, "sizes", None):
         assert parse_sizes(args.sizes)
-    if hasattr(args, "warmup"):
+    if hasattr(args, "progress"):     # the sweep flags (hunt has a --warmup of its own)
         settings_from_args(args)
+    if args.command == "fleet":
+        from microbench.commands.fleet import config_from
+
+        assert config_from(args).sources
     if getattr(args, "accept", None):
         assert accept.load_checks(Path(EXAMPLES.parent, args.accept))
 
@@ -107,12 +128,16 @@ def load_task() -> dict[str, object]:
     return parsed
 
 
-def test_skypilot_task_runs_the_suite_and_nccl_under_torchrun():
+def test_skypilot_task_runs_the_suite_and_nccl_under_torchrun_and_ends_with_the_fleet():
     task = load_task()
     assert isinstance(task["num_nodes"], int) and task["num_nodes"] >= 2
     assert task["resources"]["accelerators"].endswith(":8")
     calls = [call for tokens in command_lines(task["run"]) for call in microbench_invocations(tokens)]
-    assert [argv[0] for _, argv in calls] == ["suite", "nccl"]
+    assert [argv[0] for _, argv in calls] == ["suite", "nccl", "hunt", "fleet"]
+    # Every node's suite in one place, the place the fleet reads: the bucket mounted at /fleet.
+    suite_dir = calls[0][1][calls[0][1].index("--results-dir") + 1]
+    assert suite_dir.startswith("/fleet/") and task["file_mounts"]["/fleet"]
+    assert [a for a in calls[3][1] if a.startswith("s3://")] == ["s3://X/X/nodes", "s3://X/X/cluster"]
     (launcher, nccl) = calls[1]
     assert launcher == "torchrun" and nccl[nccl.index("--sizes") + 1] == "1M-4G"
     torchrun = next(t for t in command_lines(task["run"]) if t[0] == "torchrun")
@@ -132,8 +157,14 @@ def test_slurm_script_is_valid_bash_and_runs_microbench_under_srun():
                       if line.startswith("#SBATCH ") and "=" in line)
     assert int(directives["--nodes"]) >= 2 and int(directives["--ntasks-per-node"]) == 8
     calls = [call for tokens in command_lines(text) for call in microbench_invocations(tokens)]
-    assert [(launcher, argv[0]) for launcher, argv in calls] == [("srun", "suite"), ("srun", "nccl")]
+    assert [(launcher, argv[0]) for launcher, argv in calls] == [("srun", "suite"), ("srun", "nccl"), ("srun", "hunt"),
+                                                                 ("microbench", "fleet")]
     assert calls[1][1][calls[1][1].index("--sizes") + 1] == "1M-4G"
+    # Every node's suite under one shared directory, which the fleet reads with the job's nodes.
+    suite_dir = calls[0][1][calls[0][1].index("--results-dir") + 1]
+    fleet = calls[3][1]
+    assert suite_dir == "results/slurm-1234/nodes/gpu001" and fleet[1] == "results/slurm-1234/nodes"
+    assert fleet[fleet.index("--hosts") + 1] == "results/slurm-1234/hosts.txt"
     for _, argv in calls:
         check_invocation(argv)
 

@@ -109,7 +109,9 @@ def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name
     assert done.returncode == 0, done.stderr
     (record,) = records(tmp_path, "nccl-*.json")
     assert record["config"]["world"]["size"] == 4
-    assert record["summary"]["topology"] == {"nodes": 2, "ranks_per_node": 2, "from": "LOCAL_WORLD_SIZE"}
+    # Each lab host by its name in the lab (h0, h1): what hunt and the fleet call it.
+    assert record["summary"]["topology"] == {"nodes": 2, "ranks_per_node": 2, "from": "LOCAL_WORLD_SIZE",
+                                             "hosts": ["h0", "h1"]}
     by_group = {g: [r for r in record["rows"] if r["group"] == g] for g in ("world", "node", "cross")}
     assert {r["ranks"] for r in by_group["world"]} == {4}
     assert {(r["ranks"], r["groups_at_once"]) for r in by_group["node"] + by_group["cross"]} == {(2, 2)}

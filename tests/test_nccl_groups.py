@@ -113,7 +113,11 @@ def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_pa
     results = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], results[0][1]
     record = json.loads(out.read_text())
-    assert record["summary"]["topology"] == {"nodes": 2, "ranks_per_node": 2, "from": "LOCAL_WORLD_SIZE"}
+    # Every node's host, for the fleet to name a node group: here both "nodes" are this machine.
+    import socket
+
+    assert record["summary"]["topology"] == {"nodes": 2, "ranks_per_node": 2, "from": "LOCAL_WORLD_SIZE",
+                                             "hosts": [socket.gethostname()] * 2}
     assert set(record["summary"]["groups"]) == {"world", "node", "cross"}
     for op in checked:
         for group, ranks in (("world", 4), ("node", 2), ("cross", 2)):

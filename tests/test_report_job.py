@@ -4,12 +4,12 @@ draws it."""
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from microbench.accept.report_job import COLOURS
+
+from conftest import browser_dom
 
 JOB = ["compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100", "--steps", "20",
        "--ckpt-every", "5", "--net", "eth=1.6GB/s", "--net", "ib=40GB/s", "--tier", "nvme=10:10,ephemeral",
@@ -45,22 +45,10 @@ def test_the_report_draws_each_configurations_timeline_and_tables_the_whatif(rep
 
 
 def test_chromium_draws_the_timelines(report, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
     out, _ = report
-    probe_js = ("<script>window.addEventListener('load',()=>{const s=document.querySelector('svg').getBoundingClientRect();"
-                "const r={w:s.width,h:s.height,rects:[...document.querySelectorAll('svg rect')].filter(x=>"
-                "x.getBoundingClientRect().width>0).length};const p=document.createElement('pre');p.id='probe';"
-                "p.textContent=JSON.stringify(r);document.body.appendChild(p);});</script>")
-    text = out.read_text().replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';")
-    probe = tmp_path / "probe.html"
-    probe.write_text(text.replace("</body>", probe_js + "</body>"))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
-                          probe.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    seen = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S).group(1).replace("&quot;", '"'))
+    seen = browser_dom(out, tmp_path, "(()=>{const s=document.querySelector('svg').getBoundingClientRect();"
+                                      "return {w:s.width,h:s.height,rects:[...document.querySelectorAll('svg rect')]"
+                                      ".filter(x=>x.getBoundingClientRect().width>0).length};})()")
     assert seen["w"] > 900 and seen["h"] > 150 and seen["rects"] > 50, seen
 
 

@@ -256,6 +256,7 @@ class Context:
     checks: list[accept.Check] | None = None
     rules: list[compare.Rule] = field(default_factory=list)
     verdicts: dict[str, list[Any]] | None = None
+    fleet: dict[str, Any] | None = None     # a fleet record (`microbench fleet --json`)
 
 
 def _summary(ctx: Context) -> str:
@@ -305,6 +306,14 @@ def _probes(ctx: Context) -> str:
     return "".join(out)
 
 
+def _fleet(ctx: Context) -> str:
+    if ctx.fleet is None:
+        return ""
+    from .fleet import html as fleet_html
+
+    return fleet_html.section(ctx.fleet, _table)
+
+
 def _compare_section(ctx: Context) -> str:
     comparable = [r for r in ctx.runs if any(rec.get("kind") != "compose" for _, rec in r.records.values())]
     if len(comparable) < 2:
@@ -319,16 +328,17 @@ def _composer(ctx: Context) -> str:
 
 
 # The page, in order: the answer first, then the details.
-SECTIONS: list[Callable[[Context], str]] = [_summary, _runs, _environment, _acceptance_section, _hunts, _probes,
+SECTIONS: list[Callable[[Context], str]] = [_summary, _fleet, _runs, _environment, _acceptance_section, _hunts, _probes,
                                             _compare_section, _composer]
 
 
 def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
-          rules: list[compare.Rule] | None = None, generated: str | None = None) -> str:
+          rules: list[compare.Rule] | None = None, generated: str | None = None,
+          fleet: dict[str, Any] | None = None) -> str:
     generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     verdicts = ({run.label: accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
                  for run in runs} if checks else None)
-    ctx = Context(runs, checks, rules or [], verdicts)
+    ctx = Context(runs, checks, rules or [], verdicts, fleet)
     head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
             f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>")
     return head + "".join(section(ctx) for section in SECTIONS) + "</body></html>\n"

@@ -1,4 +1,5 @@
-"""`microbench lab up|down|status`: emulated hosts (network namespaces) behind shaped links."""
+"""`microbench lab up|down|status|shape|exec`: emulated hosts (network namespaces) behind shaped
+links, each host's CPU and disk throttled on request (cgroups), commands run inside a host."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 from ..core.tables import text_table
 
-from ..lab import namespaces as labmod
+from ..lab import cgroups as labcg, hostexec, namespaces as labmod
 from ..lab import shaping as labshape
 from ..core.units import format_link_rate, parse_link_rate
 
@@ -27,6 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--ranks-per-host", default="1", help="ranks placed on each host (default 1): they talk over the "
                     "host's own loopback, unshaped (the intra-node network), hosts over the shaped links")
     _add_overrides(up)
+    up.add_argument("--host-cpu", action="append", default=[], metavar="hI=FRACTION",
+                    help="one host's CPU quota in CPUs, e.g. h4=0.3 (30%% of one CPU; cgroup; repeatable); every "
+                         "host then gets a CPU weight 64x the default, ahead of this machine's other work")
+    up.add_argument("--host-disk", action="append", default=[], metavar="hI=RATE",
+                    help="one host's block I/O, read and write, on every disk, e.g. h5=50MB/s (cgroup; repeatable)")
     shape = lsub.add_parser("shape", help="reshape a running lab: every host, one host, or one link")
     shape.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
     shape.add_argument("--link", default=None, help="egress rate of every host (default: the lab's current rate)")
@@ -34,6 +40,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     down = lsub.add_parser("down", help="remove everything a lab created, including leftovers of a crash")
     down.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
     down.add_argument("--all", action="store_true", help="remove every microbench lab on this machine")
+    ex = lsub.add_parser("exec", help="run a command inside one lab host (its namespace, host name and cgroups)",
+                         description="Run COMMAND inside lab host hI: its network namespace, the host name hI, "
+                                     "and its cgroups when it is throttled; exit with the command's status.")
+    ex.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name (default {labmod.DEFAULT_NAME})")
+    ex.add_argument("--host", required=True, metavar="hI", help="the host to run in, e.g. h2")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
     status = lsub.add_parser("status", help="show hosts, addresses and shaping")
     status.add_argument("--name", default=None, help="only this lab (default: every microbench lab)")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -48,6 +60,8 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lab_command == "exec":
+        return hostexec.run(labmod.check_name(args.name), args.host, list(args.argv))
     if args.lab_command == "shape":
         lab = labmod.get(labmod.check_name(args.name))
         rate = parse_link_rate(args.link) if args.link is not None else lab.rate_bps
@@ -64,14 +78,17 @@ def run(args: argparse.Namespace) -> int:
         host_rates = labshape.parse_host_links(args.host_link, hosts)
         pair_rates = labshape.parse_pair_links(args.pair_link, hosts)
         per_host = labmod.parse_ranks_per_host(args.ranks_per_host, hosts)
+        host_cpu = labcg.parse_host_cpu(args.host_cpu, hosts)
+        host_disk = labcg.parse_host_disk(args.host_disk, hosts)
         lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay, host_rates, pair_rates,
-                                 ranks_per_host=per_host)
+                                 ranks_per_host=per_host, host_cpu=host_cpu, host_disk=host_disk)
         ranks = f" x {lab.ranks_per_host} ranks" if lab.ranks_per_host > 1 else ""
         if not created:
             print(f"lab {lab.name!r} is already up with {len(lab.hosts)} hosts{ranks} at {lab.rate}; nothing changed")
             return 0
         print(f"lab {lab.name!r} up: {len(lab.hosts)} hosts{ranks}, egress {lab.rate}"
-              f"{f', delay {lab.delay_ms:g} ms' if lab.delay_ms else ''}" + _describe(host_rates, pair_rates))
+              f"{f', delay {lab.delay_ms:g} ms' if lab.delay_ms else ''}" + _describe(host_rates, pair_rates)
+              + "".join(f"; h{h.index} {_limits(h)}" for h in lab.hosts if _limits(h)))
         _print_hosts([lab])
         return 0
     if args.lab_command == "down":
@@ -99,10 +116,16 @@ def _print_hosts(labs: list[labmod.Lab]) -> None:
     rows = []
     for lab in labs:
         for h in lab.hosts:
-            rows.append((lab.name, h.netns, h.address or "-", lab.ranks_per_host, h.ifname, h.state, h.shaping or "none"))
+            rows.append((lab.name, h.netns, h.address or "-", lab.ranks_per_host, h.ifname, h.state, h.shaping or "none",
+                         _limits(h) or "-"))
         if lab.bridge is None or len(lab.veths) != len(lab.hosts):
-            rows.append((lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`"))
-    print(text_table(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc"], tablefmt="simple"))
+            rows.append((lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`", "-"))
+    print(text_table(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc", "cgroup"],
+                     tablefmt="simple"))
+
+
+def _limits(host: labmod.LabHost) -> str:
+    return labcg.Throttle(host.cpu_fraction, host.disk_bps).describe()
 
 
 def _describe(host_rates: dict, pair_rates: dict) -> str:

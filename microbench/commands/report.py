@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..accept import rules as accept, report
+from ..accept.fleet import html as fleet_html
 from ..accept.compare import RULE_EXAMPLE, parse_rule
 from ..core.errors import RunError
 from ..results.store import atomic_write_text
@@ -15,6 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("results", nargs="*", metavar="RESULTS", help="suite directories or record files (the first is the compare base)")
     p.add_argument("--out", required=True, help="the HTML file to write (never overwritten)")
     p.add_argument("--accept", default=None, metavar="THRESHOLDS", help="acceptance thresholds to show verdicts for each run")
+    p.add_argument("--fleet", default=None, metavar="FLEET_RECORD",
+                   help="a fleet record (`microbench fleet --json`): its verdicts and a strip plot per metric")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE.replace('%', '%%')}")
     p.set_defaults(handler=run)
@@ -24,8 +27,9 @@ def run(args: argparse.Namespace) -> int:
     target = report.check_out(args.out)
     rules = [parse_rule(text) for text in args.fail_on]
     checks = accept.load_checks(args.accept) if args.accept else None
-    runs = report.load_runs(args.results)
-    text = report.build(runs, checks=checks, rules=rules)
+    fleet = fleet_html.load(args.fleet) if args.fleet else None
+    runs = report.load_runs(args.results) if args.results or fleet is None else []
+    text = report.build(runs, checks=checks, rules=rules, fleet=fleet)
     try:
         atomic_write_text(target, text)
     except OSError as exc:

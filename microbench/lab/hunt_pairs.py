@@ -9,8 +9,6 @@ link probe). Rank 0 gathers each round, keeps the record current, and judges at 
 
 from __future__ import annotations
 
-import os
-import re
 import socket
 import time
 from pathlib import Path
@@ -55,8 +53,7 @@ def run(opts: HuntOptions) -> int:
 
 def my_label() -> str:
     """h2 on a lab host, else the hostname: what the verdict calls this host."""
-    match = re.search(r"-(h\d+) \(", os.environ.get("MICROBENCH_LAB_HOST", ""))
-    return match.group(1) if match else socket.gethostname()
+    return envmod.host_label()
 
 
 def my_address(master_addr: str) -> str:

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import shaping as labshape
+from . import cgroups as labcg, shaping as labshape
 from ..core.units import format_link_rate
 from ..core.errors import RunError, UsageError
 from ..core.units import parse_number
@@ -44,6 +44,8 @@ class LabHost:
     shaping: str = ""
     rate_bps: int | None = None    # this host's egress rate (hosts may differ: --host-link)
     links: list[tuple[str, int | None]] = field(default_factory=list)  # (peer address, rate): --pair-link
+    cpu_fraction: float | None = None   # --host-cpu: its cgroup's CPU quota, a share of this machine's CPUs
+    disk_bps: int | None = None         # --host-disk: its cgroup's block-I/O cap
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Lab:
     # Ranks placed on each host (`lab up --ranks-per-host`): they share the host's namespace and
     # talk over its loopback, unshaped, as GPUs of one node do over NVLink.
     ranks_per_host: int = 1
+    cgroups: list[str] = field(default_factory=list)   # lab/cgroups.py: one per throttled host
 
     @property
     def rate(self) -> str:
@@ -179,7 +182,7 @@ def lab_names() -> list[str]:
         m = re.match(rf"^{PREFIX}([a-z0-9]{{1,8}})-(?:br|v\d+)$", link)
         if m:
             names.add(m.group(1))
-    return sorted(names)
+    return sorted(names | labcg.lab_names())
 
 
 def find(name: str) -> Lab | None:
@@ -196,7 +199,12 @@ def find(name: str) -> Lab | None:
     lab.bridge = f"{PREFIX}{name}-br" if f"{PREFIX}{name}-br" in links else None
     lab.veths = sorted(link for link in links if re.match(rf"^{PREFIX}{name}-v\d+$", link))
     lab.ranks_per_host = _read_ranks_per_host(lab.bridge) if lab.bridge else 1
-    if not lab.hosts and not lab.bridge and not lab.veths:
+    throttles = labcg.find(name)
+    lab.cgroups = sorted(str(p) for _, paths in throttles.values() for p in paths)
+    for host in lab.hosts:
+        throttle = throttles.get(host.index, (labcg.Throttle(), []))[0]
+        host.cpu_fraction, host.disk_bps = throttle.cpu_fraction, throttle.disk_bps
+    if not lab.hosts and not lab.bridge and not lab.veths and not lab.cgroups:
         return None
     if lab.hosts:
         for host in lab.hosts:
@@ -231,26 +239,31 @@ def _read_host(index: int, ns: str) -> LabHost:
 def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
        host_rates: dict[int, int | None] | None = None,
        pair_rates: dict[tuple[int, int], int | None] | None = None,
-       ranks_per_host: int = 1) -> tuple[Lab, bool]:
+       ranks_per_host: int = 1, host_cpu: dict[int, float] | None = None,
+       host_disk: dict[int, int] | None = None) -> tuple[Lab, bool]:
     """Create the lab; returns (lab, created). Asking again for the same lab is a no-op
     (created False); a different lab under a taken name is a UsageError, and so is a second
-    `up` of one name while the first is still creating it (each would undo the other's links)."""
+    `up` of one name while the first is still creating it (each would undo the other's links).
+    host_cpu and host_disk throttle single hosts through cgroups (lab/cgroups.py)."""
     check_name(name)
     require()
+    host_cpu, host_disk = host_cpu or {}, host_disk or {}
+    labcg.require(host_cpu, host_disk)
     from ..core.claim import exclusive
     from ..targets.mount.system import state_root
 
     with exclusive(state_root() / "locks" / f"lab-{name}",
                    f"lab {name!r} is being created by another `microbench lab up --name {name}`; wait for it, "
                    f"then see `microbench lab status --name {name}`, or pick another --name"):
-        return _claimed_up(name, hosts, rate_bps, delay_ms, host_rates, pair_rates, ranks_per_host)
+        return _claimed_up(name, hosts, rate_bps, delay_ms, host_rates, pair_rates, ranks_per_host,
+                           host_cpu, host_disk)
 
 
 def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
                 host_rates: dict[int, int | None] | None, pair_rates: dict[tuple[int, int], int | None] | None,
-                ranks_per_host: int) -> tuple[Lab, bool]:
+                ranks_per_host: int, host_cpu: dict[int, float], host_disk: dict[int, int]) -> tuple[Lab, bool]:
     existing = find(name)
-    if existing is not None and (host_rates or pair_rates):
+    if existing is not None and (host_rates or pair_rates or host_cpu or host_disk):
         raise UsageError(f"lab {name!r} already exists; reshape it with `microbench lab shape --name {name} "
                          f"--host-link h2=100mbit`, or remove it first with `microbench lab down --name {name}`")
     if existing is not None:
@@ -282,6 +295,8 @@ def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
             _run("ip", "-n", ns, "link", "set", IFNAME, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
         shape(name, rate_bps, delay_ms, hosts=hosts, host_rates=host_rates, pair_rates=pair_rates)
+        for i in range(hosts) if host_cpu else sorted(host_disk):   # every host weighted alike (cgroups.py)
+            labcg.apply(name, i, labcg.Throttle(host_cpu.get(i), host_disk.get(i), weighted=bool(host_cpu)))
     except BaseException:
         down(name)
         raise
@@ -352,6 +367,7 @@ def down(name: str) -> list[str]:
     bridge = f"{PREFIX}{name}-br"
     if bridge in _root_links() and _run("ip", "link", "del", bridge, check=False).returncode == 0:
         removed.append(bridge)
+    removed += labcg.remove(name)
     left = find(name)
     if left is not None:
         raise RunError(f"lab {name!r} could not be removed completely: {describe_leftovers(left)} remain")
@@ -359,7 +375,7 @@ def down(name: str) -> list[str]:
 
 
 def describe_leftovers(lab: Lab) -> str:
-    return ", ".join([h.netns for h in lab.hosts] + lab.veths + ([lab.bridge] if lab.bridge else []))
+    return ", ".join([h.netns for h in lab.hosts] + lab.veths + ([lab.bridge] if lab.bridge else []) + lab.cgroups)
 
 
 def no_lab_message(name: str) -> str:

@@ -23,6 +23,16 @@ def _read(path: str) -> str | None:
         return None
 
 
+def host_label() -> str:
+    """What this host is called where records name hosts (hunt's matrix, a collective's nodes):
+    h2 for a rank placed on lab host 2 (its namespace shares the machine's host name), else the
+    host name."""
+    import re
+
+    match = re.search(r"-(h\d+) \(", os.environ.get("MICROBENCH_LAB_HOST", ""))
+    return match.group(1) if match else socket.gethostname()
+
+
 def cpu_model() -> str:
     text = _read("/proc/cpuinfo") or ""
     for line in text.splitlines():
@@ -62,15 +72,67 @@ def nics() -> list[dict[str, Any]]:
         except ValueError:
             speed_mbps = None
         link = {"1": "ethernet", "772": "loopback", "32": "infiniband"}.get(kind_code or "", f"type {kind_code}")
+        rdma = ib_by_netdev.get(iface.name)
         out.append({
             "name": iface.name,
             "link": link,
             "speed_mbps": speed_mbps,
             "state": _read(str(iface / "operstate")),
             "mtu": int(_read(str(iface / "mtu")) or 0),
-            "rdma_device": ib_by_netdev.get(iface.name),
+            "rdma_device": rdma,
+            # What a fleet compares between nodes (a NIC's model and firmware) and where its
+            # pair measurements land (the address a peer reached it at). A NIC with a device
+            # behind it is hardware; veths, bridges and tunnels come and go with software.
+            "physical": (iface / "device").exists(),
+            "model": _nic_model(iface),
+            "firmware": _read(f"/sys/class/infiniband/{rdma}/fw_ver") if rdma else _ethtool_firmware(iface.name),
+            "addresses": [a for a in [_ipv4_address(iface.name)] if a],
         })
     return out
+
+
+def _nic_model(iface: Path) -> str | None:
+    """The NIC's driver and PCI ids ("mlx5_core 15b3:101b"): what lspci would name, without it."""
+    try:
+        driver = os.path.basename(os.readlink(iface / "device" / "driver"))
+    except OSError:
+        driver = None
+    ids = [(_read(str(iface / "device" / part)) or "").removeprefix("0x") for part in ("vendor", "device")]
+    model = " ".join(x for x in (driver, ":".join(ids) if all(ids) else None) if x)
+    return model or None
+
+
+_SIOCETHTOOL, _ETHTOOL_GDRVINFO, _SIOCGIFADDR = 0x8946, 0x3, 0x8915
+
+
+def _ethtool_firmware(name: str) -> str | None:
+    """The firmware version `ethtool -i` prints, asked of the kernel (ETHTOOL_GDRVINFO) directly."""
+    import ctypes
+    import fcntl
+    import struct
+
+    # struct ethtool_drvinfo: cmd, then driver, version, fw_version, bus_info, erom (32 bytes each), ...
+    info = ctypes.create_string_buffer(struct.pack("I", _ETHTOOL_GDRVINFO) + bytes(192))
+    request = struct.pack("16sP", name.encode()[:15], ctypes.addressof(info)).ljust(40, b"\0")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            fcntl.ioctl(sock.fileno(), _SIOCETHTOOL, request)
+    except OSError:
+        return None
+    firmware = info.raw[68:100].split(b"\0", 1)[0].decode(errors="replace").strip()
+    return firmware if firmware and firmware.lower() not in ("n/a", "na") else None
+
+
+def _ipv4_address(name: str) -> str | None:
+    import fcntl
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            answer = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+    except OSError:
+        return None
+    return socket.inet_ntoa(answer[20:24])
 
 
 def torch_info() -> dict[str, Any]:
@@ -177,7 +239,31 @@ def collect(*, with_nics: bool = True) -> dict[str, Any]:
     }
     if with_nics:
         env["nics"] = nics()
+    env["fingerprint"] = fingerprint(env)
     return env
+
+
+def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
+    """What makes nodes alike, from an environment block (a record's, of any age): the fields
+    that differ between two nodes of one kind only when something is wrong with one of them.
+    `microbench fleet` groups nodes by it and names the field that drifted."""
+    gpus = [g for g in env.get("gpus") or [] if isinstance(g, dict)]
+    physical = [n for n in env.get("nics") or [] if isinstance(n, dict) and n.get("physical")]
+    memory = env.get("memory") if isinstance(env.get("memory"), dict) else {}
+
+    def joined(values: list[Any]) -> str | None:
+        shown = sorted({str(v) for v in values if v is not None})
+        return ", ".join(shown) if shown else None
+
+    return {
+        "gpu_model": joined([g.get("name") for g in gpus]), "gpu_count": len(gpus),
+        "gpu_driver": joined([g.get("driver") for g in gpus]),
+        "cuda": env.get("cuda"), "torch": env.get("torch"), "nccl": env.get("nccl"), "kernel": env.get("kernel"),
+        "cpu_model": env.get("cpu_model"), "cpu_count": env.get("cpu_count"),
+        "memory_bytes": memory.get("total_bytes"),
+        "nics": [{"name": n.get("name"), "model": n.get("model"), "speed_mbps": n.get("speed_mbps"),
+                  "firmware": n.get("firmware")} for n in physical],
+    }
 
 
 def _os_release() -> str | None:

@@ -381,5 +381,7 @@ SPEC = ProbeSpec(
     row_schema=ComputeRow, validate=validate, printer=print_report,
     sweep=SweepDefaults(warmup=2, iters=10), needs=Needs(), aliases=(),
     case_keys=("dtype",), feeds=("compute",),
-    suite=(),
+    # In the suite so that every node's records carry its matmul rate: a GPU (or CPU) short of
+    # its peers is what `microbench fleet` names. Three timed replays: the rate, not a sweep.
+    suite=(SuiteStep("compute", ("--iters", "3", "--warmup", "1")),),
 )

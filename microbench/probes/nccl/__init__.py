@@ -103,6 +103,11 @@ class CollectiveProbe(Probe):
             self.topology = topology(world.size)
             check_groups(names, self.topology)
         self.groups = make_groups(dist, names, world, self.topology)
+        if self.topology is not None:
+            # Each node's host, for `microbench fleet` to name a node whose own group was slow.
+            from ...world.environment import host_label
+
+            self.hosts = world.all_gather_object(host_label())[:: self.topology.ranks_per_node]
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
@@ -255,7 +260,7 @@ class CollectiveProbe(Probe):
             summary["skipped"] = {"reason": f"does not fit in memory: {plan.why()}",
                                   "cases": [one.to_dict() for one in plan.skipped]}
         if self.topology is not None:
-            summary["topology"] = self.topology.to_dict()
+            summary["topology"] = {**self.topology.to_dict(), "hosts": self.hosts}
             summary["groups"] = {g.name: {"ranks": g.size, "groups_at_once": g.concurrent, "fits": per_group[g.name]}
                                  for g in self.groups.values()}
         return summary

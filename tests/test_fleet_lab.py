@@ -1,0 +1,128 @@
+"""The lab as a fleet (root, slow): six hosts at 1gbit, h2's link at 500mbit, h4's CPU at 0.3 and
+h5's disk at 50MB/s; `microbench suite` inside every host (the steps the fleet needs: memory,
+posix storage, compute), `microbench hunt` for the pairs, then `microbench fleet` names exactly
+h2 (its NIC), h4 (memory and compute) and h5 (its disk). The same records read from the
+embedded S3 server; one host's records deleted (MISSING); one record's fingerprint edited
+(DRIFT); every host throttled alike (one fleet-wide finding, no failed host); `lab down` leaves
+no namespace and no cgroup."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from microbench.lab import cgroups
+
+from conftest import one_error_line
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+STEPS = "memory,storage posix,compute"
+
+
+@pytest.fixture
+def throttles():
+    if not {"cpu", "io"} <= set(cgroups.controllers()):
+        pytest.skip(f"this machine mounts no cgroup cpu and io controllers ({cgroups.controllers()})")
+
+
+def _suites(run_cli, lab: str, root: Path, hosts: int, steps: str) -> None:
+    for i in range(hosts):
+        done = run_cli("lab", "exec", "--name", lab, "--host", f"h{i}", "--", sys.executable, "-m", "microbench", "suite",
+                       "--only", steps,
+                       "--results-dir", str(root / f"h{i}"), timeout=900)
+        assert done.returncode == 0, (i, done.stdout[-2000:], done.stderr[-2000:])
+
+
+def _verdicts(path: Path) -> dict[str, str]:
+    return {n: r["verdict"] for n, r in json.loads(path.read_text())["summary"]["nodes"].items()}
+
+
+def _failed_kinds(path: Path) -> dict[str, dict[str, set[str]]]:
+    """node -> kind -> devices of its FAIL lines."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for row in json.loads(path.read_text())["rows"]:
+        if row["verdict"] == "FAIL":
+            out.setdefault(row["node"], {}).setdefault(row["kind"], set()).add(row["device"])
+    return out
+
+
+def test_the_lab_fleet_names_its_three_degraded_hosts(run_cli, lab_name, throttles, tmp_path, embedded_s3):
+    up = run_cli("lab", "up", "--name", lab_name, "--hosts", "6", "--link", "1gbit", "--host-link", "h2=500mbit",
+                 "--host-cpu", "h4=0.3", "--host-disk", "h5=50MB/s")
+    assert up.returncode == 0, up.stderr
+    root = tmp_path / "root"
+    _suites(run_cli, lab_name, root, 6, STEPS)
+    hunt = run_cli("hunt", "--lab", lab_name, "--json", str(root / "hunt.json"), timeout=600)
+    assert hunt.returncode == 1 and "slow host h2" in one_error_line(hunt.stderr)
+    down = run_cli("lab", "down", "--name", lab_name)
+    assert down.returncode == 0 and down.stdout.count("cgroup ") == 7     # six weighted cpu, one blkio
+    assert [c for c in cgroups.controllers().values() for _ in c.root.glob(f"mb-{lab_name}-h*")] == []
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("".join(f"h{i}\n" for i in range(6)))
+
+    done = run_cli("fleet", str(root), "--hosts", str(hosts), "--junit", str(tmp_path / "fleet.xml"),
+                   "--json", str(tmp_path / "fleet.json"))
+    assert done.returncode == 1, done.stderr
+    assert one_error_line(done.stderr).startswith("microbench: fleet: 3 of 6 node(s) not accepted (h2, h4, h5)")
+    kinds = _failed_kinds(tmp_path / "fleet.json")
+    assert set(kinds) == {"h2", "h4", "h5"}, done.stdout
+    assert any(d.startswith("NIC lab0") for d in kinds["h2"]["network"])
+    assert {"memory", "compute"} <= set(kinds["h4"])
+    assert any(d.startswith("host memory") for d in kinds["h4"]["memory"])
+    assert any(d.startswith("CPU") for d in kinds["h4"]["compute"])
+    assert any(d.startswith("disk /dev/") for d in kinds["h5"]["storage"])
+    assert "makes every step of this job" in done.stdout and "checkpoint save" in done.stdout
+
+    # The same records from the embedded S3 server: the same verdicts.
+    client = embedded_s3.client()
+    for path in root.rglob("*.json"):
+        client.put_object(Bucket=embedded_s3.bucket, Key=f"lab-fleet/{path.relative_to(root)}", Body=path.read_bytes())
+    s3 = run_cli("fleet", f"s3://{embedded_s3.bucket}/lab-fleet", "--endpoint", embedded_s3.endpoint_url,
+                 "--hosts", str(hosts), "--json", str(tmp_path / "s3.json"), env=embedded_s3.env())
+    assert s3.returncode == 1, s3.stderr
+    assert _verdicts(tmp_path / "s3.json") == _verdicts(tmp_path / "fleet.json")
+
+    # One host's records deleted: MISSING. One record's fingerprint edited: DRIFT.
+    edited = tmp_path / "edited"
+    shutil.copytree(root, edited)
+    shutil.rmtree(edited / "h3")
+    (memory,) = (edited / "h1").glob("suite-*/memory.json")
+    record = json.loads(memory.read_text())
+    record["environment"]["fingerprint"]["kernel"] = "0.0.0-edited"
+    memory.write_text(json.dumps(record))
+    again = run_cli("fleet", str(edited), "--hosts", str(hosts), "--json", str(tmp_path / "edited.json"))
+    assert again.returncode == 1
+    verdicts = _verdicts(tmp_path / "edited.json")
+    assert verdicts["h3"] == "MISSING" and verdicts["h1"] == "DRIFT", again.stdout
+    assert {n for n, v in verdicts.items() if v == "FAIL"} == {"h2", "h4", "h5"}
+
+
+def test_every_host_throttled_alike_is_one_fleet_wide_finding(run_cli, lab_name, throttles, tmp_path):
+    # The floor: 70% of what one host gives with the whole machine (2 CPUs of quota, the lab's weight).
+    up = run_cli("lab", "up", "--name", lab_name, "--hosts", "2", "--host-cpu", "h0=2")
+    assert up.returncode == 0, up.stderr
+    _suites(run_cli, lab_name, tmp_path / "whole", 1, "memory")
+    assert run_cli("lab", "down", "--name", lab_name).returncode == 0
+    (record,) = (tmp_path / "whole").glob("h0/suite-*/memory.json")
+    whole = max(r["copy_gbps"] for r in json.loads(record.read_text())["rows"] if r["op"] == "memcpy_1t")
+    floors = tmp_path / "floors.toml"
+    floors.write_text(f'[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = {0.7 * whole:.3f}\n')
+
+    alike = [f"h{i}=0.3" for i in range(4)]
+    up = run_cli("lab", "up", "--name", lab_name, "--hosts", "4", *[x for a in alike for x in ("--host-cpu", a)])
+    assert up.returncode == 0, up.stderr
+    root = tmp_path / "root"
+    _suites(run_cli, lab_name, root, 4, "memory")
+    assert run_cli("lab", "down", "--name", lab_name).returncode == 0
+    done = run_cli("fleet", str(root), "--accept", str(floors), "--json", str(tmp_path / "f.json"))
+    assert done.returncode == 1, done.stderr
+    assert one_error_line(done.stderr) == "microbench: fleet: 1 fleet-wide finding(s); the tables above say why"
+    assert "FLEET-WIDE floor: 4 of 4 nodes of the group below the floor memory memcpy_1t copy_gbps" in done.stdout
+    assert set(_verdicts(tmp_path / "f.json").values()) == {"PASS"}
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(f"mb-{lab_name}-") == 0
