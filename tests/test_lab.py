@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from microbench.lab import namespaces as labmod
+from microbench.lab import parsers as labparse
 from microbench.lab.shaping import parse_shaping, shape_commands, tbf_buckets
 from microbench.core.units import format_link_rate, parse_link_rate
 from microbench.lab.placement import _without
@@ -37,7 +38,7 @@ def test_parse_rate_rejects(text):
 @pytest.mark.parametrize("text", ["0", "1", "-3", "two", "65"])
 def test_parse_hosts_rejects(text):
     with pytest.raises(UsageError, match="--hosts"):
-        labmod.parse_hosts(text)
+        labparse.parse_hosts(text)
 
 
 @pytest.mark.parametrize("name", ["a-b", "UPPER", "toolongname", ""])

@@ -10,6 +10,7 @@ import pytest
 from conftest import one_error_line, records
 from microbench.core.errors import UsageError
 from microbench.lab import namespaces as labmod
+from microbench.lab import parsers as labparse
 from microbench.lab.placement import lab_ranks
 from microbench.world.topology import machine_ranks, topology
 
@@ -71,12 +72,12 @@ def test_ranks_per_host_parse_refuses_what_this_machine_cannot_run(monkeypatch):
     import microbench.world.supervisor as supervisor
 
     monkeypatch.setattr(supervisor, "local_world_limit", lambda: (6, "8 per CPU core x 1 core(s)"))
-    assert labmod.parse_ranks_per_host("3", 2) == 3
+    assert labparse.parse_ranks_per_host("3", 2) == 3
     with pytest.raises(UsageError, match=r"--ranks-per-host 4: 2 hosts x 4 = 8 ranks.*at most 6 local ranks"):
-        labmod.parse_ranks_per_host("4", 2)
+        labparse.parse_ranks_per_host("4", 2)
     for text in ("0", "-1", "two", ""):
         with pytest.raises(UsageError, match="expected a whole number of ranks per host"):
-            labmod.parse_ranks_per_host(text, 2)
+            labparse.parse_ranks_per_host(text, 2)
 
 
 @pytest.mark.parametrize("value,needle", [("0", "'0'"), ("abc", "'abc'"), ("10000", "2 hosts x 10000 = 20000 ranks")])

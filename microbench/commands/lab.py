@@ -9,7 +9,7 @@ import json
 from ..core.tables import text_table
 
 from ..lab import cgroups as labcg, hostexec, namespaces as labmod
-from ..lab import shaping as labshape
+from ..lab import parsers as labparse, shaping as labshape
 from ..core.units import format_link_rate, parse_link_rate
 
 
@@ -72,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
         _print_hosts([labmod.get(lab.name)])
         return 0
     if args.lab_command == "up":
-        hosts = labmod.parse_hosts(args.hosts)
+        hosts = labparse.parse_hosts(args.hosts)
         rate = parse_link_rate(args.link)
-        delay = labmod.parse_delay(args.delay)
+        delay = labparse.parse_delay(args.delay)
         host_rates = labshape.parse_host_links(args.host_link, hosts)
         pair_rates = labshape.parse_pair_links(args.pair_link, hosts)
-        per_host = labmod.parse_ranks_per_host(args.ranks_per_host, hosts)
+        per_host = labparse.parse_ranks_per_host(args.ranks_per_host, hosts)
         host_cpu = labcg.parse_host_cpu(args.host_cpu, hosts)
         host_disk = labcg.parse_host_disk(args.host_disk, hosts)
         lab, created = labmod.up(labmod.check_name(args.name), hosts, rate, delay, host_rates, pair_rates,

@@ -56,15 +56,23 @@ def compose_prices(job: Job, tflops: float, nets: dict[str, float],
                    tiers: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """The seam to the composer: (step seconds per network, save seconds per storage tier) for
     `job` at `tflops` per rank."""
-    from ...compose import inputs as compose_inputs, whatif
+    import argparse
 
-    world = ({"nodes": str(job.nodes), "gpus_per_node": str(job.gpus_per_node)} if job.gpus_per_node
-             else {"ranks": str(job.nodes)})
-    request = compose_inputs.ComposeRequest(
-        model=job.model, gpu=job.gpu, tflops=f"{tflops:.6g}",
-        net=[f"{name}={gbps:.6g}GB/s" for name, gbps in nets.items()],
-        tier=[f"{name}={gbps:.6g}" for name, gbps in tiers.items()], **world)
-    result = whatif.compose(compose_inputs.build(request))
+    from ...compose import inputs as compose_inputs, whatif
+    from ...core import sections
+
+    # The composer's own flags, parsed as `microbench compose` parses them: one declaration.
+    world = (["--nodes", str(job.nodes), "--gpus-per-node", str(job.gpus_per_node)] if job.gpus_per_node
+             else ["--ranks", str(job.nodes)])
+    argv = ["--model", job.model, "--tflops", f"{tflops:.6g}", *world, *(["--gpu", job.gpu] if job.gpu else [])]
+    for name, gbps in nets.items():
+        argv += ["--net", f"{name}={gbps:.6g}GB/s"]
+    for name, gbps in tiers.items():
+        argv += ["--tier", f"{name}={gbps:.6g}"]
+    parser = argparse.ArgumentParser(add_help=False)
+    sections.add_sections(parser, compose_inputs.ComposeOptions)
+    opts = sections.parse_sections(compose_inputs.ComposeOptions, parser.parse_args(argv))
+    result = whatif.compose(compose_inputs.build(opts))
     return ({name: step.step_s for name, step in result.steps.items()},
             {tier.tier: tier.save_s for tier in result.tiers if hasattr(tier, "save_s")})
 
