@@ -21,6 +21,8 @@ import pytest
 
 from conftest import cli_env
 from microbench.cli import build_parser
+from microbench.commands.generic import build_config
+from microbench.core import registry
 from microbench.core.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,11 +53,26 @@ def blocks(page: Path) -> list[tuple[str, str, int]]:
 def shell_lines(tag: str, body: str) -> list[str]:
     """The command lines of a shell block: continuations joined; in a console block only the
     lines after a `$ ` prompt (the rest is output)."""
-    joined = re.sub(r"\\\n[ \t]*", " ", body)
-    lines = joined.splitlines()
-    if tag == "console":
-        return [line.strip()[2:] for line in lines if line.strip().startswith("$ ")]
-    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return [line for _, line in numbered_shell_lines(tag, body)]
+
+
+def numbered_shell_lines(tag: str, body: str) -> list[tuple[int, str]]:
+    """shell_lines with each line's offset in the block (its first line, for a continued one)."""
+    out: list[tuple[int, str]] = []
+    pending: list[str] = []
+    for offset, raw in enumerate(body.splitlines()):
+        start = offset - len(pending)
+        if raw.endswith("\\"):
+            pending.append(raw[:-1].strip() if pending else raw[:-1].rstrip())
+            continue
+        line = " ".join([*pending, raw.strip()]) if pending else raw
+        pending = []
+        if tag == "console":
+            if line.strip().startswith("$ "):
+                out.append((start, line.strip()[2:]))
+        elif line.strip() and not line.lstrip().startswith("#"):
+            out.append((start, line))
+    return out
 
 
 def microbench_argvs(line: str) -> list[list[str]]:
@@ -103,13 +120,14 @@ def documented_commands() -> list[tuple[str, list[str]]]:
         for tag, body, line in blocks(page):
             if tag not in SHELL_TAGS:
                 continue
-            for command in shell_lines(tag, body):
+            for offset, command in numbered_shell_lines(tag, body):
                 for argv in microbench_argvs(command):
-                    out.append((f"{page.relative_to(ROOT)}:{line}: microbench {shlex.join(argv)}", argv))
+                    out.append((f"{page.relative_to(ROOT)}:{line + 1 + offset}: microbench {shlex.join(argv)}", argv))
     return out
 
 
 COMMANDS = documented_commands()
+PROBES = {tuple(spec.command): spec for spec in registry.specs()}
 
 
 def test_the_pages_hold_commands_and_the_extractor_reads_shell_as_a_shell_would():
@@ -135,6 +153,9 @@ def test_every_documented_command_parses_with_the_cli_parser(where, argv):
         return
     if isinstance(getattr(args, "sizes", None), str):
         assert parse_sizes(args.sizes), where
+    spec = PROBES.get(tuple(argv[:2])) or PROBES.get(tuple(argv[:1]))
+    if spec is not None:          # a probe's values through its own option parsers (still nothing run)
+        build_config(spec, args)
 
 
 def test_no_command_hides_outside_a_shell_block():
@@ -149,6 +170,32 @@ def test_no_command_hides_outside_a_shell_block():
             hidden += [f"{page.relative_to(ROOT)}:{line}: {text.strip()}" for text in body.splitlines()
                        if re.match(r"\s*(\$ )?microbench \w", text)]
     assert hidden == []
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_lands_on_a_file_and_a_heading():
+    broken, checked = [], 0
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, fragment = target.partition("#")
+            checked += 1
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and linked.suffix == ".md":
+                headings = {anchor(h) for h in re.findall(r"^#+ (.*)$", linked.read_text(), re.M)}
+                if fragment not in headings:
+                    broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == [] and checked >= 10, (broken, checked)
+    assert anchor("The lab: a cluster on one machine (root + iproute2)") == \
+        "the-lab-a-cluster-on-one-machine-root--iproute2"
 
 
 def test_no_placeholder_in_a_command():
@@ -201,9 +248,10 @@ def test_the_readme_install_line_is_the_quickstarts_first():
 def compose_lines() -> list[tuple[str, str]]:
     """(where, line) of every `microbench compose` line of the pages that needs nothing but the
     checkout (no suite's records, no shell variables): pure arithmetic, a second each."""
-    return [(f"{page.relative_to(ROOT)}:{number}", line) for page in PAGES
+    return [(f"{page.relative_to(ROOT)}:{number + 1 + offset}", line) for page in PAGES
             for tag, body, number in blocks(page) if tag in SHELL_TAGS
-            for line in shell_lines(tag, body) if line.startswith("microbench compose ") and "$" not in line]
+            for offset, line in numbered_shell_lines(tag, body)
+            if line.startswith("microbench compose ") and "$" not in line]
 
 
 def test_the_what_to_buy_examples_are_found():
