@@ -214,9 +214,9 @@ def test_no_placeholder_in_a_command():
 # --------------------------------------------------------------------------- the README, run
 
 
-def readme_command(prefix: str) -> str:
-    """The README's one shell line (continuations joined) that starts with `prefix`."""
-    found = [line for tag, body, _ in blocks(README) if tag in SHELL_TAGS
+def readme_command(prefix: str, page: Path = README) -> str:
+    """The page's one shell line (continuations joined) that starts with `prefix`."""
+    found = [line for tag, body, _ in blocks(page) if tag in SHELL_TAGS
              for line in shell_lines(tag, body) if line.startswith(prefix)]
     assert len(found) == 1, (prefix, found)
     return found[0]
