@@ -215,10 +215,10 @@ def parse_number(text: str | float | int, *, what: str, example: str, minimum: f
         raise UsageError(f"invalid {what} {shown!r}: expected a finite number, e.g. {what} {example}")
     if minimum is not None and (value < minimum or (value == minimum and not allow_minimum)):
         rel = "at least" if allow_minimum else "more than"
-        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {format_number(minimum, 6)}, e.g. {what} {example}")
+        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {minimum:g}, e.g. {what} {example}")
     if maximum is not None and (value > maximum or (value == maximum and not allow_maximum)):
         rel = "at most" if allow_maximum else "less than"
-        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {format_number(maximum, 6)}, e.g. {what} {example}")
+        raise UsageError(f"invalid {what} {shown!r}: must be {rel} {maximum:g}, e.g. {what} {example}")
     return value
 
 
