@@ -115,3 +115,23 @@ def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
     child = step_env(srun_task)
     assert detect_world(child) is None
     assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child
+
+
+def test_a_check_on_an_op_its_step_does_not_run_is_refused_before_any_step(run_cli, tmp_path):
+    checks = tmp_path / "t.toml"
+    checks.write_text('[[check]]\nstep = "memory"\nop = "all_reduce"\nmetric = "copy_gbps"\nmin = 0.01\n')
+    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith("microbench: the check on step 'memory': op 'all_reduce' is not one the step runs (")
+    assert '); e.g. op = "' in line, line   # an op the step runs, for the user to copy
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_check_on_a_step_only_leaves_out_is_refused_before_any_step(run_cli, tmp_path):
+    checks = tmp_path / "t.toml"
+    checks.write_text('[[check]]\nstep = "nccl"\nop = "all_reduce"\nmetric = "busbw_gbps"\nmin = 0.01\n')
+    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    assert "--only leaves that step out; add it to --only, e.g. --only memory,nccl" in last_line(done.stderr)
+    assert not (tmp_path / "r").exists()

@@ -128,7 +128,7 @@ def overhead_fraction(text: str, flag: str = "--ckpt-overhead") -> float:
     """5% or 0.05: a share of time, more than 0 and under all of it."""
     raw = str(text).strip()
     value = parse_number(raw.rstrip("%"), what=flag, example="5%", minimum=0, allow_minimum=False,
-                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False)
+                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False, typed=raw)
     return value / 100 if raw.endswith("%") else value
 
 

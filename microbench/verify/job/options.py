@@ -92,7 +92,8 @@ def resolve(flags: JobFlags) -> plan.JobOptions:
     if r.link_profiles is None and j.matrix and r.lab:
         profiles = link_profiles(plan.MATRIX_PROFILES, "--link-profiles")
     if s.base_dir is not None:
-        check_base(s.base_dir)
+        # A directory no step could write is misuse, refused before calibration and the job run.
+        check_base(s.base_dir, writable=True, flag="--dir")
     return plan.JobOptions(
         shape=shape, tokens=j.tokens, steps=j.steps, ckpt_every=j.ckpt_every, async_ckpt=j.async_ckpt,
         assignments=chosen, profiles=profiles, tolerance_pct=j.tolerance_pct, batch_size=d.batch_size,
