@@ -17,8 +17,8 @@ from typing import Any
 
 from ..core import registry
 from ..core.errors import UsageError
-from ..results import load_record
 from ..core.units import format_size, parse_number
+from ..results import load_record
 
 # What every record must share with another to be compared; a probe's spec adds its own
 # `identity_keys` (implementation fields such as the backend or the storage layer).

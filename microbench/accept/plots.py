@@ -12,8 +12,8 @@ from typing import Any
 from ..core import registry
 from ..core.errors import RunError, UsageError
 from ..core.pyplot import pyplot
-from ..results.outputs import check_new_file
 from ..core.units import format_number, format_size
+from ..results.outputs import check_new_file
 
 
 def _number(value: Any) -> bool:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import report_job as job_html, report_plots, report_summary, rules as accept, compare
-from .html_parts import escape as _e, number as _num, table as _table
 from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
-from ..results.outputs import check_new_file
 from ..core.units import format_size
+from ..results.outputs import check_new_file
+from . import compare, report_job as job_html, report_plots, report_summary, rules as accept
+from .html_parts import escape as _e, number as _num, table as _table
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;color:#1d232a;padding:0 1em}

@@ -29,7 +29,7 @@ from typing import Any
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.jsonfile import load_json, read_text
-from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size, format_number
+from ..core.units import format_number, parse_bandwidth_bytes_per_s, parse_number, parse_size
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
 

@@ -5,8 +5,8 @@ down. The step loop and its helpers here; commands/suite.py is the printer."""
 from __future__ import annotations
 
 import contextlib
-import os
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..world import fork as prefork
 from ..core import registry
 from ..core.errors import RunError, UsageError
 from ..core.registry import SuiteStep
-from ..core.units import format_size, format_number
+from ..core.units import format_number, format_size
+from ..world import fork as prefork
 from ..world.launch import package_env, self_command
 
 

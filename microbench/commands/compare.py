@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.tables import text_table
-
 from ..accept.compare import RULE_EXAMPLE, compare, parse_rule, short_name
 from ..core.errors import RunError
+from ..core.tables import text_table
 from ..core.units import format_number, format_size
 
 

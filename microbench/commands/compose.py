@@ -13,8 +13,7 @@ from tabulate import tabulate
 
 from .. import compose as cp
 from ..compose import inputs, kernels, whatif
-from ..compose.checkpoint import full as fs
-from ..compose.checkpoint import mount as mount_tier
+from ..compose.checkpoint import full as fs, mount as mount_tier
 from ..compose.dataload import report_lines as loading_lines
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.inputs.sections import ComposeOptions, Output

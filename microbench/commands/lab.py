@@ -7,10 +7,8 @@ import argparse
 import json
 
 from ..core.tables import text_table
-
-from ..lab import cgroups as labcg, hostexec, namespaces as labmod
-from ..lab import parsers as labparse, shaping as labshape
 from ..core.units import format_link_rate, parse_link_rate
+from ..lab import cgroups as labcg, hostexec, namespaces as labmod, parsers as labparse, shaping as labshape
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

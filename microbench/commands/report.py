@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..accept import rules as accept, report
-from ..accept.fleet import html as fleet_html
+from ..accept import report, rules as accept
 from ..accept.compare import RULE_EXAMPLE, parse_rule
+from ..accept.fleet import html as fleet_html
 from ..core.errors import RunError
 from ..results.store import atomic_write_text
 

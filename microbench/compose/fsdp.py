@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from ..core.errors import UsageError
 from ..core.units import DTYPE_BYTES, bus_factor
+
 ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
 UNITS = ("root", "block")

@@ -14,23 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.tables import text_table
-
-from . import hunt
-from .hunt import HuntOptions
-from . import namespaces as labmod
-from .placement import lab_ranks
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, RunError, UsageError
-from ..core.units import format_size, format_number
+from ..core.tables import text_table
+from ..core.units import format_number, format_size
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
 from ..run.failures import dead_peers, diagnose
 from ..targets import native
 from ..world import environment as envmod
 from ..world.backends import BackendChoice
+from ..world.dist import World
 from ..world.launch import detect_world
 from ..world.policy import in_world
-from ..world.dist import World
+from . import hunt, namespaces as labmod
+from .hunt import HuntOptions
+from .placement import lab_ranks
 
 
 def run(opts: HuntOptions) -> int:

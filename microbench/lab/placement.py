@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import namespaces as labmod
-from ..core.units import format_link_rate, format_size, parse_link_rate
-from ..world.launch import RankLaunch, package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..results.store import load_record
 from ..run.invocation import Placement
 from ..world.dist import World
+from ..world.launch import RankLaunch, package_env, self_command
+from . import namespaces as labmod
 
 
 def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None) -> Placement:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import UsageError
-from ..targets import native
-from ..core.probe import Case, Probe, Timed
 from ..core.options import nonneg_int, option, size_range
+from ..core.probe import Case, Probe, Timed
 from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..results.schema import ProbeRow
+from ..targets import native
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
 GPU_OPS = ("h2d", "d2h", "d2d")
@@ -180,7 +180,6 @@ def run(spec: ProbeSpec, config: Config, inv: Any) -> Any:
 
 def print_report(outcome: Any, config: Config) -> None:
     from ..core.tables import text_table
-
     from ..core.units import format_size
 
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",

@@ -14,9 +14,9 @@ from typing import Any, Callable, ContextManager
 
 from ..core.errors import UsageError
 from ..core.registry import ProbeSpec
+from ..world.dist import World
 from . import provision
 from .runner import RunOutcome, SweepSettings, run_probe
-from ..world.dist import World
 
 
 @dataclass

@@ -32,7 +32,7 @@ S3_MARGIN_BYTES = 64 << 20
 
 def check_gpu(what: str) -> None:
     try:
-        import torch
+        import torch  # noqa: F401 - only whether it imports; cuda_usable asks it about devices
     except ImportError:
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and torch is not installed") from None
     from ..world.backends import cuda_usable

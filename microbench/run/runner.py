@@ -8,16 +8,15 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from ..world import environment as envmod
-from ..world import interrupts
-from ..world.dist import World
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, ProbeUnavailable, RunError
 from ..core.options import recorded
 from ..core.probe import Case, Probe, RankGroup, Timed
 from ..core.progress import Progress
-from ..results import RecordWriter, new_record
-from .failures import dead_peers, diagnose, wrapped
 from ..core.stats import percentile, summarize_us
+from ..results import RecordWriter, new_record
+from ..world import environment as envmod, interrupts
+from ..world.dist import World
+from .failures import dead_peers, diagnose, wrapped
 
 
 @dataclass

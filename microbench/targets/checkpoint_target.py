@@ -12,8 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import stat
 import socket
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..core.errors import RunError, UsageError
-from .workdir import dead_mount_reason, drop_pages
 from ..core.units import format_bytes_human
+from .workdir import dead_mount_reason, drop_pages
 
 # Headroom over the checkpoint's bytes: DCP metadata, file system overhead, one in-flight write.
 SPACE_MARGIN_BYTES = 64 << 20

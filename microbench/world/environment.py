@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
-import json
 from pathlib import Path
 from typing import Any
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-
 # What one local rank costs at the least: Python, torch and a gloo group take about 210 MiB
 # resident before any buffer; a rank runs a dozen threads (heartbeat, gloo, intra-op).
 RANK_MEMORY_BYTES = 256 << 20

@@ -13,6 +13,7 @@ from ...core.errors import UsageError
 from ...results import load_record
 from .. import fsdp, kernels
 from ..calibration import Calibration, from_record
+from ..checkpoint.full import DEFAULT_SERIALIZE_GBPS, serialize_from_record
 from ..curves import Network, record_rows, synthetic_network
 from ..hardware import Gpu, gpu as gpu_by_name
 from ..model import CrudeModel, ModelShape, from_hf_config, preset
@@ -20,7 +21,6 @@ from ..sharding import inputs as two_level
 from ..sharding.inputs import ShardingPlan
 from ..tiers import Tier, described
 from ..tiers.records import measured
-from ..checkpoint.full import DEFAULT_SERIALIZE_GBPS, serialize_from_record
 from .parsers import DEFAULT_MFU
 from .sections import ComposeOptions, Compute, Model, Training
 

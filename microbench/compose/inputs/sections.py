@@ -19,11 +19,45 @@ from ..model import PRESETS
 from ..sharding.inputs import Level, parse_level
 from ..sharding.predict import Strategy
 from ..tiers import described
-from .parsers import (DEFAULT_MFU, MAX_GPUS_PER_NODE, MAX_GRAD_ACCUM, MAX_LAYERS, MAX_MICRO_BATCH, MAX_NODES, MAX_RANKS,
-                      MAX_SEQ_LEN, MAX_STEPS, DescribedNet, NamedRecord, SerializeRate, Typed, checkpointing, count,
-                      data_rate, duration, fraction, gpu_name, hours, mfu, model_name, named_record, net,
-                      node_counts, overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding,
-                      size, state_dicts, step_seconds, tflops, tier_names, tokens)
+from .parsers import (
+    DEFAULT_MFU,
+    MAX_GPUS_PER_NODE,
+    MAX_GRAD_ACCUM,
+    MAX_LAYERS,
+    MAX_MICRO_BATCH,
+    MAX_NODES,
+    MAX_RANKS,
+    MAX_SEQ_LEN,
+    MAX_STEPS,
+    DescribedNet,
+    NamedRecord,
+    SerializeRate,
+    Typed,
+    checkpointing,
+    count,
+    data_rate,
+    duration,
+    fraction,
+    gpu_name,
+    hours,
+    mfu,
+    model_name,
+    named_record,
+    net,
+    node_counts,
+    overhead_fraction,
+    params,
+    sample_bytes,
+    save_format,
+    serialize_rate,
+    sharding,
+    size,
+    state_dicts,
+    step_seconds,
+    tflops,
+    tier_names,
+    tokens,
+)
 
 
 @dataclass

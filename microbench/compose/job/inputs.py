@@ -23,11 +23,11 @@ from ...core.errors import UsageError
 from ...core.units import DTYPE_BYTES
 from .. import dataload
 from ..checkpoint import full as fs
-from .timeline import JobPlan, steps_for_tokens
 from ..checkpoint.mount import MountTier
 from ..inputs.parsers import MAX_STEPS
 from ..inputs.sections import Job, Loading
 from ..tiers import Tier
+from .timeline import JobPlan, steps_for_tokens
 
 TOKEN_ID_BYTES = 4      # pre-tokenized samples as uint32/int32 token ids
 

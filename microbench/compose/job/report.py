@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .timeline import KINDS, JobTimeline, Phase
-from . import inputs as ji
-from .assignment import PHASE_FLAGS
-from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 from ..checkpoint.mount import Period
 from ..report import format_time
+from . import inputs as ji
+from .assignment import PHASE_FLAGS
+from .timeline import KINDS, JobTimeline, Phase
+from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
 RECORD_PHASES = 400       # a timeline with more is recorded with its identical periods folded

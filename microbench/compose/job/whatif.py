@@ -18,9 +18,9 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ..dataload import DataRate, ModelLoad, data_stall
-from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 from .assignment import PHASES, Assignment
 from .inputs import CkptTarget, JobAsk, scaled_rate
+from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 
 MAX_FACTOR = 100.0
 _SAME = 1e-9     # relative: totals closer than this are a tie

@@ -12,7 +12,6 @@ from .fields import _field, _name_from_path
 from .shapes import ModelShape, VisionTower
 
 
-
 def _sliding(text: dict[str, Any], path: str, layers: int) -> tuple[int, int]:
     """(window, layers using it) from layer_types, or sliding_window with its pattern."""
     window = text.get("sliding_window")

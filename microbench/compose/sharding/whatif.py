@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from ..curves import Network
 from ..fsdp import TrainSpec
-from .predict import ShardedStep, predict_sharding
 from .inputs import ShardingPlan
+from .predict import ShardedStep, predict_sharding
 
 SCALE_METHOD = ("scaled from the same curves: each level's fitted latency and peak busbw (core/fit over the measured "
                 "sizes, compose/curves.py), the bus factor at the new group size, each node keeping its NICs (the "

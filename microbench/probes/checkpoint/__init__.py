@@ -21,22 +21,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
-from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
-from .run import print_report, run as run_command
-from .state_layout import Item, layout_bytes, shard_rows, tensor_count
-from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.units import DTYPE_BYTES, DTYPES
 from ...results.schema import ProbeRow
 from ...targets.mount import facts as mount_facts
-from .durable import timed_save
-from .staging_clock import StagingClock
 from ...world.dist import World
+from .config import ROW_ELEMS, Config, layout, validate
+from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
+from .durable import timed_save
+from .run import print_report, run as run_command
+from .staging_clock import StagingClock
+from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)

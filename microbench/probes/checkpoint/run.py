@@ -7,17 +7,17 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from ...core.units import format_size, memory_shortfall
 from ...core.errors import UsageError
+from ...core.units import format_size, memory_shortfall
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.mount import facts as mount_facts
 from ...world import backends
+from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
 from .config import full_host_bytes, host_bytes_per_rank
-from ...world.dist import World
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:

@@ -33,7 +33,6 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES
 from ...results.schema import ProbeRow
 
-
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
 # at 256 rows vs 55 at 2048 for a 4096 x 4096 weight), so --tokens with the real shape is better.
 CPU_TOKENS = 256
@@ -342,9 +341,8 @@ class ComputeProbe(Probe):
 
 
 def print_report(outcome: Any, config: Config) -> None:
-    from ...core.tables import text_table
-
     from ...compose.report import format_time
+    from ...core.tables import text_table
 
     def shape(r: dict[str, Any]) -> str:
         if r.get("cls") == "attention":

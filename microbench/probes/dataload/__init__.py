@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, nonneg_int, option, positive_int, nbytes, timeout
+from ...core.options import choice, nbytes, nonneg_int, option, positive_int, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_bytes_human, format_size, format_size_exact, parse_number, parse_size
 from ...results.schema import ProbeRow
+from ...world.dist import World
 from . import dataset as ds
 from .run import print_report, run
-from ...world.dist import World
 
 LAYOUTS = ("shards", "files")
 

@@ -15,9 +15,9 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages, mount_of
+from ...world.dist import World
 from . import dataset as ds
 from .loader import Source
-from ...world.dist import World
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 

@@ -23,16 +23,16 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...targets import native
 from ...core.errors import RunError, UsageError
-from ...core.probe import Case, Probe, Timed
-from ...core.stats import percentile
 from ...core.options import one_of, option, positive_int, sweep, text, timeout
+from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.stats import percentile
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
-from .run import print_report, run as run_command
+from ...targets import native
 from ...world.dist import World
+from .run import print_report, run as run_command
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}

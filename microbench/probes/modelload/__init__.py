@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, option, positive_int, nbytes, timeout
+from ...core.options import choice, nbytes, option, positive_int, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, format_size_exact, memory_shortfall
 from ...results.schema import ProbeRow
+from ...world.dist import World
 from . import model_dir as md
 from .run import print_report, run
-from ...world.dist import World
 
 MODES = ("every-rank", "rank0-broadcast")
 

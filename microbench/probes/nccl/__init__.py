@@ -23,11 +23,22 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401  (DTYPES: one table, read through here too)
 from ...results.schema import ProbeRow
 from .config import Config, validate
-from .run import print_outcome, run as run_command
-from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, Segment,  # noqa: F401
-                  check_algo, effective_size, op_named)
+from .ops import (  # noqa: F401
+    ALGOS,
+    DEFAULT_OPS,
+    OPS,
+    PROCESS_BYTES,
+    RING_OPS,
+    STAGING,
+    CollOp,
+    Segment,
+    check_algo,
+    effective_size,
+    op_named,
+)
 from .pattern import count_wrong, fill_pattern, pattern, segments_tensor  # noqa: F401
 from .plan import MemoryPlan, bytes_needed_per_rank, op_bytes_per_rank, plan_memory, role_bytes  # noqa: F401
+from .run import print_outcome, run as run_command
 
 
 class _NcclRequired(ProbeRow):

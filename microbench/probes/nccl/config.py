@@ -11,7 +11,6 @@ from .groups import GROUPS
 from .ops import DEFAULT_OPS, OPS
 
 
-
 def _expected(text: Any, flag: str) -> dict[str, Any] | None:
     from ...expect.overrides import override
 

@@ -5,30 +5,28 @@ transport it really used, the link ceiling (measured or from a `link` record), a
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.jsonfile import load_json
-from ...expect import overrides as expectations
 from ...core.units import element_size, format_bytes_human
+from ...expect import overrides as expectations
 from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
-from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
+from ...world.dist import World
 from ...world.launch import detect_world
+from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
 from ...world.topology import Topology, machine_ranks, topology
 from .groups import check_groups, expected_for_group
 from .ops import OPS, effective_size
 from .plan import MemoryPlan, Skipped, plan_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
-from ...world.dist import World
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 

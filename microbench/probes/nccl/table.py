@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...expect.formulas import describe as describe_expected
 from ...core.units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
+from ...expect.formulas import describe as describe_expected
 
 # The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
 # repeat for out-of-place and in-place.

@@ -7,8 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from .fio_engine import fio_unavailable_reason
-from .posix import SPEC as POSIX_SPEC
-from .posix import PosixProbe, Target, Workload
+from .posix import SPEC as POSIX_SPEC, PosixProbe, Target, Workload
 from .report import run_storage
 
 

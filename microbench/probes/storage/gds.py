@@ -19,13 +19,13 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import ProbeUnavailable, RunError, UsageError
-from ...core.probe import Case, Probe, Timed
 from ...core.options import nbytes, one_of, option, positive_int, size_range
-from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.probe import Case, Probe, Timed
+from ...core.registry import Needs, ProbeSpec, SweepDefaults
 from ...results.schema import ProbeRow
 
 OPS = ("write", "read")
@@ -325,7 +325,6 @@ def run(spec: Any, config: Config, inv: Any) -> Any:
 
 def print_report(outcome: Any, config: Config) -> str | None:
     from ...core.tables import text_table
-
     from ...core.units import format_size
 
     impl = outcome.record["implementation"]

@@ -20,11 +20,10 @@ from ...core.errors import RunError
 from ...core.options import nbytes, one_of, option, positive, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import format_size, format_number
+from ...core.units import format_number, format_size
 from ...results.schema import ProbeRow
 from ...targets import mount as mountmod
-from ...targets.mount import facts as mount_facts
-from ...targets.mount import system as mount_sys
+from ...targets.mount import facts as mount_facts, system as mount_sys
 
 
 @dataclass

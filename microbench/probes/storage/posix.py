@@ -15,18 +15,18 @@ one memcpy); any result faster than memcpy itself (`above_memory_ceiling`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ...targets import native
 from ...core.errors import UsageError
+from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
 from ...core.probe import Case, Probe, Timed
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size, format_size_exact
+from ...results.schema import ProbeRow
+from ...targets import native
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
-from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
-from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...results.schema import ProbeRow
 from .report import print_report, run_storage
 
 RW = ("read", "write")

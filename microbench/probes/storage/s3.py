@@ -24,18 +24,17 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import RunError, UsageError
+from ...core.errors import RunError
 from ...core.probe import Case, Probe, Timed
-from ...targets.s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
-from ...core.stats import percentile
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.stats import percentile
 from ...results.schema import ProbeRow
+from ...targets.s3client import Target, delete_prefix, s3_client_unavailable_reason, translate
+from .s3_config import OPS, Config, validate
 from .s3_parts import _peak_rss_bytes, _same_bytes, part_plan, pooled_latencies, put_single_stream
-from .s3_config import MAX_PART_BYTES, MAX_PARTS, OPS, Config, validate
-from .s3_run import run_s3, print_report
+from .s3_run import print_report, run_s3
 
 READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
 

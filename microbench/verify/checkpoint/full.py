@@ -18,14 +18,14 @@ import os
 import time
 from typing import Any
 
-from .. import collector
 from ...compose.checkpoint.full import full_save
 from ...core.stats import percentile
 from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
 from ...targets import checkpoint_target as ct
-from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
 from ...world.dist import World
+from .. import collector
+from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
 
 
 def _checksum(model: Any) -> float:
@@ -84,8 +84,7 @@ def _load(world: World, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, de
 
 def _scatter(model: Any, optim: Any, msd: dict[str, Any], osd: dict[str, Any], dev: str) -> None:
     """Rank 0's full state into every rank's shards (every other rank passes empty dicts)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                           set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     # Two calls, not set_state_dict: given an empty model state dict (every rank but 0) it
     # takes the call for an optimizer-only load and skips the model's broadcast, a hang.

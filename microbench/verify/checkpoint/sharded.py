@@ -16,18 +16,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...targets import checkpoint_target as ct
-from .. import collector
-from .. import model as fm
 from ...compose.checkpoint.tier import predict_tier
+from ...core.stats import percentile
 from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
-from ...core.stats import percentile
-from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
-from ..fsdp.phases import device_of, guarded, quiet
-from ..spec import CheckpointSpec
 from ...results.store import RecordWriter
+from ...targets import checkpoint_target as ct
 from ...world.dist import World
+from .. import collector, model as fm
+from ..fsdp.phases import device_of, guarded, quiet
+from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
+from ..spec import CheckpointSpec
 
 
 def check_ckpt_dir(directory: str, size_bytes: int = 64 << 20) -> None:
@@ -207,8 +206,9 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
         target = ct.parse_target(target_text)
         access = None
         if target.kind == "s3":
-            from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
             import os
+
+            from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
             access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),
                                  embedded=True, root_dir=os.environ.get(ENV_ROOT))

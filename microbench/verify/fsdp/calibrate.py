@@ -36,13 +36,12 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .. import model as fm
-from . import paired
-from . import steps as vf
 from ...compose.calibration import Calibration
 from ...core.stats import percentile
 from ...world import collectives
 from ...world.dist import World
+from .. import model as fm
+from . import paired, steps as vf
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384

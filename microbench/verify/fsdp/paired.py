@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import model as fm
-from . import steps as vf
 from ...compose.model import ModelShape
 from ...core.stats import percentile
 from ...world.dist import World
+from .. import model as fm
+from . import steps as vf
 
 
 def median_collectives(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,13 +10,6 @@ import traceback
 import warnings
 from typing import Any, Callable
 
-from .. import collector
-from .. import model as fm
-from . import steps as vf
-from . import calibrate as vc
-from . import hybrid
-from . import paired
-from ..spec import StepsSpec, where
 from ...compose.model import ModelShape
 from ...core.errors import Interrupted, MicrobenchError, RunError
 from ...core.stats import percentile
@@ -24,6 +17,9 @@ from ...results.store import RecordWriter
 from ...world import interrupts
 from ...world.dist import World
 from ...world.topology import machine_ranks
+from .. import collector, model as fm
+from ..spec import StepsSpec, where
+from . import calibrate as vc, hybrid, paired, steps as vf
 
 
 def quiet() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import model as fm
 from ...compose.calibration import checked
 from ...core.errors import UsageError
 from ...core.units import element_size, parse_positive_int
 from ...results import load_record
 from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context
+from .. import model as fm
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import noise
 from ...compose.report import format_time
+from .. import noise
 
 
 def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,

@@ -23,20 +23,19 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from . import hybrid
-from .. import model as fm
 from ...compose.calibration import Calibration
 from ...compose.curves import Curve
 from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, schedule, unit_bytes
 from ...compose.model import ModelShape
-from ...probes import nccl as coll
-from ...probes import compute as cm
-from ...probes.compute.replay import StepReplay
-from ...run.runner import SweepSettings, measure_case
 from ...core.stats import percentile
 from ...core.units import element_size
+from ...probes import compute as cm, nccl as coll
+from ...probes.compute.replay import StepReplay
+from ...run.runner import SweepSettings, measure_case
 from ...world import collectives
 from ...world.dist import World
+from .. import model as fm
+from . import hybrid
 
 
 def sync(device: Any) -> None:

@@ -23,13 +23,13 @@ import math
 import time
 from typing import Any
 
-from .. import model as fm
-from ..fsdp import steps as vf
-from ..fsdp.steps import sync
 from ...core.stats import percentile
 from ...probes.modelload import model_dir as md
 from ...run.runner import SweepSettings, measure_case
 from ...world.dist import World
+from .. import model as fm
+from ..fsdp import steps as vf
+from ..fsdp.steps import sync
 
 
 def settings(iters: int = 3, warmup: int = 1) -> SweepSettings:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from . import plan
-from .. import model as fm
-from ..options import TIMEOUT_HELP, Calibrating, Output, Ranks, tolerance, whole
 from ...core.options import option, timeout
 from ...core.units import parse_duration_s
+from .. import model as fm
+from ..options import TIMEOUT_HELP, Calibrating, Output, Ranks, tolerance, whole
+from . import plan
 
 
 def _ckpt_every(text: Any, flag: str) -> int | None:

@@ -24,14 +24,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import collector
-from .. import model as fm
-from .tiers import Place, steady_threads, threads_settled
-from ..fsdp.steps import error_pct, sync
 from ...compose.dataload import DataRate, data_stall
 from ...compose.job.timeline import KINDS, JobPlan, PhaseCosts, timeline
 from ...world.dist import World
-
+from .. import collector, model as fm
+from ..fsdp.steps import error_pct, sync
+from .tiers import Place, steady_threads, threads_settled
 
 
 def data_plan(ranks: int, batch_size: int, steps: int, workers: int, sample_bytes: int) -> Any:

@@ -7,8 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import noise
 from ...compose.report import format_time
+from .. import noise
 
 NAMES = {"model_load": "model load", "train": "train", "data_stall": "data stall", "ckpt_blocking": "ckpt blocking",
          "ckpt_wait": "ckpt wait", "final_save": "final save (durable)"}

@@ -14,9 +14,9 @@ import shutil
 import uuid
 from typing import Any
 
-from ..spec import JobTiers
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages
+from ..spec import JobTiers
 
 
 def s3_access() -> tuple[Any, ct.S3Access, str | None]:

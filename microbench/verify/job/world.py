@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fsdp import calibrate as vc
-from . import inputs as ji
-from . import rank as jr
-from .. import model as fm
-from .plan import Assignment
-from .tiers import Place, os_threads, threads_settled
-from ..fsdp.phases import device_of, guarded, quiet
-from ..spec import JobSpec
 from ...compose.job.timeline import JobPlan
 from ...results.store import RecordWriter
 from ...world.dist import World
+from .. import model as fm
+from ..fsdp import calibrate as vc
+from ..fsdp.phases import device_of, guarded, quiet
+from ..spec import JobSpec
+from . import inputs as ji, rank as jr
+from .plan import Assignment
+from .tiers import Place, os_threads, threads_settled
 
 REPLAYS = 3   # compute probe samples on each side of the job
 
