@@ -68,7 +68,11 @@ def default_metrics(available: dict[str, float], row: dict[str, Any] | None = No
 
 
 def short_name(metric: str) -> str:
-    return metric.removesuffix("_gbps").removesuffix("_us") if metric in ("time_us",) or metric.endswith("_gbps") else metric
+    return (
+        metric.removesuffix("_gbps").removesuffix("_us")
+        if metric in ("time_us",) or metric.endswith("_gbps")
+        else metric
+    )
 
 
 # --------------------------------------------------------------------------- rules
@@ -256,8 +260,18 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
             ratio = mb[metric] / ma[metric] if ma[metric] else None
             broken = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
             noisy = bool(broken) and within_noise(row, rows_b[key], metric)
-            result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
-                                     ma[metric], mb[metric], ratio, [] if noisy else broken, noise=broken if noisy else []))
+            result.lines.append(
+                Line(
+                    case_label(row, differs, fields),
+                    row.get("size_bytes"),
+                    metric,
+                    ma[metric],
+                    mb[metric],
+                    ratio,
+                    [] if noisy else broken,
+                    noise=broken if noisy else [],
+                )
+            )
     result.only_new = [case_label(r, differs, fields) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
     return result, None
 

@@ -126,8 +126,11 @@ def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> N
         raise UsageError(f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
                          f"{', '.join(spec.metrics)}, e.g. metric = \"{spec.metrics[0]}\"")
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
-        raise UsageError(f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above max = {format_number(bounds['max'], 6)}, "
-                         f"so no value can pass; e.g. min = 100, max = 200")
+        raise UsageError(
+            f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above "
+            f"max = {format_number(bounds['max'], 6)}, "
+            f"so no value can pass; e.g. min = 100, max = 200"
+        )
 
 
 def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
@@ -206,13 +209,21 @@ def _relative(check: Check, record: dict[str, Any], value: float) -> CheckResult
     assert check.min_fraction_of_expected is not None
     need = f"needs >= {100 * check.min_fraction_of_expected:.0f}% of expected"
     if exp is None:
-        return CheckResult(check, "missing", value, f"{format_number(value)}; the record has no expected bandwidth ({need})")
+        return CheckResult(
+            check, "missing", value, f"{format_number(value)}; the record has no expected bandwidth ({need})"
+        )
     if not exp.get("gbps"):
-        return CheckResult(check, "missing", value, f"{format_number(value)}; expected unknown: {exp.get('unknown_why')}")
+        return CheckResult(
+            check, "missing", value, f"{format_number(value)}; expected unknown: {exp.get('unknown_why')}"
+        )
     fraction = value / exp["gbps"]
     ok = fraction >= check.min_fraction_of_expected
-    return CheckResult(check, "pass" if ok else "fail", value,
-                       f"{format_number(value)} = {100 * fraction:.0f}% of expected {format_number(exp['gbps'], 4)} GB/s ({need})")
+    return CheckResult(
+        check,
+        "pass" if ok else "fail",
+        value,
+        f"{format_number(value)} = {100 * fraction:.0f}% of expected {format_number(exp['gbps'], 4)} GB/s ({need})",
+    )
 
 
 def _bound(value: Any, what: str) -> float:
@@ -234,9 +245,21 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             results.append(CheckResult(check, "missing", None, f"step {check.step!r} produced no record"))
             continue
         if not check.metric:
-            check = replace(check, metric=next(filter(None, (registry.row_metric(r, record) for r in record.get("rows", [])
-                                                              if r.get("op") == check.op)), ""))
-        rows = [r for r in record.get("rows", []) if r.get("op") == check.op and isinstance(r.get(check.metric), (int, float))]
+            check = replace(
+                check,
+                metric=next(
+                    filter(
+                        None,
+                        (registry.row_metric(r, record) for r in record.get("rows", []) if r.get("op") == check.op),
+                    ),
+                    "",
+                ),
+            )
+        rows = [
+            r
+            for r in record.get("rows", [])
+            if r.get("op") == check.op and isinstance(r.get(check.metric), (int, float))
+        ]
         if check.size_bytes is not None:
             rows = [r for r in rows if r.get("size_bytes") == check.size_bytes]
         if not rows:

@@ -294,8 +294,9 @@ def uses_embedded_s3(step: SuiteStep) -> bool:
 @contextlib.contextmanager
 def shared_setup(steps: list[SuiteStep]) -> Iterator[dict[str, str]]:
     """Environment for every step, prepared once and concurrently before any step measures:
-    the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
-    each start an embedded S3 server, one server for all of them (stopped on exit). A server
+    the torch facts (asked in this process once it is warm for forking, else of a child) and,
+    when two or more steps would each start an embedded S3 server, one server for all of them
+    (stopped on exit). A server
     that cannot start is not shared: each step then starts its own and reports why it cannot."""
     from ..core.errors import MicrobenchError
     from ..targets.s3server import EmbeddedS3

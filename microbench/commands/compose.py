@@ -71,7 +71,10 @@ def _print(result: whatif.Composition) -> None:
               f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
         backends = {n.backend for n in nets if n.backend != "synthetic"}
         if cal.backend and backends and backends != {cal.backend}:
-            print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
+            print(
+                f"# warning: the calibration was measured on {cal.backend}; "
+                f"the networks are {', '.join(sorted(backends))}"
+            )
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
     if given.rates is not None:
@@ -186,15 +189,25 @@ def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
         print(f"# fits: {format_bytes(memory.total_bytes)} of {format_bytes(memory.capacity_bytes)} usable on "
               f"{rate.gpu.name} ({RESERVED_MEMORY_FRACTION:.0%} kept for CUDA context, NCCL, fragmentation)")
     else:
-        print(f"# DOES NOT FIT: {format_bytes(memory.total_bytes)} needed per GPU, {format_bytes(memory.capacity_bytes)} "
-              f"usable on {rate.gpu.name}; more ranks, activation checkpointing or a smaller micro-batch")
+        print(
+            f"# DOES NOT FIT: {format_bytes(memory.total_bytes)} needed per GPU, {format_bytes(memory.capacity_bytes)} "
+            f"usable on {rate.gpu.name}; more ranks, activation checkpointing or a smaller micro-batch"
+        )
 
 
-_PARTS = (("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
-          ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
-          ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"), ("FSDP overhead", "fsdp_overhead_s"),
-          ("exposed communication", "exposed_comm_s"), ("step (overlapped)", "step_s"),
-          ("bound: no overlap", "no_overlap_s"), ("bound: full overlap", "full_overlap_s"))
+_PARTS = (
+    ("compute forward", "compute_fwd_s"),
+    ("compute backward", "compute_bwd_s"),
+    ("AllGather forward", "allgather_fwd_s"),
+    ("AllGather backward", "allgather_bwd_s"),
+    ("ReduceScatter", "reduce_scatter_s"),
+    ("optimizer step", "optimizer_s"),
+    ("FSDP overhead", "fsdp_overhead_s"),
+    ("exposed communication", "exposed_comm_s"),
+    ("step (overlapped)", "step_s"),
+    ("bound: no overlap", "no_overlap_s"),
+    ("bound: full overlap", "full_overlap_s"),
+)
 
 
 def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck) -> None:
@@ -224,9 +237,12 @@ def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], me
 
 def _print_checkpoint(parts: dict[str, float], tier_preds: list[Any], ckpt_bytes: float, interval_s: float,
                       overhead: float, mtbf_s: float | None, rate: inputs.ComputeRate) -> None:
-    print(f"\n## checkpoint: {format_bytes(ckpt_bytes)} (fp32 master weights {format_bytes(parts['master_weights_bytes'])}"
-          f" + AdamW state {format_bytes(parts['optimizer_state_bytes'])}); weights alone "
-          f"{format_bytes(parts['weights_bytes'])}")
+    print(
+        f"\n## checkpoint: {format_bytes(ckpt_bytes)} "
+        f"(fp32 master weights {format_bytes(parts['master_weights_bytes'])}"
+        f" + AdamW state {format_bytes(parts['optimizer_state_bytes'])}); weights alone "
+        f"{format_bytes(parts['weights_bytes'])}"
+    )
     rows = with_ratios([t.as_dict() for t in tier_preds], "save_s")
     print(tabulate([(r["tier"], format_rate(r["write_gbps"]), format_rate(r["read_gbps"]), format_time(r["save_s"]),
                      format_time(r["load_s"]), format_time(r["async_blocked_s"]),

@@ -41,8 +41,8 @@ class Opt:
     choices: tuple[str, ...] | None = None
     record: bool = True              # False: a flag for this run only, not part of the resolved config
     group: str = "probe"             # the --help section
-    repeat: bool = False             # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
-    bare: str | None = None          # the value the flag alone means (--activation-checkpointing = full); else it needs one
+    repeat: bool = False  # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
+    bare: str | None = None  # the value the flag alone means (--activation-checkpointing = full); else it needs one
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")

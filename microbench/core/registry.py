@@ -129,7 +129,9 @@ def _module_specs(module_name: str, origin: str) -> list[ProbeSpec]:
     specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     for one in specs:
         if not isinstance(one, ProbeSpec):
-            raise UsageError(f"{module_name}.SPEC is a {type(one).__name__}, expected a microbench.core.registry.ProbeSpec")
+            raise UsageError(
+                f"{module_name}.SPEC is a {type(one).__name__}, expected a microbench.core.registry.ProbeSpec"
+            )
     return specs
 
 

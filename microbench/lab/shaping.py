@@ -66,7 +66,9 @@ def _rate(text: str, what: str, example: str) -> int | None:
     try:
         return parse_link_rate(text)
     except UsageError:
-        raise UsageError(f"invalid {what} rate {text!r}: expected a rate in bit/kbit/mbit/gbit, e.g. {what} {example}") from None
+        raise UsageError(
+            f"invalid {what} rate {text!r}: expected a rate in bit/kbit/mbit/gbit, e.g. {what} {example}"
+        ) from None
 
 
 def parse_host_links(items: list[str], hosts: int) -> dict[int, int | None]:
@@ -77,7 +79,9 @@ def parse_host_links(items: list[str], hosts: int) -> dict[int, int | None]:
             raise UsageError(f"invalid --host-link {item!r}: expected hINDEX=RATE, e.g. --host-link h2=100mbit")
         index = int(match.group(1))
         if not 0 <= index < hosts:
-            raise UsageError(f"invalid --host-link {item!r}: the lab has hosts h0 to h{hosts - 1}, e.g. --host-link h1=100mbit")
+            raise UsageError(
+                f"invalid --host-link {item!r}: the lab has hosts h0 to h{hosts - 1}, e.g. --host-link h1=100mbit"
+            )
         out[index] = _rate(match.group(2), "--host-link", "h2=100mbit")
     return out
 
@@ -131,8 +135,30 @@ def _htb_class(ns: str, classid: str, rate_bps: int | None) -> list[str]:
     # quantum: bytes a class may send per round; HTB warns above 200000 and it only matters
     # for sharing between classes, which these never compete for.
     quantum = min(200_000, max(1514, int(rate_Bps / 10)))
-    return ["tc", "-n", ns, "class", "add", "dev", IFNAME, "parent", "1:", "classid", classid, "htb",
-            "rate", f"{rate}bit", "ceil", f"{rate}bit", "burst", str(burst), "cburst", str(burst), "quantum", str(quantum)]
+    return [
+        "tc",
+        "-n",
+        ns,
+        "class",
+        "add",
+        "dev",
+        IFNAME,
+        "parent",
+        "1:",
+        "classid",
+        classid,
+        "htb",
+        "rate",
+        f"{rate}bit",
+        "ceil",
+        f"{rate}bit",
+        "burst",
+        str(burst),
+        "cburst",
+        str(burst),
+        "quantum",
+        str(quantum),
+    ]
 
 
 def htb_commands(ns: str, host_bps: int | None, links: list[tuple[str, int | None]]) -> list[list[str]]:

@@ -122,11 +122,20 @@ class MemoryProbe(Probe):
             dev = torch.device("cuda")
             n = case.size_bytes
             if case.op == "h2d":
-                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8).pin_memory())
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8, device=dev),
+                    torch.ones(n, dtype=torch.uint8).pin_memory(),
+                )
             elif case.op == "d2h":
-                self._tensors = (torch.empty(n, dtype=torch.uint8).pin_memory(), torch.ones(n, dtype=torch.uint8, device=dev))
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8).pin_memory(),
+                    torch.ones(n, dtype=torch.uint8, device=dev),
+                )
             else:
-                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8, device=dev))
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8, device=dev),
+                    torch.ones(n, dtype=torch.uint8, device=dev),
+                )
 
     def run_once(self, case: Case) -> Timed | None:
         if case.op in HOST_OPS:
@@ -135,8 +144,9 @@ class MemoryProbe(Probe):
             if not self._pending:
                 threads = 1 if case.op == "memcpy_1t" else self.threads_all
                 key = (case.op, case.size_bytes)
-                self._pending, self.kernels[key] = native.memcpy_run(case.size_bytes, threads, self.config.copies_per_call,
-                                                                     self.kernels.get(key, "auto"))
+                self._pending, self.kernels[key] = native.memcpy_run(
+                    case.size_bytes, threads, self.config.copies_per_call, self.kernels.get(key, "auto")
+                )
             return Timed(self._pending.pop(0))
         assert self._tensors is not None
         dst, src = self._tensors

@@ -86,6 +86,11 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
             outcomes.append(outcome)
         return 0
 
-    inv.exit_code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
-             argv=inv.argv)
+    inv.exit_code = in_world(
+        nproc=nproc,
+        timeout_s=getattr(config, "timeout_s", 60.0),
+        choice=backends.choose("auto"),
+        body=body,
+        argv=inv.argv,
+    )
     return outcomes[0] if outcomes else None

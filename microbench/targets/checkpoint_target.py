@@ -185,7 +185,11 @@ class RunDir:
     # -- locations ---------------------------------------------------------------------
     @property
     def root(self) -> str:
-        return os.path.join(self.target.path, self.name) if self.target.kind == "local" else f"{self.target.path}/{self.name}"
+        return (
+            os.path.join(self.target.path, self.name)
+            if self.target.kind == "local"
+            else f"{self.target.path}/{self.name}"
+        )
 
     @property
     def display(self) -> str:
@@ -268,8 +272,9 @@ class RunDir:
             os.mkdir(self.root)
         except OSError as exc:
             self._remove_created()
-            raise RunError(f"cannot write under --target {self.target.path}: {dead_mount_reason(exc) or exc.strerror or exc}") \
-                from None
+            raise RunError(
+                f"cannot write under --target {self.target.path}: {dead_mount_reason(exc) or exc.strerror or exc}"
+            ) from None
 
     def _check_bucket(self) -> None:
         fs = self.fs()

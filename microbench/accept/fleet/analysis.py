@@ -66,7 +66,9 @@ def check_label(check: rules.Check) -> str:
     return f"{check.step} {check.op} {check.metric or '(primary)'} {bound}"
 
 
-def _read(config: Config, checks: list[rules.Check]) -> tuple[dict[str, NodeData], list[tuple[str, dict]], gather.Inventory]:
+def _read(
+    config: Config, checks: list[rules.Check]
+) -> tuple[dict[str, NodeData], list[tuple[str, dict]], gather.Inventory]:
     inventory = gather.Inventory(list(config.sources))
     nodes: dict[str, NodeData] = {}
     pair_docs: list[tuple[str, dict]] = []
@@ -98,7 +100,7 @@ def _read(config: Config, checks: list[rules.Check]) -> tuple[dict[str, NodeData
         if metrics.kind_of(record.get("kind", "")) == "compute" and isinstance(achieved, (int, float)) and achieved > 0:
             data.tflops.append(float(achieved))
         mine = [c for c in checks if registry.step_key(c.step) == registry.step_key(step)]
-        for check, result in zip(mine, rules.evaluate(mine, {step: record})):
+        for check, result in zip(mine, rules.evaluate(mine, {step: record}), strict=False):
             data.floors.setdefault(check_label(check), []).append(result)
     return nodes, pair_docs, inventory
 
@@ -127,8 +129,10 @@ def _group_note(group: groups.Group, p: float) -> str:
     k = stats.group_k(p, n)
     shown = "inf" if k == float("inf") else f"{k:.2f}"
     if n < stats.SMALL_FLEET:
-        return (f"group {group.name}: {n} nodes, under {stats.SMALL_FLEET}: the floors and each node against the median "
-                f"of the other {n - 1} (leave one out); k = {shown} (Student t, {n - 2} degrees of freedom)")
+        return (
+            f"group {group.name}: {n} nodes, under {stats.SMALL_FLEET}: the floors and each node against the median "
+            f"of the other {n - 1} (leave one out); k = {shown} (Student t, {n - 2} degrees of freedom)"
+        )
     return f"group {group.name}: {n} nodes; k = {shown} (Student t, {n - 1} degrees of freedom)"
 
 
@@ -232,7 +236,9 @@ def analyse(config: Config) -> Analysis:
         pair_reference = judged.reference
         strangers = sorted(set(pair_set.nodes) - set(data))
         if strangers:
-            notes.append(f"pair records name {len(strangers)} node(s) without suite records: {', '.join(strangers[:10])}")
+            notes.append(
+                f"pair records name {len(strangers)} node(s) without suite records: {', '.join(strangers[:10])}"
+            )
     _draw_floors(lines, checks)
     results = _node_results(expected, data, lines, drifted, partial, peer)
     group_costs = []
@@ -257,7 +263,11 @@ def _draw_floors(lines: list[Line], checks: list[rules.Check]) -> None:
         measured: dict[str, Line] = {}
         for line in lines:
             words = line.metric.split(" @ ")[0].split()
-            if line.gate == "fleet" and line.metric.startswith(head + " ") and (not check.metric or check.metric in words):
+            if (
+                line.gate == "fleet"
+                and line.metric.startswith(head + " ")
+                and (not check.metric or check.metric in words)
+            ):
                 line.floor = bound
                 measured.setdefault(line.node, line)
         for line in lines:

@@ -35,7 +35,9 @@ class Job:
     network_gbps: float | None    # the fleet's median pair bandwidth, when pair records exist
 
     def describe(self) -> str:
-        ranks = f"{self.nodes} nodes x {self.gpus_per_node} GPUs" if self.gpus_per_node else f"{self.nodes} nodes x 1 rank"
+        ranks = (
+            f"{self.nodes} nodes x {self.gpus_per_node} GPUs" if self.gpus_per_node else f"{self.nodes} nodes x 1 rank"
+        )
         return f"{self.model}, {ranks}"
 
 

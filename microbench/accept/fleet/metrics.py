@@ -167,7 +167,9 @@ def device_of(probe: str, record: dict[str, Any], row: dict[str, Any]) -> str:
     if impl.get("target") == "embedded" or str(impl.get("target_kind")) == "s3" or probe == "storage_s3":
         return "S3 " + ("(embedded rclone server)" if impl.get("target") == "embedded" or not impl.get("endpoint")
                         else str(impl.get("endpoint")))
-    place = impl.get("dataset_dir") or impl.get("model_dir") or impl.get("workdir") or cfg.get("target") or cfg.get("path")
+    place = (
+        impl.get("dataset_dir") or impl.get("model_dir") or impl.get("workdir") or cfg.get("target") or cfg.get("path")
+    )
     return f"@{place}" if place else f"{probe} target"
 
 

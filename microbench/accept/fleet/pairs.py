@@ -59,7 +59,7 @@ def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
         out.sources.append(location)
         if record.get("kind") == "hunt":
             hosts = [node_name(h) for h in cfg.get("hosts") or []]
-            out.addresses.update(zip(hosts, [str(a) for a in cfg.get("addresses") or []]))
+            out.addresses.update(zip(hosts, [str(a) for a in cfg.get("addresses") or []], strict=False))
             if cfg.get("lab"):
                 out.labs.add(str(cfg["lab"]))
             for row in record.get("rows") or []:
@@ -87,7 +87,11 @@ def _node_groups(location: str, record: dict[str, Any], out: PairSet) -> None:
     impl = record.get("implementation") or {}
     device = f"{per_node} local ranks of the node, {impl.get('backend', '?')} on {impl.get('device', '?')} (node group)"
     for row in record.get("rows") or []:
-        ranks, busbw, p50 = row.get("per_rank_time_us_p50"), row.get("busbw_gbps"), (row.get("time_us") or {}).get("p50")
+        ranks, busbw, p50 = (
+            row.get("per_rank_time_us_p50"),
+            row.get("busbw_gbps"),
+            (row.get("time_us") or {}).get("p50"),
+        )
         if row.get("group") != "node" or not isinstance(ranks, list) or len(ranks) != len(hosts) * per_node:
             continue
         if not (isinstance(busbw, (int, float)) and busbw > 0 and isinstance(p50, (int, float)) and p50 > 0):

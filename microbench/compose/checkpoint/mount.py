@@ -155,7 +155,7 @@ def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, 
     headers = ["mount tier", "mode", "blocked", "durable", "overhead", "drained before next", "shortest interval",
                "least bucket"]
     if period is not None:
-        rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans)]
+        rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans, strict=True)]
         headers = [*headers[:2], "interval", *headers[2:]]
         every = (f"every {period.steps} steps (--ckpt-every): {format_time(period.train_s)} of training on "
                  f"{period.on}, then the save")

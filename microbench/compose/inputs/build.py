@@ -74,7 +74,10 @@ def assumed_node(opts: ComposeOptions, gpu: Gpu | None) -> list[two_level.Level]
     if t.nodes is None and t.gpus_per_node is None:
         return None
     intra, inter = f"{gpu.node_intra_gbps:g}GB/s", f"{gpu.node_inter_gbps:g}GB/s"
-    return [two_level.parse_level(intra, "--net-intra"), two_level.parse_level(f"{gpu.name}-node={inter}", "--net-inter")]
+    return [
+        two_level.parse_level(intra, "--net-intra"),
+        two_level.parse_level(f"{gpu.name}-node={inter}", "--net-inter"),
+    ]
 
 
 def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None = None) -> list[Network]:
@@ -91,12 +94,16 @@ def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None =
     out += [synthetic_network(n.name, n.busbw_gbps, n.latency_s, n.text) for n in opts.network.net]
     out += two_level.described(opts.sharding.net_intra, opts.sharding.net_inter)
     if not out:
-        raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100), "
-                         "or --nodes with an h100/h200 --gpu for its usual node")
+        raise UsageError(
+            "no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
+            "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100), "
+            "or --nodes with an h100/h200 --gpu for its usual node"
+        )
     names = [n.name for n in out]
     if len(set(names)) != len(names):
-        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
+        raise UsageError(
+            f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100"
+        )
     return out
 
 

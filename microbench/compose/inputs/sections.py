@@ -93,10 +93,13 @@ class Training:
     grad_accum: int = option(1, parse=count("4", MAX_GRAD_ACCUM), help="micro-batches per optimizer step")
     param_dtype: str = option("bfloat16", choices=tuple(sorted(DTYPE_BYTES)),
                               help="what AllGather moves and compute uses")
-    reduce_dtype: str | None = option(None, choices=tuple(sorted(DTYPE_BYTES)),
-                                      shown="bfloat16, as FSDP2 mixed precision is usually set; float32 when predicting "
-                                            "a CPU: a --compute record timed on a CPU and no --gpu",
-                                      help="what ReduceScatter moves")
+    reduce_dtype: str | None = option(
+        None,
+        choices=tuple(sorted(DTYPE_BYTES)),
+        shown="bfloat16, as FSDP2 mixed precision is usually set; float32 when predicting "
+        "a CPU: a --compute record timed on a CPU and no --gpu",
+        help="what ReduceScatter moves",
+    )
     activation_checkpointing: str = option("none", parse=checkpointing, bare="full", metavar="MODE",
                                            help="none; full (each block's forward again in backward: the bare flag); "
                                                 "blocks:F (a fraction F of the blocks, torchtitan's selective layer "
@@ -318,6 +321,8 @@ class ComposeOptions:
             raise UsageError(f"--measured-step {c.measured_step:g} scales a GPU's kernel rates: name the GPU it was "
                              f"measured on, e.g. --gpu h100")
         if t.nodes is None and t.gpus_per_node is None and t.ranks is None:
-            raise UsageError(f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "
-                             f"its --nodes and --gpus-per-node (and --micro-batch, --seq-len as it ran), e.g. --nodes 1 "
-                             f"--gpus-per-node 8")
+            raise UsageError(
+                f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "
+                f"its --nodes and --gpus-per-node (and --micro-batch, --seq-len as it ran), e.g. --nodes 1 "
+                f"--gpus-per-node 8"
+            )

@@ -47,8 +47,17 @@ def build(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> tupl
             full_args={"unit_bytes": 4.0 * given.model.block_params, "ranks": given.world, "curve": net.all_gather,
                        "host_link_gbps": gpu.host_link_gbps if gpu else None, "serialize_gbps": given.serialize_gbps,
                        "nodes": given.nodes or 1})
-    model = JobModel(job, dict(step_s), train.micro_batch * train.grad_accum, data, models, ckpt, given.interval_s, choices,
-                     job.ckpt_to is not None)
+    model = JobModel(
+        job,
+        dict(step_s),
+        train.micro_batch * train.grad_accum,
+        data,
+        models,
+        ckpt,
+        given.interval_s,
+        choices,
+        job.ckpt_to is not None,
+    )
     notes = [f"data: {sample_how}" if any(d.sample_bytes for d in data.values()) else "",
              f"checkpoints: {state_dict} state dict"
              + (f" (--state-dict lists {', '.join(given.state_dicts)}: the job uses the first)"

@@ -199,7 +199,7 @@ def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Assignment])
             continue
 
         def g(factor: float) -> float:
-            return min(model.evaluate(c, (phase, alt, factor)).total_s for c in cands)
+            return min(model.evaluate(c, (phase, alt, factor)).total_s for c in cands)  # noqa: B023 - called within this iteration
 
         if _same(g(1.0), best.total_s):
             ties.append(alt)

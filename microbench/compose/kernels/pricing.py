@@ -85,9 +85,16 @@ class ClassRow:
         return (self.flops if self.cls in ("matmul", "attention") else self.bytes) / self.time_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {"class": self.cls, "pass": self.pass_, "time_s": self.time_s, "flops": self.flops,
-                "bytes": self.bytes, "rate": self.rate, "rate_unit": "FLOP/s" if self.cls in ("matmul", "attention") else "B/s",
-                "source": "; ".join(sorted(self.sources))}
+        return {
+            "class": self.cls,
+            "pass": self.pass_,
+            "time_s": self.time_s,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "rate": self.rate,
+            "rate_unit": "FLOP/s" if self.cls in ("matmul", "attention") else "B/s",
+            "source": "; ".join(sorted(self.sources)),
+        }
 
 
 @dataclass(frozen=True)

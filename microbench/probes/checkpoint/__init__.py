@@ -193,7 +193,8 @@ class CheckpointProbe(Probe):
     def implementation(self) -> dict[str, Any]:
         return {"engine": "torch.distributed.checkpoint", "backend": self.config.backend, "device": self.device.type,
                 "state_dict": (f"{self.tensors} tensors mirroring a given state's layout (shapes, sharding, order)"
-                               if self.config.items else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
+                               if self.config.items
+                               else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
                 "size_meaning": "total bytes across all ranks, split evenly",
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
@@ -372,7 +373,8 @@ SPEC = ProbeSpec(
     description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks (gloo "
                 "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
                 "and report GB/s. --size is the total across ranks, split evenly.",
-    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
+    metrics=("write_gbps", "read_gbps"), config=Config,
+    build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
     row_schema=CheckpointRow, validate=validate, run=run_command, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
     needs=Needs(world=True, target=True, s3=True), aliases=(),

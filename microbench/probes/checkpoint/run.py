@@ -35,7 +35,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 outcomes.append(outcome)
             return 0
 
-        inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+        inv.exit_code = in_world(
+            nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv
+        )
     return outcomes[0] if outcomes else None
 
 
@@ -159,10 +161,20 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
         wrong = "N/A" if row.get("nwrong") is None else row["nwrong"]
         if row.get("checked_by"):
             wrong = f"{'not checked' if row.get('nwrong') is None else row['nwrong']} (by {row['checked_by']})"
-        table.append((row["op"], format_size(row["size_bytes"]), format_size(row["bytes_per_rank"]), row["iters"],
-                      f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
-                      f"{gbps:.3f}", wrong)
-                     + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ()))
+        table.append(
+            (
+                row["op"],
+                format_size(row["size_bytes"]),
+                format_size(row["bytes_per_rank"]),
+                row["iters"],
+                f"{row['time_us']['p50'] / 1e3:.1f}",
+                f"{row['time_us']['max'] / 1e3:.1f}",
+                blocked,
+                f"{gbps:.3f}",
+                wrong,
+            )
+            + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ())
+        )
     print(text_table(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
                                    "blocked (ms)", "GB/s", "#wrong"] + (["durable (ms)"] if durable else []),
                    tablefmt="simple"))

@@ -55,7 +55,7 @@ class StepReplay:
 
         gqa = self.kv_heads != self.heads
         outs = []
-        for ops, (q, k, v, _do) in zip(self.layers, self.attn):
+        for ops, (q, k, v, _do) in zip(self.layers, self.attn, strict=False):
             for op, x, w, _dy in ops:
                 with torch.no_grad():
                     torch.matmul(x, w)

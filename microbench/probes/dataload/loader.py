@@ -185,7 +185,9 @@ def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, pref
         sampler = DistributedSampler(data, num_replicas=ranks, rank=rank, shuffle=True, seed=ds.SEED,
                                      drop_last=False)
         sampler.set_epoch(epoch)
-        return DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, **extra)
+        return DataLoader(
+            data, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, **extra
+        )
     data = shards(source, plan, decode_us, rank, ranks)
     return DataLoader(data, batch_size=batch_size, num_workers=workers, collate_fn=collate, **extra)
 

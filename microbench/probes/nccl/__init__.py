@@ -285,17 +285,28 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
 
 
 SPEC = ProbeSpec(
-    name="nccl", command=("nccl",), order=20,
+    name="nccl",
+    command=("nccl",),
+    order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
-                "nccl-tests layout, fit a latency-bandwidth model per op.",
-    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
-    row_schema=NcclRow, validate=validate, run=run_command, printer=print_outcome,
+    "nccl-tests layout, fit a latency-bandwidth model per op.",
+    metrics=("busbw_gbps", "algbw_gbps"),
+    config=Config,
+    build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
+    row_schema=NcclRow,
+    validate=validate,
+    run=run_command,
+    printer=print_outcome,
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
-    needs=Needs(world=True), aliases=("collectives",),
-    case_keys=("placement", "dtype", "redop", "root", "algo", "group"), case_defaults=(("group", "world"),), identity_keys=("backend",), feeds=("network",),
+    needs=Needs(world=True),
+    aliases=("collectives",),
+    case_keys=("placement", "dtype", "redop", "root", "algo", "group"),
+    case_defaults=(("group", "world"),),
+    identity_keys=("backend",),
+    feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (docs/BENCHMARKS.md), and seconds off the suite's minute.

@@ -45,7 +45,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
 
     def body(world: World) -> int:
         plan = rank_memory_plan(config, choice.device, world)
-        probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
+        probe = spec.build(
+            config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir))
+        )
         probe.memory_plan = plan   # before anything asks for its cases
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
                                               transport=choice.transport)
@@ -83,9 +85,16 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             outcomes.append(outcome)
         return 0
 
-    inv.exit_code = in_world(nproc=nproc, timeout_s=config.timeout_s, choice=choice, body=body, before_launch=before_launch,
-             argv=inv.argv, per_rank=placement.per_rank if placement else None,
-             master_addr=placement.master_addr if placement else "127.0.0.1")
+    inv.exit_code = in_world(
+        nproc=nproc,
+        timeout_s=config.timeout_s,
+        choice=choice,
+        body=body,
+        before_launch=before_launch,
+        argv=inv.argv,
+        per_rank=placement.per_rank if placement else None,
+        master_addr=placement.master_addr if placement else "127.0.0.1",
+    )
     return outcomes[0] if outcomes else None
 
 
@@ -181,8 +190,11 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
 def skipped_line(skipped: dict[str, Any]) -> str:
     """The closing line of a run that skipped cases: which, what each needs, and why."""
     cases = [Skipped(c["op"], c["size_bytes"], c["placement"], c["need_bytes"]) for c in skipped["cases"]]
-    return (f"# skipped {len(cases)} case(s) that do not fit in memory ({skipped['reason'].removeprefix('does not fit in memory: ')}): "
-            f"{'; '.join(c.words() for c in cases)}; every other size and placement ran")
+    return (
+        f"# skipped {len(cases)} case(s) that do not fit in memory "
+        f"({skipped['reason'].removeprefix('does not fit in memory: ')}): "
+        f"{'; '.join(c.words() for c in cases)}; every other size and placement ran"
+    )
 
 
 def measure_link_gbps(world: World, timeout_s: float) -> float:

@@ -119,7 +119,10 @@ def io_path(kvikio: Any) -> dict[str, Any]:
             if gds_available is False:
                 reason = "kvikio's DriverProperties.is_gds_available is False (no nvidia-fs, or the driver raised)"
         except Exception as exc:  # the driver refused to open: cuFile still serves in its compat mode
-            gds_available, reason = False, str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            gds_available, reason = (
+                False,
+                str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
+            )
     if compat:
         served = "kvikio compat mode (POSIX + host bounce buffer, cuFile not used)"
     elif gds_available:

@@ -146,8 +146,10 @@ def _print(outcome: Any, config: Config) -> None:
                      f"{r['write_gbps']:.3f}", f"{r['durable_gbps']:.3f}", r["iters"]) for r in rows],
                    headers=["mode", "blocked (ms)", "durable (ms)", "blocked GB/s", "durable GB/s", "iters"],
                    tablefmt="simple"))
-    print(f"# blocked = write+fsync+close returned; durable = the store held every byte (polled over S3); cached "
-          f"uploads start {format_number(config.write_back_s, 6)} s after close; direct: close returns after the upload")
+    print(
+        f"# blocked = write+fsync+close returned; durable = the store held every byte (polled over S3); cached "
+        f"uploads start {format_number(config.write_back_s, 6)} s after close; direct: close returns after the upload"
+    )
     print(f"# results: {outcome.path}")
 
 

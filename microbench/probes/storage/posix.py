@@ -110,17 +110,21 @@ def validate(config: Workload) -> Workload:
                          f"files; use a --mode cached mount, or `microbench storage mount --mode direct`")
     for bs in config.bs:
         if config.size < bs * config.threads * config.qd:
-            raise UsageError(f"--size {format_size_exact(config.size)} is too small for --bs {format_size_exact(bs)} with "
-                             f"{config.threads} thread(s) x qd {config.qd}: each of the "
-                             f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
-                             f"--size {format_size_exact(bs * config.threads * config.qd * 4)}")
+            raise UsageError(
+                f"--size {format_size_exact(config.size)} is too small for --bs {format_size_exact(bs)} with "
+                f"{config.threads} thread(s) x qd {config.qd}: each of the "
+                f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
+                f"--size {format_size_exact(bs * config.threads * config.qd * 4)}"
+            )
     if config.direct is not False:
         align = direct_alignment(config.path)
         for bs in config.bs:
             if bs % align:
-                raise UsageError(f"invalid --bs {format_size_exact(bs)!r}: with O_DIRECT the block size must be a multiple "
-                                 f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
-                                 f"{format_size_exact(max(align, bs // align * align))} or --buffered")
+                raise UsageError(
+                    f"invalid --bs {format_size_exact(bs)!r}: with O_DIRECT the block size must be a multiple "
+                    f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
+                    f"{format_size_exact(max(align, bs // align * align))} or --buffered"
+                )
     return config
 
 
@@ -218,7 +222,9 @@ class Target:
             native.io_run(str(self.data), True, bs, self.config.size, threads=1, qd=1,
                           direct=self.direct and bs % direct_alignment(self.config.path) == 0)
         except OSError as exc:
-            raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(exc) from None
+            raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(
+                exc
+            ) from None
 
     def facts(self) -> dict[str, Any]:
         return {**self.workdir.facts(), "data_file": str(self.data), "direct_requested": self.config.direct,
@@ -277,7 +283,9 @@ class PosixProbe(Probe):
         return impl
 
     def cases(self) -> list[Case]:
-        cases = [Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools]
+        cases = [
+            Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools
+        ]
         if getattr(self.config, "single_stream", False) and "write" in self.config.rw and "posix" in self.tools:
             cases.append(Case("write", min(STREAM_BS, self.config.size), (("tool", "posix"), ("stream", "single"))))
         return cases
@@ -312,7 +320,9 @@ class PosixProbe(Probe):
                                        qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
                                        engine=c.engine, seed=os.getpid())
             except OSError as exc:
-                raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(exc) from None
+                raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(
+                    exc
+                ) from None
         self._bytes[case] = int(result["bytes"])
         extra = {ENGINE_TO_ROW.get(k, k): result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us",
                                                              "lat_max_us", "engine", "workers") if k in result}

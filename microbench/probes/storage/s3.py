@@ -91,10 +91,16 @@ class StorageS3Probe(Probe):
     def implementation(self) -> dict[str, Any]:
         import botocore
 
-        return {"engine": "botocore low-level client, own thread pool", "botocore": botocore.__version__, **self.target.describe(),
-                "credentials_source": self.cred_source, "addressing_style": self.target.addressing_style,
-                "payload_signing": False, "range_bytes": self.config.part_size,
-                "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size)}
+        return {
+            "engine": "botocore low-level client, own thread pool",
+            "botocore": botocore.__version__,
+            **self.target.describe(),
+            "credentials_source": self.cred_source,
+            "addressing_style": self.target.addressing_style,
+            "payload_signing": False,
+            "range_bytes": self.config.part_size,
+            "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size),
+        }
 
     @property
     def stream_key(self) -> str:
@@ -171,7 +177,7 @@ class StorageS3Probe(Probe):
                 times = self._gather([self._submit(self._put_single, key) for key in keys])
                 self._stored = True
                 return [(t, None) for t in times]
-            for key, uid in zip(keys, self._gather([self._submit(self._create, key) for key in keys])):
+            for key, uid in zip(keys, self._gather([self._submit(self._create, key) for key in keys]), strict=False):
                 self._open_uploads[key] = uid
             plan = part_plan(c.object_size, c.part_size)
             futures = [self._submit(self._put_part, key, self._open_uploads[key], n + 1, length)
@@ -301,14 +307,24 @@ def _key(op: str, single: bool) -> str:
 
 
 SPEC = ProbeSpec(
-    name="storage_s3", command=("storage", "s3"), order=50,
+    name="storage_s3",
+    command=("storage", "s3"),
+    order=50,
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
     description="PUT objects as concurrent multipart uploads and GET them back as concurrent ranged reads. Without "
-                "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
-                "Credentials come from the standard AWS environment or profile.",
-    metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
-    row_schema=S3Row, validate=validate, run=run_s3, printer=print_report,
-    sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
-    case_keys=("part_size_bytes", "concurrency", "objects", "stream"), feeds=("tier",),
+    "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
+    "Credentials come from the standard AWS environment or profile.",
+    metrics=("throughput_gbps",),
+    config=Config,
+    build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
+    row_schema=S3Row,
+    validate=validate,
+    run=run_s3,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0),
+    needs=Needs(s3=True),
+    aliases=(),
+    case_keys=("part_size_bytes", "concurrency", "objects", "stream"),
+    feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )

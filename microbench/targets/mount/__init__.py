@@ -235,8 +235,14 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
         started["server"] = server
         key, secret = server.credentials.access_key_id, server.credentials.secret_access_key
         preflight(Target.for_embedded(server), bucket, timeout_s=min(req.timeout_s, 10))
-        env.update({f"RCLONE_CONFIG_{REMOTE}_ENDPOINT": server.endpoint_url, f"RCLONE_CONFIG_{REMOTE}_REGION": "us-east-1",
-                    f"RCLONE_CONFIG_{REMOTE}_ACCESS_KEY_ID": key, f"RCLONE_CONFIG_{REMOTE}_SECRET_ACCESS_KEY": secret})
+        env.update(
+            {
+                f"RCLONE_CONFIG_{REMOTE}_ENDPOINT": server.endpoint_url,
+                f"RCLONE_CONFIG_{REMOTE}_REGION": "us-east-1",
+                f"RCLONE_CONFIG_{REMOTE}_ACCESS_KEY_ID": key,
+                f"RCLONE_CONFIG_{REMOTE}_SECRET_ACCESS_KEY": secret,
+            }
+        )
         endpoint = server.endpoint_url
     path = os.path.realpath(req.path) if req.path else str(home / "mnt")
     created = not os.path.exists(path)

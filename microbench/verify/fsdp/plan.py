@@ -72,7 +72,9 @@ def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
     explicit = {k: v for k in ("hidden", "layers", "heads", "vocab") if (v := dims.get(k)) is not None}
     if explicit:
         if model or models:
-            raise UsageError("--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one")
+            raise UsageError(
+                "--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one"
+            )
         kwargs = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None, **explicit}
         shape = fm.shape_from_args(**kwargs)
         return {shape.name: kwargs}

@@ -59,19 +59,31 @@ def run_fsdp(opts: VerifyOptions) -> int:
               "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
               "device": choice.device, "precision": dataclasses.asdict(fm.precision_for(choice.device))}
     kind = "calibration" if opts.calibrate_only else "verify"   # the kinds `compose --calibration` takes
-    record = new_record(kind, config, envmod.collect(),
-                        {**native.implementation(), "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
-                         "model": fm.FAMILY, "backend": choice.backend, "device": choice.device,
-                         "gc": collector.NOTE})
+    record = new_record(
+        kind,
+        config,
+        envmod.collect(),
+        {
+            **native.implementation(),
+            "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
+            "model": fm.FAMILY,
+            "backend": choice.backend,
+            "device": choice.device,
+            "gc": collector.NOTE,
+        },
+    )
     writer = RecordWriter(record, opts.json, opts.results_dir)
     path = writer.path
     base = RankSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=timeout_s, nproc=nproc,
                     calibration=cal, cal_reps=opts.cal_reps,
                     calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
-    print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
-          f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
-          f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
-          f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
+    print(
+        f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
+        f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
+        f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
+        f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}",
+        flush=True,
+    )
     # A signal or a failed phase must not leave the record "running".
     with launch.partial_unless_finished(path):
         try:

@@ -133,7 +133,9 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
             Curve.from_record(record, "reduce_scatter", "measured in this run"))
 
 
-def optimizer_sampler(world: World, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
+def optimizer_sampler(
+    world: World, shape: ModelShape, device: Any, layout: Any = None
+) -> tuple[Callable[[], float], int]:
     """One AdamW step per call over one flat fp32 tensor the size of this rank's shard, every
     rank at once: the slowest rank's seconds. Returns (sampler, shard params), the sampler warm:
     two untimed steps first allocate AdamW's state and warm the caches."""
@@ -223,7 +225,7 @@ def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: An
             samples.append(sample)
     per_rank = world.all_gather_object(times)
     del model, optim
-    return [max(step) for step in zip(*per_rank)], samples
+    return [max(step) for step in zip(*per_rank, strict=False)], samples
 
 
 def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: Any,
@@ -323,7 +325,9 @@ def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_a
     """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
     the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
     most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
-    comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"] + pred.get("allreduce_s", 0.0)
+    comm_pred = (
+        pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"] + pred.get("allreduce_s", 0.0)
+    )
     rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
     hideable = pred["no_overlap_s"] - pipelined_s
     hidden = compute_alone_s + comm_alone_s + rest - measured_s
@@ -344,7 +348,7 @@ def paired_error_pct(predicted_each: list[float], measured_each: list[float]) ->
     """The median of the pairs' errors: each measurement against the prediction made from the
     probe sample taken right before it. A shared machine's speed drifts by tens of percent within
     a run; a pair shares the drift, two medians taken apart do not (docs/verify.md)."""
-    return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each)], 50)
+    return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each, strict=False)], 50)
 
 
 def spread_pct(times: list[float]) -> float:

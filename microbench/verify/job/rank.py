@@ -58,9 +58,15 @@ def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: di
     # A fresh model's first step also sets up FSDP's buffers and AdamW's state: that extra, from
     # a throwaway copy's first step, spread over the steps as the timeline has one step time.
     step_s = step["step_s"] + step.get("first_step_extra_s", 0.0) / plan.steps
-    costs = PhaseCosts(model_load_s=model["load_s"], step_s=step_s, data_stall_s=stall_total / plan.steps,
-                       save_blocking_s=ckpt["blocking_s"], save_drain_s=max(0.0, ckpt["durable_s"] - ckpt["blocking_s"]),
-                       drain_blocks_next=ckpt["drain_blocks_next"], drain_delay_s=ckpt["drain_delay_s"])
+    costs = PhaseCosts(
+        model_load_s=model["load_s"],
+        step_s=step_s,
+        data_stall_s=stall_total / plan.steps,
+        save_blocking_s=ckpt["blocking_s"],
+        save_drain_s=max(0.0, ckpt["durable_s"] - ckpt["blocking_s"]),
+        drain_blocks_next=ckpt["drain_blocks_next"],
+        drain_delay_s=ckpt["drain_delay_s"],
+    )
     return timeline(plan, costs), stall.as_dict()
 
 

@@ -94,7 +94,9 @@ class Place:
 
     def cache_files(self, keys: list[str]) -> list[str]:
         if self.tier == "s3":
-            return [os.path.join(self.server_root, self.bucket, self.prefix, k) for k in keys] if self.server_root else []
+            return (
+                [os.path.join(self.server_root, self.bucket, self.prefix, k) for k in keys] if self.server_root else []
+            )
         return [self.path(k) for k in keys]
 
     def drop_cache(self, keys: list[str]) -> None:
