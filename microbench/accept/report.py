@@ -250,7 +250,7 @@ def _compose(record: dict[str, Any]) -> str:
              for r in record.get("rows", []) if r.get("op") == "checkpoint"]
     if tiers:
         out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
-    return out + job_html.section(record, _table)    # issue 23: the job timelines and the what-if
+    return out + job_html.section(record, _table)    # the job's timelines and what-if, when it has a job
 
 
 def _hunt(record: dict[str, Any]) -> str:

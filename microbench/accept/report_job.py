@@ -1,4 +1,4 @@
-"""The job section of a compose record in the HTML report (issue 23): the timeline of each
+"""The job section of a compose record in the HTML report: the timeline of each
 configuration as one horizontal bar (a colour per phase kind, drains that overlap training as a
 thin strip under the bar), on one time scale, then the ranked what-if as a table and the
 recommendation. Inline SVG: no script, no fetch (the report's CSP allows it)."""

@@ -52,7 +52,7 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     latency_s, inv_bw = _weighted_line([p[0] for p in points], [p[1] for p in points])
     largest = max(points, key=lambda p: p[0])
     # A flat or falling curve (or one whose size term is noise next to its latency) is
-    # latency-bound everywhere we measured: the best measured busbw is all we know of the peak.
+    # latency-bound at every size the record holds: its best busbw is all we know of the peak.
     latency_bound = inv_bw <= 0 or inv_bw * largest[0] < 0.01 * largest[1]
     if latency_bound:
         peak = max(p[3] for p in points)

@@ -29,13 +29,12 @@ _QUEUE_S = 0.02
 # That bucket is also credit: a link idle for _BURST_S sends its next burst bytes at the veth's
 # own speed (tens of Gbit/s), not at the rate. A NIC has no such credit, and a training step
 # idles its links during compute, so on a 1gbit lab every collective issued after compute ran
-# faster than the same collective back to back, where a probe times it (an AllGather of 2.95 MB
-# over 2 hosts x 2 ranks: 8-9 ms after 10 ms idle, 16-17 ms back to back), and verify's step
-# predictions came out 11-12 % high. tbf's peak rate caps how fast the bucket may drain: a tenth
-# above the rate leaves the link headroom to catch up after a late wakeup, and a peak bucket of
-# a millisecond of it (at least one 64 KiB GSO packet, so tbf need not split them) is what one
-# wakeup may send; at half that, the kernel's wakeups came too late under load and the link fell
-# to half its rate.
+# faster than the same collective back to back, where a probe times it, and verify's step
+# predictions came out high (docs/BENCHMARKS.md has the figures). tbf's peak rate caps how fast
+# the bucket may drain: a tenth above the rate leaves the link headroom to catch up after a late
+# wakeup, and a peak bucket of a millisecond of it (at least one 64 KiB GSO packet, so tbf need
+# not split them) is what one wakeup may send; at half that, the kernel's wakeups come too late
+# under load and the link falls to half its rate.
 _PEAK_OVER_RATE = 1.1
 _PEAK_BUCKET_S = 0.001
 _GSO_BYTES = 64 * 1024

@@ -30,8 +30,8 @@ class Config:
     threads: int = option(0, parse=nonneg_int, shown="every usable core", help="threads for the all-cores case")
     gpu: bool = True
     # Host copies timed per native call, each call with its own buffers (allocated, touched and
-    # checked untimed: ~0.4 s at 256M) and kernel choice. The command asks copies_per_call()
-    # so a case is one call; the suite's memory step spent 0.8 s on a second.
+    # checked untimed, which at large sizes costs more than the copies) and kernel choice. The
+    # command asks copies_per_call() so a case is one call: a second would pay that setup again.
     copies_per_call: int = 8
 
 

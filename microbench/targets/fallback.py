@@ -109,7 +109,8 @@ def memcpy_run(size_bytes: int, threads: int, iters: int) -> list[float]:
     import numpy as np
 
     # Both buffers written before timing: np.zeros would map lazily-zeroed pages, and the
-    # first timed copy would pay every page fault of dst (64 MiB: ~100 ms instead of ~8).
+    # first timed copy would pay every page fault of dst, many times the copy itself
+    # (docs/BENCHMARKS.md has the figures).
     # numpy advises arrays this large as transparent huge pages, as the native core does.
     src = np.full(size_bytes, 0x5A, dtype=np.uint8)
     dst = np.empty(size_bytes, dtype=np.uint8)

@@ -279,7 +279,7 @@ class CheckpointProbe(Probe):
     def checked_by(self, case: Case) -> str | None:
         # The load case right after a save reads that save's last checkpoint (release keeps it)
         # and checks every byte it loaded: a full DCP load here first would read the same
-        # objects once more (2-3 s on the embedded S3) to learn nothing new.
+        # objects once more, seconds on S3, to learn nothing new.
         ops = [c.op for c in self.cases()]
         after = ops.index(case.op) + 1
         return "load" if case.op == "save" and after < len(ops) and ops[after] == "load" else None
@@ -317,9 +317,9 @@ class CheckpointProbe(Probe):
         self.world.barrier()
 
     def abandon(self, case: Case) -> None:
-        # No barrier: a peer still inside DCP's load would wait on it until --timeout (seen: a
-        # Ctrl-C during the load case took 30 s of a 30 s timeout, 1 run in 4). The step left on
-        # the target goes with the run directory, which rank 0 removes on the way out.
+        # No barrier: a peer still inside DCP's load (where a Ctrl-C during the load case can
+        # leave it) would wait on it until --timeout. The step left on the target goes with the
+        # run directory, which rank 0 removes on the way out.
         self.dest = None
         self.last_step = None
 

@@ -123,8 +123,9 @@ class StorageS3Probe(Probe):
                 "upload": ("multipart" if c.object_size > c.part_size else "single") if case.op == "put" else None}
 
     def prepare(self, case: Case) -> None:
-        # Made here, once: made lazily by the first requests, each of the pool's threads found
-        # none yet and built its own: 4-8 clients, and a first PUT of 2.5 s instead of 1.3 s.
+        # Made here, once: made lazily by the first requests, each of the pool's threads finds
+        # none yet and builds its own, and the first PUT pays for all of them
+        # (docs/BENCHMARKS.md has the figures).
         _ = self.client
         if self._pool is None:
             self._rss_before = _peak_rss_bytes()  # imports (torch via the environment record) included

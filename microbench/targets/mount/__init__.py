@@ -261,8 +261,8 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
         if os.path.exists(cache):
             shutil.rmtree(cache)   # ours by its name: a crashed run's cache
         started["cache"] = cache
-        # Not --write-back-cache: tried on a quiet machine, the blocked write got slower (128M:
-        # 0.31 s against 0.17 s without it; docs/BENCHMARKS.md).
+        # Not --write-back-cache: it makes the blocked write slower (docs/BENCHMARKS.md has the
+        # figures).
         argv += ["--vfs-cache-mode", "full", "--cache-dir", cache, "--vfs-write-back", f"{req.write_back_s:g}s"]
     else:
         argv += ["--vfs-cache-mode", "off"]
