@@ -193,7 +193,7 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     parts = {row["op"]: row for row in record["rows"] if "gather_time_us" in row or "read_time_us" in row}
     if parts:
         save, load = parts.get("save", {}), parts.get("load", {})
-        ms = lambda row, key: f"{row[key] / 1e3:.1f} ms" if key in row else "-"  # noqa: E731
+        ms = lambda row, key: f"{row[key] / 1e3:.1f} ms" if key in row else "-"
         print(f"# full save parts (rank 0, median): gather {ms(save, 'gather_time_us')}, serialize+write "
               f"{ms(save, 'serialize_write_time_us')}, fsync {ms(save, 'fsync_time_us')}; load: read "
               f"{ms(load, 'read_time_us')}, scatter {ms(load, 'scatter_time_us')}")
