@@ -158,6 +158,7 @@ def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None
           f"{'every micro-batch' if train.sync_every_microbatch else 'once, on the last micro-batch'}, AdamW, "
           f"overlap {train.overlap:g}, FSDP overhead {format_time(train.unit_overhead_s)} per unit per pass")
     if per_kernel:
+        assert rate.gpu is not None   # kernels are priced on a named GPU only
         print(f"# compute: priced per kernel on {rate.gpu.name} (breakdown below the step table), "
               f"compute beside collectives at {1 - train.contention:.3g} of its rate")
         if rate.warning:
@@ -178,14 +179,18 @@ def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
     if memory.activation_bytes is None:
         rows.append(("activations", "unknown (--params/--layers has no shapes)"))
     else:
-        rows.append(("activations, no checkpointing", format_bytes(memory.activation_bytes_no_ac)))
-        rows.append(("activations, with checkpointing", format_bytes(memory.activation_bytes_ac)))
+        no_ac, ac = memory.activation_bytes_no_ac, memory.activation_bytes_ac
+        assert no_ac is not None and ac is not None   # known with activation_bytes
+        rows.append(("activations, no checkpointing", format_bytes(no_ac)))
+        rows.append(("activations, with checkpointing", format_bytes(ac)))
     rows.append(("total (chosen setting)", format_bytes(memory.total_bytes)))
     print("\n## memory per GPU")
     print(tabulate(rows, headers=["part", "bytes"], tablefmt="simple", disable_numparse=True))
     if memory.fits is None:
         print("# memory check: no --gpu, so no capacity to check against")
-    elif memory.fits:
+        return
+    assert memory.capacity_bytes is not None and rate.gpu is not None   # fits is judged on a named GPU
+    if memory.fits:
         print(f"# fits: {format_bytes(memory.total_bytes)} of {format_bytes(memory.capacity_bytes)} usable on "
               f"{rate.gpu.name} ({RESERVED_MEMORY_FRACTION:.0%} kept for CUDA context, NCCL, fragmentation)")
     else:

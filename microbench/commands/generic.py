@@ -51,7 +51,7 @@ def _add_needs(p: argparse.ArgumentParser, spec: ProbeSpec, declared: set[str]) 
     the generic runner reads them: a probe with its own run declares every flag it takes."""
     if spec.run is not None:
         return
-    wanted = []
+    wanted: list[tuple[str, dict[str, Any]]] = []
     if spec.needs.target:
         wanted += [("--path", dict(default=tempfile.gettempdir(), help="directory to write under; a unique "
                     "directory is created there and removed afterwards (default: the temp dir)")),

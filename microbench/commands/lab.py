@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from ..core.tables import text_table
 from ..core.units import format_link_rate, parse_link_rate
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_hosts(labs: list[labmod.Lab]) -> None:
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for lab in labs:
         for h in lab.hosts:
             rows.append(

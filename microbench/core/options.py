@@ -117,8 +117,8 @@ class Flag:
         parse = self.opt.parse or _PARSERS.get("str" if self.opt.repeat else self.kind)
         if self.opt.choices is not None and self.opt.parse is None:
             parse = choice(self.opt.choices)
-        if parse is sweep:
-            return sweep(text, self.flag, factor)
+        if isinstance(parse, Sizes):   # the one parser that takes the command's --factor
+            return parse(text, self.flag, factor)
         return parse(text, self.flag) if parse is not None else str(text)
 
 

@@ -62,9 +62,11 @@ def _needs_view(config: Any) -> SimpleNamespace:
 
 
 def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
+    build = spec.build
+    assert build is not None   # a probe without build brings its own run
     if not spec.needs.world:
         with provision.prepare(spec, _needs_view(config)) as context:
-            probe = spec.build(config, context)
+            probe = build(config, context)
             return run_probe(probe, inv.settings, config=config, json_path=inv.json_path,
                              results_dir=inv.results_dir, extra_implementation=context.facts)
     from ..world import backends
@@ -79,7 +81,7 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
     def body(world: World) -> int:
         with provision.prepare(spec, _needs_view(config)) as context:
             context.world = world
-            probe = spec.build(config, context)
+            probe = build(config, context)
             outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                                 results_dir=inv.results_dir, extra_implementation=context.facts)
         if world.rank == 0:   # only rank 0 prints and writes

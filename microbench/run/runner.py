@@ -78,7 +78,8 @@ def _new_cuda_event() -> Any:
 def _time_with_events(probe: Probe, case: Case, iters: int) -> tuple[list[float], list[dict[str, Any]], str]:
     """Every iteration between two events on the current stream, then one synchronize for the
     batch; elapsed_time is in milliseconds."""
-    pairs, extras = [], []
+    pairs: list[Any] = []
+    extras: list[Any] = []
     for _ in range(iters):
         start, end = _new_cuda_event(), _new_cuda_event()
         start.record()
@@ -129,7 +130,8 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: RankG
             iters = world.broadcast_object(iters)  # every rank must run the same count
         device = probe.timed_on(case)
         timing = timing_method(device, device is not None and _cuda_available())
-        times, extras = [], []
+        times: list[Any] = []
+        extras: list[Any] = []
         if timing == TIMING_EVENTS:
             times, extras, timing = _time_with_events(probe, case, iters)
         else:

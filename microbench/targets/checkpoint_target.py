@@ -103,7 +103,7 @@ def bounded_session(total_s: float) -> Any:
         class Bounded(AIOHTTPSession):
             def __init__(self, *args: Any, **kwargs: Any):
                 super().__init__(*args, **kwargs)
-                per_read = self._timeout
+                per_read = self._timeout   # type: ignore[has-type]  # aiobotocore's, set by its __init__
                 self._timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=per_read.sock_connect,
                                                       sock_read=per_read.sock_read)
 
@@ -278,6 +278,7 @@ class RunDir:
 
     def _check_bucket(self) -> None:
         fs = self.fs()
+        assert self.s3 is not None   # fs() has made the client from it
         try:
             fs.ls(self.target.bucket, refresh=True)
         except FileNotFoundError:
