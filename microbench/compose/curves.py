@@ -17,7 +17,7 @@ from typing import Any
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.fit import fit_latency_bandwidth
-from ..core.jsonfile import finite_number
+from ..core.jsonfile import finite_number, json_object
 from ..core.units import bus_factor
 
 
@@ -163,7 +163,7 @@ def network_from_record(record: dict[str, Any], name: str, source: str, *, allow
                          f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")
     ag = Curve.from_record(record, "all_gather", source)
     rs = Curve.from_record(record, "reduce_scatter", source)
-    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    impl = json_object(record.get("implementation"))
     backend = str(impl.get("backend") or record.get("config", {}).get("world", {}).get("backend") or "unknown")
     device = str(impl.get("device") or "unknown")
     warnings = []

@@ -74,7 +74,8 @@ def unit_bytes(model: Any, unit: str, op: str, param_dtype: str, reduce_dtype: s
 
 
 class CollectiveCurve(Protocol):
-    latency_s: float
+    @property
+    def latency_s(self) -> float: ...
 
     def time_s(self, size_bytes: float, ranks: int | None = None) -> tuple[float, str]: ...
 

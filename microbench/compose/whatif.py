@@ -63,6 +63,7 @@ def measured_step(inputs: ComposeInputs) -> tuple[ComposeInputs, kernels.Compute
                          f"{len(inputs.networks)} are given ({', '.join(n.name for n in inputs.networks)}): give the "
                          f"one it ran on")
     net, gpu = inputs.networks[0], inputs.rate.gpu
+    assert gpu is not None   # --measured-step without --gpu is refused (ComposeOptions.check)
     t = inputs.options.training
     config = {"model": model.name, "gpu": gpu.name, "ranks": inputs.world, "nodes": inputs.nodes,
               "micro_batch": t.micro_batch, "seq_len": t.seq_len, "grad_accum": t.grad_accum,

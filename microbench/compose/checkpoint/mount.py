@@ -146,6 +146,7 @@ def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, 
     plans = [plan(m, ckpt_bytes, interval(m), max_overhead) for m in mounts]
     if not plans:
         return []
+    rows: list[tuple[str, ...]]
     rows = [(p.tier, "cached" if p.cached else "direct", format_time(p.blocked_s), format_time(p.durable_s),
              f"{p.overhead:.1%}", "yes" if p.drains_in_time else
              f"no: cache grows {format_bytes(p.cache_growth_bytes_per_interval)}/interval"

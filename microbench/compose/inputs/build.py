@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ...core import registry
 from ...core.errors import UsageError
+from ...core.jsonfile import json_object
 from ...results import load_record
 from .. import fsdp, kernels
 from ..calibration import Calibration, from_record
@@ -134,7 +135,7 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
         tflops = (record.get("summary") or {}).get("achieved_tflops")
         if not isinstance(tflops, (int, float)) or not tflops > 0:
             raise UsageError(f"--compute {c.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
-        impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+        impl = json_object(record.get("implementation"))
         dev = str(impl.get("gpu") or impl.get("device", "?"))
         warning = None
         if device is not None and impl.get("device") != "cuda":

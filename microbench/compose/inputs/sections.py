@@ -12,8 +12,8 @@ from typing import ClassVar
 from ...core.errors import UsageError
 from ...core.options import option
 from ...core.units import DTYPE_BYTES
-from .. import dataload
 from ..checkpoint import full as fs
+from ..dataload import DataRate
 from ..hardware import GPUS
 from ..model import PRESETS
 from ..sharding.inputs import Level, parse_level
@@ -241,7 +241,7 @@ class Loading:
     TITLE: ClassVar[str] = "data and model loading"
     dataload: list[NamedRecord] = option([], parse=named_record, repeat=True, metavar="[NAME=]RECORD", shown="none",
                                          help="a `microbench dataload` record: the loader's rate per rank (repeatable)")
-    data_rate: list[dataload.DataRate] = option([], parse=data_rate, repeat=True, metavar="NAME=SAMPLES/S",
+    data_rate: list[DataRate] = option([], parse=data_rate, repeat=True, metavar="NAME=SAMPLES/S",
                                                 shown="none",
                                                 help="a described loader rate per rank, prefetching, e.g. --data-rate "
                                                      "s3=900 (repeatable)")

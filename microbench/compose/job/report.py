@@ -228,8 +228,10 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
     index: dict[Any, int] = {}
     for o in result.outcomes:
         if o.plan is not None and (o.plan, o.costs) not in index:
+            built = o.timeline
+            assert built is not None   # the what-if prices every plan it keeps
             index[(o.plan, o.costs)] = len(timelines)
-            timelines.append(timeline_dict(o.timeline))
+            timelines.append(timeline_dict(built))
     return {"steps": model.ask.steps, "ckpt_every": model.ask.ckpt_every, "async_ckpt": model.ask.async_ckpt,
             "tokens_per_step": model.ask.tokens_per_step, "interval_s": model.interval_s, "notes": notes,
             "recommended": pick(result.best), "worst": pick(result.worst), "end_to_end_ratio": result.end_to_end,

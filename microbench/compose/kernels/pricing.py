@@ -146,6 +146,7 @@ def _from_count(counted: eager.Counted, pass_: str, compute: list[Kernel]) -> li
         elif op.cls == "attention":
             out.extend(attention)
         else:
+            assert op.kernel is not None   # a memory-bound op carries its kernel
             out.append(op.kernel)
     return out
 

@@ -204,7 +204,8 @@ def parse_table(data: Any, path: str) -> KernelTable:
         raise r.fail("the file", f"holds a JSON {type(data).__name__}, not an object")
     gpu = r.get(data, "gpu", "")
     mm = r.get(data, "matmul", "")
-    axes = tuple(r.axis(r.get(mm, a, "matmul"), f"matmul.{a}") for a in "mnk")
+    axes = (r.axis(r.get(mm, "m", "matmul"), "matmul.m"), r.axis(r.get(mm, "n", "matmul"), "matmul.n"),
+            r.axis(r.get(mm, "k", "matmul"), "matmul.k"))
     grid = r.grid(r.get(mm, "tflops", "matmul"), tuple(len(a) for a in axes), "matmul.tflops")
     impls, default = _attention(r, r.get(data, "attention", ""))
     mem = r.get(data, "memory", "")
