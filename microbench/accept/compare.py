@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core import registry
 from ..core.errors import UsageError
@@ -33,7 +33,7 @@ RULE_EXAMPLE = "--fail-on busbw:-5% (fail when busbw drops more than 5%)"
 _LATENCY = re.compile(r"(_us|_ms)_p50$|^lat_p50_us$")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

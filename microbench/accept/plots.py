@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core import registry
 from ..core.errors import RunError, UsageError
@@ -16,7 +16,7 @@ from ..core.units import format_number, format_size
 from ..results.outputs import check_new_file
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -32,7 +32,7 @@ KEYS = ("network", "data", "model_from", "ckpt_to")
 
 
 def _same(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
-    return bool(b) and all(a.get(k) == b.get(k) for k in KEYS)
+    return b is not None and bool(b) and all(a.get(k) == b.get(k) for k in KEYS)
 
 
 def _chosen(job: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

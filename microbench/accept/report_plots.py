@@ -29,7 +29,9 @@ def section(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
     ops: list[str] = []
     for _, rec in usable:
         ops.extend(str(r.get("op")) for r in rec.get("rows", []) if str(r.get("op")) not in ops)
-    images, bars, notes = [], {}, []
+    images: list[Any] = []
+    bars: dict[Any, Any] = {}
+    notes: list[Any] = []
     for op in ops:
         per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]})
                   for label, rec in usable]

@@ -147,7 +147,8 @@ def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
     if flag in step.argv[:-1]:
         text = step.argv[step.argv.index(flag) + 1]
         return tuple(opt.parse(text, flag)) if opt.parse else tuple(text.split(","))
-    default = field.default_factory() if field.default_factory is not MISSING else field.default
+    assert field is not None   # opt came from it
+    default: Any = field.default_factory() if field.default_factory is not MISSING else field.default
     return tuple(default)
 
 
@@ -273,6 +274,7 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             continue
         value = max(values) if check.min is not None else min(values)
         ok = (check.min is None or value >= check.min) and (check.max is None or value <= check.max)
-        bound = f">= {format_number(check.min, 6)}" if check.min is not None else f"<= {format_number(check.max, 6)}"
+        bound = (f">= {format_number(check.min, 6)}" if check.min is not None
+                 else f"<= {format_number(check.max, 6)}" if check.max is not None else "")
         results.append(CheckResult(check, "pass" if ok else "fail", value, f"{format_number(value)} (needs {bound})"))
     return results

@@ -148,11 +148,11 @@ def _partial(group: groups.Group, nodes: dict[str, NodeData]) -> dict[str, list[
         for step, count in sorted(complete.items()):
             if count <= len(group.nodes) / 2:
                 continue
-            runs = nodes[node].steps.get(step)
-            if not runs:
+            ran = nodes[node].steps.get(step)
+            if not ran:
                 out.setdefault(node, []).append(f"no {step} record ({count} of {len(group.nodes)} nodes have one)")
-            elif not any(status == "complete" for status, _ in runs):
-                status, reason = runs[-1]
+            elif not any(status == "complete" for status, _ in ran):
+                status, reason = ran[-1]
                 out.setdefault(node, []).append(f"{step} {status}" + (f": {reason}" if reason else "")
                                                 + f" (complete on {count} of {len(group.nodes)})")
     return out
@@ -200,8 +200,8 @@ def analyse(config: Config) -> Analysis:
     # Every node-metric the fleet gate tests, and every directed pair: the budget spreads over all.
     per_group = []
     for group in peer:
-        samples = {n: metrics.resolve_devices(data[n].samples, data[n].disks) for n in group.nodes}
-        per_group.append((group, verdicts.merged_values(samples, verdicts.choose_sizes(samples))))
+        resolved = {n: metrics.resolve_devices(data[n].samples, data[n].disks) for n in group.nodes}
+        per_group.append((group, verdicts.merged_values(resolved, verdicts.choose_sizes(resolved))))
     tests = sum(len(by_node) for _, merged in per_group for by_node in merged.values()) + len(pair_set.values)
     try:
         p = stats.tail_for_budget(config.budget, tests)

@@ -12,7 +12,7 @@ from ...core.options import option, text
 DEFAULT_MODEL = "llama-3.1-8b"
 
 
-def budget(value: object, flag: str) -> float:
+def budget(value: str | float, flag: str) -> float:
     """False flags allowed per run: a number, 0 or more (0: none in 95% of healthy runs)."""
     return units.parse_number(value, what=flag, example="1", minimum=0.0)
 

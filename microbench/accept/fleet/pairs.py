@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.jsonfile import json_object
 from . import stats
 from .metrics import Sample
 from .verdicts import FleetFinding, Line
@@ -55,7 +56,7 @@ def node_name(host: Any) -> str:
 def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
     out = PairSet()
     for location, record in documents:
-        cfg = record.get("config") if isinstance(record.get("config"), dict) else {}
+        cfg = json_object(record.get("config"))
         out.sources.append(location)
         if record.get("kind") == "hunt":
             hosts = [node_name(h) for h in cfg.get("hosts") or []]
@@ -68,7 +69,7 @@ def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
         elif record.get("kind") == "nccl":
             _node_groups(location, record, out)
         else:   # a link between two hosts: its best one-way bandwidth, rank 0's host sending
-            a, b = [node_name(h) for h in (cfg.get("probe") or {}).get("hosts")]
+            a, b = [node_name(h) for h in (cfg.get("probe") or {})["hosts"]]
             best = [float(r["bw_gbps"]) for r in record.get("rows") or []
                     if isinstance(r, dict) and r.get("op") == "uni" and isinstance(r.get("bw_gbps"), (int, float))]
             if best:
