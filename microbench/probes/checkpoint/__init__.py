@@ -52,7 +52,7 @@ class CheckpointRow(_CheckpointRequired, total=False):
     write_gbps: float               # save, async_save
     read_gbps: float                # load
     blocked_time_us: float          # async_save: the training loop's wait
-    durable_time_us: float          # async_save: until the checkpoint is on storage
+    durable_time_us: float          # async_save, or a save through a bucket mount: until storage held it all
     staging_time_us: float          # async_save: of the blocked time, DCP's copy of the state into CPU memory
     staging_make_time_us: float     # of which making the staged tensors (torch's _create_cpu_state_dict)
     staging_copy_time_us: float     # of which copying the state into them (torch's _copy_state_dict)
@@ -63,7 +63,6 @@ class CheckpointRow(_CheckpointRequired, total=False):
     fsync_time_us: float            # save: fsync (directory) or the upload's completion (S3)
     read_time_us: float             # load: rank 0 reads the file
     scatter_time_us: float          # load: set_model_state_dict(broadcast_from_rank0)
-    durable_time_us: float          # save through a bucket mount: until the store held every byte
     durable_gbps: float             # save through a mount: total bytes / durable time
     blocked_is_durable: bool        # a direct mount: close returned after the upload
 
@@ -119,7 +118,8 @@ class CheckpointProbe(Probe):
         # Zero-padded: dcp.load reads top-level keys sorted, dcp.save writes them in insertion
         # order; "layers.10" sorting before "layers.2" made S3 loads read out of file order.
         width = len(str(len(rows) - 1))
-        return [(None, "step", Item("", "object"))] + [
+        head: list[tuple[str | None, str, Item]] = [(None, "step", Item("", "object"))]
+        return head + [
             (None, f"layers.{i:0{width}d}.weight", Item("", "shard", (r * self.n, ROW_ELEMS), self.config.dtype))
             for i, r in enumerate(rows)]
 

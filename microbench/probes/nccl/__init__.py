@@ -119,6 +119,7 @@ class CollectiveProbe(Probe):
             from ...world.environment import host_label
 
             self.hosts = world.all_gather_object(host_label())[:: self.topology.ranks_per_node]
+        assert config.dtype is not None   # resolved by validate
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")

@@ -152,7 +152,9 @@ def skipped_cells(probe: Any) -> dict[tuple[str, int], dict[str, str]]:
     """(op, size as it runs) -> {placement: why it was skipped} for the tables, from the memory plan."""
     plan = getattr(probe, "memory_plan", None)
     out: dict[tuple[str, int], dict[str, str]] = {}
-    for one in (plan.skipped if plan else []):
+    if plan is None:
+        return out
+    for one in plan.skipped:
         op = OPS[one.op]
         for group in probe.groups.values():
             size = effective_size(op, one.size_bytes, group.size, probe.elem,

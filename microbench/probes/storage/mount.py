@@ -139,7 +139,7 @@ def _print(outcome: Any, config: Config) -> None:
     from ...core.tables import text_table
 
     rows = outcome.rows
-    first = next(iter(outcome.record["implementation"].get("mounts", {}).values()), {})
+    first: dict[str, Any] = next(iter(outcome.record["implementation"].get("mounts", {}).values()), {})
     print(f"# microbench storage mount: {format_size(config.size)} per save, write() of {format_size(config.bs)}, "
           f"on {first.get('backing_store', '?')}; rclone {first.get('rclone_version', '?')}")
     print(text_table([(r["mode"], f"{r['blocked_time_us'] / 1e3:.1f}", f"{r['durable_time_us'] / 1e3:.1f}",

@@ -137,7 +137,7 @@ def _thread_limit() -> int | None:
         return None
 
 
-def expected_engine(config: Config) -> str:
+def expected_engine(config: Workload) -> str:
     if not native.available():
         return "python threads"
     if config.engine == "threads" or config.qd == 1:
@@ -377,7 +377,8 @@ SPEC = ProbeSpec(
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
     description="Read and write one test file with the native engine; fsync is inside the timed write, cached "
                 "pages are dropped before reads.",
-    metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
+    # No build: _run makes the probe inside its target (run_storage), which a context cannot.
+    metrics=("write_gbps", "read_gbps", "iops"), config=Config,
     row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
     case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), case_words=case_words, feeds=("tier",),

@@ -184,7 +184,7 @@ class StorageS3Probe(Probe):
             futures = [self._submit(self._put_part, key, self._open_uploads[key], n + 1, length)
                        for key in keys for n, (_, length) in enumerate(plan)]
             results = self._gather(futures)
-            lat = [(t, None) for _, t in results]
+            lat: list[tuple[float, float | None]] = [(t, None) for _, t in results]
             done = [self._submit(self._complete, key, [p for p, _ in results[i * len(plan):(i + 1) * len(plan)]])
                     for i, key in enumerate(keys)]
             self._gather(done)
@@ -267,6 +267,7 @@ class StorageS3Probe(Probe):
     def _error(self, exc: BaseException, doing: str) -> BaseException:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             return exc
+        assert self.config.bucket is not None   # resolved by validate
         return translate(exc, self.target, self.config.bucket, self.cred_source, doing)
 
     def check(self, case: Case) -> int:
@@ -297,6 +298,7 @@ class StorageS3Probe(Probe):
         self.abort_uploads()
         if self.config.keep or self._client is None:
             return 0
+        assert self.config.bucket is not None   # resolved by validate
         try:
             return delete_prefix(self.client, self.config.bucket, self.config.prefix)
         except Exception as exc:  # noqa: BLE001
