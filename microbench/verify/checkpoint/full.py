@@ -133,6 +133,7 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
         for i in range(reps + 1):
             collector.young()   # between repetitions, outside every clock (collector.py)
             probe._fresh_step()
+            assert probe.full is not None   # the probe was made for a full state dict
             _, parts = probe.full.save()
             probe_parts.append((parts.get("gather_time_us", 0.0) / 1e6, parts.get("serialize_write_time_us", 0.0) / 1e6,
                                 parts.get("fsync_time_us", 0.0) / 1e6))

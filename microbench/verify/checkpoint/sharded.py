@@ -109,7 +109,7 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
             world.barrier()
             start = time.perf_counter()
             msd, osd = get_state_dict(model, optim)
-            loaded = {"model": msd, "optim": osd}
+            loaded: dict[str, Any] = {"model": msd, "optim": osd}
             dcp.load(loaded, storage_reader=run_dir.reader(sub), process_group=world.control)
             set_state_dict(model, optim, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
             sync(dev)

@@ -72,7 +72,7 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
     del sample
     cal = Calibration(0.0, unit_overhead_s, efficiency, "")
 
-    def bounds(inputs: tuple[dict[str, Any], ...]) -> tuple[float, float]:
+    def bounds(inputs: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> tuple[float, float]:
         """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
         return tuple(vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, *inputs,
                                 replace(cal, overlap=o))["step_s"] for o in (0.0, 1.0))

@@ -86,6 +86,7 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
     # and AdamW at the shard size run right before each step (paired.py): each step is predicted
     # from the inputs read at its own moment, and the row from their medians.
     sample = paired.inputs_sampler(world, shape, tokens, device, dev, backend, precision, layout)
+    samples: list[paired.Inputs]
     times, samples = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup, sample, layout)
     del sample
     compute, collectives, optimizer = paired.median_inputs(shape, tokens, samples)

@@ -75,7 +75,8 @@ def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
             raise UsageError(
                 "--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one"
             )
-        kwargs = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None, **explicit}
+        kwargs: dict[str, Any] = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None,
+                                  **explicit}
         shape = fm.shape_from_args(**kwargs)
         return {shape.name: kwargs}
     names = models or model or (DEFAULT_MODELS if matrix else "small")

@@ -101,6 +101,7 @@ def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision
     nodes), built once: its groups and buffers. Each call measures every case again with the
     settings given and returns the collectives input predict() takes."""
     sizes = unit_sizes(shape, precision)
+    keep: tuple[str, ...]
     if layout is not None and layout.hybrid:
         cases, extra = hybrid.collective_cases(world, precision, device, backend, sizes)
         keep = hybrid.KEEP
@@ -174,6 +175,7 @@ def probe_optimizer(world: World, shape: ModelShape, device: Any, layout: Any = 
 
 def train_spec(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
                optimizer: dict[str, Any], cal: Calibration) -> TrainSpec:
+    assert cal.overlap is not None and cal.unit_overhead_s is not None   # verify calibrates both first
     return TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens,
                      flops_per_rank=compute["flops_per_rank"] * cal.compute_efficiency,
                      param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,

@@ -159,7 +159,7 @@ def probe_checkpoint(world: World, run_dir: Any, layout: list[Any], async_ckpt: 
            "dcp.save through a cached mount: blocked until it returns, durable when the store holds every byte "
            "(polled over the S3 API)" if mount else "dcp.save: durable when it returns")
     # A cached mount's write-back delay (as `mount up` set it) runs beside earlier uploads.
-    delay = float(probe.mount.get("write_back_s") or 0.0) if mount and not async_ckpt else 0.0
+    delay = float((probe.mount or {}).get("write_back_s") or 0.0) if mount and not async_ckpt else 0.0
     return {
         "blocking_s": blocking,
         "durable_s": max(durable, blocking),

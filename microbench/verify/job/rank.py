@@ -22,7 +22,8 @@ phase is the slowest rank's sum, and the total the slowest rank's."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, cast
 
 from ...compose.dataload import DataRate, data_stall
 from ...compose.job.timeline import KINDS, JobPlan, PhaseCosts, timeline
@@ -177,7 +178,8 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
                 current = state()
                 state_s.append(time.perf_counter() - start)
                 if plan.async_ckpt:
-                    future = dcp.async_save(current, storage_writer=writer, process_group=group)
+                    # A Future: async_save returns an AsyncSaveResponse only when given a stager.
+                    future = cast("Future[Any]", dcp.async_save(current, storage_writer=writer, process_group=group))
                 else:
                     dcp.save(current, storage_writer=writer, process_group=group)
                 del current
@@ -200,7 +202,7 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
     start = time.perf_counter()
     writer = run_dir.writer(f"step-{plan.steps}", 1)
     if plan.async_ckpt:
-        dcp.async_save(state(), storage_writer=writer, process_group=group).result()
+        cast("Future[Any]", dcp.async_save(state(), storage_writer=writer, process_group=group)).result()
     else:
         dcp.save(state(), storage_writer=writer, process_group=group)
     durable = _wait_durable(world, run_dir, start, timeout_s)

@@ -128,6 +128,7 @@ def _tiers(stack: contextlib.ExitStack, used: list[str],
         from ...targets.s3server import EmbeddedS3
 
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
+        assert server.port is not None   # known once it has started
         env.update(embedded_s3_env(server))
         tiers = dataclasses.replace(tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX},
                                     ports=[*tiers.ports, server.port])

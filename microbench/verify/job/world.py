@@ -92,7 +92,7 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
             keys = ji.write_model(model_place, state)
             model_place.settle(spec.timeout_s)
             data_place.create()
-            if data_place.local:
+            if data_place.root is not None:   # a local tier: the ranks' files written here
                 ds.write_local(dplan, data_place.root)
             else:
                 ds.write_s3(dplan, data_place.client(), data_place.bucket, data_place.prefix)
