@@ -13,6 +13,7 @@ rank's return. The load is checked: the model's parameters after it equal those 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -254,7 +255,8 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                 else:
                     run_one = run_target
                 rows.append(guarded(world, record, f"the {state_dict} checkpoint to {label}",
-                                    lambda: run_one(world, run_dir, label, model, optim, dev, backend, spec.reps)))  # noqa: B023 - called within this iteration
+                                    functools.partial(run_one, world, run_dir, label, model, optim, dev, backend,
+                                                      spec.reps)))
                 world.barrier()
         finally:
             if world.rank == 0:
@@ -267,14 +269,14 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                 row["replicas"] = layout.topo.nodes
             if record is not None:
                 record.add_rows([row])
-                def shown(op: str) -> str:
+                def shown(op: dict[str, Any]) -> str:
                     return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
-                                   for name, p in (row[op].get("parts") or {}).items())  # noqa: B023 - called within this iteration
+                                   for name, p in (op.get("parts") or {}).items())
                 where = row["target"] + (f" {sharding}" if sharding != "full" else "")
                 stored = (f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
                           if row.get("replicas") and row.get("written_bytes") is not None else "")
                 print(f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
                       f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
-                      f"({row['save']['error_pct']:+.1f}%){shown('save')}; load predicted "
+                      f"({row['save']['error_pct']:+.1f}%){shown(row['save'])}; load predicted "
                       f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
-                      f"({row['load']['error_pct']:+.1f}%){shown('load')}", flush=True)
+                      f"({row['load']['error_pct']:+.1f}%){shown(row['load'])}", flush=True)

@@ -5,6 +5,7 @@ marks the record partial and says which rank is gone."""
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 import warnings
@@ -183,8 +184,8 @@ def _run_steps(world: World, spec: StepsSpec) -> int:
         collector.young()   # between configurations, outside every clock
         shape = fm.shape_from_args(**spec.shapes[model_name])
         label = f"{key} {shape.name} {tokens} tokens"
-        row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,  # noqa: B023 - called within this iteration
-                                                            cal, spec.steps, spec.warmup, profile, layout))
+        row = guarded(world, record, label, functools.partial(step_row, world, shape, tokens, device, dev, backend,
+                                                              precision, cal, spec.steps, spec.warmup, profile, layout))
         if record is not None:
             record.add_rows([row])
             print(f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
