@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
-from ..core.redaction import redact_text
 from ..core.jsonfile import load_json
+from ..core.redaction import redact_text
 from .outputs import DEFAULT_RESULTS_DIR, check_results_dir
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 

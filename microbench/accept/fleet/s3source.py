@@ -44,7 +44,9 @@ def objects(url: str, endpoint: str | None) -> Iterator[tuple[str, Callable[[], 
     token = None
     try:
         while True:
-            page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, **({"ContinuationToken": token} if token else {}))
+            page = client.list_objects_v2(
+                Bucket=bucket, Prefix=prefix, **({"ContinuationToken": token} if token else {})
+            )
             keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".json")]
             if not page.get("IsTruncated"):
                 break

@@ -10,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive,
-                           parse_positive_int, parse_size)
+from ...core.units import (
+    parse_bandwidth_bytes_per_s,
+    parse_duration_s,
+    parse_number,
+    parse_positive,
+    parse_positive_int,
+    parse_size,
+)
 from .. import dataload
 from ..checkpoint import full as fs
 from ..hardware import gpu as gpu_by_name

@@ -15,9 +15,9 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages, mount_of
+from ...world.dist import World
 from . import dataset as ds
 from .loader import Source
-from ...world.dist import World
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 
@@ -66,7 +66,7 @@ def _body(spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan
         source = Source(root=root)
         cache = [os.path.join(root, key) for key in plan.keys()]
         fs = mount_of(target.path)["fstype"]
-        facts = {"target_kind": "local", "dataset_dir": root, "filesystem": fs}
+        facts: dict[str, Any] = {"target_kind": "local", "dataset_dir": root, "filesystem": fs}
 
         def write() -> None:
             os.mkdir(root)

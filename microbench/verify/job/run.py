@@ -13,15 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .. import launch
-from .. import noise
-from .. import model as fm
-from ..spec import JobSpec, JobTiers, RankSpec
-from .plan import MATRIX_PROFILES, JobOptions
-from .report import attach, print_report, verdict
-from ..fsdp.plan import calibration_from, check_memory
-from ...lab import namespaces as labmod
-from ...lab import placement as labrun
+from ...lab import namespaces as labmod, placement as labrun
 from ...results import RecordWriter, new_record
 from ...targets import native
 from ...world import backends, environment as envmod
@@ -29,6 +21,11 @@ from ...world.backends import BackendChoice
 from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import local_ranks
+from .. import launch, model as fm, noise
+from ..fsdp.plan import calibration_from, check_memory
+from ..spec import JobSpec, JobTiers, RankSpec
+from .plan import MATRIX_PROFILES, JobOptions
+from .report import attach, print_report, verdict
 
 S3_BUCKET, S3_PREFIX = "microbench", "verify-job"
 
@@ -131,6 +128,7 @@ def _tiers(stack: contextlib.ExitStack, used: list[str],
         from ...targets.s3server import EmbeddedS3
 
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
+        assert server.port is not None   # known once it has started
         env.update(embedded_s3_env(server))
         tiers = dataclasses.replace(tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX},
                                     ports=[*tiers.ports, server.port])
