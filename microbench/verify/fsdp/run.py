@@ -72,8 +72,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
             "gc": collector.NOTE,
         },
     )
-    writer = RecordWriter(record, opts.json, opts.results_dir)
-    path = writer.path
+    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
     base = RankSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=timeout_s, nproc=nproc,
                     calibration=cal, cal_reps=opts.cal_reps,
                     calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)

@@ -78,8 +78,7 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
                         {**native.implementation(), "engine": "a short FSDP2 training job (safetensors load, "
                          "DataLoader over WebDataset shards, DCP checkpoints) vs compose/job.timeline",
                          "model": fm.FAMILY, "backend": choice.backend, "device": choice.device})
-    writer = RecordWriter(record, opts.json, opts.results_dir)
-    path = writer.path
+    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
     print(f"# verify job: {nproc} ranks ({choice.backend}/{choice.device}), {shape.name}, {opts.steps} steps of "
           f"{opts.tokens} tokens, checkpoint every {opts.ckpt_every or '-'}{' (async)' if opts.async_ckpt else ''}; "
           f"{len(opts.assignments)} storage assignment(s) x {len(opts.profiles)} profile(s); record {path}", flush=True)
