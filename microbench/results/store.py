@@ -302,10 +302,23 @@ def abandon_open(reason: str) -> None:
     for writer in list(_OPEN):
         if writer.record.get("status") == "running":
             try:
-                writer.finish("partial", reason)
+                current = _as_on_disk(writer)
+                if current.record.get("status") == "running":
+                    current.finish("partial", reason)
             except (OSError, RunError):
                 pass
         _OPEN.discard(writer)
+
+
+def _as_on_disk(writer: RecordWriter) -> RecordWriter:
+    """`writer`, or the file as it is now where another writer carried it on since (a launcher's
+    record that its ranks wrote and the launcher finished through resume): marking the stale copy
+    partial would rewrite a finished record without its rows."""
+    try:
+        changed = writer._saved is not None and writer.path.read_bytes() != writer._saved
+    except OSError:
+        return writer
+    return RecordWriter.resume(writer.path) if changed else writer
 
 
 def load_record(path: str | os.PathLike) -> dict[str, Any]:

@@ -349,6 +349,7 @@ class ComputeProbe(Probe):
 def print_report(outcome: Any, config: Config) -> None:
     from ...compose.report import format_time
     from ...core.tables import text_table
+    from ...core.units import format_number
 
     def shape(r: dict[str, Any]) -> str:
         if r.get("cls") == "attention":
@@ -358,7 +359,8 @@ def print_report(outcome: Any, config: Config) -> None:
         return f"{r['m']} x {r['n']} x {r['k']}"
 
     def rate(r: dict[str, Any]) -> str:
-        return f"{r['gbps']:.1f} GB/s" if r.get("cls") == "memory" else f"{r['tflops']:.2f} TFLOP/s"
+        # Significant digits: a CPU's 0.004 TFLOP/s read "0.00" at two decimals.
+        return f"{format_number(r['gbps'])} GB/s" if r.get("cls") == "memory" else f"{format_number(r['tflops'])} TFLOP/s"
 
     table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
               float(r["per_block"])) for r in outcome.rows]
@@ -370,7 +372,7 @@ def print_report(outcome: Any, config: Config) -> None:
         print(f"# one training step's kernels at micro-batch {config.micro_batch} x {config.seq_len} tokens, "
               f"activation checkpointing {config.activation_checkpointing} (per block: how often a step runs each)")
     print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
-          f"({impl['library']}): {achieved:.2f} TFLOP/s weighted by a step's mix")
+          f"({impl['library']}): {format_number(achieved)} TFLOP/s weighted by a step's mix")
     if config.why_cpu:
         print(f"# {config.why_cpu}")
     if config.device == "cpu" and not config.tokens_given and not config.micro_batch:

@@ -351,7 +351,8 @@ def down(name: str) -> list[str]:
     for point in sorted(points, key=len, reverse=True):
         sysm.unmount(point)
         removed.append(f"mount {point}")
-    marks = (f"--devname {DEVNAME_PREFIX}{name}:", str(home))
+    # The state directory with its slash: a bare prefix would match every name that starts with this one.
+    marks = (f"--devname {DEVNAME_PREFIX}{name}:", f"{home}/")
     pids = set(sysm.rclone_pids(marks))
     if state is not None:
         pids |= {p for p in (state.rclone_pid, state.server_pid) if p and sysm.is_rclone(p, marks)}
