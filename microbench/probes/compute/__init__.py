@@ -360,7 +360,9 @@ def print_report(outcome: Any, config: Config) -> None:
 
     def rate(r: dict[str, Any]) -> str:
         # Significant digits: a CPU's 0.004 TFLOP/s read "0.00" at two decimals.
-        return f"{format_number(r['gbps'])} GB/s" if r.get("cls") == "memory" else f"{format_number(r['tflops'])} TFLOP/s"
+        if r.get("cls") == "memory":
+            return f"{format_number(r['gbps'])} GB/s"
+        return f"{format_number(r['tflops'])} TFLOP/s"
 
     table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
               float(r["per_block"])) for r in outcome.rows]
