@@ -75,9 +75,16 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
     return runs
 
 
-def check_out(path: str | os.PathLike) -> Path:
+def check_out(path: str | os.PathLike | None) -> Path:
     """Refuse before any work: an existing file (reports, like records, are never overwritten)
-    or a place this user cannot write."""
+    or a place this user cannot write. Without --out, a new report-<time>.html under results/."""
+    if path is None:
+        from ..results.store import DEFAULT_DIR
+
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        names = (Path(DEFAULT_DIR) / f"report-{stamp}{'' if i == 0 else f'-{i}'}.html" for i in range(1000))
+        path = next((p for p in names if not p.exists()), Path(DEFAULT_DIR) / f"report-{stamp}.html")
+        return check_new_file(path, "--out", kept="reports", example="results/report.html", parents_made=True)
     return check_new_file(path, "--out", kept="reports", example="results/report.html")
 
 

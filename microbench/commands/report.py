@@ -1,4 +1,4 @@
-"""`microbench report RESULTS... --out report.html`: one self-contained HTML file."""
+"""`microbench report RESULTS... [--out report.html]`: one self-contained HTML file."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="RESULTS",
         help="suite directories or record files (the first is the compare base)",
     )
-    p.add_argument("--out", required=True, help="the HTML file to write (never overwritten)")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="the HTML file to write (never overwritten) (default a new results/report-<time>.html)")
     p.add_argument(
         "--accept", default=None, metavar="THRESHOLDS", help="acceptance thresholds to show verdicts for each run"
     )
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     runs = report.load_runs(args.results) if args.results or fleet is None else []
     text = report.build(runs, checks=checks, rules=rules, fleet=fleet)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)   # results/ on a first report without --out
         atomic_write_text(target, text)
     except OSError as exc:
         raise RunError(f"cannot write --out {str(target)!r}: {exc.strerror}") from None
