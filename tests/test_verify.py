@@ -112,7 +112,7 @@ def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_sam
     from microbench.compose.calibration import from_record
     from microbench.compose.inputs import ComposeOptions, ComputeRate
     from microbench.compose.inputs.build import train_spec
-    from microbench.compose.inputs.sections import Compute, Training
+    from microbench.compose.inputs.step_sections import Compute, Training
     from microbench.results import load_record
 
     path = calibration_record(tmp_path / "cal.json", compute_efficiency=0.8, overlap=0.0)

@@ -16,7 +16,8 @@ from ..compose import inputs, kernels, whatif
 from ..compose.checkpoint import full as fs, mount as mount_tier
 from ..compose.dataload import report_lines as loading_lines
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
-from ..compose.inputs.sections import ComposeOptions, Output
+from ..compose.inputs.job_sections import Output
+from ..compose.inputs.sections import ComposeOptions
 from ..compose.model import format_params
 from ..compose.report import format_bytes, format_rate, format_time, with_ratios
 from ..compose.sharding import whatif as sw

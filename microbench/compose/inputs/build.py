@@ -23,7 +23,8 @@ from ..sharding.inputs import ShardingPlan
 from ..tiers import Tier, described
 from ..tiers.records import measured
 from .parsers import DEFAULT_MFU
-from .sections import ComposeOptions, Compute, Model, Training
+from .sections import ComposeOptions
+from .step_sections import Compute, Model, Training
 
 Load = Callable[[str], dict[str, Any]]
 

@@ -24,8 +24,8 @@ from ...core.units import DTYPE_BYTES
 from .. import dataload
 from ..checkpoint import full as fs
 from ..checkpoint.mount import MountTier
+from ..inputs.job_sections import Job, Loading
 from ..inputs.parsers import MAX_STEPS
-from ..inputs.sections import Job, Loading
 from ..tiers import Tier
 from .timeline import JobPlan, steps_for_tokens
 
@@ -49,7 +49,7 @@ class JobAsk:
 
 def ask(job: Job, tokens_per_step: int) -> JobAsk | None:
     """The job asked for (--steps or --tokens), or None; the job flags without either were
-    refused when argv was read (inputs/sections.Job.check)."""
+    refused when argv was read (inputs/job_sections.Job.check)."""
     if not job.asked:
         return None
     if job.steps is not None:
