@@ -7,7 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from .fio_engine import fio_unavailable_reason
-from .posix import SPEC as POSIX_SPEC, PosixProbe, Target, Workload
+from .posix import SPEC as POSIX_SPEC, PosixProbe, Target
+from .posix_config import Workload
 from .report import run_storage
 
 
