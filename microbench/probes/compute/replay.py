@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ...world.dist import World
-from . import Config, _device_resolved, matmul_shapes
+from .config import Config, _device_resolved, matmul_shapes
 
 
 class StepReplay:
