@@ -24,11 +24,12 @@ from ...core.units import format_number, format_size
 from ...results.schema import ProbeRow
 from ...targets import mount as mountmod
 from ...targets.mount import facts as mount_facts, system as mount_sys
+from ...targets.mount.request import MODES, check_cache_dir, check_mode
 
 
 @dataclass
 class Config:
-    modes: list[str] = option(["direct", "cached"], parse=one_of(mountmod.MODES), flag="--mode",
+    modes: list[str] = option(["direct", "cached"], parse=one_of(MODES), flag="--mode",
                               help="direct (writes stream to the bucket) and/or cached (rclone's VFS cache)")
     size: int = option(256 << 20, parse=nbytes, shown="256M", help="bytes written per save (one file)")
     bs: int = option(16 << 20, parse=nbytes, shown="16M", help="write() size")
@@ -127,9 +128,9 @@ def _remove(directory: str) -> None:
 
 def validate(config: Config) -> Config:
     for mode in config.modes:
-        mountmod.check_mode(mode)
+        check_mode(mode)
     if config.cache_dir is not None and "cached" in config.modes:
-        mountmod.check_cache_dir(config.cache_dir)
+        check_cache_dir(config.cache_dir)
     if config.bs > config.size:
         config.bs = config.size
     return config
