@@ -44,6 +44,7 @@ def rank_main(rounds: int, out: str) -> int:
 
     from microbench.verify import model as fm
     from microbench.verify.fsdp import steps as vf
+    from microbench.verify.fsdp.measure import compute_alone_sampler
     from microbench.world.dist import World
     from microbench.world.launch import detect_world
     from microbench.core.stats import percentile
@@ -58,7 +59,7 @@ def rank_main(rounds: int, out: str) -> int:
             flops = vf.step_flops(shape, tokens)
             old = flops / old_rate(world, shape, tokens)
             probe = vf.replay(shape, tokens, "cpu", "float32")
-            model = vf.compute_alone_sampler(world, shape, tokens, "cpu", precision)
+            model = compute_alone_sampler(world, shape, tokens, "cpu", precision)
             model()
             new, real = [], []
             for _ in range(3):

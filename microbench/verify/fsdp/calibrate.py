@@ -42,6 +42,7 @@ from ...world import collectives
 from ...world.dist import World
 from .. import model as fm
 from . import paired, steps as vf
+from .measure import comm_alone_sampler, compute_alone_sampler, measure_compute_pairs, measure_interleaved
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -57,7 +58,7 @@ def compute_efficiency(world: World, device: Any, precision: fm.Precision, dev: 
     replay's kernels are. The median of each pair's ratio: a burst of someone else's work on a
     shared box moves both sides of a pair, not their ratio."""
     probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
-    replays, real = vf.measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
+    replays, real = measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
     replay_s, measured = percentile(replays, 50), percentile(real, 50)
     ratios = [a / b for a, b in zip(replays, real, strict=False)]
     return {"compute_efficiency": percentile(ratios, 50), "replay_s": replay_s, "measured_s": measured,
@@ -68,7 +69,7 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
                  unit_overhead_s: float, reps: int = 9, layout: Any = None) -> dict[str, Any]:
     # The compute replay, the collective probe and AdamW right before each step, as verify's rows read them.
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
-    steps, samples = vf.measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
+    steps, samples = measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
     del sample
     cal = Calibration(0.0, unit_overhead_s, efficiency, "")
 
@@ -158,10 +159,10 @@ def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int 
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
     # right before each fully_shard step, so the difference is not a drift of the machine between them.
-    compute, comm = (vf.compute_alone_sampler(world, shape, tokens, device, precision),
-                     vf.comm_alone_sampler(world, shape, precision, device, layout))
+    compute, comm = (compute_alone_sampler(world, shape, tokens, device, precision),
+                     comm_alone_sampler(world, shape, precision, device, layout))
     optimizer, _ = vf.optimizer_sampler(world, shape, device, layout)
-    fsdp, parts = vf.measure_interleaved(world, shape, tokens, device, precision, reps, 2,
+    fsdp, parts = measure_interleaved(world, shape, tokens, device, precision, reps, 2,
                                          lambda: (compute(), comm(), optimizer()), layout)
     units = shape.layers + 1
     # Each step less the samples taken right before it, then the median: a difference of

@@ -21,6 +21,7 @@ from ...world.topology import machine_ranks
 from .. import collector, model as fm
 from ..spec import StepsSpec, where
 from . import calibrate as vc, hybrid, paired, steps as vf
+from .measure import measure_comm_alone, measure_compute_alone, measure_interleaved
 
 
 def quiet() -> None:
@@ -88,12 +89,12 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
     # from the inputs read at its own moment, and the row from their medians.
     sample = paired.inputs_sampler(world, shape, tokens, device, dev, backend, precision, layout)
     samples: list[paired.Inputs]
-    times, samples = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup, sample, layout)
+    times, samples = measure_interleaved(world, shape, tokens, device, precision, steps, warmup, sample, layout)
     del sample
     compute, collectives, optimizer = paired.median_inputs(shape, tokens, samples)
     pred = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer, cal)
-    compute_alone = vf.measure_compute_alone(world, shape, tokens, device, precision)
-    comm_alone = vf.measure_comm_alone(world, shape, precision, device, layout=layout)
+    compute_alone = measure_compute_alone(world, shape, tokens, device, precision)
+    comm_alone = measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
     pred_each = [vf.predict(shape, tokens, world.size, precision, *s.for_predict(shape, tokens), cal)["step_s"]
                  for s in samples]

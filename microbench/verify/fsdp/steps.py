@@ -12,7 +12,7 @@ Inputs, all measured in this invocation and none from the steps being predicted:
                (paired.py reads the three together; a step is predicted from its own);
   calibration  overlap, FSDP's per-unit cost and the compute efficiency of the non-matmul work,
                from calibrate.py on a configuration of its own (or a --calibration record).
-Measured: forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
+Measured (measure.py): forward, backward, optimizer step and zero_grad of the fully_shard model, every rank
 starting together; the slowest rank's time per step. Beside it, per part, so a miss can be
 explained: the unsharded model's forward+backward alone (compute), the step's collectives alone
 in sequence (communication), and the overlap those two imply.
@@ -25,14 +25,12 @@ from typing import Any, Callable
 
 from ...compose.calibration import Calibration
 from ...compose.curves import Curve
-from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, schedule, unit_bytes
+from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, unit_bytes
 from ...compose.model import ModelShape
 from ...core.stats import percentile
-from ...core.units import element_size
 from ...probes import compute as cm, nccl as coll
 from ...probes.compute.replay import StepReplay
 from ...run.runner import SweepSettings, measure_case
-from ...world import collectives
 from ...world.dist import World
 from .. import model as fm
 from . import hybrid
@@ -193,134 +191,7 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
     return out
 
 
-# --------------------------------------------------------------------------- measurement
-
-def measure_steps(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                  steps: int, warmup: int, layout: Any = None) -> list[float]:
-    """The slowest rank's time for each timed step of the fully_shard model."""
-    return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None, layout)[0]
-
-
-def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                        steps: int, warmup: int, before_each: Callable[[], Any] | None,
-                        layout: Any = None) -> tuple[list[float], list[Any]]:
-    """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
-    (a probe sample) run right before each one: on a shared machine its speed drifts by tens of
-    percent within a minute, and alternating puts the same drift into the prediction's input
-    and into the steps it predicts. Returns (step times, the samples of the timed steps)."""
-    import torch
-
-    torch.manual_seed(0)
-    model = fm.shard(fm.build(shape, device), precision,
-                     mesh=hybrid.mesh(layout, device) if layout is not None and layout.hybrid else None)
-    optim = fm.optimizer(model)
-    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-    times, samples = [], []
-    for i in range(warmup + steps):
-        sample = before_each() if before_each is not None else None
-        world.barrier()
-        start = time.perf_counter()
-        fm.step(model, optim, ids, targets)
-        sync(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-            samples.append(sample)
-    per_rank = world.all_gather_object(times)
-    del model, optim
-    return [max(step) for step in zip(*per_rank, strict=False)], samples
-
-
-def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: Any,
-                          precision: fm.Precision) -> Callable[[], float]:
-    """One forward+backward of the unsharded model per call, every rank at once, no
-    communication: the slowest rank's seconds."""
-    import torch
-
-    torch.manual_seed(0)
-    model = fm.build(shape, device)
-    if precision.param_dtype != "float32":
-        model = model.to(getattr(torch, precision.param_dtype))
-    ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
-
-    def once() -> float:
-        world.barrier()
-        start = time.perf_counter()
-        model(ids, targets).backward()
-        sync(device)
-        elapsed = time.perf_counter() - start
-        model.zero_grad(set_to_none=True)
-        return slowest(world, elapsed)
-
-    return once
-
-
-def measure_compute_alone(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          reps: int = 5) -> float:
-    once = compute_alone_sampler(world, shape, tokens, device, precision)
-    once()
-    return percentile([once() for _ in range(reps)], 50)
-
-
-def measure_compute_pairs(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          probe: StepReplay, reps: int) -> tuple[list[float], list[float]]:
-    """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
-    model = compute_alone_sampler(world, shape, tokens, device, precision)
-    replays, real = [], []
-    for i in range(1 + reps):
-        replay_s, model_s = probe.time_once(world), model()
-        if i >= 1:
-            replays.append(replay_s)
-            real.append(model_s)
-    return replays, real
-
-
-def comm_alone_sampler(world: World, shape: ModelShape, precision: fm.Precision, device: Any,
-                       layout: Any = None) -> Callable[[], float]:
-    """The step's collectives back to back per call, nothing else: root and every block gathered
-    for forward, blocks gathered again for backward, every unit's gradients reduce-scattered
-    (hybrid: in the node, then all-reduced across nodes)."""
-    import torch
-    import torch.distributed as dist
-
-    if layout is not None and layout.hybrid:
-        run = hybrid.comm_plan(world, shape, precision, device, unit_sizes(shape, precision), layout.topo)
-        return hybrid.timed_sampler(world, device, run, sync, slowest)
-    n = world.size
-    if n == 1:
-        return lambda: 0.0
-    sizes = unit_sizes(shape, precision)
-    pd, rd = getattr(torch, precision.param_dtype), getattr(torch, precision.reduce_dtype)
-
-    def bufs(nbytes: int, dtype: Any, elem: int) -> tuple[Any, Any]:
-        count = max(n, nbytes // elem // n * n)
-        return torch.zeros(count, dtype=dtype, device=device), torch.zeros(count // n, dtype=dtype, device=device)
-
-    rbytes = element_size(precision.reduce_dtype)
-    buffers = {(unit, "all_gather"): bufs(sizes[f"{unit}_ag"], pd, precision.bytes) for unit in ("block", "root")}
-    buffers.update({(unit, "reduce_scatter"): bufs(sizes[f"{unit}_rs"], rd, rbytes) for unit in ("block", "root")})
-    plan = [(c.op, buffers[(c.unit, c.op)]) for c in schedule(shape.layers)]
-    all_gather, reduce_scatter = collectives.all_gather(dist), collectives.reduce_scatter(dist)
-
-    def once() -> float:
-        world.barrier()
-        start = time.perf_counter()
-        for what, (full, shard) in plan:
-            if what == "all_gather":
-                all_gather(full, shard)
-            else:
-                reduce_scatter(shard, full)
-        sync(device)
-        return slowest(world, time.perf_counter() - start)
-
-    return once
-
-
-def measure_comm_alone(world: World, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2,
-                       layout: Any = None) -> float:
-    once = comm_alone_sampler(world, shape, precision, device, layout)
-    once()
-    return percentile([once() for _ in range(reps)], 50)
-
+# --------------------------------------------------------------------------- predicted vs measured
 
 def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,
           comm_alone_s: float) -> dict[str, Any]:
