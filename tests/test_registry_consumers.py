@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.accept import rules as accept, compare, plots as plot, report, suite
+from microbench.accept import rules as accept, compare, plots as plot, report, report_records, suite
 from microbench.core import progress, registry
 from microbench.compose.tiers.records import tier_bandwidths
 from microbench.results import RecordWriter, new_record
@@ -97,7 +97,7 @@ def test_accept_report_and_compose_read_the_spec(widgets, tmp_path):
     record = widget_record({1 << 20: 1.5, 4 << 20: 2.0})
     (verdict,) = accept.evaluate([accept.Check("gadgets", "spin", "", min=1.8)], {"widgets": record})
     assert (verdict.status, verdict.check.metric, verdict.value) == ("pass", "widgets_gbps", 2.0)
-    html = report._probe_table(record)
+    html = report_records.probe_table(record)
     assert "widgets GB/s" in html and "busbw" not in html and "read GB/s" not in html
     tier = {"kind": "widgets", "rows": [{"op": "write", "write_gbps": 70.0, "widgets_gbps": 2.0},
                                         {"op": "read", "read_gbps": 80.0, "widgets_gbps": 3.0}]}

@@ -9,14 +9,13 @@ report_plots.py; then each run's table), compare ratios of every run against the
 composer's what-if tables when a compose record is given.
 
 Sections are functions of one `Context` listed in SECTIONS, in page order; each returns its HTML,
-or "" when it has nothing to show. A new section is one such function added to the list.
+or "" when it has nothing to show. A new section is one such function added to the list. The HTML
+of one record (a probe's table, a compose or hunt record) is report_records.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +25,9 @@ from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
 from ..core.units import format_size
 from ..results.outputs import check_new_file
-from . import compare, report_job as job_html, report_plots, report_summary, rules as accept
+from . import compare, report_plots, report_summary, rules as accept
 from .html_parts import escape as _e, number as _num, table as _table
+from .report_records import compose_record, heading, hunt_record, probe_table
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;
@@ -130,65 +130,6 @@ def _env_rows(runs: list[Run]) -> list[list[str]]:
     return [[name, *[("-" if get(e) is None else str(get(e))) for e in envs]] for name, get in fields]
 
 
-def _row_metrics(row: dict[str, Any], record: dict[str, Any]) -> dict[str, float]:
-    values = compare.metrics_of(row, record)
-    if _own_latency(row):
-        values.pop("time_us", None)   # one p50 per size: the row's own, not its batch's
-    return values
-
-
-def _metric_columns(record: dict[str, Any]) -> list[str]:
-    cols: list[str] = []
-    for row in record.get("rows", []):
-        cols.extend(k for k in _row_metrics(row, record) if k not in cols)
-    return cols
-
-
-_UNITS = (("_gbit_s", "Gbit/s"), ("_gbps", "GB/s"), ("_tflops", "TFLOP/s"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"))
-
-
-def _heading(metric: str) -> str:
-    """A column's label from the naming rule (unit last, a percentile after it): busbw_gbps is
-    "busbw GB/s", bw_gbit_s "bw Gbit/s", rtt_us_p50 "rtt p50 us"; time_us holds the p50."""
-    if metric == "time_us":
-        return "time p50 us"
-    name, pct = metric, ""
-    match = re.fullmatch(r"(.+)_(p\d+)", name)
-    if match:
-        name, pct = match.group(1), match.group(2)
-    unit = ""
-    for suffix, text in _UNITS:
-        if name.endswith(suffix):
-            name, unit = name[: -len(suffix)], text
-            break
-    name = "IOPS" if name == "iops" else name.replace("_", " ")
-    return " ".join(x for x in (name, pct, unit) if x)
-
-
-def _own_latency(row: dict[str, Any]) -> bool:
-    """A row that states its own latency percentiles (link's rtt: over every round trip) times
-    a batch per iteration, so its time_us p50 is not a latency to show beside them."""
-    return any(compare._LATENCY.search(k) for k in row if k != "time_us")
-
-
-def _probe_table(record: dict[str, Any]) -> str:
-    rows = record.get("rows", [])
-    if not rows:
-        return '<p class="note">no rows (status: ' + _e(record.get("status")) + ")</p>"
-    fields = compare.case_fields(record)
-    differs = compare.varying(rows, fields)
-    metrics = _metric_columns(record)
-    body = [
-        [
-            compare.case_label(r, differs, fields),
-            format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
-            *[_num(_row_metrics(r, record).get(m)) for m in metrics],
-        ]
-        for r in rows
-    ]
-    return _table(["case", "size", *[_heading(m) for m in metrics]], body)
-
-
 def _acceptance(ctx: Context) -> str:
     parts = []
     for run in ctx.runs:
@@ -222,7 +163,7 @@ def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
                     [
                         f"{pair.name}: {line.case}",
                         format_size(line.size_bytes) if line.size_bytes is not None else "-",
-                        _heading(line.metric),
+                        heading(line.metric),
                         _num(line.base),
                         _num(line.new),
                         f"{ratio:.3f}" if ratio is not None else "n/a",
@@ -235,52 +176,6 @@ def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
         for why in result.skipped:
             parts.append(f'<p class="note">skipped {_e(why)}</p>')
     return "".join(parts)
-
-
-def _compose(record: dict[str, Any]) -> str:
-    """A compose record: the model and training setup, then one column per network (the what-if)."""
-    cfg = record.get("config", {})
-    model, train = cfg.get("model") or {}, cfg.get("train") or {}
-    total = model.get("total_params", model.get("params", 0))
-    head = (f"<p>{_e(model.get('name'))}: {float(total or 0) / 1e9:.2f} B params, {_e(model.get('layers'))} blocks, "
-            f"{_e(train.get('ranks'))} ranks, {_e(train.get('tokens_per_rank'))} tokens/rank/micro-batch x "
-            f"{_e(train.get('grad_accum'))}</p>")
-    steps = [r for r in record.get("rows", []) if r.get("op") == "step"]
-    parts = [("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
-             ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
-             ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"),
-             ("step (overlapped)", "step_s"), ("tokens/s", "tokens_per_s")]
-    table = [[label, *(_num(r.get(key)) for r in steps)] for label, key in parts]
-    out = head + _table(["part (s)", *(str(r.get("network")) for r in steps)], table) if steps else head
-    tiers = [[r.get("tier"), _num(r.get("write_gbps")), _num(r.get("save_s")), _num(r.get("load_s")),
-              f"{r['young_daly_interval_s'] / 60:.0f}" if r.get("young_daly_interval_s") else "-"]
-             for r in record.get("rows", []) if r.get("op") == "checkpoint"]
-    if tiers:
-        out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
-    return out + job_html.section(record, _table)    # the job's timelines and what-if, when it has a job
-
-
-def _hunt(record: dict[str, Any]) -> str:
-    """A hunt record: its verdict lines, the sender x receiver matrix and the heatmap."""
-    from ..lab import hunt
-
-    names = list((record.get("config") or {}).get("hosts") or [])
-    index = {name: i for i, name in enumerate(names)}
-    matrix = {(index[r["src"]], index[r["dst"]]): float(r[metric]) for r in record.get("rows", [])
-              if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))}
-    slow = {
-        (index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index
-    }
-    summary = record.get("summary") or {}
-    lines = summary.get("verdict") or [f"record status {record.get('status')}: no verdict"]
-    out = "".join(f'<p class="{"pass" if line.startswith("OK") else "fail"}">{_e(line)}</p>' for line in lines)
-    if len(matrix) == len(names) * (len(names) - 1) and names:
-        out += _table(["from \\ to", *names], hunt.matrix_table(matrix, names, slow))
-        png = hunt.heatmap_png(matrix, names, slow, f"hunt: {len(names)} hosts, GB/s sender -> receiver")
-        out += f'<img class="plot" alt="hunt heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-    elif names:
-        out += f'<p class="note">matrix incomplete ({len(matrix)} of {len(names) * (len(names) - 1)} directions)</p>'
-    return out
 
 
 # Records of tools, not probes: each has its own section below, not a probe's table and plot.
@@ -319,7 +214,7 @@ def _acceptance_section(ctx: Context) -> str:
 
 
 def _hunts(ctx: Context) -> str:
-    return "".join(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + _hunt(rec)
+    return "".join(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + hunt_record(rec)
                    for run in ctx.runs for name, (_, rec) in run.records.items() if rec.get("kind") == "hunt")
 
 
@@ -342,7 +237,7 @@ def _probes(ctx: Context) -> str:
             impl = record.get("implementation", {})
             engine = impl.get("engine") or impl.get("name") or "-"
             out.append(f"<h3>{_e(label)} <span class=\"note\">engine {_e(engine)}, status {_e(record.get('status'))}"
-                       f"</span></h3>" + _probe_table(record))
+                       f"</span></h3>" + probe_table(record))
     return "".join(out)
 
 
@@ -363,7 +258,7 @@ def _compare_section(ctx: Context) -> str:
 
 
 def _composer(ctx: Context) -> str:
-    return "".join(f"<h2>Composer what-if: {_e(run.label)}</h2>" + _compose(rec)
+    return "".join(f"<h2>Composer what-if: {_e(run.label)}</h2>" + compose_record(rec)
                    for run in ctx.runs for _, (_, rec) in run.records.items() if rec.get("kind") == "compose")
 
 
