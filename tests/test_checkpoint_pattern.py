@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from microbench.probes.checkpoint import PATTERN_PERIOD, ROW_ELEMS, CheckpointProbe  # noqa: E402
+from microbench.probes.checkpoint import ROW_ELEMS, CheckpointProbe  # noqa: E402
+from microbench.probes.checkpoint.synthetic_state import PATTERN_PERIOD  # noqa: E402
 from microbench.probes.checkpoint.state_layout import Item  # noqa: E402
 
 
