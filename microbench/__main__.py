@@ -65,4 +65,3 @@ _register_for_forks()
 
 if __name__ == "__main__":
     entry()
-

@@ -26,16 +26,16 @@ from .core.redaction import redact_text
 COMMAND_MODULES = ["env", "lab", "mount", "suite", "compose", "verify", "plot", "compare", "report", "hunt", "fleet"]
 # Help for the first word of two-word probe commands (`storage posix`): the group, not its probes.
 GROUP_HELP = {
-    "storage": ("file, object-store and GPU-direct storage throughput",
-                "Storage throughput and latency: posix (native engine), fio, and more."),
+    "storage": (
+        "file, object-store and GPU-direct storage throughput",
+        "Storage throughput and latency: posix (native engine), fio, and more.",
+    ),
 }
 
 
 def measuring_commands() -> set[str]:
     """Commands whose figures depend on the native core (the others read records or set up the lab)."""
     return {spec.command[0] for spec in registry.specs()} | {"suite", "verify"}
-
-
 
 
 def _warn_if_fallback(command: str) -> None:
@@ -65,8 +65,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="microbench", description="Collective, link, storage and checkpoint "
-                     "microbenchmarks for LLM-training clusters.")
+    parser = _Parser(
+        prog="microbench",
+        description="Collective, link, storage and checkpoint microbenchmarks for LLM-training clusters.",
+    )
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -194,8 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if _stdout_missing():
         _stdout_to_devnull()
-        print("microbench: stdout is closed (started with >&-), so no result could be printed; "
-              "send it somewhere instead, e.g. > /dev/null or > out.txt", file=sys.stderr)
+        print(
+            "microbench: stdout is closed (started with >&-), so no result could be printed; "
+            "send it somewhere instead, e.g. > /dev/null or > out.txt",
+            file=sys.stderr,
+        )
         return 1
     _quiet_torch()
     _signals_as_interrupt()
@@ -254,8 +259,10 @@ def _internal_error(exc: BaseException) -> int:
         traceback.print_exc()
     first = redact_text((str(exc).strip().splitlines() or [""])[0][:300])
     _abandon_records(f"internal error: {type(exc).__name__}: {first}")
-    print(f"microbench: internal error: {type(exc).__name__}: {first} "
-          f"(set MICROBENCH_DEBUG=1 for a traceback)", file=sys.stderr)
+    print(
+        f"microbench: internal error: {type(exc).__name__}: {first} (set MICROBENCH_DEBUG=1 for a traceback)",
+        file=sys.stderr,
+    )
     return 1
 
 

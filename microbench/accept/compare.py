@@ -23,7 +23,7 @@ from ..results import load_record
 # What every record must share with another to be compared; a probe's spec adds its own
 # `identity_keys` (implementation fields such as the backend or the storage layer).
 COMMON_IDENTITY = (
-    ("probe", lambda r: getattr(registry.for_record(r), "name", None) or r.get("kind")),   # former kinds too
+    ("probe", lambda r: getattr(registry.for_record(r), "name", None) or r.get("kind")),  # former kinds too
     ("world size", lambda r: (r.get("config", {}).get("world") or {}).get("size")),
     ("dtype", lambda r: (r.get("config", {}).get("probe") or {}).get("dtype")),
     ("device", lambda r: r.get("implementation", {}).get("device")),
@@ -55,12 +55,16 @@ def higher_is_better(metric: str) -> bool:
     return metric in registry.metric_columns() or metric.endswith("_gbps")
 
 
-def default_metrics(available: dict[str, float], row: dict[str, Any] | None = None,
-                    record: dict[str, Any] | None = None) -> list[str]:
+def default_metrics(
+    available: dict[str, float], row: dict[str, Any] | None = None, record: dict[str, Any] | None = None
+) -> list[str]:
     """What a table shows without rules: the row's primary metric (its probe's: busbw rather than
     algbw, which has the same ratio), or for a latency-only row (rtt) its p50."""
-    primary = registry.row_metric(row, record) if row is not None else \
-        next((m for m in registry.metric_columns() if m in available), None)
+    primary = (
+        registry.row_metric(row, record)
+        if row is not None
+        else next((m for m in registry.metric_columns() if m in available), None)
+    )
     if primary is not None and primary in available:
         return [primary]
     lat = [k for k in available if _LATENCY.search(k)]
@@ -81,9 +85,9 @@ def short_name(metric: str) -> str:
 @dataclass(frozen=True)
 class Rule:
     text: str
-    metric: str           # as written: busbw, busbw_gbps, time, rtt_us_p50 ...
-    percent: float        # >= 0
-    sign: str             # "-" fail on a drop, "+" fail on a rise, "" fail when worse
+    metric: str  # as written: busbw, busbw_gbps, time, rtt_us_p50 ...
+    percent: float  # >= 0
+    sign: str  # "-" fail on a drop, "+" fail on a rise, "" fail when worse
 
     def matches(self, metric: str) -> bool:
         return self.metric in (metric, short_name(metric))
@@ -117,8 +121,10 @@ def load_side(path: str | Path) -> tuple[str, dict[str, tuple[Path, dict[str, An
     if target.is_dir():
         files = sorted(target.glob("*.json"))
         if not files:
-            raise UsageError(f"{str(path)!r} holds no records (*.json); expected a record or a suite "
-                             f"directory, e.g. results/suite-20261122-031100")
+            raise UsageError(
+                f"{str(path)!r} holds no records (*.json); expected a record or a suite "
+                f"directory, e.g. results/suite-20261122-031100"
+            )
         return "dir", {f.stem: (f, load_record(f)) for f in files}
     record = load_record(target)
     return "file", {str(record.get("kind")): (target, record)}
@@ -135,8 +141,8 @@ class Line:
     base: float
     new: float
     ratio: float | None
-    failed: list[str] = field(default_factory=list)   # texts of the rules it broke
-    lost: str | None = None   # NEW has no usable value here ("NaN in NEW", "missing in NEW")
+    failed: list[str] = field(default_factory=list)  # texts of the rules it broke
+    lost: str | None = None  # NEW has no usable value here ("NaN in NEW", "missing in NEW")
     # Rules whose percentage it broke, not counted because the two runs' own spread covers the
     # change (see within_noise): printed as "within noise".
     noise: list[str] = field(default_factory=list)
@@ -158,7 +164,7 @@ class PairResult:
 @dataclass
 class Comparison:
     pairs: list[PairResult]
-    skipped: list[str]           # "NAME: why" for pairs not compared at all
+    skipped: list[str]  # "NAME: why" for pairs not compared at all
 
     @property
     def failures(self) -> list[tuple[PairResult, Line]]:
@@ -181,8 +187,11 @@ def case_fields(record: dict[str, Any]) -> tuple[str, ...]:
     claims (a tool's, such as hunt's src -> dst rows) is also told apart by its text fields."""
     keys = ("op", "size_bytes", *registry.case_keys(record))
     if registry.for_record(record) is None:
-        keys += tuple(dict.fromkeys(k for row in record.get("rows", []) for k, v in row.items()
-                                    if isinstance(v, str) and k not in keys))
+        keys += tuple(
+            dict.fromkeys(
+                k for row in record.get("rows", []) for k, v in row.items() if isinstance(v, str) and k not in keys
+            )
+        )
     return keys
 
 
@@ -191,8 +200,11 @@ def _case_key(row: dict[str, Any], fields: tuple[str, ...]) -> tuple:
 
 
 def case_label(row: dict[str, Any], varying: dict[Any, set[str]], fields: tuple[str, ...]) -> str:
-    extras = [f"{k}={row[k]}" for k in fields
-              if k in varying.get(row.get("op"), ()) and k not in ("op", "size_bytes") and k in row]
+    extras = [
+        f"{k}={row[k]}"
+        for k in fields
+        if k in varying.get(row.get("op"), ()) and k not in ("op", "size_bytes") and k in row
+    ]
     return " ".join([str(row.get("op", "?")), *extras])
 
 
@@ -201,8 +213,7 @@ def varying(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> dict[Any, se
     by_op: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         by_op.setdefault(row.get("op"), []).append(row)
-    return {op: {k for k in fields if len({repr(r.get(k)) for r in group}) > 1}
-            for op, group in by_op.items()}
+    return {op: {k for k in fields if len({repr(r.get(k)) for r in group}) > 1} for op, group in by_op.items()}
 
 
 _MISSING = object()
@@ -220,8 +231,9 @@ def lost_value(base: Any, new: Any) -> str | None:
     return None
 
 
-def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Path, dict[str, Any]],
-                    rules: list[Rule]) -> tuple[PairResult | None, str | None]:
+def compare_records(
+    name: str, base: tuple[Path, dict[str, Any]], new: tuple[Path, dict[str, Any]], rules: list[Rule]
+) -> tuple[PairResult | None, str | None]:
     """One pair -> (result, None), or (None, why it was skipped)."""
     (base_path, a), (new_path, b) = base, new
     ia, ib = identity_of(a), identity_of(b)
@@ -231,8 +243,10 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
     result = PairResult(name, base_path, new_path, ia)
     for label, rec in (("BASE", a), ("NEW", b)):
         if rec.get("status") != "complete":
-            result.notes.append(f"{label} record is {rec.get('status')}"
-                                + (f" ({rec['status_reason']})" if rec.get("status_reason") else ""))
+            result.notes.append(
+                f"{label} record is {rec.get('status')}"
+                + (f" ({rec['status_reason']})" if rec.get("status_reason") else "")
+            )
     fields = case_fields(a)
     defaults = registry.case_defaults(a)
     rows_a = {_case_key({**defaults, **r}, fields): r for r in a.get("rows", [])}
@@ -254,8 +268,18 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
                 # A gate that cannot measure the new run has not passed it: NaN compares false
                 # with every limit, and a dropped column has nothing to compare.
                 if gated:
-                    result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
-                                             ma[metric], math.nan, None, gated, lost=lost))
+                    result.lines.append(
+                        Line(
+                            case_label(row, differs, fields),
+                            row.get("size_bytes"),
+                            metric,
+                            ma[metric],
+                            math.nan,
+                            None,
+                            gated,
+                            lost=lost,
+                        )
+                    )
                 continue
             ratio = mb[metric] / ma[metric] if ma[metric] else None
             broken = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
@@ -322,20 +346,25 @@ def compare(base: str | Path, new: str | Path, rules: list[Rule] | None = None) 
     kind_a, side_a = load_side(base)
     kind_b, side_b = load_side(new)
     if kind_a != kind_b:
-        raise UsageError(f"cannot compare a {'directory' if kind_a == 'dir' else 'record'} with a "
-                         f"{'directory' if kind_b == 'dir' else 'record'} ({str(base)!r} vs {str(new)!r}): "
-                         f"give two records or two suite directories, e.g. compare results/suite-A results/suite-B")
+        raise UsageError(
+            f"cannot compare a {'directory' if kind_a == 'dir' else 'record'} with a "
+            f"{'directory' if kind_b == 'dir' else 'record'} ({str(base)!r} vs {str(new)!r}): "
+            f"give two records or two suite directories, e.g. compare results/suite-A results/suite-B"
+        )
     if kind_a == "file":
-        (name_a, rec_a), = side_a.items()
-        (name_b, rec_b), = side_b.items()
+        ((name_a, rec_a),) = side_a.items()
+        ((name_b, rec_b),) = side_b.items()
         pairs = [(name_a if name_a == name_b else f"{name_a} vs {name_b}", rec_a, rec_b)]
         skipped: list[str] = []
     else:
         # Steps pair by the registry's key, so an older directory's collectives.json meets nccl.json.
         keys_a = {registry.step_key(n): n for n in side_a}
         keys_b = {registry.step_key(n): n for n in side_b}
-        pairs = [(n if n == keys_b[k] else f"{n} vs {keys_b[k]}", side_a[n], side_b[keys_b[k]])
-                 for k, n in keys_a.items() if k in keys_b]
+        pairs = [
+            (n if n == keys_b[k] else f"{n} vs {keys_b[k]}", side_a[n], side_b[keys_b[k]])
+            for k, n in keys_a.items()
+            if k in keys_b
+        ]
         skipped = [f"{n}: only in BASE" for k, n in keys_a.items() if k not in keys_b]
         skipped += [f"{n}: only in NEW" for k, n in keys_b.items() if k not in keys_a]
     results = []
@@ -347,12 +376,15 @@ def compare(base: str | Path, new: str | Path, rules: list[Rule] | None = None) 
             results.append(result)
     if not any(r.lines for r in results):
         reasons = "; ".join(skipped) or "no case appears in both"
-        raise UsageError(f"nothing to compare between {str(base)!r} and {str(new)!r} ({reasons}); "
-                         f"compare runs of the same probe, e.g. compare results/suite-A results/suite-B")
+        raise UsageError(
+            f"nothing to compare between {str(base)!r} and {str(new)!r} ({reasons}); "
+            f"compare runs of the same probe, e.g. compare results/suite-A results/suite-B"
+        )
     for rule in rules:
         if not any(rule.matches(line.metric) for r in results for line in r.lines):
             names = sorted({short_name(m) for r in results for m in r.metrics_seen})
-            raise UsageError(f"invalid --fail-on {rule.text!r}: no metric {rule.metric!r} in these records; "
-                             f"they have {', '.join(names)} (e.g. {RULE_EXAMPLE})")
+            raise UsageError(
+                f"invalid --fail-on {rule.text!r}: no metric {rule.metric!r} in these records; "
+                f"they have {', '.join(names)} (e.g. {RULE_EXAMPLE})"
+            )
     return Comparison(results, skipped)
-

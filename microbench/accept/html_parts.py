@@ -14,8 +14,13 @@ def escape(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[Sequence[str]] | None = None,
-          cls: str = "", raw: Sequence[int] = ()) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    classes: Sequence[Sequence[str]] | None = None,
+    cls: str = "",
+    raw: Sequence[int] = (),
+) -> str:
     """An HTML table; cells are escaped text except the columns in `raw`, which are HTML the
     caller built from escaped parts (a picture, a line with a note under it)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
@@ -27,8 +32,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequen
             text = str(cell) if j in raw else escape(cell)
             cells.append(f"<td{f' class={chr(34)}{mark}{chr(34)}' if mark else ''}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f"<table{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (
+        f"<table{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def number(value: Any) -> str:

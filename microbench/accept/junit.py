@@ -39,9 +39,11 @@ def check_writable(path: str | os.PathLike) -> Path:
     # A CI job rewrites its JUnit file on every run: the one output that may be overwritten, and
     # only when it is such a report already (never a record or anything else under that name).
     if target.exists() and not target.is_dir() and not written_by_microbench(target):
-        raise UsageError(f"invalid --junit {str(path)!r}: it exists and is not a JUnit report written by "
-                         f"microbench, so it is not overwritten: pick a new name, "
-                         f"e.g. --junit {target.with_suffix('')}-junit.xml")
+        raise UsageError(
+            f"invalid --junit {str(path)!r}: it exists and is not a JUnit report written by "
+            f"microbench, so it is not overwritten: pick a new name, "
+            f"e.g. --junit {target.with_suffix('')}-junit.xml"
+        )
     checked = check_new_file(path, "--junit", example="results/acceptance.xml", overwrite=True)
     _try_create_beside(checked)
     return checked
@@ -53,8 +55,10 @@ def _try_create_beside(target: Path) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".check", dir=target.parent)
     except OSError as exc:
-        raise UsageError(f"invalid --junit {str(target)!r}: cannot create a file in {str(target.parent)!r} "
-                         f"({exc.strerror or exc}); e.g. --junit results/acceptance.xml") from None
+        raise UsageError(
+            f"invalid --junit {str(target)!r}: cannot create a file in {str(target.parent)!r} "
+            f"({exc.strerror or exc}); e.g. --junit results/acceptance.xml"
+        ) from None
     os.close(fd)
     os.unlink(tmp)
 
@@ -72,8 +76,9 @@ def build(step_results: Sequence[Any], verdicts: Sequence[Any] | None, *, hostna
     counts = {"tests": 0, "failures": 0, "skipped": 0}
     total_s = 0.0
     for result in step_results:
-        case = ET.SubElement(steps, "testcase", classname="microbench.suite", name=result.step.name,
-                             time=f"{result.seconds:.3f}")
+        case = ET.SubElement(
+            steps, "testcase", classname="microbench.suite", name=result.step.name, time=f"{result.seconds:.3f}"
+        )
         counts["tests"] += 1
         total_s += result.seconds
         if result.status == "fail":
@@ -96,8 +101,9 @@ def build(step_results: Sequence[Any], verdicts: Sequence[Any] | None, *, hostna
         failures = 0
         for verdict in verdicts:
             check = verdict.check
-            case = ET.SubElement(acc, "testcase", classname=f"microbench.accept.{check.step}",
-                                 name=_case_name(check), time="0")
+            case = ET.SubElement(
+                acc, "testcase", classname=f"microbench.accept.{check.step}", name=_case_name(check), time="0"
+            )
             if verdict.status != "pass":
                 failures += 1
                 kind = "ThresholdNotMet" if verdict.status == "fail" else "MissingResult"

@@ -42,8 +42,10 @@ def pick_metric(record: dict[str, Any], metric: str | None) -> str:
         return metric
     if not choices:
         if record.get("status") == "skipped":
-            raise UsageError(f"the {record.get('kind', '?')!r} record has nothing to plot: the probe was skipped "
-                             f"({record.get('status_reason') or 'no reason recorded'})")
+            raise UsageError(
+                f"the {record.get('kind', '?')!r} record has nothing to plot: the probe was skipped "
+                f"({record.get('status_reason') or 'no reason recorded'})"
+            )
         raise UsageError(f"the {record.get('kind', '?')!r} record has no metric columns to plot")
     return choices[0]
 
@@ -71,15 +73,18 @@ def series(record: dict[str, Any], metric: str, skipped: list[str] | None = None
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((str(row.get("op")), row["size_bytes"]), []).append(row)
-    split = [k for k in registry.case_keys(record)
-             if any(len({repr(r.get(k)) for r in group}) > 1 for group in groups.values())]
+    split = [
+        k
+        for k in registry.case_keys(record)
+        if any(len({repr(r.get(k)) for r in group}) > 1 for group in groups.values())
+    ]
     out: dict[str, list[tuple[int, float]]] = {}
     named: dict[tuple[Any, ...], str] = {}
     for row in rows:
         variant = (str(row.get("op", "?")), *(repr(row.get(k)) for k in split))
         if variant not in named:
             name = curve_name(record, row, split)
-            if name in named.values():   # two cases whose words agree: their values tell them apart
+            if name in named.values():  # two cases whose words agree: their values tell them apart
                 name += " (" + ", ".join(f"{k} {row.get(k)}" for k in split) + ")"
             named[variant] = name
         out.setdefault(named[variant], []).append((int(row["size_bytes"]), float(row[metric])))
@@ -131,8 +136,9 @@ def axis_label(metric: str) -> str:
     return f"{metric.removesuffix('_gbps')} (GB/s, 1e9 B/s)" if metric.endswith("_gbps") else metric
 
 
-def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metric: str | None = None,
-                 paths: list[str] | None = None) -> tuple[Path, list[str]]:
+def plot_records(
+    records: list[tuple[str, dict[str, Any]]], out_path: str, metric: str | None = None, paths: list[str] | None = None
+) -> tuple[Path, list[str]]:
     """Draw and write the plot; returns its path and a line per row left out (see series).
     A record with nothing to draw (a compose record, a skipped probe, rows without sizes) is
     refused, naming its file, before anything is drawn (it drew an empty picture with a
@@ -143,23 +149,26 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
     try:
         chosen = pick_metric(records[0][1], metric)
     except UsageError as exc:
-        if metric:      # a flag that names no column of the record: the flag's own message
+        if metric:  # a flag that names no column of the record: the flag's own message
             raise
         raise UsageError(f"{names[0]!r}: {exc}") from None
     notes = []
     for name, (_, record) in zip(names, records, strict=False):
         skipped: list[str] = []
         if not series(record, chosen, skipped):
-            raise UsageError(f"{name!r} has no {chosen} per size to plot: {_nothing_because(record, chosen, skipped)}; "
-                             f"plot a probe's record, e.g. results/suite-*/nccl.json")
+            raise UsageError(
+                f"{name!r} has no {chosen} per size to plot: {_nothing_because(record, chosen, skipped)}; "
+                f"plot a probe's record, e.g. results/suite-*/nccl.json"
+            )
         notes += [f"# left out of the plot: {name} {line}" for line in skipped]
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.png")
     try:
         # Claimed before drawing: a place we cannot write (read-only, no permission) fails now.
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except OSError as exc:
-        raise UsageError(f"cannot write --out {out_path!r}: {exc.strerror}; pick a writable place, "
-                         f"e.g. --out /tmp/{target.name}") from None
+        raise UsageError(
+            f"cannot write --out {out_path!r}: {exc.strerror}; pick a writable place, e.g. --out /tmp/{target.name}"
+        ) from None
     try:
         draw(plt, records, chosen).savefig(tmp)
         os.replace(tmp, target)
@@ -183,8 +192,14 @@ def _nothing_because(record: dict[str, Any], metric: str, skipped: list[str]) ->
     return f"no row of this {kind!r} record carries {metric} and a size"
 
 
-def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, figsize: tuple[float, float] = (8, 5),
-         title: str | None = None) -> Any:
+def draw(
+    plt: Any,
+    records: list[tuple[str, dict[str, Any]]],
+    chosen: str,
+    *,
+    figsize: tuple[float, float] = (8, 5),
+    title: str | None = None,
+) -> Any:
     """One figure, every record's curves overlaid; the caller saves and closes it. The value
     axis starts at zero: a 6 % drop is drawn as 6 %, not as a cliff (and says so where a
     negative value makes zero not the bottom)."""
@@ -211,8 +226,15 @@ def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, fi
     return fig
 
 
-def draw_bars(plt: Any, bars: list[tuple[str, float, float | None]], unit: str, *, title: str,
-              unknown: str | None = None, figsize: tuple[float, float] = (5.6, 3.0)) -> Any:
+def draw_bars(
+    plt: Any,
+    bars: list[tuple[str, float, float | None]],
+    unit: str,
+    *,
+    title: str,
+    unknown: str | None = None,
+    figsize: tuple[float, float] = (5.6, 3.0),
+) -> Any:
     """A probe measured at one size: one horizontal bar per (label, value, expected), the axis
     from zero, each bar's expected value as a dashed mark on it; `unknown` says why there is
     none where no bar has one."""
@@ -223,8 +245,14 @@ def draw_bars(plt: Any, bars: list[tuple[str, float, float | None]], unit: str, 
     for index, (_, value, expected) in enumerate(bars):
         ax.text(value, index, f" {format_number(value)}", va="center", fontsize=8)
         if expected:
-            ax.plot([expected, expected], [index - 0.42, index + 0.42], color="#b06a00", linestyle="--", linewidth=2,
-                    label=None if marked else "expected")
+            ax.plot(
+                [expected, expected],
+                [index - 0.42, index + 0.42],
+                color="#b06a00",
+                linestyle="--",
+                linewidth=2,
+                label=None if marked else "expected",
+            )
             marked = True
     ax.set_yticks(range(len(bars)), labels, fontsize=8)
     ax.invert_yaxis()
@@ -235,8 +263,17 @@ def draw_bars(plt: Any, bars: list[tuple[str, float, float | None]], unit: str, 
     if marked:
         ax.legend(fontsize=8, loc="lower right")
     elif unknown:
-        ax.text(0.99, 0.02, f"expected unknown: {unknown}", transform=ax.transAxes, ha="right", va="bottom",
-                fontsize=7, color="#5a6470", wrap=True)
+        ax.text(
+            0.99,
+            0.02,
+            f"expected unknown: {unknown}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#5a6470",
+            wrap=True,
+        )
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -251,8 +288,13 @@ def png_bytes(plt: Any, fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def render_png(records: list[tuple[str, dict[str, Any]]], metric: str | None = None, *,
-               figsize: tuple[float, float] = (8, 5), title: str | None = None) -> bytes:
+def render_png(
+    records: list[tuple[str, dict[str, Any]]],
+    metric: str | None = None,
+    *,
+    figsize: tuple[float, float] = (8, 5),
+    title: str | None = None,
+) -> bytes:
     """The same plot as PNG bytes (for embedding, e.g. in `microbench report`)."""
     import io
 

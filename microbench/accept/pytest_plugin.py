@@ -52,6 +52,7 @@ def probe_benchmark(request: Any) -> Callable[..., dict[str, Any]]:
         clock = _ProbeClock()
         probe.prepare(case)
         try:
+
             def once() -> None:
                 start = time.perf_counter()
                 out = probe.run_once(case)
@@ -67,9 +68,17 @@ def probe_benchmark(request: Any) -> Callable[..., dict[str, Any]]:
         finally:
             probe.release(case)
         median_s = benchmark.stats.stats.median
-        benchmark.extra_info.update({"probe": probe.name, "op": case.op, "size_bytes": case.size_bytes,
-                                     **dict(case.params), "nwrong": nwrong, **probe.metrics(case, median_s),
-                                     "implementation": probe.implementation()})
+        benchmark.extra_info.update(
+            {
+                "probe": probe.name,
+                "op": case.op,
+                "size_bytes": case.size_bytes,
+                **dict(case.params),
+                "nwrong": nwrong,
+                **probe.metrics(case, median_s),
+                "implementation": probe.implementation(),
+            }
+        )
         return benchmark.extra_info
 
     return run

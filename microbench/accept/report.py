@@ -45,22 +45,26 @@ table.env td{text-align:left}
 table.summary td{vertical-align:middle}.small{font-size:.85em}svg.spark{display:block}
 """
 # The browser itself enforces "no network fetches": only inline styles and data: images load.
-CSP = ('<meta http-equiv="Content-Security-Policy" '
-       'content="default-src \'none\'; img-src data:; style-src \'unsafe-inline\'">')
+CSP = (
+    '<meta http-equiv="Content-Security-Policy" '
+    "content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
+)
 
 
 @dataclass
 class Run:
     label: str
     path: Path
-    kind: str                                      # "dir" | "file"
+    kind: str  # "dir" | "file"
     records: dict[str, tuple[Path, dict[str, Any]]]
 
 
 def load_runs(paths: Sequence[str]) -> list[Run]:
     if not paths:
-        raise UsageError("no records given: expected suite directories or record files, "
-                         "e.g. microbench report results/suite-* --out results/report.html")
+        raise UsageError(
+            "no records given: expected suite directories or record files, "
+            "e.g. microbench report results/suite-* --out results/report.html"
+        )
     runs: list[Run] = []
     seen: set[str] = set()
     for raw in paths:
@@ -89,6 +93,7 @@ def check_out(path: str | os.PathLike | None) -> Path:
 
 
 # --------------------------------------------------------------------------- sections
+
 
 def _env_rows(runs: list[Run]) -> list[list[str]]:
     def env(run: Run) -> dict[str, Any]:
@@ -191,7 +196,7 @@ class Context:
     checks: list[accept.Check] | None = None
     rules: list[compare.Rule] = field(default_factory=list)
     verdicts: dict[str, list[Any]] | None = None
-    fleet: dict[str, Any] | None = None     # a fleet record (`microbench fleet --json`)
+    fleet: dict[str, Any] | None = None  # a fleet record (`microbench fleet --json`)
 
 
 def _summary(ctx: Context) -> str:
@@ -201,8 +206,16 @@ def _summary(ctx: Context) -> str:
 def _runs(ctx: Context) -> str:
     return "<h2>Runs</h2>" + _table(
         ["run", "path", "records", "status"],
-        [[r.label, str(r.path), len(r.records),
-          ", ".join(sorted({str(rec.get("status")) for _, rec in r.records.values()}))] for r in ctx.runs])
+        [
+            [
+                r.label,
+                str(r.path),
+                len(r.records),
+                ", ".join(sorted({str(rec.get("status")) for _, rec in r.records.values()})),
+            ]
+            for r in ctx.runs
+        ],
+    )
 
 
 def _environment(ctx: Context) -> str:
@@ -214,8 +227,12 @@ def _acceptance_section(ctx: Context) -> str:
 
 
 def _hunts(ctx: Context) -> str:
-    return "".join(f"<h2>Hunt: {_e(run.label)} <span class=\"note\">({_e(name)})</span></h2>" + hunt_record(rec)
-                   for run in ctx.runs for name, (_, rec) in run.records.items() if rec.get("kind") == "hunt")
+    return "".join(
+        f'<h2>Hunt: {_e(run.label)} <span class="note">({_e(name)})</span></h2>' + hunt_record(rec)
+        for run in ctx.runs
+        for name, (_, rec) in run.records.items()
+        if rec.get("kind") == "hunt"
+    )
 
 
 def _probes(ctx: Context) -> str:
@@ -231,13 +248,15 @@ def _probes(ctx: Context) -> str:
     for key in sorted(sections, key=report_summary.step_order):
         name, items = sections[key]
         kinds = sorted({str(rec.get("kind")) for _, rec in items})
-        out.append(f"<h2>{_e(name)} <span class=\"note\">({_e(', '.join(kinds))})</span></h2>")
+        out.append(f'<h2>{_e(name)} <span class="note">({_e(", ".join(kinds))})</span></h2>')
         out.append(report_plots.section(name, items))
         for label, record in items:
             impl = record.get("implementation", {})
             engine = impl.get("engine") or impl.get("name") or "-"
-            out.append(f"<h3>{_e(label)} <span class=\"note\">engine {_e(engine)}, status {_e(record.get('status'))}"
-                       f"</span></h3>" + probe_table(record))
+            out.append(
+                f'<h3>{_e(label)} <span class="note">engine {_e(engine)}, status {_e(record.get("status"))}'
+                f"</span></h3>" + probe_table(record)
+            )
     return "".join(out)
 
 
@@ -253,26 +272,49 @@ def _compare_section(ctx: Context) -> str:
     comparable = [r for r in ctx.runs if any(rec.get("kind") != "compose" for _, rec in r.records.values())]
     if len(comparable) < 2:
         return ""
-    return ("<h2>Compare</h2>" + f"<p class=\"note\">every run against {_e(comparable[0].label)}; new/base "
-            f"below 0.95 for a bandwidth (above 1.05 for a time) is marked worse</p>" + _compare(comparable, ctx.rules))
+    return (
+        "<h2>Compare</h2>" + f'<p class="note">every run against {_e(comparable[0].label)}; new/base '
+        f"below 0.95 for a bandwidth (above 1.05 for a time) is marked worse</p>" + _compare(comparable, ctx.rules)
+    )
 
 
 def _composer(ctx: Context) -> str:
-    return "".join(f"<h2>Composer what-if: {_e(run.label)}</h2>" + compose_record(rec)
-                   for run in ctx.runs for _, (_, rec) in run.records.items() if rec.get("kind") == "compose")
+    return "".join(
+        f"<h2>Composer what-if: {_e(run.label)}</h2>" + compose_record(rec)
+        for run in ctx.runs
+        for _, (_, rec) in run.records.items()
+        if rec.get("kind") == "compose"
+    )
 
 
 # The page, in order: the answer first, then the details.
-SECTIONS: list[Callable[[Context], str]] = [_summary, _fleet, _runs, _environment, _acceptance_section, _hunts, _probes,
-                                            _compare_section, _composer]
+SECTIONS: list[Callable[[Context], str]] = [
+    _summary,
+    _fleet,
+    _runs,
+    _environment,
+    _acceptance_section,
+    _hunts,
+    _probes,
+    _compare_section,
+    _composer,
+]
 
 
-def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
-          rules: list[compare.Rule] | None = None, generated: str | None = None,
-          fleet: dict[str, Any] | None = None) -> str:
+def build(
+    runs: list[Run],
+    *,
+    checks: list[accept.Check] | None = None,
+    rules: list[compare.Rule] | None = None,
+    generated: str | None = None,
+    fleet: dict[str, Any] | None = None,
+) -> str:
     generated = generated or time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    verdicts = ({run.label: accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
-                 for run in runs} if checks else None)
+    verdicts = (
+        {run.label: accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()}) for run in runs}
+        if checks
+        else None
+    )
     ctx = Context(runs, checks, rules or [], verdicts, fleet)
     head = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{CSP}<title>microbench report</title>'

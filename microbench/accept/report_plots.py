@@ -33,8 +33,10 @@ def section(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
     bars: dict[Any, Any] = {}
     notes: list[Any] = []
     for op in ops:
-        per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]})
-                  for label, rec in usable]
+        per_op = [
+            (label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]})
+            for label, rec in usable
+        ]
         # Each op its own primary metric: a storage record's read rows carry read_gbps and its
         # write rows write_gbps, so one metric for the section would plot one of them only.
         try:
@@ -63,14 +65,21 @@ def section(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
                 if isinstance(row.get(metric), (int, float)) and isinstance(row.get("size_bytes"), int):
                     exp = expected_for(rec, op, metric) or {}
                     text = curve_name(rec, row, keys)
-                    bars.setdefault(unit, []).append(((f"{label}: " if len(items) > 1 else "") + text,
-                                                      float(row[metric]), exp.get("gbps"), exp.get("unknown_why")))
+                    bars.setdefault(unit, []).append(
+                        (
+                            (f"{label}: " if len(items) > 1 else "") + text,
+                            float(row[metric]),
+                            exp.get("gbps"),
+                            exp.get("unknown_why"),
+                        )
+                    )
     for unit, group in bars.items():
         plt = pyplot("the report's plots")
         title = f"{name}: one size per op"
         unknown = next((why for *_, why in group if why), None)
-        fig = draw_bars(plt, [(label, value, expected) for label, value, expected, _ in group], unit, title=title,
-                        unknown=unknown)
+        fig = draw_bars(
+            plt, [(label, value, expected) for label, value, expected, _ in group], unit, title=title, unknown=unknown
+        )
         images.append(_img(png_bytes(plt, fig), title))
     out = f'<div class="plots">{"".join(images)}</div>' if images else ""
     if notes:

@@ -16,7 +16,7 @@ from .html_parts import escape as _e, number as _num, table as _table
 def _row_metrics(row: dict[str, Any], record: dict[str, Any]) -> dict[str, float]:
     values = compare.metrics_of(row, record)
     if _own_latency(row):
-        values.pop("time_us", None)   # one p50 per size: the row's own, not its batch's
+        values.pop("time_us", None)  # one p50 per size: the row's own, not its batch's
     return values
 
 
@@ -77,22 +77,38 @@ def compose_record(record: dict[str, Any]) -> str:
     cfg = record.get("config", {})
     model, train = cfg.get("model") or {}, cfg.get("train") or {}
     total = model.get("total_params", model.get("params", 0))
-    head = (f"<p>{_e(model.get('name'))}: {float(total or 0) / 1e9:.2f} B params, {_e(model.get('layers'))} blocks, "
-            f"{_e(train.get('ranks'))} ranks, {_e(train.get('tokens_per_rank'))} tokens/rank/micro-batch x "
-            f"{_e(train.get('grad_accum'))}</p>")
+    head = (
+        f"<p>{_e(model.get('name'))}: {float(total or 0) / 1e9:.2f} B params, {_e(model.get('layers'))} blocks, "
+        f"{_e(train.get('ranks'))} ranks, {_e(train.get('tokens_per_rank'))} tokens/rank/micro-batch x "
+        f"{_e(train.get('grad_accum'))}</p>"
+    )
     steps = [r for r in record.get("rows", []) if r.get("op") == "step"]
-    parts = [("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
-             ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
-             ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"),
-             ("step (overlapped)", "step_s"), ("tokens/s", "tokens_per_s")]
+    parts = [
+        ("compute forward", "compute_fwd_s"),
+        ("compute backward", "compute_bwd_s"),
+        ("AllGather forward", "allgather_fwd_s"),
+        ("AllGather backward", "allgather_bwd_s"),
+        ("ReduceScatter", "reduce_scatter_s"),
+        ("optimizer step", "optimizer_s"),
+        ("step (overlapped)", "step_s"),
+        ("tokens/s", "tokens_per_s"),
+    ]
     table = [[label, *(_num(r.get(key)) for r in steps)] for label, key in parts]
     out = head + _table(["part (s)", *(str(r.get("network")) for r in steps)], table) if steps else head
-    tiers = [[r.get("tier"), _num(r.get("write_gbps")), _num(r.get("save_s")), _num(r.get("load_s")),
-              f"{r['young_daly_interval_s'] / 60:.0f}" if r.get("young_daly_interval_s") else "-"]
-             for r in record.get("rows", []) if r.get("op") == "checkpoint"]
+    tiers = [
+        [
+            r.get("tier"),
+            _num(r.get("write_gbps")),
+            _num(r.get("save_s")),
+            _num(r.get("load_s")),
+            f"{r['young_daly_interval_s'] / 60:.0f}" if r.get("young_daly_interval_s") else "-",
+        ]
+        for r in record.get("rows", [])
+        if r.get("op") == "checkpoint"
+    ]
     if tiers:
         out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
-    return out + job_html.section(record, _table)    # the job's timelines and what-if, when it has a job
+    return out + job_html.section(record, _table)  # the job's timelines and what-if, when it has a job
 
 
 def hunt_record(record: dict[str, Any]) -> str:
@@ -101,8 +117,11 @@ def hunt_record(record: dict[str, Any]) -> str:
 
     names = list((record.get("config") or {}).get("hosts") or [])
     index = {name: i for i, name in enumerate(names)}
-    matrix = {(index[r["src"]], index[r["dst"]]): float(r[metric]) for r in record.get("rows", [])
-              if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))}
+    matrix = {
+        (index[r["src"]], index[r["dst"]]): float(r[metric])
+        for r in record.get("rows", [])
+        if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))
+    }
     slow = {
         (index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index
     }

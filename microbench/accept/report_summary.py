@@ -52,15 +52,27 @@ def verdict(record: dict[str, Any], op: str | None, results: list[Any] | None) -
         return f"SKIPPED: {record.get('status_reason') or 'no reason recorded'}", "note"
     if status != "complete":
         return f"FAILED ({status}): {record.get('status_reason') or 'no reason recorded'}", "fail"
-    wrong = sum(r.get("nwrong") or 0 for r in record.get("rows", []) if str(r.get("op")) == op
-                and isinstance(r.get("nwrong"), int))
+    wrong = sum(
+        r.get("nwrong") or 0
+        for r in record.get("rows", [])
+        if str(r.get("op")) == op and isinstance(r.get("nwrong"), int)
+    )
     if wrong:
         return f"WRONG: {wrong} element(s) did not read back as written", "fail"
     skipped = [c for c in ((record.get("summary") or {}).get("skipped") or {}).get("cases", []) if c.get("op") == op]
     # A sweep that skipped cases (nccl: not enough memory) says so beside its verdict.
-    also = ("; skipped " + ", ".join(f"{'out-of-place' if c.get('placement') == 'out' else 'in-place'} "
-                                     f"{format_size(c.get('size_bytes', 0))}" for c in skipped)
-            + f" ({record['summary']['skipped'].get('reason', 'no reason recorded')})") if skipped else ""
+    also = (
+        (
+            "; skipped "
+            + ", ".join(
+                f"{'out-of-place' if c.get('placement') == 'out' else 'in-place'} {format_size(c.get('size_bytes', 0))}"
+                for c in skipped
+            )
+            + f" ({record['summary']['skipped'].get('reason', 'no reason recorded')})"
+        )
+        if skipped
+        else ""
+    )
     mine = [v for v in results or [] if v.check.op == op]
     if not mine:
         return "no check" + also, "note"
@@ -76,9 +88,16 @@ def curve(record: dict[str, Any], best: Best) -> list[tuple[int, float]]:
     points = []
     for row in record.get("rows", []):
         value, size = row.get(best.metric), row.get("size_bytes")
-        if (str(row.get("op")) == best.op and all(row.get(k) == best.row.get(k) for k in keys)
-                and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and isinstance(size, int) and not isinstance(size, bool) and size > 0):
+        if (
+            str(row.get("op")) == best.op
+            and all(row.get(k) == best.row.get(k) for k in keys)
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and size > 0
+        ):
             points.append((size, float(value)))
     return sorted(points)
 
@@ -90,17 +109,22 @@ def spark(points: list[tuple[int, float]], expected_gbps: float | None, what: st
     if not points:
         return ""
     top = max([v for _, v in points] + [expected_gbps or 0.0, scale]) * 1.08 or 1.0
-    parts = [f'<svg class="spark" width="{SPARK_W}" height="{SPARK_H}" viewBox="0 0 {SPARK_W} {SPARK_H}" '
-             f'role="img" aria-label="{escape(what)}"><title>{escape(what)}</title>']
+    parts = [
+        f'<svg class="spark" width="{SPARK_W}" height="{SPARK_H}" viewBox="0 0 {SPARK_W} {SPARK_H}" '
+        f'role="img" aria-label="{escape(what)}"><title>{escape(what)}</title>'
+    ]
     if len({s for s, _ in points}) < 2:
         value = points[-1][1]
         y = (SPARK_H - BAR_H) / 2
-        parts.append(f'<rect x="0" y="{y:.1f}" width="{max(1.0, value / top * SPARK_W):.1f}" height="{BAR_H}" '
-                     f'fill="{LINE}"/>')
+        parts.append(
+            f'<rect x="0" y="{y:.1f}" width="{max(1.0, value / top * SPARK_W):.1f}" height="{BAR_H}" fill="{LINE}"/>'
+        )
         if expected_gbps:
             x = expected_gbps / top * SPARK_W
-            parts.append(f'<line x1="{x:.1f}" y1="1" x2="{x:.1f}" y2="{SPARK_H - 1}" stroke="{EXPECTED}" '
-                         f'stroke-width="2" stroke-dasharray="3,2"/>')
+            parts.append(
+                f'<line x1="{x:.1f}" y1="1" x2="{x:.1f}" y2="{SPARK_H - 1}" stroke="{EXPECTED}" '
+                f'stroke-width="2" stroke-dasharray="3,2"/>'
+            )
         parts.append(f'<line x1="0.5" y1="0" x2="0.5" y2="{SPARK_H}" stroke="{ZERO}"/>')
         return "".join(parts) + "</svg>"
     lo, hi = math.log2(points[0][0]), math.log2(points[-1][0])
@@ -113,10 +137,12 @@ def spark(points: list[tuple[int, float]], expected_gbps: float | None, what: st
     parts.append(f'<line x1="0" y1="{SPARK_H - 1.5}" x2="{SPARK_W}" y2="{SPARK_H - 1.5}" stroke="{ZERO}"/>')
     if expected_gbps:
         y = SPARK_H - 2 - expected_gbps / top * height
-        parts.append(f'<line x1="0" y1="{y:.1f}" x2="{SPARK_W}" y2="{y:.1f}" stroke="{EXPECTED}" '
-                     f'stroke-dasharray="3,2"/>')
-    parts.append(f'<polyline fill="none" stroke="{LINE}" stroke-width="1.6" '
-                 f'points="{" ".join(xy(s, v) for s, v in points)}"/>')
+        parts.append(
+            f'<line x1="0" y1="{y:.1f}" x2="{SPARK_W}" y2="{y:.1f}" stroke="{EXPECTED}" stroke-dasharray="3,2"/>'
+        )
+    parts.append(
+        f'<polyline fill="none" stroke="{LINE}" stroke-width="1.6" points="{" ".join(xy(s, v) for s, v in points)}"/>'
+    )
     return "".join(parts) + "</svg>"
 
 
@@ -161,11 +187,14 @@ def section(runs: list[Any], verdicts: dict[str, list[Any]] | None) -> str:
                 by_step.setdefault(registry.step_key(name), []).append((run, name, record))
     for step in sorted(by_step, key=step_order):
         for run, name, record in by_step[step]:
-            results = [v for v in (verdicts or {}).get(run.label, [])
-                       if registry.step_key(v.check.step) == registry.step_key(name)]
+            results = [
+                v
+                for v in (verdicts or {}).get(run.label, [])
+                if registry.step_key(v.check.step) == registry.step_key(name)
+            ]
             bests = best_per_op(record) if record.get("status") == "complete" else []
             scale = _step_scale([b for _, _, rec in by_step[step] for b in best_per_op(rec)], record)
-            each: list[Best | None] = [*bests] or [None]   # None: one row for a record without bests
+            each: list[Best | None] = [*bests] or [None]  # None: one row for a record without bests
             for best in each:
                 op = best.op if best else None
                 text, mark = verdict(record, op, results if verdicts is not None else None)
@@ -175,19 +204,33 @@ def section(runs: list[Any], verdicts: dict[str, list[Any]] | None) -> str:
                 else:
                     exp = expected_for(record, best.op, best.metric)
                     expected, share = _expected_cells(exp, best)
-                    picture = spark(curve(record, best), exp.get("gbps") if exp else None,
-                                    f"{step}: {best_label(best)}", scale.get(_unit(best.metric), 0.0))
-                    rows.append([*label, escape(best.op), escape(_headline(best)), expected, share, escape(text),
-                                 picture])
+                    picture = spark(
+                        curve(record, best),
+                        exp.get("gbps") if exp else None,
+                        f"{step}: {best_label(best)}",
+                        scale.get(_unit(best.metric), 0.0),
+                    )
+                    rows.append(
+                        [*label, escape(best.op), escape(_headline(best)), expected, share, escape(text), picture]
+                    )
                 classes.append(["l"] * len(label) + ["l", "", "l", "", f"l {mark}", ""])
     if not rows:
         return ""
-    headers = ["step", *(["run"] if many else []), "op", "headline (best size)", "expected", "% of expected",
-               "verdict", "picture"]
+    headers = [
+        "step",
+        *(["run"] if many else []),
+        "op",
+        "headline (best size)",
+        "expected",
+        "% of expected",
+        "verdict",
+        "picture",
+    ]
     offset = 1 if many else 0
-    return ("<h2>Summary</h2><p class=\"note\">Each step's headline: its primary metric at its best size, against "
-            "what this hardware should give. Pictures: that metric over the sizes measured (a bar where one size "
-            "was), from zero to the step's largest value, so a step's ops read against each other; dashed: "
-            "expected. A verdict needs thresholds (--accept); without them a complete step says \"no check\". "
-            "Details follow.</p>"
-            + table(headers, rows, classes, cls="summary", raw=range(0, 8 + offset)))
+    return (
+        '<h2>Summary</h2><p class="note">Each step\'s headline: its primary metric at its best size, against '
+        "what this hardware should give. Pictures: that metric over the sizes measured (a bar where one size "
+        "was), from zero to the step's largest value, so a step's ops read against each other; dashed: "
+        'expected. A verdict needs thresholds (--accept); without them a complete step says "no check". '
+        "Details follow.</p>" + table(headers, rows, classes, cls="summary", raw=range(0, 8 + offset))
+    )

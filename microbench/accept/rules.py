@@ -38,7 +38,7 @@ MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is w
 class Check:
     step: str
     op: str
-    metric: str              # "": the primary metric the probe's spec declares for these rows
+    metric: str  # "": the primary metric the probe's spec declares for these rows
     min: float | None = None
     max: float | None = None
     size_bytes: int | None = None
@@ -49,7 +49,7 @@ class Check:
 @dataclass(frozen=True)
 class CheckResult:
     check: Check
-    status: str        # pass | fail | missing
+    status: str  # pass | fail | missing
     value: float | None
     detail: str
 
@@ -62,8 +62,10 @@ def _toml_loads(text: str) -> dict[str, Any]:
         try:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
-            raise UsageError("reading a TOML thresholds file on Python 3.10 needs the tomli package "
-                             "(pip install tomli), or give the thresholds as JSON, e.g. thresholds.json") from None
+            raise UsageError(
+                "reading a TOML thresholds file on Python 3.10 needs the tomli package "
+                "(pip install tomli), or give the thresholds as JSON, e.g. thresholds.json"
+            ) from None
     return tomllib.loads(text)
 
 
@@ -91,13 +93,24 @@ def load_checks(path: str | Path) -> list[Check]:
         if "metric" in item and not isinstance(item["metric"], str):
             missing.append("metric")
         if missing or not any(k in item for k in ("min", "max", "min_fraction_of_expected")):
-            raise UsageError(f"{where} needs step, op, metric and min or max (or min_fraction_of_expected); "
-                             f"step, op and metric as strings (without metric: the probe's primary one); {example}")
+            raise UsageError(
+                f"{where} needs step, op, metric and min or max (or min_fraction_of_expected); "
+                f"step, op and metric as strings (without metric: the probe's primary one); {example}"
+            )
         bounds = {key: _bound(item[key], f"{where}: {key}") for key in ("min", "max") if key in item}
         check_known(item, bounds, where)
-        checks.append(Check(item["step"], item["op"], item.get("metric", ""), bounds.get("min"), bounds.get("max"),
-                            parse_size(str(item["size"]), what="check size") if "size" in item else None,
-                            _fraction(item, where), _expected(item, where)))
+        checks.append(
+            Check(
+                item["step"],
+                item["op"],
+                item.get("metric", ""),
+                bounds.get("min"),
+                bounds.get("max"),
+                parse_size(str(item["size"]), what="check size") if "size" in item else None,
+                _fraction(item, where),
+                _expected(item, where),
+            )
+        )
     if not checks:
         raise UsageError(f"thresholds file {str(path)!r} has no [[check]] entries")
     return checks
@@ -114,17 +127,18 @@ def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> N
     its probe's rows never carry, and a min above the max that no value can meet."""
     unknown = [k for k in item if k not in KEYS]
     if unknown:
-        raise UsageError(f"unknown key {unknown[0]!r} in {where}: expected some of {', '.join(KEYS)}, "
-                         f"e.g. min = 150")
+        raise UsageError(f"unknown key {unknown[0]!r} in {where}: expected some of {', '.join(KEYS)}, e.g. min = 150")
     found = registry.suite_step(item["step"])
     if found is None:
         names = ", ".join(step.name for _, step in registry.suite_steps())
-        raise UsageError(f"unknown step {item['step']!r} in {where}: expected one of {names}, e.g. step = \"nccl\"")
+        raise UsageError(f'unknown step {item["step"]!r} in {where}: expected one of {names}, e.g. step = "nccl"')
     spec = found[0]
     metric = item.get("metric")
     if metric and metric not in spec.metrics and not _LATENCY_COLUMN.search(metric):
-        raise UsageError(f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
-                         f"{', '.join(spec.metrics)}, e.g. metric = \"{spec.metrics[0]}\"")
+        raise UsageError(
+            f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
+            f'{", ".join(spec.metrics)}, e.g. metric = "{spec.metrics[0]}"'
+        )
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
         raise UsageError(
             f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above "
@@ -138,8 +152,11 @@ def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
     as the step sets it (or its default); None where neither says."""
     if step.ops:
         return tuple(step.ops)
-    field = next((f for f in fields(spec.config) if f.name == "ops"), None) \
-        if spec.config is not None and is_dataclass(spec.config) else None
+    field = (
+        next((f for f in fields(spec.config) if f.name == "ops"), None)
+        if spec.config is not None and is_dataclass(spec.config)
+        else None
+    )
     opt = field.metadata.get("option") if field is not None else None
     if opt is None:
         return None
@@ -147,7 +164,7 @@ def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
     if flag in step.argv[:-1]:
         text = step.argv[step.argv.index(flag) + 1]
         return tuple(opt.parse(text, flag)) if opt.parse else tuple(text.split(","))
-    assert field is not None   # opt came from it
+    assert field is not None  # opt came from it
     default: Any = field.default_factory() if field.default_factory is not MISSING else field.default
     return tuple(default)
 
@@ -159,15 +176,19 @@ def check_steps_run(checks: list[Check], steps: list[Any]) -> None:
     for check in checks:
         found = registry.suite_step(check.step)
         if found is None:
-            continue   # load_checks has refused it already
+            continue  # load_checks has refused it already
         spec, step = found
         if step.name not in chosen:
-            raise UsageError(f"the check on step {check.step!r}, op {check.op!r}: --only leaves that step out; add it "
-                             f"to --only, e.g. --only {','.join([*chosen, step.name])}")
+            raise UsageError(
+                f"the check on step {check.step!r}, op {check.op!r}: --only leaves that step out; add it "
+                f"to --only, e.g. --only {','.join([*chosen, step.name])}"
+            )
         ops = step_ops(spec, step)
         if ops is not None and check.op not in ops:
-            raise UsageError(f"the check on step {check.step!r}: op {check.op!r} is not one the step runs "
-                             f"({', '.join(ops)}); e.g. op = \"{ops[0]}\"")
+            raise UsageError(
+                f"the check on step {check.step!r}: op {check.op!r} is not one the step runs "
+                f'({", ".join(ops)}); e.g. op = "{ops[0]}"'
+            )
 
 
 def _fraction(item: dict[str, Any], where: str) -> float | None:
@@ -175,12 +196,20 @@ def _fraction(item: dict[str, Any], where: str) -> float | None:
         return None
     raw = item["min_fraction_of_expected"]
     try:
-        value = parse_number(raw if not isinstance(raw, bool) else str(raw), what="min_fraction_of_expected",
-                             example="0.8", minimum=0, maximum=MAX_FRACTION, allow_minimum=False)
+        value = parse_number(
+            raw if not isinstance(raw, bool) else str(raw),
+            what="min_fraction_of_expected",
+            example="0.8",
+            minimum=0,
+            maximum=MAX_FRACTION,
+            allow_minimum=False,
+        )
     except UsageError:
-        raise UsageError(f"invalid min_fraction_of_expected {raw!r} in {where}: expected a number in "
-                         f"(0, {format_number(MAX_FRACTION, 6)}], a share of the expected bandwidth, e.g. "
-                         f"min_fraction_of_expected = 0.8") from None
+        raise UsageError(
+            f"invalid min_fraction_of_expected {raw!r} in {where}: expected a number in "
+            f"(0, {format_number(MAX_FRACTION, 6)}], a share of the expected bandwidth, e.g. "
+            f"min_fraction_of_expected = 0.8"
+        ) from None
     return value
 
 
@@ -189,8 +218,9 @@ def _expected(item: dict[str, Any], where: str) -> float | None:
         return None
     raw = str(item["expected"])
     if raw.strip().startswith("-"):
-        raise UsageError(f"invalid expected {raw!r} in {where}: must be a positive rate with a unit, "
-                         f"e.g. expected = \"24GB/s\"")
+        raise UsageError(
+            f'invalid expected {raw!r} in {where}: must be a positive rate with a unit, e.g. expected = "24GB/s"'
+        )
     return parse_bandwidth_bytes_per_s(raw, what=f"expected in {where}") / 1e9
 
 
@@ -231,8 +261,10 @@ def _bound(value: Any, what: str) -> float:
     """A threshold: a finite number. A string or a boolean here is a typo, not a threshold that
     every value passes or fails."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UsageError(f"invalid {what} = {json.dumps(value)}: expected a finite number in the metric's unit "
-                         f"(GB/s for *_gbps), e.g. min = 150")
+        raise UsageError(
+            f"invalid {what} = {json.dumps(value)}: expected a finite number in the metric's unit "
+            f"(GB/s for *_gbps), e.g. min = 150"
+        )
     return float(value)
 
 
@@ -264,8 +296,15 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
         if check.size_bytes is not None:
             rows = [r for r in rows if r.get("size_bytes") == check.size_bytes]
         if not rows:
-            results.append(CheckResult(check, "missing", None, f"no {check.op} rows with {check.metric or 'a metric'}"
-                                       + (f" at {check.size_bytes} B" if check.size_bytes else "")))
+            results.append(
+                CheckResult(
+                    check,
+                    "missing",
+                    None,
+                    f"no {check.op} rows with {check.metric or 'a metric'}"
+                    + (f" at {check.size_bytes} B" if check.size_bytes else ""),
+                )
+            )
             continue
         # "Best" means highest for a floor and lowest for a ceiling.
         values = [float(r[check.metric]) for r in rows]
@@ -274,7 +313,12 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             continue
         value = max(values) if check.min is not None else min(values)
         ok = (check.min is None or value >= check.min) and (check.max is None or value <= check.max)
-        bound = (f">= {format_number(check.min, 6)}" if check.min is not None
-                 else f"<= {format_number(check.max, 6)}" if check.max is not None else "")
+        bound = (
+            f">= {format_number(check.min, 6)}"
+            if check.min is not None
+            else f"<= {format_number(check.max, 6)}"
+            if check.max is not None
+            else ""
+        )
         results.append(CheckResult(check, "pass" if ok else "fail", value, f"{format_number(value)} (needs {bound})"))
     return results

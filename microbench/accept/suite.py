@@ -26,7 +26,7 @@ from ..world.launch import package_env, self_command
 @dataclass
 class StepResult:
     step: SuiteStep
-    status: str              # pass | fail | skip
+    status: str  # pass | fail | skip
     seconds: float
     record: str | None
     headline: str
@@ -49,8 +49,9 @@ def default_steps() -> tuple[SuiteStep, ...]:
     argv the whole command after `microbench` (the probe's command, then the step's arguments;
     {path} and {scratch} are filled in when it runs). Aliases: former names, which `--only` takes
     and older suite directories use as file names."""
-    return tuple(SuiteStep(step.name, (*spec.command, *step.argv), step.aliases)
-                 for spec, step in registry.suite_steps())
+    return tuple(
+        SuiteStep(step.name, (*spec.command, *step.argv), step.aliases) for spec, step in registry.suite_steps()
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -103,12 +104,15 @@ def new_suite_dir(results_dir: Path) -> Path:
     raise RunError(f"could not find a free suite directory name in {str(results_dir)!r} ({base}+1 to +999 are taken)")
 
 
-def run_steps(steps: list[SuiteStep], out_dir: Path, path: str | None,
-              before: Callable[[SuiteStep], None] = lambda step: None) -> list[StepResult]:
+def run_steps(
+    steps: list[SuiteStep], out_dir: Path, path: str | None, before: Callable[[SuiteStep], None] = lambda step: None
+) -> list[StepResult]:
     """Every step in turn, each its own process, in a scratch directory under `path` (default: a
     temp dir) removed afterwards, with what the steps share (the embedded S3) set up once."""
-    with tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=path) as scratch, \
-            shared_setup(steps) as shared_env:
+    with (
+        tempfile.TemporaryDirectory(prefix="microbench-suite-", dir=path) as scratch,
+        shared_setup(steps) as shared_env,
+    ):
         child_env = {**os.environ, **shared_env}
         results = []
         for step in steps:
@@ -120,8 +124,11 @@ def run_steps(steps: list[SuiteStep], out_dir: Path, path: str | None,
 def records_by_step_name(results: list[StepResult]) -> dict[str, dict[str, Any] | None]:
     """Each step's record under every name of the step: thresholds written for a former name
     (collectives) still apply. None for a step that left no record."""
-    return {name: (json.loads(Path(r.record).read_text()) if r.record else None)
-            for r in results for name in (r.step.name, *r.step.aliases)}
+    return {
+        name: (json.loads(Path(r.record).read_text()) if r.record else None)
+        for r in results
+        for name in (r.step.name, *r.step.aliases)
+    }
 
 
 def record_file_for(step_name: str) -> str:
@@ -150,7 +157,7 @@ class Best:
     value: float
     size_bytes: Any
     row: dict[str, Any]
-    named: bool          # the metric names itself (busbw beside algbw), else the op says it all
+    named: bool  # the metric names itself (busbw beside algbw), else the op says it all
 
 
 def best_per_op(record: dict[str, Any]) -> list[Best]:
@@ -169,16 +176,20 @@ def best_per_op(record: dict[str, Any]) -> list[Best]:
         if row[key] == 0 and spec is not None:
             # A one-rank collective moves nothing between ranks: its busbw is 0 by nccl-tests'
             # definition, so the next declared metric (algbw) is the one worth a glance.
-            later = spec.metrics[spec.metrics.index(key) + 1:]
+            later = spec.metrics[spec.metrics.index(key) + 1 :]
             key = spec.row_metric({m: row[m] for m in later if row.get(m)}) or key
         op = str(row.get("op", "?"))
         if float(row[key]) > best.get((op, key), float("-inf")):
             best[(op, key)], at[(op, key)] = float(row[key]), row
-        if key.endswith("_gbps") and any(m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
-                                         for m in (spec.metrics if spec else registry.metric_columns())):
+        if key.endswith("_gbps") and any(
+            m != key and m.endswith("_gbps") and isinstance(row.get(m), (int, float))
+            for m in (spec.metrics if spec else registry.metric_columns())
+        ):
             named.add((op, key))
-    return [Best(op, key, value, at[(op, key)].get("size_bytes"), at[(op, key)], (op, key) in named)
-            for (op, key), value in best.items()]
+    return [
+        Best(op, key, value, at[(op, key)].get("size_bytes"), at[(op, key)], (op, key) in named)
+        for (op, key), value in best.items()
+    ]
 
 
 def best_label(best: Best, with_size: bool = True) -> str:
@@ -189,7 +200,7 @@ def best_label(best: Best, with_size: bool = True) -> str:
         # Counts and rates in plain digits (35600 samples_per_s), never 3.56e+04.
         return f"{best.op} {format_number(best.value)} {best.metric}{where}"
     name = best.metric.removesuffix("_gbps")
-    shown = f" {name}" if best.named and name != best.op else ""   # not "write write"
+    shown = f" {name}" if best.named and name != best.op else ""  # not "write write"
     return f"{best.op}{shown} {best.value:.2f} GB/s{where}"
 
 
@@ -202,18 +213,33 @@ def headline(record: dict[str, Any]) -> str:
 # A launcher's world variables. The suite is one machine's job, so its steps spawn their own
 # local ranks even when the suite itself runs as one task per node under srun or mpirun; a step
 # that inherited SLURM_NTASKS=8 would wait for 7 peers that never come.
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                  "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE",
-                  "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID")
+_LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 def step_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    return {k: v for k, v in package_env(env).items()
-            if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")}
+    return {
+        k: v for k, v in package_env(env).items() if k not in _LAUNCHER_VARS and not k.startswith("OMPI_COMM_WORLD_")
+    }
 
 
-def run_step(step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | None = None,
-             timeout_s: float = 900) -> StepResult:
+def run_step(
+    step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | None = None, timeout_s: float = 900
+) -> StepResult:
     record_path = out_dir / record_file_for(step.name)
     argv = [a.format(path=path) for a in step.argv] + ["--json", str(record_path)]
     start = time.monotonic()
@@ -231,8 +257,14 @@ def run_step(step: SuiteStep, out_dir: Path, path: str, env: dict[str, str] | No
     if code == 0 and message.startswith("skipped:"):
         return StepResult(step, "skip", seconds, None, "", message.removeprefix("skipped: "))
     status = "pass" if code == 0 else "fail"
-    return StepResult(step, status, seconds, str(record_path) if record else None,
-                      headline(record) if record else "", "" if code == 0 else message)
+    return StepResult(
+        step,
+        status,
+        seconds,
+        str(record_path) if record else None,
+        headline(record) if record else "",
+        "" if code == 0 else message,
+    )
 
 
 # How long a step has, after the suite forwards it an interrupt, to save its partial record and
@@ -242,8 +274,9 @@ INTERRUPT_GRACE_S = 60.0
 
 def _spawned(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
     with tempfile.TemporaryFile(mode="w+") as err:
-        child = subprocess.Popen([*self_command(), *argv], stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                 stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [*self_command(), *argv], stdout=subprocess.DEVNULL, stderr=err, env=env, stdin=subprocess.DEVNULL
+        )
         return _wait_step(child, err, timeout_s)
 
 

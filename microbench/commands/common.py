@@ -16,14 +16,21 @@ def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int
     g = p.add_argument_group("sweep")
     g.add_argument("--warmup", default=str(warmup), help=f"untimed iterations per case (default {warmup})")
     g.add_argument("--iters", default=str(iters), help=f"timed iterations per case (default {iters})")
-    g.add_argument("--budget", default=str(budget_s), metavar="SECONDS",
-                   help=f"cap timed work per case to about this long, never below 3 iterations; 0 = no cap "
-                        f"(default {budget_s:g})")
+    g.add_argument(
+        "--budget",
+        default=str(budget_s),
+        metavar="SECONDS",
+        help=f"cap timed work per case to about this long, never below 3 iterations; 0 = no cap (default {budget_s:g})",
+    )
     g.add_argument("--json", metavar="PATH", help="write the result record here (default: results/KIND-TIME.json)")
     g.add_argument("--csv", metavar="PATH", help="also write one flat CSV row per case")
     g.add_argument("--results-dir", default="results", metavar="DIR", help="where records go without --json")
-    g.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help="progress bar on stderr (auto: only on a terminal)")
+    g.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress bar on stderr (auto: only on a terminal)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, *, check: bool = True) -> SweepSettings:
@@ -31,8 +38,14 @@ def settings_from_args(args: argparse.Namespace, *, check: bool = True) -> Sweep
     iters = parse_positive_int(args.iters, what="--iters", example="20")
     budget = parse_number(args.budget, what="--budget", example="2", minimum=0.0)
     progress = {"auto": None, "on": True, "off": False}[args.progress]
-    return SweepSettings(warmup=warmup, iters=iters, budget_s_per_case=budget or None,
-                         min_iters=min(3, iters), check=check, progress=progress)
+    return SweepSettings(
+        warmup=warmup,
+        iters=iters,
+        budget_s_per_case=budget or None,
+        min_iters=min(3, iters),
+        check=check,
+        progress=progress,
+    )
 
 
 def check_csv_target(path: str | None) -> None:

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _fmt(value: float) -> str:
-    return format_number(value, 4)   # never 1.23e-05 in the table
+    return format_number(value, 4)  # never 1.23e-05 in the table
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,14 +37,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"# {pair.name}: {pair.identity['probe']}" + (f" ({ident})" if ident else ""))
         for note in pair.notes:
             print(f"# note: {note}")
-        table = [(line.case, format_size(line.size_bytes) if line.size_bytes is not None else "-",
-                  short_name(line.metric), _fmt(line.base), _fmt(line.new),
-                  f"{line.ratio:.3f}" if line.ratio is not None else "n/a",
-                  ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else "")) if line.failed else
-                  "within noise" if line.noise else "")
-                 for line in pair.lines]
-        print(text_table(table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"],
-                       tablefmt="simple"))
+        table = [
+            (
+                line.case,
+                format_size(line.size_bytes) if line.size_bytes is not None else "-",
+                short_name(line.metric),
+                _fmt(line.base),
+                _fmt(line.new),
+                f"{line.ratio:.3f}" if line.ratio is not None else "n/a",
+                ("FAIL " + ", ".join(line.failed) + (f" ({line.lost})" if line.lost else ""))
+                if line.failed
+                else "within noise"
+                if line.noise
+                else "",
+            )
+            for line in pair.lines
+        ]
+        print(
+            text_table(
+                table, headers=["case", "size", "metric", "base", "new", "new/base", "verdict"], tablefmt="simple"
+            )
+        )
         for label, cases in (("only in BASE", pair.only_base), ("only in NEW", pair.only_new)):
             if cases:
                 print(f"# {label}: {', '.join(cases)}")
@@ -57,12 +70,20 @@ def run(args: argparse.Namespace) -> int:
         # A value NEW lost (NaN, missing) is the worst: nothing about it is known.
         pair, line = max(failures, key=lambda f: float("inf") if f[1].lost else abs(1 - (f[1].ratio or 1)))
         how = line.lost if line.lost else f"x{line.ratio:.3f}"
-        raise RunError(f"{len(failures)} of {compared} compared value(s) broke --fail-on "
-                       f"({', '.join(r.text for r in rules)}); worst: {pair.name} {line.case} "
-                       f"{format_size(line.size_bytes) if line.size_bytes is not None else ''} "
-                       f"{short_name(line.metric)} {how}")
+        raise RunError(
+            f"{len(failures)} of {compared} compared value(s) broke --fail-on "
+            f"({', '.join(r.text for r in rules)}); worst: {pair.name} {line.case} "
+            f"{format_size(line.size_bytes) if line.size_bytes is not None else ''} "
+            f"{short_name(line.metric)} {how}"
+        )
     noisy = sum(bool(line.noise) for p in result.pairs for line in p.lines)
-    print(f"# compared {compared} value(s)" + (f"; all within {', '.join(r.text for r in rules)}" if rules else "")
-          + (f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to max, overlap)"
-             if noisy else ""))
+    print(
+        f"# compared {compared} value(s)"
+        + (f"; all within {', '.join(r.text for r in rules)}" if rules else "")
+        + (
+            f" ({noisy} beyond the rule but within noise: the runs' iteration times, min to max, overlap)"
+            if noisy
+            else ""
+        )
+    )
     return 0

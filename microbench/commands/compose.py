@@ -19,11 +19,14 @@ from ..results.outputs import check_new_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compose", help="predict FSDP2 step time, memory per GPU and checkpoint time per tier",
-                       description="Predict an FSDP2 training step (compute, AllGather, ReduceScatter, optimizer, "
-                                   "overlap) and checkpoint times from a model's shapes, a GPU and networks and "
-                                   "storage tiers, measured (records) or described (--net, --tier). Several "
-                                   "--net/--nccl and --tier/--storage give what-if tables side by side.")
+    p = sub.add_parser(
+        "compose",
+        help="predict FSDP2 step time, memory per GPU and checkpoint time per tier",
+        description="Predict an FSDP2 training step (compute, AllGather, ReduceScatter, optimizer, "
+        "overlap) and checkpoint times from a model's shapes, a GPU and networks and "
+        "storage tiers, measured (records) or described (--net, --tier). Several "
+        "--net/--nccl and --tier/--storage give what-if tables side by side.",
+    )
     sections.add_sections(p, ComposeOptions)
     p.set_defaults(handler=run)
 
@@ -36,7 +39,7 @@ def _refuse_existing(output: Output) -> None:
 
 def run(args: argparse.Namespace) -> int:
     output = sections.parse_section(Output, args)
-    _refuse_existing(output)     # before anything else is read
+    _refuse_existing(output)  # before anything else is read
     opts = sections.parse_sections(ComposeOptions, args)
     result = whatif.compose(inputs.build(opts))
     print_composition(result)

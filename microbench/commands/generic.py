@@ -30,18 +30,29 @@ def add_probe_parser(sub: argparse._SubParsersAction, name: str, spec: ProbeSpec
         g = p.add_argument_group("probe")
         for flag in options.flags(spec.config):
             options.add_flag(g, flag)
-        if any(f.opt.parse is options.sweep or (f.opt.parse is None and f.kind == "sizes")
-               for f in options.flags(spec.config)) and "--factor" not in declared:
+        if (
+            any(
+                f.opt.parse is options.sweep or (f.opt.parse is None and f.kind == "sizes")
+                for f in options.flags(spec.config)
+            )
+            and "--factor" not in declared
+        ):
             g.add_argument("--factor", default="2", help="step between sizes of a range, e.g. 1M-64M (default 2)")
         if spec.sweep.check_flag and "--check" not in declared:
-            g.add_argument("--check", action=argparse.BooleanOptionalAction, default=spec.sweep.check,
-                           help=f"verify every result element against the known pattern "
-                                f"(default {'on' if spec.sweep.check else 'off'})")
+            g.add_argument(
+                "--check",
+                action=argparse.BooleanOptionalAction,
+                default=spec.sweep.check,
+                help=f"verify every result element against the known pattern "
+                f"(default {'on' if spec.sweep.check else 'off'})",
+            )
         _add_needs(p, spec, declared)
         add_sweep_options(p, warmup=spec.sweep.warmup, iters=spec.sweep.iters, budget_s=spec.sweep.budget_s)
     except argparse.ArgumentError as exc:
-        raise UsageError(f"probe {spec.name!r}: a Config field clashes with a shared option ({exc}); expected "
-                         f"other field names than the sweep and output options (e.g. not iters or json)") from None
+        raise UsageError(
+            f"probe {spec.name!r}: a Config field clashes with a shared option ({exc}); expected "
+            f"other field names than the sweep and output options (e.g. not iters or json)"
+        ) from None
     p.set_defaults(handler=functools.partial(_skips_recorded, spec, functools.partial(run, spec)))
     return p
 
@@ -53,19 +64,42 @@ def _add_needs(p: argparse.ArgumentParser, spec: ProbeSpec, declared: set[str]) 
         return
     wanted: list[tuple[str, dict[str, Any]]] = []
     if spec.needs.target:
-        wanted += [("--path", dict(default=tempfile.gettempdir(), help="directory to write under; a unique "
-                    "directory is created there and removed afterwards (default: the temp dir)")),
-                   ("--keep", dict(action="store_true", help="keep the run's directory afterwards"))]
+        wanted += [
+            (
+                "--path",
+                dict(
+                    default=tempfile.gettempdir(),
+                    help="directory to write under; a unique "
+                    "directory is created there and removed afterwards (default: the temp dir)",
+                ),
+            ),
+            ("--keep", dict(action="store_true", help="keep the run's directory afterwards")),
+        ]
     if spec.needs.s3:
         from ..targets.s3server import DEFAULT_BUCKET
 
-        wanted += [("--endpoint", dict(metavar="URL", help="S3 endpoint (default: an embedded server for the run)")),
-                   ("--bucket", dict(help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
-                                          f"required with --endpoint)"))]
+        wanted += [
+            ("--endpoint", dict(metavar="URL", help="S3 endpoint (default: an embedded server for the run)")),
+            (
+                "--bucket",
+                dict(
+                    help=f"existing bucket (default {DEFAULT_BUCKET!r} on the embedded server; "
+                    f"required with --endpoint)"
+                ),
+            ),
+        ]
     if spec.needs.world:
-        wanted += [("--nproc", dict(default=None, help="local ranks to spawn when not launched by torchrun/srun/"
-                                    "mpirun (default: number of GPUs, else 2)")),
-                   ("--timeout", dict(default="60", help="seconds before a silent peer fails the run (default 60)"))]
+        wanted += [
+            (
+                "--nproc",
+                dict(
+                    default=None,
+                    help="local ranks to spawn when not launched by torchrun/srun/"
+                    "mpirun (default: number of GPUs, else 2)",
+                ),
+            ),
+            ("--timeout", dict(default="60", help="seconds before a silent peer fails the run (default 60)")),
+        ]
     wanted = [(flag, kw) for flag, kw in wanted if flag not in declared]
     if wanted:
         g = p.add_argument_group("needs")
@@ -88,8 +122,14 @@ def _skips_recorded(spec: ProbeSpec, handler: Any, args: argparse.Namespace) -> 
                 settings = settings_from_args(args)
             except Exception:
                 settings = SweepSettings()
-            skip(spec.name, str(exc), {}, settings, json_path=getattr(args, "json", None),
-                 results_dir=getattr(args, "results_dir", "results"))
+            skip(
+                spec.name,
+                str(exc),
+                {},
+                settings,
+                json_path=getattr(args, "json", None),
+                results_dir=getattr(args, "results_dir", "results"),
+            )
         raise
 
 
@@ -129,8 +169,7 @@ def invocation(spec: ProbeSpec, args: argparse.Namespace, config: Any) -> Invoca
     check = spec.sweep.check
     if spec.sweep.check_flag:
         check = bool(getattr(config, "check", getattr(args, "check", check)))
-    return Invocation(settings=settings_from_args(args, check=check), json_path=args.json,
-                      results_dir=args.results_dir)
+    return Invocation(settings=settings_from_args(args, check=check), json_path=args.json, results_dir=args.results_dir)
 
 
 def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
@@ -155,7 +194,7 @@ def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
 
 
 def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
-    config = build_config(spec, args)   # every flag checked before anything is set up
+    config = build_config(spec, args)  # every flag checked before anything is set up
     for key in ("path", "keep", "endpoint", "bucket", "nproc", "timeout"):
         if hasattr(args, f"needs_{key}") and not hasattr(config, key):
             # a needs flag the Config does not declare: the runner reads it from here
@@ -171,11 +210,11 @@ def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
             return placement.run_profiles(spec, config, inv)
     _lab_placement(spec, config, inv)
     outcome = run_spec(spec, config, inv)
-    if outcome is None:   # a launcher or another rank: rank 0 has reported
+    if outcome is None:  # a launcher or another rank: rank 0 has reported
         return inv.exit_code
     failure = None
     if spec.printer is not None:
-        failure = spec.printer(outcome, config)   # a printer may name what failed (wrong elements)
+        failure = spec.printer(outcome, config)  # a printer may name what failed (wrong elements)
     else:
         print_table(spec, outcome.rows)
         print(f"# results: {outcome.path}")
@@ -201,6 +240,13 @@ def _with_needs(config: Any, key: str, value: Any) -> Any:
 def print_table(spec: ProbeSpec, rows: list[dict[str, Any]]) -> None:
     """op, size, time p50 and the spec's metrics that the rows carry."""
     metrics = [m for m in spec.metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
-    table = [(r.get("op", "-"), format_size(r.get("size_bytes", 0)), f"{r['time_us']['p50']:.1f}",
-              *("-" if r.get(m) is None else f"{r[m]:.3f}" for m in metrics)) for r in rows]
+    table = [
+        (
+            r.get("op", "-"),
+            format_size(r.get("size_bytes", 0)),
+            f"{r['time_us']['p50']:.1f}",
+            *("-" if r.get(m) is None else f"{r[m]:.3f}" for m in metrics),
+        )
+        for r in rows
+    ]
     print(text_table(table, headers=["op", "size", "time p50 (us)", *metrics], tablefmt="simple"))

@@ -35,8 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--floor", default=None, metavar="RATE", help="also slow below this absolute rate, e.g. 10GB/s or 100Gbit"
     )
     p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
-    p.add_argument("--bisect", action="store_true", help="first an all_reduce over each half of the hosts at once, "
-                   "into the slow half (4+ hosts): one bad host in about log2(N) rounds, then pairs confirm it")
+    p.add_argument(
+        "--bisect",
+        action="store_true",
+        help="first an all_reduce over each half of the hosts at once, "
+        "into the slow half (4+ hosts): one bad host in about log2(N) rounds, then pairs confirm it",
+    )
     p.add_argument("--heatmap", default=None, metavar="PATH", help="heatmap PNG (default: next to the record, .png)")
     p.add_argument("--json", metavar="PATH", help="write the record here (default: results/hunt-TIME.json)")
     p.add_argument("--csv", metavar="PATH", help="also write one CSV row per directed measurement")
@@ -55,11 +59,20 @@ def options(args: argparse.Namespace) -> HuntOptions:
         if value:
             check_new_file(value, flag, parents_made=flag == "--json")
     hunt.check_default_heatmap(args.json, args.heatmap)
-    return HuntOptions(size_bytes=parse_size(args.size, what="--size"),
-                       iters=parse_positive_int(args.iters, what="--iters", example="3"), warmup=int(warmup),
-                       slow_ratio=slow, floor_gbps=floor, timeout_s=parse_timeout(args.timeout), lab=args.lab,
-                       bisect=bool(args.bisect), heatmap=args.heatmap, json=args.json, csv=args.csv,
-                       results_dir=args.results_dir)
+    return HuntOptions(
+        size_bytes=parse_size(args.size, what="--size"),
+        iters=parse_positive_int(args.iters, what="--iters", example="3"),
+        warmup=int(warmup),
+        slow_ratio=slow,
+        floor_gbps=floor,
+        timeout_s=parse_timeout(args.timeout),
+        lab=args.lab,
+        bisect=bool(args.bisect),
+        heatmap=args.heatmap,
+        json=args.json,
+        csv=args.csv,
+        results_dir=args.results_dir,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,15 +19,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="RESULTS",
         help="suite directories or record files (the first is the compare base)",
     )
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="the HTML file to write (never overwritten) (default a new results/report-<time>.html)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="the HTML file to write (never overwritten) (default a new results/report-<time>.html)",
+    )
     p.add_argument(
         "--accept", default=None, metavar="THRESHOLDS", help="acceptance thresholds to show verdicts for each run"
     )
-    p.add_argument("--fleet", default=None, metavar="FLEET_RECORD",
-                   help="a fleet record (`microbench fleet --json`): its verdicts and a strip plot per metric")
-    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE.replace('%', '%%')}")
+    p.add_argument(
+        "--fleet",
+        default=None,
+        metavar="FLEET_RECORD",
+        help="a fleet record (`microbench fleet --json`): its verdicts and a strip plot per metric",
+    )
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help=f"compare rules to mark in the ratios, e.g. {RULE_EXAMPLE.replace('%', '%%')}",
+    )
     p.set_defaults(handler=run)
 
 
@@ -39,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     runs = report.load_runs(args.results) if args.results or fleet is None else []
     text = report.build(runs, checks=checks, rules=rules, fleet=fleet)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)   # results/ on a first report without --out
+        target.parent.mkdir(parents=True, exist_ok=True)  # results/ on a first report without --out
         atomic_write_text(target, text)
     except OSError as exc:
         raise RunError(f"cannot write --out {str(target)!r}: {exc.strerror}") from None

@@ -20,10 +20,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--path", default=None, help="directory for storage and checkpoint probes (default: a temp dir)")
     p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in default_steps())}")
     p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
-    p.add_argument("--accept", default=None, metavar="THRESHOLDS",
-                   help="acceptance thresholds (TOML or JSON, see examples/acceptance-*.toml): pass/fail per check")
-    p.add_argument("--junit", default=None, metavar="PATH",
-                   help="also write JUnit XML (one testcase per step and per acceptance check) for CI")
+    p.add_argument(
+        "--accept",
+        default=None,
+        metavar="THRESHOLDS",
+        help="acceptance thresholds (TOML or JSON, see examples/acceptance-*.toml): pass/fail per check",
+    )
+    p.add_argument(
+        "--junit",
+        default=None,
+        metavar="PATH",
+        help="also write JUnit XML (one testcase per step and per acceptance check) for CI",
+    )
     p.set_defaults(handler=run)
 
 
@@ -54,12 +62,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"# junit: {junit_path}")
     if verdicts is not None:
         print()
-        print(text_table([(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
-                       headers=["step", "op", "metric", "acceptance", "value"], tablefmt="simple"))
+        print(
+            text_table(
+                [(v.check.step, v.check.op, v.check.metric, v.status.upper(), v.detail) for v in verdicts],
+                headers=["step", "op", "metric", "acceptance", "value"],
+                tablefmt="simple",
+            )
+        )
         bad = [v for v in verdicts if v.status != "pass"]
         if bad:
-            raise RunError(f"acceptance failed: {len(bad)} of {len(verdicts)} check(s) did not pass"
-                           + (f"; {len(failed)} step(s) failed: {', '.join(failed)}" if failed else ""))
+            raise RunError(
+                f"acceptance failed: {len(bad)} of {len(verdicts)} check(s) did not pass"
+                + (f"; {len(failed)} step(s) failed: {', '.join(failed)}" if failed else "")
+            )
     if failed:
         raise RunError(f"{len(failed)} step(s) failed: {', '.join(failed)} (reasons in the table above)")
     return 0

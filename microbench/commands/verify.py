@@ -18,13 +18,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="real FSDP2 steps and checkpoints vs the composer's prediction, with a verdict")
     vs = p.add_subparsers(dest="what", metavar="WHAT")
     vs.required = True
-    f = vs.add_parser("fsdp", help="fully_shard a transformer, time real steps and DCP checkpoints, compare with "
-                                   "the prediction from probes run in the same invocation",
-                      description="Every input of the prediction is measured by a probe in this invocation "
-                                  "(compute at the block's shapes, collectives at the unit sizes, AdamW at the "
-                                  "shard size, the checkpoint probe on the target), plus a calibration on a "
-                                  "configuration of its own (overlap, FSDP's per-unit cost, compute efficiency). "
-                                  "Exit 1 when a configuration's error is outside the tolerance.")
+    f = vs.add_parser(
+        "fsdp",
+        help="fully_shard a transformer, time real steps and DCP checkpoints, compare with "
+        "the prediction from probes run in the same invocation",
+        description="Every input of the prediction is measured by a probe in this invocation "
+        "(compute at the block's shapes, collectives at the unit sizes, AdamW at the "
+        "shard size, the checkpoint probe on the target), plus a calibration on a "
+        "configuration of its own (overlap, FSDP's per-unit cost, compute efficiency). "
+        "Exit 1 when a configuration's error is outside the tolerance.",
+    )
     sections.add_sections(f, fsdp_options.FsdpFlags)
     f.add_argument("--phase-spec", default=None, help=argparse.SUPPRESS)
     f.set_defaults(handler=run_fsdp)
@@ -44,17 +47,21 @@ def run_fsdp(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- verify job
 
+
 def add_job_parser(vs: argparse._SubParsersAction) -> None:
-    j = vs.add_parser("job", help="a short real training job (model load, batches, steps, checkpoints) on chosen "
-                                  "storage tiers vs the composer's job timeline from probes run in the same invocation",
-                      description="Writes the model as modelload does and loads it, builds the FSDP2 model, streams "
-                                  "batches with a DataLoader from a tier, trains --steps steps, saves a DCP checkpoint "
-                                  "every --ckpt-every steps and a final one until durable; times every phase and the "
-                                  "total, and compares them with compose's job timeline over costs from the "
-                                  "modelload, dataload and checkpoint probes on the same tiers and verify fsdp's step "
-                                  "prediction, all run in this invocation. Tiers: dir, s3 (the embedded server), "
-                                  "mount (its bucket through a cached rclone mount). Exit 1 when a configuration's "
-                                  "total is outside --tolerance.")
+    j = vs.add_parser(
+        "job",
+        help="a short real training job (model load, batches, steps, checkpoints) on chosen "
+        "storage tiers vs the composer's job timeline from probes run in the same invocation",
+        description="Writes the model as modelload does and loads it, builds the FSDP2 model, streams "
+        "batches with a DataLoader from a tier, trains --steps steps, saves a DCP checkpoint "
+        "every --ckpt-every steps and a final one until durable; times every phase and the "
+        "total, and compares them with compose's job timeline over costs from the "
+        "modelload, dataload and checkpoint probes on the same tiers and verify fsdp's step "
+        "prediction, all run in this invocation. Tiers: dir, s3 (the embedded server), "
+        "mount (its bucket through a cached rclone mount). Exit 1 when a configuration's "
+        "total is outside --tolerance.",
+    )
     sections.add_sections(j, job_flags.JobFlags)
     j.add_argument("--phase-spec", default=None, help=argparse.SUPPRESS)
     j.set_defaults(handler=run_job)

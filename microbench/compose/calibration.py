@@ -34,13 +34,16 @@ class Calibration:
     device: str | None = None
     compute_scale: float | None = None
     gpu: str | None = None
-    measured: Any = None          # the compose record's kernels.ComputeCalibration (its step, its configuration)
+    measured: Any = None  # the compose record's kernels.ComputeCalibration (its step, its configuration)
 
 
 def checked(cal: dict[str, Any], what: str = "--calibration") -> dict[str, float]:
     """The numbers of a summary.calibration that it holds, each finite and within BOUNDS."""
-    return {key: parse_number(cal[key], what=f"{what} {key}", example="0.8", minimum=0, maximum=hi)
-            for key, hi in BOUNDS if cal.get(key) is not None}
+    return {
+        key: parse_number(cal[key], what=f"{what} {key}", example="0.8", minimum=0, maximum=hi)
+        for key, hi in BOUNDS
+        if cal.get(key) is not None
+    }
 
 
 def from_record(record: dict[str, Any], path: str) -> Calibration:
@@ -54,13 +57,22 @@ def from_record(record: dict[str, Any], path: str) -> Calibration:
         measured = read_calibration(cal, path)
         return Calibration(None, None, source=path, compute_scale=measured.scale, gpu=measured.gpu, measured=measured)
     if record.get("kind") not in ("verify", "calibration") or not isinstance(cal, dict):
-        raise UsageError(f"--calibration {path!r} is a {record.get('kind')!r} record without "
-                         f"summary.calibration; expected one from `microbench verify --calibrate-only` or "
-                         f"`microbench compose ... --measured-step SECONDS`")
+        raise UsageError(
+            f"--calibration {path!r} is a {record.get('kind')!r} record without "
+            f"summary.calibration; expected one from `microbench verify --calibrate-only` or "
+            f"`microbench compose ... --measured-step SECONDS`"
+        )
     values = checked(cal)
     if values.get("compute_efficiency") == 0:
-        raise UsageError(f"--calibration {path!r} has compute_efficiency 0; expected a positive share, "
-                         f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`")
-    return Calibration(values.get("overlap"), values.get("unit_overhead_s"), values.get("compute_efficiency"), path,
-                       str(cal["backend"]) if cal.get("backend") else None,
-                       str(cal["device"]) if cal.get("device") else None)
+        raise UsageError(
+            f"--calibration {path!r} has compute_efficiency 0; expected a positive share, "
+            f"e.g. 0.8: re-run `microbench verify fsdp --calibrate-only`"
+        )
+    return Calibration(
+        values.get("overlap"),
+        values.get("unit_overhead_s"),
+        values.get("compute_efficiency"),
+        path,
+        str(cal["backend"]) if cal.get("backend") else None,
+        str(cal["device"]) if cal.get("device") else None,
+    )

@@ -24,15 +24,22 @@ from ..core.units import bus_factor
 def _measured(row: dict[str, Any]) -> bool:
     time_us, size = row.get("time_us"), row.get("size_bytes")
     p50 = time_us.get("p50") if isinstance(time_us, dict) else None
-    return (isinstance(size, int) and not isinstance(size, bool) and size > 0
-            and isinstance(p50, (int, float)) and not isinstance(p50, bool) and math.isfinite(p50) and p50 > 0)
+    return (
+        isinstance(size, int)
+        and not isinstance(size, bool)
+        and size > 0
+        and isinstance(p50, (int, float))
+        and not isinstance(p50, bool)
+        and math.isfinite(p50)
+        and p50 > 0
+    )
 
 
 @dataclass(frozen=True)
 class Curve:
     op: str
     ranks: int
-    points: tuple[tuple[int, float], ...]   # (size_bytes, time_s), ascending size
+    points: tuple[tuple[int, float], ...]  # (size_bytes, time_s), ascending size
     latency_s: float
     peak_busbw_gbps: float
     source: str
@@ -51,30 +58,42 @@ class Curve:
         if not named:
             have = sorted({str(r.get("op")) for r in all_rows})
             where = "" if group == "world" else f" in its {group!r} group"
-            raise UsageError(f"the collective record {source or ''} has no {op!r} rows{where} (it has: "
-                             f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`"
-                             + ("" if group == "world" else f" --groups world,{group}"))
+            raise UsageError(
+                f"the collective record {source or ''} has no {op!r} rows{where} (it has: "
+                f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`"
+                + ("" if group == "world" else f" --groups world,{group}")
+            )
         for row in named:
             for key in [k for k in row if k.endswith("_gbps")]:
                 # The fit divides by the bandwidths: a NaN here (a hand-edited or corrupted record)
                 # is refused as --net ib=nanGB/s is, naming the row, not met as a crash in the fit.
                 if row[key] is not None and not (finite_number(row[key]) and row[key] >= 0):
-                    raise UsageError(f"the collective record {source or ''} has {key} = {row[key]!r} in its {op} "
-                                     f"row at size_bytes {row.get('size_bytes')!r}; expected a finite number >= 0, "
-                                     f"as `microbench nccl` writes: re-run it, or remove that row")
+                    raise UsageError(
+                        f"the collective record {source or ''} has {key} = {row[key]!r} in its {op} "
+                        f"row at size_bytes {row.get('size_bytes')!r}; expected a finite number >= 0, "
+                        f"as `microbench nccl` writes: re-run it, or remove that row"
+                    )
         # A row names its op whether or not it holds a usable time: only the latter make a curve.
         rows = [r for r in named if _measured(r)]
         if not rows:
-            raise UsageError(f"the collective record {source or ''} has {len(named)} {op!r} row(s) but none with a "
-                             f"measured time (size_bytes > 0 and time_us.p50 > 0, as `microbench nccl` writes); "
-                             f"re-run e.g. `microbench nccl --ops {op}`")
+            raise UsageError(
+                f"the collective record {source or ''} has {len(named)} {op!r} row(s) but none with a "
+                f"measured time (size_bytes > 0 and time_us.p50 > 0, as `microbench nccl` writes); "
+                f"re-run e.g. `microbench nccl --ops {op}`"
+            )
         placements = {r.get("placement", "out") for r in rows}
         placement = "out" if "out" in placements else sorted(placements)[0]
         rows = sorted((r for r in rows if r.get("placement", "out") == placement), key=lambda r: r["size_bytes"])
         fit = fit_latency_bandwidth(rows)
         ranks = int(rows[0].get("ranks") or record.get("config", {}).get("world", {}).get("size", 0))
-        return cls(op, ranks, tuple((r["size_bytes"], r["time_us"]["p50"] * 1e-6) for r in rows),
-                   fit.get("latency_us", 0.0) * 1e-6, fit.get("peak_busbw_gbps", math.nan), source)
+        return cls(
+            op,
+            ranks,
+            tuple((r["size_bytes"], r["time_us"]["p50"] * 1e-6) for r in rows),
+            fit.get("latency_us", 0.0) * 1e-6,
+            fit.get("peak_busbw_gbps", math.nan),
+            source,
+        )
 
     def time_s(self, size_bytes: float, ranks: int | None = None) -> tuple[float, str]:
         """Predicted time for one collective of size_bytes (nccl-tests size convention) and a
@@ -86,8 +105,9 @@ class Curve:
                 f"busbw {self.peak_busbw_gbps:g} GB/s, bus factor of {ranks} ranks)"
             )
         if ranks != self.ranks:
-            return self._model(size_bytes, ranks), (f"rescaled from {self.ranks} to {ranks} ranks (fitted latency, "
-                                                    f"same busbw, bus factor of {ranks} ranks)")
+            return self._model(size_bytes, ranks), (
+                f"rescaled from {self.ranks} to {ranks} ranks (fitted latency, same busbw, bus factor of {ranks} ranks)"
+            )
         sizes = [p[0] for p in self.points]
         if size_bytes < sizes[0] or size_bytes > sizes[-1]:
             return self._model(size_bytes, ranks), "extrapolated with the fitted latency-bandwidth model"
@@ -111,8 +131,10 @@ def record_rows(record: Any, source: str = "") -> list[dict[str, Any]]:
     rows = record.get("rows") if isinstance(record, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         bad = rows if not isinstance(rows, list) else next(r for r in rows if not isinstance(r, dict))
-        raise UsageError(f"record {source!r} has rows that are not objects (found {str(bad)[:40]!r}); "
-                         f"expected a microbench record, e.g. one of results/suite-*/*.json")
+        raise UsageError(
+            f"record {source!r} has rows that are not objects (found {str(bad)[:40]!r}); "
+            f"expected a microbench record, e.g. one of results/suite-*/*.json"
+        )
     return rows
 
 
@@ -124,8 +146,8 @@ class Network:
     all_gather: Curve
     reduce_scatter: Curve
     source: str
-    backend: str                      # nccl, gloo, ... or "synthetic"
-    device: str                       # where the record ran: cuda, cpu, or "any"
+    backend: str  # nccl, gloo, ... or "synthetic"
+    device: str  # where the record ran: cuda, cpu, or "any"
     warnings: tuple[str, ...] = field(default=())
     # Two networks, NVLink in a node and NICs between nodes (compose/levels.py), when known: the
     # curves above are then the world collective (full sharding) and hybrid sharding uses these.
@@ -136,31 +158,50 @@ class Network:
         return self.all_gather.latency_s
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source, "backend": self.backend, "device": self.device,
-                "measured_ranks": self.all_gather.ranks or None, "latency_us": self.latency_s * 1e6,
-                "peak_busbw_gbps": {"all_gather": self.all_gather.peak_busbw_gbps,
-                                    "reduce_scatter": self.reduce_scatter.peak_busbw_gbps},
-                "warnings": list(self.warnings),
-                **({"levels": self.levels.describe()} if self.levels is not None else {})}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "backend": self.backend,
+            "device": self.device,
+            "measured_ranks": self.all_gather.ranks or None,
+            "latency_us": self.latency_s * 1e6,
+            "peak_busbw_gbps": {
+                "all_gather": self.all_gather.peak_busbw_gbps,
+                "reduce_scatter": self.reduce_scatter.peak_busbw_gbps,
+            },
+            "warnings": list(self.warnings),
+            **({"levels": self.levels.describe()} if self.levels is not None else {}),
+        }
 
 
 def synthetic_network(name: str, busbw_gbps: float, latency_s: float, text: str) -> Network:
     source = f"--net {text}"
-    return Network(name, Curve.synthetic("all_gather", busbw_gbps, latency_s, source),
-                   Curve.synthetic("reduce_scatter", busbw_gbps, latency_s, source), source, "synthetic", "any")
+    return Network(
+        name,
+        Curve.synthetic("all_gather", busbw_gbps, latency_s, source),
+        Curve.synthetic("reduce_scatter", busbw_gbps, latency_s, source),
+        source,
+        "synthetic",
+        "any",
+    )
 
 
-def network_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
-                        for_gpus: bool = True) -> Network:
+def network_from_record(
+    record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False, for_gpus: bool = True
+) -> Network:
     spec = registry.for_record(record)
     if spec is None or "network" not in spec.feeds:
         feeders = registry.feeding("network")
-        raise UsageError(f"--nccl {source!r} is a {record.get('kind')!r} record; expected a collective record "
-                         f"(kind {' or '.join(repr(f.name) for f in feeders)}), e.g. a suite's results directory or "
-                         f"the record of `microbench {' '.join(feeders[0].command) if feeders else 'nccl'}`")
+        raise UsageError(
+            f"--nccl {source!r} is a {record.get('kind')!r} record; expected a collective record "
+            f"(kind {' or '.join(repr(f.name) for f in feeders)}), e.g. a suite's results directory or "
+            f"the record of `microbench {' '.join(feeders[0].command) if feeders else 'nccl'}`"
+        )
     if record.get("status") != "complete" and not allow_partial:
-        raise UsageError(f"--nccl {source!r} is a {record.get('status')!r} record (the sweep did not finish: "
-                         f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")
+        raise UsageError(
+            f"--nccl {source!r} is a {record.get('status')!r} record (the sweep did not finish: "
+            f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial"
+        )
     ag = Curve.from_record(record, "all_gather", source)
     rs = Curve.from_record(record, "reduce_scatter", source)
     impl = json_object(record.get("implementation"))
@@ -168,9 +209,13 @@ def network_from_record(record: dict[str, Any], name: str, source: str, *, allow
     device = str(impl.get("device") or "unknown")
     warnings = []
     if record.get("status") != "complete":
-        warnings.append(f"{name}: {source} is a {record.get('status')} record (--allow-partial): its curve "
-                        f"stops where the sweep stopped")
+        warnings.append(
+            f"{name}: {source} is a {record.get('status')} record (--allow-partial): its curve "
+            f"stops where the sweep stopped"
+        )
     if for_gpus and (backend == "gloo" or device == "cpu"):
-        warnings.append(f"{name}: {source} was measured with {backend} on {device}; used to predict GPUs, it "
-                        f"describes that CPU path, not NCCL over the same wires")
+        warnings.append(
+            f"{name}: {source} was measured with {backend} on {device}; used to predict GPUs, it "
+            f"describes that CPU path, not NCCL over the same wires"
+        )
     return Network(name, ag, rs, source, backend, device, tuple(warnings))

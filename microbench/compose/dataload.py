@@ -66,16 +66,23 @@ def rate_from_record(record: dict[str, Any], source: str, sample_bytes: float | 
     """The best case of a dataload record (the workers count that read fastest)."""
     rows = [r for r in record_rows(record, source) if isinstance(r.get("samples_per_s"), (int, float))]
     if record.get("kind") != "dataload" or not rows:
-        raise UsageError(f"--dataload {source!r} is not a dataload record with rows (kind "
-                         f"{record.get('kind')!r}); expected one written by `microbench dataload`")
+        raise UsageError(
+            f"--dataload {source!r} is not a dataload record with rows (kind "
+            f"{record.get('kind')!r}); expected one written by `microbench dataload`"
+        )
     best = max(rows, key=lambda r: r["samples_per_s"])
     ranks = max(int(best.get("ranks") or 1), 1)
     per_rank = best["samples_per_s"] / ranks
     if sample_bytes and best.get("read_gbps"):
         per_rank = min(per_rank, best["read_gbps"] * 1e9 / ranks / sample_bytes)
     label = name or f"{best.get('layout', 'dataload')}@{record.get('implementation', {}).get('filesystem', '?')}"
-    return DataRate(label, per_rank, int(best.get("workers") or 0) > 0,
-                    f"measured: {source} (workers={best.get('workers')})", sample_bytes)
+    return DataRate(
+        label,
+        per_rank,
+        int(best.get("workers") or 0) > 0,
+        f"measured: {source} (workers={best.get('workers')})",
+        sample_bytes,
+    )
 
 
 def rate_from_text(text: str, sample_bytes: float | None) -> DataRate:
@@ -83,16 +90,21 @@ def rate_from_text(text: str, sample_bytes: float | None) -> DataRate:
     if not name:
         raise UsageError(f"invalid --data-rate {text!r}: expected NAME=SAMPLES/S, e.g. --data-rate nvme=4000")
     try:
-        rate = parse_number(value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0,
-                            allow_minimum=False)
-    except UsageError as exc:   # the message quotes the flag's value as typed, name and all
+        rate = parse_number(
+            value.strip().removesuffix("/s"), what="--data-rate", example="nvme=4000", minimum=0, allow_minimum=False
+        )
+    except UsageError as exc:  # the message quotes the flag's value as typed, name and all
         why = str(exc).split(": ", 1)[1].split(", e.g.")[0]
         raise UsageError(f"invalid --data-rate {text!r}: {why}, e.g. --data-rate nvme=4000") from None
     return DataRate(name, rate, True, f"--data-rate {text} (per rank, prefetching)", sample_bytes)
 
 
-def data_rates(records: list[tuple[str, str]], described: list[DataRate], sample_bytes: float | None,
-               load: Callable[[str], dict[str, Any]]) -> list[DataRate]:
+def data_rates(
+    records: list[tuple[str, str]],
+    described: list[DataRate],
+    sample_bytes: float | None,
+    load: Callable[[str], dict[str, Any]],
+) -> list[DataRate]:
     """The loader rates of --dataload records ((name, path) each) and --data-rate, at this sample size."""
     out = [rate_from_record(load(path), path, sample_bytes, name) for name, path in records]
     return out + [replace(rate, sample_bytes=sample_bytes) for rate in described]
@@ -104,8 +116,19 @@ def data_stall(rate: DataRate, samples_per_step: int, step_s: float, network: st
     loader_s = samples_per_step / rate.samples_per_s_per_rank
     hidden = rate.prefetch and loader_s <= step_s
     stall = max(0.0, loader_s - step_s) if rate.prefetch else loader_s
-    return DataStall(rate.name, network, samples_per_step, loader_s, step_s, hidden, stall, step_s + stall,
-                     loader_s / step_s, loader_s > BOTTLENECK_FRACTION * step_s and stall > 0, rate.source)
+    return DataStall(
+        rate.name,
+        network,
+        samples_per_step,
+        loader_s,
+        step_s,
+        hidden,
+        stall,
+        step_s + stall,
+        loader_s / step_s,
+        loader_s > BOTTLENECK_FRACTION * step_s and stall > 0,
+        rate.source,
+    )
 
 
 @dataclass(frozen=True)
@@ -125,15 +148,16 @@ class ModelLoad:
 def load_rate_from_record(record: dict[str, Any], source: str, name: str = "") -> tuple[str, float, str]:
     rows = [r for r in record_rows(record, source) if isinstance(r.get("load_gbps"), (int, float))]
     if record.get("kind") != "modelload" or not rows:
-        raise UsageError(f"--modelload {source!r} is not a modelload record with load rows (kind "
-                         f"{record.get('kind')!r}); expected one written by `microbench modelload`")
+        raise UsageError(
+            f"--modelload {source!r} is not a modelload record with load rows (kind "
+            f"{record.get('kind')!r}); expected one written by `microbench modelload`"
+        )
     best = max(rows, key=lambda r: r["load_gbps"])
     label = name or f"{best['op']}@{record.get('implementation', {}).get('filesystem', '?')}"
     return label, float(best["load_gbps"]), f"measured: {source} ({best['op']}, {best.get('ranks', 1)} rank(s))"
 
 
-def model_load(tier: str, load_gbps: float, weight_bytes: float, source: str,
-               mtbf_s: float | None = None) -> ModelLoad:
+def model_load(tier: str, load_gbps: float, weight_bytes: float, source: str, mtbf_s: float | None = None) -> ModelLoad:
     if load_gbps <= 0:
         raise UsageError(f"model load rate for {tier!r} must be positive, got {load_gbps}")
     load_s = weight_bytes / (load_gbps * 1e9)
@@ -141,8 +165,13 @@ def model_load(tier: str, load_gbps: float, weight_bytes: float, source: str,
     return ModelLoad(tier, load_gbps, weight_bytes, load_s, source, per_day, load_s * per_day if per_day else None)
 
 
-def model_loads(records: list[tuple[str, str]], tiers: list[Any], weight_bytes: float, mtbf_s: float | None,
-                load: Callable[[str], dict[str, Any]]) -> list[ModelLoad]:
+def model_loads(
+    records: list[tuple[str, str]],
+    tiers: list[Any],
+    weight_bytes: float,
+    mtbf_s: float | None,
+    load: Callable[[str], dict[str, Any]],
+) -> list[ModelLoad]:
     """From each --modelload record ((name, path)), and from each tier's read rate (a raw read:
     safetensors' own cost is not in it)."""
     out = []
@@ -161,28 +190,71 @@ def report_lines(stalls: list[DataStall], loads: list[ModelLoad], format_time: C
 
     lines: list[str] = []
     if stalls:
-        lines.append(f"\n## data loading: {stalls[0].samples_per_step} samples per rank per step "
-                     f"(micro-batch x grad-accum)")
-        table: list[tuple[str, ...]] = [(s.tier, s.network, format_time(s.loader_s), format_time(s.step_s),
-                  "yes" if s.hidden else "no", format_time(s.stall_s), format_time(s.step_with_stall_s),
-                  f"{s.loader_fraction:.0%}" + (" (bottleneck)" if s.bottleneck else "")) for s in stalls]
-        lines.append(tabulate(table, headers=["data tier", "network", "loader/step", "step", "hidden by prefetch",
-                                              "stall", "step + stall", "loader / step"], tablefmt="simple",
-                              disable_numparse=True))
-        lines.append("# loader/step: one rank's loader reading its samples for a step at the measured rate per rank; "
-                     "hidden when workers prefetch and it fits in the step")
+        lines.append(
+            f"\n## data loading: {stalls[0].samples_per_step} samples per rank per step (micro-batch x grad-accum)"
+        )
+        table: list[tuple[str, ...]] = [
+            (
+                s.tier,
+                s.network,
+                format_time(s.loader_s),
+                format_time(s.step_s),
+                "yes" if s.hidden else "no",
+                format_time(s.stall_s),
+                format_time(s.step_with_stall_s),
+                f"{s.loader_fraction:.0%}" + (" (bottleneck)" if s.bottleneck else ""),
+            )
+            for s in stalls
+        ]
+        lines.append(
+            tabulate(
+                table,
+                headers=[
+                    "data tier",
+                    "network",
+                    "loader/step",
+                    "step",
+                    "hidden by prefetch",
+                    "stall",
+                    "step + stall",
+                    "loader / step",
+                ],
+                tablefmt="simple",
+                disable_numparse=True,
+            )
+        )
+        lines.append(
+            "# loader/step: one rank's loader reading its samples for a step at the measured rate per rank; "
+            "hidden when workers prefetch and it fits in the step"
+        )
     if loads:
         lines.append(f"\n## model loading: {loads[0].weight_bytes / 1e9:.2f} GB of weights")
-        table = [(m.tier, f"{m.load_gbps:.3g} GB/s", format_time(m.load_s), format_time(m.load_s),
-                  format_time(m.per_day_s) if m.per_day_s is not None else "-", m.source) for m in loads]
-        lines.append(tabulate(table, headers=["tier", "load rate", "at job start", "at each restart",
-                                              "per day (MTBF)", "from"], tablefmt="simple", disable_numparse=True))
+        table = [
+            (
+                m.tier,
+                f"{m.load_gbps:.3g} GB/s",
+                format_time(m.load_s),
+                format_time(m.load_s),
+                format_time(m.per_day_s) if m.per_day_s is not None else "-",
+                m.source,
+            )
+            for m in loads
+        ]
+        lines.append(
+            tabulate(
+                table,
+                headers=["tier", "load rate", "at job start", "at each restart", "per day (MTBF)", "from"],
+                tablefmt="simple",
+                disable_numparse=True,
+            )
+        )
     return lines
 
 
 @dataclass(frozen=True)
 class Loading:
     """The data stall per data tier and network, and the model load per tier."""
+
     stalls: list[DataStall]
     loads: list[ModelLoad]
 
@@ -190,9 +262,16 @@ class Loading:
         return {"data_stall": [s.as_dict() for s in self.stalls], "model_load": [m.as_dict() for m in self.loads]}
 
 
-def loading(rates: list[DataRate], modelload: list[tuple[str, str]], tiers: list[Any], weight_bytes: float,
-            samples_per_step: int, step_s: dict[str, float], mtbf_s: float | None,
-            load: Callable[[str], dict[str, Any]]) -> Loading:
+def loading(
+    rates: list[DataRate],
+    modelload: list[tuple[str, str]],
+    tiers: list[Any],
+    weight_bytes: float,
+    samples_per_step: int,
+    step_s: dict[str, float],
+    mtbf_s: float | None,
+    load: Callable[[str], dict[str, Any]],
+) -> Loading:
     """`compose --dataload/--data-rate/--modelload`: each loader against each network's step, and
     the model's load per tier (asked for with any of the three)."""
     stalls = [data_stall(r, samples_per_step, step, net) for r in rates for net, step in step_s.items()]

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from ..core.errors import UsageError
 from ..core.units import DTYPE_BYTES, bus_factor
 
-ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
+ADAMW_BYTES_MOVED_PER_PARAM = 28  # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
 UNITS = ("root", "block")
 
@@ -46,9 +46,10 @@ UNITS = ("root", "block")
 @dataclass(frozen=True)
 class Collective:
     """One collective of FSDP2's step: which op, on which unit, in which pass."""
-    op: str           # all_gather | reduce_scatter | all_reduce (HSDP: across the replicas)
-    unit: str         # root | block
-    phase: str        # forward | backward
+
+    op: str  # all_gather | reduce_scatter | all_reduce (HSDP: across the replicas)
+    unit: str  # root | block
+    phase: str  # forward | backward
 
 
 def schedule(layers: int, *, reshard_after_forward: bool = True, replicas: bool = False) -> list[Collective]:
@@ -58,9 +59,11 @@ def schedule(layers: int, *, reshard_after_forward: bool = True, replicas: bool 
     forward) and its gradients reduce-scattered, the root's ReduceScatter last. With replicas
     (HSDP), each unit's gradient shard is all-reduced across them right after its ReduceScatter."""
     out = [Collective("all_gather", "root", "forward")] + [Collective("all_gather", "block", "forward")] * layers
-    block = ([Collective("all_gather", "block", "backward")] if reshard_after_forward else []) + \
-        [Collective("reduce_scatter", "block", "backward")] + \
-        ([Collective("all_reduce", "block", "backward")] if replicas else [])
+    block = (
+        ([Collective("all_gather", "block", "backward")] if reshard_after_forward else [])
+        + [Collective("reduce_scatter", "block", "backward")]
+        + ([Collective("all_reduce", "block", "backward")] if replicas else [])
+    )
     out += block * layers + [Collective("reduce_scatter", "root", "backward")]
     return out + ([Collective("all_reduce", "root", "backward")] if replicas else [])
 
@@ -85,17 +88,17 @@ class TrainSpec:
     ranks: int
     micro_batch: int
     seq_len: int
-    flops_per_rank: float              # achieved FLOP/s per rank
+    flops_per_rank: float  # achieved FLOP/s per rank
     grad_accum: int = 1
-    param_dtype: str = "bfloat16"      # what AllGather moves
-    reduce_dtype: str = "bfloat16"     # what ReduceScatter moves
-    activation_checkpointing: bool | str = False   # True/"full", "none", "blocks:F", "ops" (kernels/recompute.py)
+    param_dtype: str = "bfloat16"  # what AllGather moves
+    reduce_dtype: str = "bfloat16"  # what ReduceScatter moves
+    activation_checkpointing: bool | str = False  # True/"full", "none", "blocks:F", "ops" (kernels/recompute.py)
     reshard_after_forward: bool = True
     sync_every_microbatch: bool = True  # FSDP2's default; False: only the last micro-batch reduces
     overlap: float = 1.0
-    unit_overhead_s: float = 0.0        # FSDP's own cost per unit per pass (copy-in/out, hooks)
-    memory_gbps: float | None = None    # device memory bandwidth, for the optimizer step
-    optimizer_bytes_per_param: float = ADAMW_BYTES_MOVED_PER_PARAM   # the optimizer step's (and clipping's) traffic
+    unit_overhead_s: float = 0.0  # FSDP's own cost per unit per pass (copy-in/out, hooks)
+    memory_gbps: float | None = None  # device memory bandwidth, for the optimizer step
+    optimizer_bytes_per_param: float = ADAMW_BYTES_MOVED_PER_PARAM  # the optimizer step's (and clipping's) traffic
     # The share of its rate compute loses while a collective runs beside it: NCCL's CTAs hold whole
     # SMs, and kernels sized for every SM wait for them (kernels/tables.py `overlap`).
     contention: float = 0.0
@@ -103,7 +106,7 @@ class TrainSpec:
     # FLOPs / flops_per_rank, and the calibration's scale on every compute rate.
     kernel_compute: Any = None
     compute_scale: float = 1.0
-    loss_kernel: str = "eager"          # "fused": one cross-entropy kernel over bf16 logits (kernels/blocks.py)
+    loss_kernel: str = "eager"  # "fused": one cross-entropy kernel over bf16 logits (kernels/blocks.py)
     # What the eager count (kernels/eager.py) prices memory-bound work as: "bf16" parameters without
     # autocast or "amp_bf16" with it; the code around the attention kernel ("sdpa", or llm-foundry's
     # "llmfoundry-triton" / "llmfoundry-flash"); a recompute that stops once backward has what it
@@ -133,7 +136,7 @@ class StepPrediction:
     full_overlap_s: float
     exposed_comm_s: float
     tokens_per_s: float
-    breakeven_busbw_gbps: float        # above it the step is compute-bound (inf: never)
+    breakeven_busbw_gbps: float  # above it the step is compute-bound (inf: never)
     notes: tuple[str, ...]
 
     @property
@@ -185,12 +188,16 @@ def compute_times(model: Any, train: TrainSpec) -> dict[str, float]:
     if train.kernel_compute is not None:
         return train.kernel_compute.times(train.compute_scale)
     tokens = train.tokens_per_rank
-    block_fwd = (2.0 * model.block_active_params * tokens + attention_flops_fwd_per_layer(model, train))
+    block_fwd = 2.0 * model.block_active_params * tokens + attention_flops_fwd_per_layer(model, train)
     block_bwd = 2 * block_fwd + block_fwd * checkpointing(train).fraction
     root_fwd = 2.0 * (model.active_params - model.layers * model.block_active_params) * tokens
     rate = train.flops_per_rank
-    return {"block_fwd": block_fwd / rate, "block_bwd": block_bwd / rate,
-            "root_fwd": root_fwd / rate, "root_bwd": 2 * root_fwd / rate}
+    return {
+        "block_fwd": block_fwd / rate,
+        "block_bwd": block_bwd / rate,
+        "root_fwd": root_fwd / rate,
+        "root_bwd": 2 * root_fwd / rate,
+    }
 
 
 def optimizer_s(model: Any, train: TrainSpec) -> float:
@@ -207,8 +214,9 @@ def beside(compute_s: float, comm_s: float, contention: float) -> float:
     return max(comm_s, compute_s + contention * min(comm_s, compute_s / (1 - contention)))
 
 
-def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
-                 reduce_scatter: CollectiveCurve) -> StepPrediction:
+def predict_step(
+    model: Any, train: TrainSpec, allgather: CollectiveCurve, reduce_scatter: CollectiveCurve
+) -> StepPrediction:
     _check(model, train)
     L, n = model.layers, train.ranks
     notes: set[str] = set()
@@ -256,9 +264,22 @@ def predict_step(model: Any, train: TrainSpec, allgather: CollectiveCurve,
     full_overlap = max(compute, comm) + opt + overhead
     step = train.overlap * model_step + (1 - train.overlap) * no_overlap
     tokens = train.tokens_per_rank * micro * n
-    return StepPrediction(compute_fwd, compute_bwd, ag_fwd_total, ag_bwd_total, rs_total, opt, overhead, step,
-                          no_overlap, full_overlap, max(0.0, step - compute - opt - overhead), tokens / step,
-                          breakeven_busbw_gbps(model, train, cf, cb, allgather.latency_s), tuple(sorted(notes)))
+    return StepPrediction(
+        compute_fwd,
+        compute_bwd,
+        ag_fwd_total,
+        ag_bwd_total,
+        rs_total,
+        opt,
+        overhead,
+        step,
+        no_overlap,
+        full_overlap,
+        max(0.0, step - compute - opt - overhead),
+        tokens / step,
+        breakeven_busbw_gbps(model, train, cf, cb, allgather.latency_s),
+        tuple(sorted(notes)),
+    )
 
 
 def breakeven_busbw_gbps(model: Any, train: TrainSpec, cf: float, cb: float, latency_s: float) -> float:
@@ -268,13 +289,17 @@ def breakeven_busbw_gbps(model: Any, train: TrainSpec, cf: float, cb: float, lat
     n = train.ranks
     if n == 1:
         return 0.0
-    factor = bus_factor("all_gather", n)   # the same (n-1)/n as reduce_scatter
+    factor = bus_factor("all_gather", n)  # the same (n-1)/n as reduce_scatter
     ag_bytes = model.block_params * DTYPE_BYTES[train.param_dtype] * factor
     rs_bytes = model.block_params * DTYPE_BYTES[train.reduce_dtype] * factor
     needs = []
-    for nbytes, budget in ((ag_bytes, cf - latency_s),
-                           ((ag_bytes if train.reshard_after_forward else 0) + rs_bytes,
-                            cb - (2 if train.reshard_after_forward else 1) * latency_s)):
+    for nbytes, budget in (
+        (ag_bytes, cf - latency_s),
+        (
+            (ag_bytes if train.reshard_after_forward else 0) + rs_bytes,
+            cb - (2 if train.reshard_after_forward else 1) * latency_s,
+        ),
+    ):
         if budget <= 0:
             return math.inf
         needs.append(nbytes / budget / 1e9)
@@ -283,15 +308,16 @@ def breakeven_busbw_gbps(model: Any, train: TrainSpec, cf: float, cb: float, lat
 
 # --------------------------------------------------------------------------- memory per GPU
 
+
 @dataclass(frozen=True)
 class MemoryCheck:
-    sharded_state_bytes: float         # fp32 params, grads, AdamW moments: this rank's shard
-    gathered_bytes: float              # unsharded units in flight and their gradients
-    activation_bytes: float | None     # with the chosen checkpointing setting
+    sharded_state_bytes: float  # fp32 params, grads, AdamW moments: this rank's shard
+    gathered_bytes: float  # unsharded units in flight and their gradients
+    activation_bytes: float | None  # with the chosen checkpointing setting
     activation_bytes_no_ac: float | None
     activation_bytes_ac: float | None
     total_bytes: float
-    capacity_bytes: float | None       # usable device memory
+    capacity_bytes: float | None  # usable device memory
     fits: bool | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -311,12 +337,12 @@ def memory_check(model: Any, train: TrainSpec, capacity_bytes: float | None) -> 
     sharded = SHARDED_STATE_BYTES_PER_PARAM * model.total_params / train.ranks
     unit_grads = model.block_params * (pd + (rd if rd != pd else 0))
     if train.reshard_after_forward:
-        blocks = 2 * model.block_params * pd          # the unit computing and the one prefetched
+        blocks = 2 * model.block_params * pd  # the unit computing and the one prefetched
     else:
         blocks = model.layers * model.block_params * pd
     gathered = model.root_params * pd + blocks + unit_grads
     if not train.sync_every_microbatch and train.grad_accum > 1:
-        gathered += model.total_params * rd   # unsharded gradients kept across micro-batches
+        gathered += model.total_params * rd  # unsharded gradients kept across micro-batches
     act_no, act_ac = activation_bytes(model, train, False), activation_bytes(model, train, True)
     mode = checkpointing(train)
     act = {"none": act_no, "full": act_ac}.get(mode.mode) or activation_bytes(model, train, mode.label)

@@ -19,8 +19,8 @@ class Gpu:
     name: str
     peak_bf16_tflops: float
     memory_bytes: float
-    memory_gbps: float          # device memory bandwidth, GB/s
-    host_link_gbps: float       # one direction, GB/s (PCIe spec rate)
+    memory_gbps: float  # device memory bandwidth, GB/s
+    host_link_gbps: float  # one direction, GB/s (PCIe spec rate)
     source: str
     # The usual node of this GPU, assumed when a job of whole nodes names no network (said so):
     # a collective's busbw among its 8 GPUs, and its NICs together to the other nodes.
@@ -37,8 +37,10 @@ class Gpu:
 
 
 _PCIE4, _PCIE5 = 32.0, 64.0
-_HGX_H100 = ("an HGX H100/H200 node: NVLink 4 all_gather busbw 360 GB/s, what NCCL's maintainers expect on H100 "
-             "(NVIDIA/nccl-tests#326); eight ConnectX-7 400 Gb/s NICs, 400 GB/s a node (DGX H100/H200 datasheet)")
+_HGX_H100 = (
+    "an HGX H100/H200 node: NVLink 4 all_gather busbw 360 GB/s, what NCCL's maintainers expect on H100 "
+    "(NVIDIA/nccl-tests#326); eight ConnectX-7 400 Gb/s NICs, 400 GB/s a node (DGX H100/H200 datasheet)"
+)
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (

@@ -43,7 +43,7 @@ GROUPS = ("world", "node", "cross")
 class Levels:
     intra: Network
     inter: Network
-    inter_groups: int = 1                 # cross groups that shared a node's NICs when `inter` was measured
+    inter_groups: int = 1  # cross groups that shared a node's NICs when `inter` was measured
     source: str = ""
     inter_all_reduce: Curve | None = None  # the cross groups' all-reduce, when measured
 
@@ -72,15 +72,17 @@ class Levels:
             return t, f"on the inter level ({self.inter.name}), cross groups as measured: {how}"
         share = self.node_inter_gbps(op) / max(1, sharing)
         busbw, latency = share, cross.latency_s
-        if ranks > nodes:   # more than one rank per node: the ring's links inside a node too
+        if ranks > nodes:  # more than one rank per node: the ring's links inside a node too
             intra = self.curve("intra", op)
             busbw, latency = min(share, intra.peak_busbw_gbps), max(latency, intra.latency_s)
         t = latency + size_bytes * bus_factor(op, ranks) / (busbw * 1e9)
         shared = f" / {sharing} groups" if sharing > 1 else ""
         inter = f"node inter {self.node_inter_gbps(op):,.4g} GB/s{shared}"
         if ranks > nodes:
-            return t, (f"two-level ring over {nodes} nodes x {ranks // nodes}: busbw min(intra "
-                       f"{self.intra_gbps(op):,.4g}, {inter}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us")
+            return t, (
+                f"two-level ring over {nodes} nodes x {ranks // nodes}: busbw min(intra "
+                f"{self.intra_gbps(op):,.4g}, {inter}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us"
+            )
         return (
             t,
             f"ring over {nodes} nodes, one rank each: busbw {inter} = {busbw:,.4g} GB/s, "
@@ -91,8 +93,13 @@ class Levels:
         """A ring all-reduce moves one ReduceScatter and one AllGather; the cross groups' own
         all-reduce curve where the groups are as it was measured."""
         curve = self.inter_all_reduce
-        if (curve is not None and curve.points and ranks == nodes == curve.ranks and sharing == self.inter_groups
-                and size_bytes > 0):
+        if (
+            curve is not None
+            and curve.points
+            and ranks == nodes == curve.ranks
+            and sharing == self.inter_groups
+            and size_bytes > 0
+        ):
             t, how = curve.time_s(size_bytes)
             return t, f"on the inter level ({self.inter.name}), cross groups' all_reduce as measured: {how}"
         rs, how_rs = self.group_time_s("reduce_scatter", size_bytes, ranks, nodes, sharing)
@@ -100,9 +107,13 @@ class Levels:
         return rs + ag, f"as a reduce_scatter and an all_gather: {how_rs}" + ("" if how_ag == how_rs else f"; {how_ag}")
 
     def describe(self) -> dict[str, Any]:
-        return {"intra": self.intra.describe(), "inter": self.inter.describe(), "inter_groups": self.inter_groups,
-                "node_inter_gbps": {op: self.node_inter_gbps(op) for op in ("all_gather", "reduce_scatter")},
-                "source": self.source}
+        return {
+            "intra": self.intra.describe(),
+            "inter": self.inter.describe(),
+            "inter_groups": self.inter_groups,
+            "node_inter_gbps": {op: self.node_inter_gbps(op) for op in ("all_gather", "reduce_scatter")},
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,12 +122,13 @@ class GroupCurve:
     (`time_s(size_bytes, ranks)`, `latency_s`): `nodes` spanned by each group, `sharing` groups
     crossing each node's NICs at once. With nodes = None the group spans ranks / ranks_per_node
     nodes (the world's collective, full sharding)."""
+
     levels: Levels
     op: str
     ranks_per_node: int
     nodes: int | None = None
     sharing: int = 1
-    ranks: int = 0                        # the world the curve was measured at, for `compose` (0: described)
+    ranks: int = 0  # the world the curve was measured at, for `compose` (0: described)
     points: tuple = ()
 
     def _nodes(self, ranks: int) -> int:
@@ -137,24 +149,38 @@ class GroupCurve:
         return self.levels.group_time_s(self.op, size_bytes, ranks, self._nodes(ranks), self.sharing)
 
 
-def two_level_network(name: str, levels: Levels, ranks_per_node: int, *, world: Network | None = None,
-                      measured_world: int = 0) -> Network:
+def two_level_network(
+    name: str, levels: Levels, ranks_per_node: int, *, world: Network | None = None, measured_world: int = 0
+) -> Network:
     """A network given as two levels, seen as one (the world's collective: full sharding across
     nodes) by every table that takes one; `world`: a measured world curve, used as is for that."""
     if world is not None:
-        return Network(name, world.all_gather, world.reduce_scatter, world.source, world.backend, world.device,
-                       world.warnings, levels)
+        return Network(
+            name,
+            world.all_gather,
+            world.reduce_scatter,
+            world.source,
+            world.backend,
+            world.device,
+            world.warnings,
+            levels,
+        )
     ag, rs = (GroupCurve(levels, op, ranks_per_node, ranks=measured_world) for op in ("all_gather", "reduce_scatter"))
     warnings = levels.intra.warnings + levels.inter.warnings
     backend = levels.inter.backend
     return Network(name, ag, rs, levels.source, backend, levels.inter.device, warnings, levels)  # type: ignore[arg-type]
 
 
-def described_levels(name: str, intra_gbps: float, intra_latency_s: float, inter_gbps: float,
-                     inter_latency_s: float, source: str) -> Levels:
+def described_levels(
+    name: str, intra_gbps: float, intra_latency_s: float, inter_gbps: float, inter_latency_s: float, source: str
+) -> Levels:
     """--net-intra and --net-inter: the intra bus bandwidth, and one node's NICs together."""
-    return Levels(synthetic_network(f"{name}:intra", intra_gbps, intra_latency_s, source),
-                  synthetic_network(f"{name}:inter", inter_gbps, inter_latency_s, source), 1, source)
+    return Levels(
+        synthetic_network(f"{name}:intra", intra_gbps, intra_latency_s, source),
+        synthetic_network(f"{name}:inter", inter_gbps, inter_latency_s, source),
+        1,
+        source,
+    )
 
 
 def record_groups(record: dict[str, Any], source: str = "") -> set[str]:
@@ -177,12 +203,15 @@ def _group_ranks(record: dict[str, Any], group: str, source: str) -> int:
     value = topology.get(key)
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    raise UsageError(f"the collective record {source!r} has {group!r} rows but no group size (rows' `ranks`, or "
-                     f"topology.{key}); re-run `microbench nccl --groups world,node,cross`")
+    raise UsageError(
+        f"the collective record {source!r} has {group!r} rows but no group size (rows' `ranks`, or "
+        f"topology.{key}); re-run `microbench nccl --groups world,node,cross`"
+    )
 
 
-def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False,
-                       for_gpus: bool = True) -> Levels | None:
+def levels_from_record(
+    record: dict[str, Any], name: str, source: str, *, allow_partial: bool = False, for_gpus: bool = True
+) -> Levels | None:
     """The node and cross curves of a `nccl --groups ...,node,cross` record; None when it has not
     both."""
     groups = record_groups(record, source)
@@ -190,18 +219,29 @@ def levels_from_record(record: dict[str, Any], name: str, source: str, *, allow_
         return None
     nets = {}
     for group in ("node", "cross"):
-        size = _group_ranks(record, group, source)   # the group's ranks, not the world's
-        view = dict(record, rows=[dict(r, group="world", ranks=r.get("ranks") or size)
-                                  for r in record_rows(record, source) if r.get("group") == group])
-        nets[group] = network_from_record(view, f"{name}:{group}", f"{source} ({group} group)",
-                                          allow_partial=allow_partial, for_gpus=for_gpus)
-    cross_rows = [dict(r, group="world", ranks=r.get("ranks") or _group_ranks(record, "cross", source))
-                  for r in record_rows(record, source) if r.get("group") == "cross"]
+        size = _group_ranks(record, group, source)  # the group's ranks, not the world's
+        view = dict(
+            record,
+            rows=[
+                dict(r, group="world", ranks=r.get("ranks") or size)
+                for r in record_rows(record, source)
+                if r.get("group") == group
+            ],
+        )
+        nets[group] = network_from_record(
+            view, f"{name}:{group}", f"{source} ({group} group)", allow_partial=allow_partial, for_gpus=for_gpus
+        )
+    cross_rows = [
+        dict(r, group="world", ranks=r.get("ranks") or _group_ranks(record, "cross", source))
+        for r in record_rows(record, source)
+        if r.get("group") == "cross"
+    ]
     all_reduce = None
     if any(r.get("op") == "all_reduce" for r in cross_rows):
         all_reduce = Curve.from_record(dict(record, rows=cross_rows), "all_reduce", f"{source} (cross group)")
-    return Levels(nets["node"], nets["cross"], _groups_at_once(record, source), f"{source} (node and cross groups)",
-                  all_reduce)
+    return Levels(
+        nets["node"], nets["cross"], _groups_at_once(record, source), f"{source} (node and cross groups)", all_reduce
+    )
 
 
 def _groups_at_once(record: dict[str, Any], source: str) -> int:

@@ -33,7 +33,7 @@ def _take(lock: Path, busy: str) -> int:
                 return fd
         except FileNotFoundError:
             pass
-        os.close(fd)   # the holder before us removed this name as we opened it: open it again
+        os.close(fd)  # the holder before us removed this name as we opened it: open it again
 
 
 @contextmanager

@@ -47,8 +47,11 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if all(p[4] == 0 for p in points) or max(p[3] for p in points) <= 0:
         # A world of one rank: nothing crosses a bus, busbw is 0 by the nccl-tests convention,
         # and a bus-bandwidth model has nothing to fit (algbw stays in the rows).
-        return {"placement": placement, "points": 0,
-                "reason": "one rank moves no bytes between ranks: busbw is 0 (nccl-tests convention)"}
+        return {
+            "placement": placement,
+            "points": 0,
+            "reason": "one rank moves no bytes between ranks: busbw is 0 (nccl-tests convention)",
+        }
     latency_s, inv_bw = _weighted_line([p[0] for p in points], [p[1] for p in points])
     largest = max(points, key=lambda p: p[0])
     # A flat or falling curve (or one whose size term is noise next to its latency) is
@@ -95,7 +98,7 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # must refuse (busbw falling with size) are 20-50 % off at their ends.
 FIT_TOLERANCE = 0.10
 
-Point = tuple[float, float, int, float, float, float, float]   # x, t, size, busbw, factor, t min, t max
+Point = tuple[float, float, int, float, float, float, float]  # x, t, size, busbw, factor, t min, t max
 
 
 def _model_busbw(point: Point, latency_s: float, inv_bw: float) -> float:
@@ -116,21 +119,26 @@ def _outside(point: Point, latency_s: float, inv_bw: float) -> float:
     return max(low / model - 1, model / high - 1, 0.0)
 
 
-def _not_described(points: int, latency_bound: bool, measured_gbps: float, worst: Point, latency_s: float,
-                   inv_bw: float) -> str | None:
+def _not_described(
+    points: int, latency_bound: bool, measured_gbps: float, worst: Point, latency_s: float, inv_bw: float
+) -> str | None:
     """Why this model does not describe the curve, or None when it does."""
     if points < 2:
         return "one size cannot tell latency from bandwidth; measure a range of sizes, e.g. --sizes 1M-64M"
     if latency_bound:
-        return (f"no size was bandwidth-bound: time hardly grows with size, so neither latency nor peak can be "
-                f"told apart (best measured busbw {format_number(measured_gbps)} GB/s); measure larger sizes")
+        return (
+            f"no size was bandwidth-bound: time hardly grows with size, so neither latency nor peak can be "
+            f"told apart (best measured busbw {format_number(measured_gbps)} GB/s); measure larger sizes"
+        )
     if _outside(worst, latency_s, inv_bw) > 0:
         low, high = _window(worst)
         measured = (format_number(worst[0] / high / 1e9), format_number(worst[0] / low / 1e9))
-        return (f"at {format_size(worst[2])} the model gives {format_number(_model_busbw(worst, latency_s, inv_bw))} "
-                f"GB/s busbw, outside the {measured[0]}-{measured[1]} GB/s measured there (its iterations' range, at "
-                f"least {100 * FIT_TOLERANCE:.0f} % either side of the median {format_number(worst[3])} GB/s): "
-                f"the times do not follow latency + size/bandwidth")
+        return (
+            f"at {format_size(worst[2])} the model gives {format_number(_model_busbw(worst, latency_s, inv_bw))} "
+            f"GB/s busbw, outside the {measured[0]}-{measured[1]} GB/s measured there (its iterations' range, at "
+            f"least {100 * FIT_TOLERANCE:.0f} % either side of the median {format_number(worst[3])} GB/s): "
+            f"the times do not follow latency + size/bandwidth"
+        )
     return None
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import UsageError
 
-MAX_JSON_BYTES = 256 << 20   # a record of a million rows is ~200 MiB; beyond that a wrong file
+MAX_JSON_BYTES = 256 << 20  # a record of a million rows is ~200 MiB; beyond that a wrong file
 MAX_JSON_DEPTH = 64
 MAX_JSON_MAGNITUDE = 1e30
 MIN_JSON_MAGNITUDE = 1e-30
@@ -46,8 +46,12 @@ def load_json(path: str | os.PathLike, *, what: str, expected: str, finite: bool
     body = read_text(path, what=what, expected=expected)
     absurd: list[str] = []
     try:
-        value = json.loads(body, parse_constant=_checked_constant(absurd), parse_float=_checked_float(absurd),
-                           parse_int=_checked_int(absurd))
+        value = json.loads(
+            body,
+            parse_constant=_checked_constant(absurd),
+            parse_float=_checked_float(absurd),
+            parse_int=_checked_int(absurd),
+        )
     except RecursionError:
         raise refuse(f"nests deeper than {MAX_JSON_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
@@ -56,8 +60,10 @@ def load_json(path: str | os.PathLike, *, what: str, expected: str, finite: bool
         raise refuse(f"nests deeper than {MAX_JSON_DEPTH} levels")
     if absurd:
         field, text = _first_absurd(value)
-        raise refuse(f"holds {text} at {field}: every number in it must be finite, and 0 or between "
-                     f"1e{round(math.log10(MIN_JSON_MAGNITUDE))} and 1e{round(math.log10(MAX_JSON_MAGNITUDE))} in size")
+        raise refuse(
+            f"holds {text} at {field}: every number in it must be finite, and 0 or between "
+            f"1e{round(math.log10(MIN_JSON_MAGNITUDE))} and 1e{round(math.log10(MAX_JSON_MAGNITUDE))} in size"
+        )
     return value
 
 
@@ -73,6 +79,7 @@ def _checked_constant(absurd: list[str]):
     def parse(name: str) -> _Absurd:
         absurd.append(name)
         return _Absurd(name)
+
     return parse
 
 
@@ -88,6 +95,7 @@ def _checked_float(absurd: list[str]):
             return number
         absurd.append(text)
         return _Absurd(text)
+
     return parse
 
 
@@ -101,13 +109,14 @@ def _checked_int(absurd: list[str]):
                 return number
         absurd.append(text)
         return _Absurd(text)
+
     return parse
 
 
 def _first_absurd(value: Any) -> tuple[str, str]:
     """(where, the number as written) of the first refused number, e.g. ('rows[3].time_us.p50', '1e400')."""
     todo: list[tuple[Any, str]] = [(value, "")]
-    while todo:   # depth first, children pushed in reverse: the first in the file's order
+    while todo:  # depth first, children pushed in reverse: the first in the file's order
         item, where = todo.pop()
         if isinstance(item, _Absurd):
             return where or "the top level", item.text
@@ -135,14 +144,15 @@ def read_text(path: str | os.PathLike, *, what: str, expected: str) -> str:
     if not stat.S_ISREG(info.st_mode):
         raise refuse("is not a regular file (a device, FIFO or socket)")
     if info.st_size > MAX_JSON_BYTES:
-        raise refuse(f"is {info.st_size / (1 << 20):.0f} MiB, more than the {MAX_JSON_BYTES >> 20} MiB "
-                     f"an input file may be")
+        raise refuse(
+            f"is {info.st_size / (1 << 20):.0f} MiB, more than the {MAX_JSON_BYTES >> 20} MiB an input file may be"
+        )
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_JSON_BYTES + 1)
     except OSError as exc:
         raise refuse(_os_why(exc)) from None
-    if len(data) > MAX_JSON_BYTES:   # grew while we read it
+    if len(data) > MAX_JSON_BYTES:  # grew while we read it
         raise refuse(f"is more than the {MAX_JSON_BYTES >> 20} MiB an input file may be")
     return _decode(data, refuse)
 
@@ -150,6 +160,7 @@ def read_text(path: str | os.PathLike, *, what: str, expected: str) -> str:
 def _refuser(path: str | os.PathLike, what: str, expected: str):
     def refuse(why: str) -> UsageError:
         return UsageError(f"{what} {str(path)!r} {why}; expected {expected}")
+
     return refuse
 
 
@@ -172,13 +183,13 @@ def _decode(data: bytes, refuse) -> str:
     # leave in UTF-16/32; anything but UTF-8 is named rather than decoded as a guess.
     encoding = json.detect_encoding(data) if data else "utf-8"
     if encoding not in ("utf-8", "utf-8-sig"):
-        raise refuse(f"is {encoding.upper().replace('-LE', '').replace('-BE', '')} text, not UTF-8 "
-                     f"(save it as UTF-8)")
+        raise refuse(f"is {encoding.upper().replace('-LE', '').replace('-BE', '')} text, not UTF-8 (save it as UTF-8)")
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise refuse(f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
-                     f"a binary file or another encoding") from None
+        raise refuse(
+            f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): a binary file or another encoding"
+        ) from None
 
 
 def _depth_over(value: Any, limit: int) -> bool:

@@ -25,22 +25,22 @@ from typing import Any, Callable
 from . import units
 from .errors import UsageError
 
-Parser = Callable[[Any, str], Any]   # (text, flag) -> value; raises UsageError quoting both
+Parser = Callable[[Any, str], Any]  # (text, flag) -> value; raises UsageError quoting both
 
 
 @dataclass(frozen=True)
 class Opt:
     help: str
-    parse: Parser | None = None      # None: the field's type decides (int, float, str, list[str])
-    flag: str | None = None          # default --field-name
+    parse: Parser | None = None  # None: the field's type decides (int, float, str, list[str])
+    flag: str | None = None  # default --field-name
     metavar: str | None = None
-    shown: str | None = None         # the default as --help states it, where the value alone misleads
-    switch: bool = False             # a flag that takes no value and sets `switch_value` (--keep); else --x/--no-x
+    shown: str | None = None  # the default as --help states it, where the value alone misleads
+    switch: bool = False  # a flag that takes no value and sets `switch_value` (--keep); else --x/--no-x
     switch_value: Any = True
-    negative: str | None = None      # one more flag that sets the field False (--buffered)
+    negative: str | None = None  # one more flag that sets the field False (--buffered)
     choices: tuple[str, ...] | None = None
-    record: bool = True              # False: a flag for this run only, not part of the resolved config
-    group: str = "probe"             # the --help section
+    record: bool = True  # False: a flag for this run only, not part of the resolved config
+    group: str = "probe"  # the --help section
     repeat: bool = False  # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
     bare: str | None = None  # the value the flag alone means (--activation-checkpointing = full); else it needs one
 
@@ -63,7 +63,7 @@ class Flag:
 
     name: str
     opt: Opt
-    default: Any        # MISSING: required
+    default: Any  # MISSING: required
     hint: Any
 
     @property
@@ -117,7 +117,7 @@ class Flag:
         parse = self.opt.parse or _PARSERS.get("str" if self.opt.repeat else self.kind)
         if self.opt.choices is not None and self.opt.parse is None:
             parse = choice(self.opt.choices)
-        if isinstance(parse, Sizes):   # the one parser that takes the command's --factor
+        if isinstance(parse, Sizes):  # the one parser that takes the command's --factor
             return parse(text, self.flag, factor)
         return parse(text, self.flag) if parse is not None else str(text)
 
@@ -194,8 +194,11 @@ def flags(config: type | None) -> list[Flag]:
 
 def recorded(config: Any) -> dict[str, Any]:
     """The resolved config as a record holds it: every field but the run-only flags."""
-    skip = {f.name for f in dataclasses.fields(config)
-            if not getattr(f.metadata.get("option"), "record", True) or f.metadata.get("record") is False}
+    skip = {
+        f.name
+        for f in dataclasses.fields(config)
+        if not getattr(f.metadata.get("option"), "record", True) or f.metadata.get("record") is False
+    }
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
 
 
@@ -210,30 +213,42 @@ def add_flag(group: Any, flag: Flag) -> None:
     if opt.switch and opt.shown is None:
         shown = ""
     text = opt.help if shown == "" else f"{opt.help} (default {shown})"
-    text = text.replace("%", "%%")   # argparse formats help with %
+    text = text.replace("%", "%%")  # argparse formats help with %
     if opt.switch:
-        group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=opt.switch_value, default=None,
-                           help=text)
+        group.add_argument(
+            flag.flag, dest=flag.dest, action="store_const", const=opt.switch_value, default=None, help=text
+        )
     elif flag.is_bool:
         group.add_argument(flag.flag, dest=flag.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
     elif opt.repeat:
         # An empty list, not None, when never given: nothing to parse, and --help's reader of
         # argparse's own default sees what it always saw for a repeatable flag.
-        group.add_argument(flag.flag, dest=flag.dest, action="append", default=[], help=text,
-                           metavar=opt.metavar or flag.name.upper())
+        group.add_argument(
+            flag.flag, dest=flag.dest, action="append", default=[], help=text, metavar=opt.metavar or flag.name.upper()
+        )
     else:
         bare = {"nargs": "?", "const": opt.bare} if opt.bare is not None else {}
-        group.add_argument(flag.flag, dest=flag.dest, default=None, help=text, required=required,
-                           metavar=opt.metavar or flag.name.upper(), choices=opt.choices, **bare)
+        group.add_argument(
+            flag.flag,
+            dest=flag.dest,
+            default=None,
+            help=text,
+            required=required,
+            metavar=opt.metavar or flag.name.upper(),
+            choices=opt.choices,
+            **bare,
+        )
     if opt.negative:
-        group.add_argument(opt.negative, dest=flag.dest, action="store_const", const=False,
-                           help=f"same as --no-{flag.flag[2:]}")
+        group.add_argument(
+            opt.negative, dest=flag.dest, action="store_const", const=False, help=f"same as --no-{flag.flag[2:]}"
+        )
 
 
 # ----------------------------------------------------------------------------- parsers
 # Each is (text, flag) -> value and quotes the flag and the text when it refuses. Their names
 # are not field names (a Config's `sizes` field would hide a parser called `sizes` from the
 # fields declared after it in the class body).
+
 
 def nbytes(text: Any, flag: str) -> int:
     return units.parse_size(text, what=flag)
@@ -252,7 +267,7 @@ def positive(text: Any, flag: str) -> float:
 
 
 def timeout(text: Any, flag: str) -> float:
-    return units.parse_timeout(text, what=flag, example="60")   # more than 0, at most a day
+    return units.parse_timeout(text, what=flag, example="60")  # more than 0, at most a day
 
 
 def text(value: Any, flag: str) -> str:
@@ -268,8 +283,10 @@ def names(text: Any, flag: str) -> list[str]:
 
 def one_of(allowed: tuple[str, ...] | list[str]) -> Parser:
     """A comma list whose every item is one of `allowed` (`all` for every one)."""
+
     def parse(text: Any, flag: str) -> list[str]:
         return units.parse_list(text, tuple(allowed), what=flag)
+
     return parse
 
 
@@ -277,9 +294,9 @@ def choice(allowed: tuple[str, ...] | list[str]) -> Parser:
     def parse(text: Any, flag: str) -> str:
         value = str(text).strip()
         if value not in allowed:
-            raise UsageError(f"invalid {flag} {text!r}: expected one of {', '.join(allowed)}, "
-                                   f"e.g. {flag} {allowed[0]}")
+            raise UsageError(f"invalid {flag} {text!r}: expected one of {', '.join(allowed)}, e.g. {flag} {allowed[0]}")
         return value
+
     return parse
 
 
@@ -319,5 +336,12 @@ def _ints(text: Any, flag: str) -> list[int]:
     return [units.parse_int(item, what=flag) for item in names(text, flag)]
 
 
-_PARSERS: dict[str, Parser] = {"sizes": sweep, "size": nbytes, "int": _int, "float": _float, "int_list": _ints,
-                               "str_list": names, "str": text}
+_PARSERS: dict[str, Parser] = {
+    "sizes": sweep,
+    "size": nbytes,
+    "int": _int,
+    "float": _float,
+    "int_list": _ints,
+    "str_list": names,
+    "str": text,
+}

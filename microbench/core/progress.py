@@ -23,7 +23,7 @@ def row_brief(row: dict[str, Any], record: dict[str, Any] | None = None) -> str:
     key = registry.row_metric(row, record)
     if key is not None:
         value = row[key]
-        shown = format_number(value)   # never 2.56e+04 in a log line
+        shown = format_number(value)  # never 2.56e+04 in a log line
         return f"{key.removesuffix('_gbps')} {shown} GB/s" if key.endswith("_gbps") else f"{key} {shown}"
     for key, value in row.items():
         latency = re.fullmatch(r"(\w+)_us_p50", key)
@@ -38,7 +38,7 @@ def row_brief(row: dict[str, Any], record: dict[str, Any] | None = None) -> str:
 class Progress:
     def __init__(self, total: int, desc: str, enabled: bool | None = None):
         self._lines = False
-        self._record = {"kind": desc}   # desc is the probe's name: its spec says which number to show
+        self._record = {"kind": desc}  # desc is the probe's name: its spec says which number to show
         if enabled is None:
             enabled = sys.stderr.isatty()
             self._lines = not enabled and not sys.stdout.isatty()
@@ -49,8 +49,14 @@ class Progress:
         if enabled and total > 0:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True,
-                             bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+            self._bar = tqdm(
+                total=total,
+                desc=desc,
+                file=sys.stderr,
+                leave=False,
+                dynamic_ncols=True,
+                bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}",
+            )
 
     def step(self, label: str) -> None:
         self._label = label
@@ -63,8 +69,11 @@ class Progress:
             self._bar.update(1)
         elif self._lines:
             brief = row_brief(row, self._record) if row else "done"
-            print(f"# [{self._done}/{self._total}] {self._desc} {self._label}: {brief} "
-                  f"({time.monotonic() - self._start:.1f} s)", flush=True)
+            print(
+                f"# [{self._done}/{self._total}] {self._desc} {self._label}: {brief} "
+                f"({time.monotonic() - self._start:.1f} s)",
+                flush=True,
+            )
 
     def close(self) -> None:
         if self._bar is not None:

@@ -24,6 +24,8 @@ def pyplot(what: str = "a plot") -> Any:
             matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RunError(f"cannot draw {what}: matplotlib does not import ({exc}); it is a dependency of "
-                       f"microbench, so {REINSTALL_HINT}") from None
+        raise RunError(
+            f"cannot draw {what}: matplotlib does not import ({exc}); it is a dependency of "
+            f"microbench, so {REINSTALL_HINT}"
+        ) from None
     return plt

@@ -22,17 +22,17 @@ from typing import Any, Callable, Iterable
 from .errors import UsageError
 
 PLUGINS_ENV = "MICROBENCH_PROBES"
-BUILTIN_PROBES = "microbench.probes"   # the package of built-in probes, walked for SPECs
+BUILTIN_PROBES = "microbench.probes"  # the package of built-in probes, walked for SPECs
 
 
 @dataclass(frozen=True)
 class Needs:
     """What the runner sets up (and tears down) before the probe runs."""
 
-    world: bool = False    # runs on every rank of a world: local ranks or a launcher's
-    target: bool = False   # writes under a directory or an S3 prefix (`--target`/`--path`)
-    s3: bool = False       # an S3 endpoint; the embedded server when none is named
-    gpu: bool = False      # CUDA only; elsewhere a skip with its reason
+    world: bool = False  # runs on every rank of a world: local ranks or a launcher's
+    target: bool = False  # writes under a directory or an S3 prefix (`--target`/`--path`)
+    s3: bool = False  # an S3 endpoint; the embedded server when none is named
+    gpu: bool = False  # CUDA only; elsewhere a skip with its reason
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class SuiteStep:
 
     name: str
     argv: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = ()   # former step names, read in older suite directories
+    aliases: tuple[str, ...] = ()  # former step names, read in older suite directories
     # The op names this step's rows carry, where its Config has no `ops` option that says so
     # (`suite --accept` refuses a check on another before any step runs); empty: not declared.
     ops: tuple[str, ...] = ()
@@ -62,13 +62,13 @@ class SweepDefaults:
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    name: str                          # the record kind; also the module's and suite step's name
-    command: tuple[str, ...]           # words after `microbench`: ("nccl",), ("storage", "posix")
-    help: str                          # one line for `microbench --help`
-    metrics: tuple[str, ...]           # metric columns a row may carry, the primary first
-    config: type | None = None         # the Config dataclass: the probe's option table (core/options.py)
+    name: str  # the record kind; also the module's and suite step's name
+    command: tuple[str, ...]  # words after `microbench`: ("nccl",), ("storage", "posix")
+    help: str  # one line for `microbench --help`
+    metrics: tuple[str, ...]  # metric columns a row may carry, the primary first
+    config: type | None = None  # the Config dataclass: the probe's option table (core/options.py)
     build: Callable[..., Any] | None = None  # build(config, context) -> Probe
-    description: str | None = None     # the command's --help text; default: help
+    description: str | None = None  # the command's --help text; default: help
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     # validate(config) -> config: every check and resolution that needs no work done yet (misuse
     # is refused here, before anything is set up); returns the config the run uses.
@@ -81,9 +81,9 @@ class ProbeSpec:
     printer: Callable[..., Any] | None = None
     needs: Needs = field(default_factory=Needs)
     suite: tuple[SuiteStep, ...] = ()
-    aliases: tuple[str, ...] = ()      # former names (v1 record kinds, suite steps) read as this
-    row_schema: type | None = None     # the row's fields and units (results/schema.py checks it)
-    order: int = 100                   # place in --help and in the suite
+    aliases: tuple[str, ...] = ()  # former names (v1 record kinds, suite steps) read as this
+    row_schema: type | None = None  # the row's fields and units (results/schema.py checks it)
+    order: int = 100  # place in --help and in the suite
     # Row fields besides op and size_bytes that tell two cases apart: compare pairs rows on them,
     # plot and report name a curve or a case by those that vary ("all_reduce in", "write fio").
     case_keys: tuple[str, ...] = ()
@@ -121,8 +121,10 @@ def _module_specs(module_name: str, origin: str) -> list[ProbeSpec]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"cannot import probe module {module_name!r} named in {origin}: {exc} "
-                         f"(expected an importable module exporting SPEC, e.g. {PLUGINS_ENV}=mysite.probe)") from None
+        raise UsageError(
+            f"cannot import probe module {module_name!r} named in {origin}: {exc} "
+            f"(expected an importable module exporting SPEC, e.g. {PLUGINS_ENV}=mysite.probe)"
+        ) from None
     spec = getattr(module, "SPEC", None)
     if spec is None:
         return []
@@ -163,8 +165,10 @@ def specs() -> list[ProbeSpec]:
         for spec in found:
             for key in (spec.name, *spec.aliases):
                 if key in seen and seen[key] is not spec:
-                    raise UsageError(f"two probes are named {key!r} ({seen[key].command} and {spec.command}); "
-                                     f"expected one name per probe")
+                    raise UsageError(
+                        f"two probes are named {key!r} ({seen[key].command} and {spec.command}); "
+                        f"expected one name per probe"
+                    )
                 seen[key] = spec
         _cache = sorted(found, key=lambda s: (s.order, s.name))
     return list(_cache)

@@ -41,8 +41,9 @@ def sections(options: type) -> list[tuple[str, type]]:
 
 def add_section(parser: argparse.ArgumentParser, section: type) -> Any:
     """The section's flags as one argparse group, titled by its TITLE (else its name)."""
-    group = parser.add_argument_group(getattr(section, "TITLE", section.__name__.lower()),
-                                      getattr(section, "DESCRIPTION", None))
+    group = parser.add_argument_group(
+        getattr(section, "TITLE", section.__name__.lower()), getattr(section, "DESCRIPTION", None)
+    )
     for flag in flags(section):
         add_flag(group, flag)
     return group

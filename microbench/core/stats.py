@@ -23,8 +23,15 @@ def summarize_us(times_s: Iterable[float]) -> dict[str, float]:
     """p50/p95/p99/max/mean/min in microseconds from times in seconds."""
     values = [t * 1e6 for t in times_s]
     if not values:
-        return {"p50": math.nan, "p95": math.nan, "p99": math.nan, "max": math.nan,
-                "min": math.nan, "mean": math.nan, "n": 0}
+        return {
+            "p50": math.nan,
+            "p95": math.nan,
+            "p99": math.nan,
+            "max": math.nan,
+            "min": math.nan,
+            "mean": math.nan,
+            "n": 0,
+        }
     return {
         "p50": percentile(values, 50),
         "p95": percentile(values, 95),

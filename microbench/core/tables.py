@@ -25,8 +25,13 @@ def cell(value: Any, digits: int = 6) -> str:
     return "" if value is None else str(value)
 
 
-def text_table(rows: Iterable[Sequence[Any]], headers: Sequence[str] = (), tablefmt: str = "simple",
-               digits: int = 6, **options: Any) -> str:
+def text_table(
+    rows: Iterable[Sequence[Any]],
+    headers: Sequence[str] = (),
+    tablefmt: str = "simple",
+    digits: int = 6,
+    **options: Any,
+) -> str:
     """tabulate(rows, headers) with floats to `digits` significant digits (tabulate's own 6) and no scientific
     notation; strings are printed as given."""
     from tabulate import tabulate

@@ -77,8 +77,7 @@ def _parse_member(part: str, spec: str, what: str) -> int:
     try:
         return parse_size(part)
     except UsageError as exc:
-        raise UsageError(f"invalid {what} {spec!r}: {part.strip()!r} is not a size; "
-                         f"expected {_EXAMPLE}") from exc
+        raise UsageError(f"invalid {what} {spec!r}: {part.strip()!r} is not a size; expected {_EXAMPLE}") from exc
 
 
 _SIZE_STEPS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
@@ -94,7 +93,7 @@ def format_size(size_bytes: int | float) -> str:
             if size % unit == 0:
                 return f"{size // unit}{suffix}"
             shown = round(size / unit, 1)
-            if shown >= 1024 and index > 0:   # 1023.97M would print as 1024.0M: one unit up reads
+            if shown >= 1024 and index > 0:  # 1023.97M would print as 1024.0M: one unit up reads
                 suffix = _SIZE_STEPS[index - 1][0]
                 shown = round(size / _SIZE_STEPS[index - 1][1], 1)
             return f"{shown:.1f}{suffix}"
@@ -152,8 +151,10 @@ def memory_shortfall(need_bytes: int | float, free_bytes: int | float, what: str
     allowed = free_bytes * MEMORY_SHARE
     if need_bytes <= allowed:
         return None
-    return (f"needs about {format_bytes_human(need_bytes)} of {what}, more than the {format_bytes_human(allowed)} "
-            f"a run may take ({MEMORY_SHARE:.0%} of the {format_bytes_human(free_bytes)} free)")
+    return (
+        f"needs about {format_bytes_human(need_bytes)} of {what}, more than the {format_bytes_human(allowed)} "
+        f"a run may take ({MEMORY_SHARE:.0%} of the {format_bytes_human(free_bytes)} free)"
+    )
 
 
 def parse_int(text: str | int, *, what: str, minimum: int | None = None, example: str = "4") -> int:
@@ -199,9 +200,18 @@ def parse_list(text: str, allowed: list[str] | tuple[str, ...], *, what: str) ->
 # Every numeric option goes through parse_number: float() alone accepts 'nan', 'inf' and '1e999',
 # which then poison a sweep or a prediction far from the flag that caused them.
 
-def parse_number(text: str | float | int, *, what: str, example: str, minimum: float | None = None,
-                 maximum: float | None = None, allow_minimum: bool = True, allow_maximum: bool = True,
-                 typed: str | None = None) -> float:
+
+def parse_number(
+    text: str | float | int,
+    *,
+    what: str,
+    example: str,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    allow_minimum: bool = True,
+    allow_maximum: bool = True,
+    typed: str | None = None,
+) -> float:
     """A finite number within [minimum, maximum] (bounds exclusive when allow_* is False).
     `typed`: the value as the user typed it when `text` is the number cut out of it ('-1' of
     '-1GB/s'): messages quote what was typed, never the part."""
@@ -222,10 +232,12 @@ def parse_number(text: str | float | int, *, what: str, example: str, minimum: f
     return value
 
 
-def parse_positive(text: str | float | int, *, what: str, example: str, maximum: float | None = None,
-                   typed: str | None = None) -> float:
-    return parse_number(text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum,
-                        typed=typed)
+def parse_positive(
+    text: str | float | int, *, what: str, example: str, maximum: float | None = None, typed: str | None = None
+) -> float:
+    return parse_number(
+        text, what=what, example=example, minimum=0.0, allow_minimum=False, maximum=maximum, typed=typed
+    )
 
 
 # A timeout is how long a silent peer, endpoint or rank is waited for. Above a day it is a typo or
@@ -240,28 +252,46 @@ def parse_timeout(text: str | float | int, *, what: str = "--timeout", example: 
     `500ms`, `2min`, `1h`), as for --write-back."""
     raw = str(text).strip()
     match = _DURATION_RE.match(raw)
-    number, unit = (match.group(1), _DURATION_UNITS[match.group(2).lower()]) \
-        if match and match.group(2).lower() in _DURATION_UNITS else (raw, 1.0)
+    number, unit = (
+        (match.group(1), _DURATION_UNITS[match.group(2).lower()])
+        if match and match.group(2).lower() in _DURATION_UNITS
+        else (raw, 1.0)
+    )
     try:
         seconds = float(number) * unit
     except ValueError:
-        raise UsageError(f"invalid {what} {text!r}: expected seconds, or a duration with a unit (ms, s, min, h), "
-                         f"e.g. {what} {example}") from None
+        raise UsageError(
+            f"invalid {what} {text!r}: expected seconds, or a duration with a unit (ms, s, min, h), "
+            f"e.g. {what} {example}"
+        ) from None
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         raise UsageError(f"invalid {what} {text!r}: expected a finite number, e.g. {what} {example}")
     if seconds <= 0:
         raise UsageError(f"invalid {what} {text!r}: must be more than 0, e.g. {what} {example}")
     if seconds > MAX_TIMEOUT_S:
-        raise UsageError(f"invalid {what} {text!r}: must be at most {MAX_TIMEOUT_S:g} s (one day), "
-                         f"e.g. {what} {example}")
+        raise UsageError(
+            f"invalid {what} {text!r}: must be at most {MAX_TIMEOUT_S:g} s (one day), e.g. {what} {example}"
+        )
     return seconds
 
 
 # Bandwidth units: bytes are decimal (GB/s = 1e9 B/s, as every table prints), bits too (1 Gbit = 1e9 bit).
 _RATE_UNITS = {
-    "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
-    "bit": 0.125, "kbit": 125.0, "mbit": 1.25e5, "gbit": 1.25e8, "tbit": 1.25e11,
-    "bps": 0.125, "kbps": 125.0, "mbps": 1.25e5, "gbps": 1.25e8, "tbps": 1.25e11,
+    "b/s": 1.0,
+    "kb/s": 1e3,
+    "mb/s": 1e6,
+    "gb/s": 1e9,
+    "tb/s": 1e12,
+    "bit": 0.125,
+    "kbit": 125.0,
+    "mbit": 1.25e5,
+    "gbit": 1.25e8,
+    "tbit": 1.25e11,
+    "bps": 0.125,
+    "kbps": 125.0,
+    "mbps": 1.25e5,
+    "gbps": 1.25e8,
+    "tbps": 1.25e11,
 }
 _RATE_RE = re.compile(r"^\s*([0-9.eE+-]+)\s*([a-zA-Z/]+)\s*$")
 _RATE_EXAMPLE = "1.6GB/s, 400Gbit or 100mbit"
@@ -279,8 +309,9 @@ def parse_bandwidth_bytes_per_s(text: str, *, what: str) -> float:
     number, unit = match.groups()
     unit_key = unit.lower().replace("/sec", "/s").replace("bit/s", "bit").replace("ps/s", "ps")
     if unit_key not in _RATE_UNITS:
-        raise UsageError(f"invalid {what} {text!r}: unknown unit {unit!r}; expected GB/s, MB/s, Gbit, "
-                         f"Mbit (e.g. {_RATE_EXAMPLE})")
+        raise UsageError(
+            f"invalid {what} {text!r}: unknown unit {unit!r}; expected GB/s, MB/s, Gbit, Mbit (e.g. {_RATE_EXAMPLE})"
+        )
     value = parse_positive(number, what=what, example="1.6GB/s", typed=text)
     return value * _RATE_UNITS[unit_key]
 
@@ -326,10 +357,10 @@ def parse_duration_s(text: str, *, what: str, example: str = "30us", allow_zero:
     raw = str(text).strip()
     match = _DURATION_RE.match(raw)
     if not match or match.group(2).lower() not in _DURATION_UNITS:
-        raise UsageError(f"invalid {what} {text!r}: expected a duration with a unit (ns, us, ms, s, min, h), "
-                         f"e.g. {example}")
-    value = parse_number(match.group(1), what=what, example=example, minimum=0.0, allow_minimum=allow_zero,
-                         typed=text)
+        raise UsageError(
+            f"invalid {what} {text!r}: expected a duration with a unit (ns, us, ms, s, min, h), e.g. {example}"
+        )
+    value = parse_number(match.group(1), what=what, example=example, minimum=0.0, allow_minimum=allow_zero, typed=text)
     return value * _DURATION_UNITS[match.group(2).lower()]
 
 
@@ -350,6 +381,7 @@ def element_size(dtype: str) -> int:
 #   AllReduce 2(n-1)/n: a ring sends and receives 2(n-1)/n of the buffer per rank;
 #   ReduceScatter, AllGather, AllToAll (n-1)/n: each rank moves every chunk but its own once;
 #   Broadcast (and anything else) 1: every byte crosses one link per pipelined hop.
+
 
 def bus_factor(op: str, ranks: int) -> float:
     if op == "all_reduce":

@@ -41,11 +41,18 @@ def ib_ports(root: str = SYS_IB) -> list[dict[str, Any]]:
             for nd in sorted(ndevs.glob("*")) if ndevs.is_dir() else []:
                 netdev = netdev or _read(nd) or None
             state = (_read(port / "state") or "").split(":")[-1].strip().lower() or None
-            out.append({"device": dev.name, "port": port.name,
-                        "rate_gbit": float(match.group(1)) if match else None,
-                        "rate_source": f"{port / 'rate'}: {rate_text!r}",
-                        "link_layer": (_read(port / "link_layer") or "").lower() or None,
-                        "state": state, "netdev": netdev, "pci_path": _pci_path(dev / "device")})
+            out.append(
+                {
+                    "device": dev.name,
+                    "port": port.name,
+                    "rate_gbit": float(match.group(1)) if match else None,
+                    "rate_source": f"{port / 'rate'}: {rate_text!r}",
+                    "link_layer": (_read(port / "link_layer") or "").lower() or None,
+                    "state": state,
+                    "netdev": netdev,
+                    "pci_path": _pci_path(dev / "device"),
+                }
+            )
     return out
 
 
@@ -73,21 +80,41 @@ def nics(net_root: str = SYS_NET, ib_root: str = SYS_IB) -> list[dict[str, Any]]
             if mbps and mbps > 0:
                 rate = mbps / 1000
             else:
-                why = (f"{iface / 'speed'} reads {speed_text!r}" if speed_text is not None
-                       else f"{iface / 'speed'} cannot be read (a virtual or down interface)")
+                why = (
+                    f"{iface / 'speed'} reads {speed_text!r}"
+                    if speed_text is not None
+                    else f"{iface / 'speed'} cannot be read (a virtual or down interface)"
+                )
         kind = _read(iface / "type")
-        out.append({"name": iface.name, "link": "infiniband" if kind == "32" else "ethernet",
-                    "rdma": port is not None, "rdma_device": port["device"] if port else None,
-                    "state": (_read(iface / "operstate") or "unknown").lower(), "rate_gbit": rate,
-                    "rate_source": source, "unknown_why": why, "pci_path": _pci_path(iface / "device")})
+        out.append(
+            {
+                "name": iface.name,
+                "link": "infiniband" if kind == "32" else "ethernet",
+                "rdma": port is not None,
+                "rdma_device": port["device"] if port else None,
+                "state": (_read(iface / "operstate") or "unknown").lower(),
+                "rate_gbit": rate,
+                "rate_source": source,
+                "unknown_why": why,
+                "pci_path": _pci_path(iface / "device"),
+            }
+        )
     # IB ports without a netdev (plain InfiniBand without IPoIB) are NICs NCCL uses too.
     for p in ports:
         if not p["netdev"]:
-            out.append({"name": f"{p['device']}/{p['port']}", "link": p["link_layer"] or "infiniband", "rdma": True,
-                        "rdma_device": p["device"], "state": p["state"] or "unknown", "rate_gbit": p["rate_gbit"],
-                        "rate_source": p["rate_source"],
-                        "unknown_why": None if p["rate_gbit"] else f"{p['rate_source']} is not a rate",
-                        "pci_path": p["pci_path"]})
+            out.append(
+                {
+                    "name": f"{p['device']}/{p['port']}",
+                    "link": p["link_layer"] or "infiniband",
+                    "rdma": True,
+                    "rdma_device": p["device"],
+                    "state": p["state"] or "unknown",
+                    "rate_gbit": p["rate_gbit"],
+                    "rate_source": p["rate_source"],
+                    "unknown_why": None if p["rate_gbit"] else f"{p['rate_source']} is not a rate",
+                    "pci_path": p["pci_path"],
+                }
+            )
     return out
 
 
@@ -122,11 +149,17 @@ def near(gpu_pci: str | None, nic_pci: str | None) -> bool:
 # nvmlDeviceGetNvLinkVersion returns NVML's nvmlNvlinkVersion_t, not a generation. Its values,
 # as nvidia-ml-py's pynvml.py defines them (_nvmlNvlinkVersion_t): INVALID 0, 1_0 1, 2_0 2,
 # 2_2 3, 3_0 4, 3_1 5, 4_0 6, 5_0 7 (6_0 8 in newer nvml.h). The NVLink generation is the major.
-NVML_NVLINK_VERSION_NAMES = {0: "NVML_NVLINK_VERSION_INVALID", 1: "NVML_NVLINK_VERSION_1_0",
-                             2: "NVML_NVLINK_VERSION_2_0", 3: "NVML_NVLINK_VERSION_2_2",
-                             4: "NVML_NVLINK_VERSION_3_0", 5: "NVML_NVLINK_VERSION_3_1",
-                             6: "NVML_NVLINK_VERSION_4_0", 7: "NVML_NVLINK_VERSION_5_0",
-                             8: "NVML_NVLINK_VERSION_6_0"}
+NVML_NVLINK_VERSION_NAMES = {
+    0: "NVML_NVLINK_VERSION_INVALID",
+    1: "NVML_NVLINK_VERSION_1_0",
+    2: "NVML_NVLINK_VERSION_2_0",
+    3: "NVML_NVLINK_VERSION_2_2",
+    4: "NVML_NVLINK_VERSION_3_0",
+    5: "NVML_NVLINK_VERSION_3_1",
+    6: "NVML_NVLINK_VERSION_4_0",
+    7: "NVML_NVLINK_VERSION_5_0",
+    8: "NVML_NVLINK_VERSION_6_0",
+}
 NVLINK_GENERATION_BY_NVML = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 # nvmlDeviceGetArchitecture's NVML_DEVICE_ARCH_HOPPER (pynvml.py): Hopper has NVLink 4, yet some
 # drivers report NVML_NVLINK_VERSION_5_0 for H100 (vLLM and SGLang carry the same workaround).
@@ -181,10 +214,19 @@ def gpus(nic_list: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
         short = bus_id.lower()[-12:] if len(bus_id) > 12 else bus_id.lower()
         gpu_pci = _pci_path(Path("/sys/bus/pci/devices") / short)
         near_nics = [n["name"] for n in rdma if near(gpu_pci, n.get("pci_path"))] if gpu_pci else None
-        out.append({"index": index, "nvlink_gen": gen, "nvlink_version_nvml": raw, "nvlink_version_note": version_note,
-                    "gpu_arch_nvml": arch, "nvlink_links": links,
-                    "nvlink_why": None if links else (why or "no NVLink link is enabled"),
-                    "pci_bus_id": bus_id, "near_nics": near_nics or None})
+        out.append(
+            {
+                "index": index,
+                "nvlink_gen": gen,
+                "nvlink_version_nvml": raw,
+                "nvlink_version_note": version_note,
+                "gpu_arch_nvml": arch,
+                "nvlink_links": links,
+                "nvlink_why": None if links else (why or "no NVLink link is enabled"),
+                "pci_bus_id": bus_id,
+                "near_nics": near_nics or None,
+            }
+        )
     return out, "nvml"
 
 
@@ -197,7 +239,12 @@ def collect(*, device: str = "cpu") -> dict[str, Any]:
     if os.environ.get("MICROBENCH_LAB"):
         rate = os.environ.get("MICROBENCH_LAB_RATE_BPS", "")
         lab = {"name": os.environ["MICROBENCH_LAB"], "rate_bps": int(rate) if rate.isdigit() else None}
-    return {"nics": nic_list, "default_route_nic": default_route_nic(),
-            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME"),
-            "nccl_socket_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
-            "gpus": gpu_list, "gpu_source": source, "lab": lab}
+    return {
+        "nics": nic_list,
+        "default_route_nic": default_route_nic(),
+        "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME"),
+        "nccl_socket_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
+        "gpus": gpu_list,
+        "gpu_source": source,
+        "lab": lab,
+    }

@@ -46,11 +46,20 @@ def lab_link(facts: dict[str, Any]) -> dict[str, Any]:
     """One lab host's egress: the shaped rate, or unknown when the lab is unshaped."""
     lab = facts["lab"]
     if not lab.get("rate_bps"):
-        return unknown(f"lab {lab['name']!r} is unshaped (veth pairs have no line rate); "
-                       f"shape it, e.g. `microbench lab up --link 1gbit`", lab=lab["name"])
+        return unknown(
+            f"lab {lab['name']!r} is unshaped (veth pairs have no line rate); "
+            f"shape it, e.g. `microbench lab up --link 1gbit`",
+            lab=lab["name"],
+        )
     gbps = lab["rate_bps"] / 8 / 1e9 * LAB_EFFICIENCY
-    return known(gbps, "lab_rate_bps / 8 / 1e9 * lab_efficiency", "lab link",
-                 lab=lab["name"], lab_rate_bps=lab["rate_bps"], lab_efficiency=LAB_EFFICIENCY)
+    return known(
+        gbps,
+        "lab_rate_bps / 8 / 1e9 * lab_efficiency",
+        "lab link",
+        lab=lab["name"],
+        lab_rate_bps=lab["rate_bps"],
+        lab_efficiency=LAB_EFFICIENCY,
+    )
 
 
 def _nic_gbps(nic: dict[str, Any]) -> float:
@@ -96,8 +105,9 @@ def nccl_socket_nics(facts: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     return rest, "NCCL's socket transport: every interface but docker*, lo and virbr*"
 
 
-def node_nics(facts: dict[str, Any], device: str, ranks_per_node: int,
-              transport: str = "auto") -> tuple[list[dict[str, Any]], str]:
+def node_nics(
+    facts: dict[str, Any], device: str, ranks_per_node: int, transport: str = "auto"
+) -> tuple[list[dict[str, Any]], str]:
     """The NICs one node's ranks can use between nodes, and how they were chosen. With
     --transport tcp, NCCL runs its socket transport (NCCL_NET=Socket), whatever RDMA NICs exist."""
     if device == "cuda" and transport == "tcp":
@@ -121,28 +131,39 @@ def node_nics(facts: dict[str, Any], device: str, ranks_per_node: int,
 def nvlink_gbps(facts: dict[str, Any], ranks_per_node: int) -> dict[str, Any]:
     gpus = facts.get("gpus", [])
     if not gpus:
-        return unknown(f"no GPU facts ({facts.get('gpu_source') or 'no NVML'}); intra-node ranks on CPUs "
-                       f"talk through shared memory or loopback TCP, which have no line rate")
+        return unknown(
+            f"no GPU facts ({facts.get('gpu_source') or 'no NVML'}); intra-node ranks on CPUs "
+            f"talk through shared memory or loopback TCP, which have no line rate"
+        )
     used = gpus[:ranks_per_node]
     missing = [g for g in used if not g.get("nvlink_links")]
     if missing:
         g = missing[0]
-        return unknown(f"GPU {g['index']} has no active NVLink ({g.get('nvlink_why') or 'NVML reports none'}); "
-                       f"the PCIe path's ceiling is not derived")
+        return unknown(
+            f"GPU {g['index']} has no active NVLink ({g.get('nvlink_why') or 'NVML reports none'}); "
+            f"the PCIe path's ceiling is not derived"
+        )
     per_gpu = []
     for g in used:
         per_link = NVLINK_GBPS_PER_LINK.get(g["nvlink_gen"])
         if per_link is None:
-            return unknown(f"GPU {g['index']} reports NVLink generation {g['nvlink_gen']!r} "
-                           f"({g.get('nvlink_version_note') or 'from NVML'}), whose link rate microbench does not know")
+            return unknown(
+                f"GPU {g['index']} reports NVLink generation {g['nvlink_gen']!r} "
+                f"({g.get('nvlink_version_note') or 'from NVML'}), whose link rate microbench does not know"
+            )
         per_gpu.append(g["nvlink_links"] * per_link)
     slowest = min(per_gpu)
     g0 = used[per_gpu.index(slowest)]
-    return known(slowest * NVLINK_EFFICIENCY, "nvlink_links * gbps_per_link * nvlink_efficiency", "nvlink",
-                 nvlink_gen=g0["nvlink_gen"], **({"nvlink_version_nvml": g0["nvlink_version_nvml"]}
-                                                 if g0.get("nvlink_version_nvml") is not None else {}),
-                 nvlink_links=g0["nvlink_links"],
-                 gbps_per_link=NVLINK_GBPS_PER_LINK[g0["nvlink_gen"]], nvlink_efficiency=NVLINK_EFFICIENCY)
+    return known(
+        slowest * NVLINK_EFFICIENCY,
+        "nvlink_links * gbps_per_link * nvlink_efficiency",
+        "nvlink",
+        nvlink_gen=g0["nvlink_gen"],
+        **({"nvlink_version_nvml": g0["nvlink_version_nvml"]} if g0.get("nvlink_version_nvml") is not None else {}),
+        nvlink_links=g0["nvlink_links"],
+        gbps_per_link=NVLINK_GBPS_PER_LINK[g0["nvlink_gen"]],
+        nvlink_efficiency=NVLINK_EFFICIENCY,
+    )
 
 
 def inter_node_gbps(facts: dict[str, Any], device: str, ranks_per_node: int, transport: str = "auto") -> dict[str, Any]:
@@ -152,16 +173,25 @@ def inter_node_gbps(facts: dict[str, Any], device: str, ranks_per_node: int, tra
         return unknown(f"no NIC found for traffic between nodes: {why}")
     for nic in nics:
         if nic.get("rate_gbit") is None:
-            return unknown(f"NIC {nic['name']} reports no speed ({nic.get('unknown_why') or 'unreadable'})",
-                           nic=nic["name"])
+            return unknown(
+                f"NIC {nic['name']} reports no speed ({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"]
+            )
     total = sum(_nic_gbps(n) for n in nics)
-    return known(total, "sum(nic_rate_gbit) / 8 * nic_efficiency", "nics", nics=[n["name"] for n in nics],
-                 nic_rate_gbit=[n["rate_gbit"] for n in nics], nic_link=[n["link"] for n in nics],
-                 nics_chosen=how, nic_efficiency=NIC_EFFICIENCY)
+    return known(
+        total,
+        "sum(nic_rate_gbit) / 8 * nic_efficiency",
+        "nics",
+        nics=[n["name"] for n in nics],
+        nic_rate_gbit=[n["rate_gbit"] for n in nics],
+        nic_link=[n["link"] for n in nics],
+        nics_chosen=how,
+        nic_efficiency=NIC_EFFICIENCY,
+    )
 
 
-def expected_busbw(facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node: int,
-                   device: str, transport: str = "auto") -> dict[str, Any]:
+def expected_busbw(
+    facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node: int, device: str, transport: str = "auto"
+) -> dict[str, Any]:
     """Expected busbw (GB/s) of one collective for `nodes` x `ranks_per_node` ranks over the
     transport asked for (auto, ib or tcp: --transport)."""
     n = nodes * ranks_per_node
@@ -173,8 +203,10 @@ def expected_busbw(facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node
         return {**lab_link(facts), "layout": layout}
     if nodes == 1:
         if device != "cuda":
-            out = unknown(f"all {n} ranks share one host: CPU ranks exchange through loopback TCP or shared "
-                          f"memory, which have no line rate (no NIC is crossed)")
+            out = unknown(
+                f"all {n} ranks share one host: CPU ranks exchange through loopback TCP or shared "
+                f"memory, which have no line rate (no NIC is crossed)"
+            )
         else:
             out = nvlink_gbps(facts, ranks_per_node)
         return {**out, "layout": layout}
@@ -182,8 +214,9 @@ def expected_busbw(facts: dict[str, Any], op: str, *, nodes: int, ranks_per_node
     if inter["gbps"] is not None and op == "all_to_all":
         g = ranks_per_node
         share = (n - 1) / (g * (n - g))
-        inter = known(inter["gbps"] * share, f"({inter['formula']}) * (n-1) / (g * (n-g))", "nics",
-                      **inter["inputs"], n=n, g=g)
+        inter = known(
+            inter["gbps"] * share, f"({inter['formula']}) * (n-1) / (g * (n-g))", "nics", **inter["inputs"], n=n, g=g
+        )
     if ranks_per_node > 1 and device == "cuda" and inter["gbps"] is not None:
         intra = nvlink_gbps(facts, ranks_per_node)
         if intra["gbps"] is not None and intra["gbps"] < inter["gbps"]:
@@ -205,8 +238,15 @@ def expected_link(facts: dict[str, Any], *, same_host: bool) -> dict[str, Any]:
         return unknown(
             f"NIC {nic['name']} reports no speed ({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"]
         )
-    return known(_nic_gbps(nic), "nic_rate_gbit / 8 * nic_efficiency", "nic", nic=nic["name"],
-                 nic_rate_gbit=nic["rate_gbit"], nic_link=nic["link"], nic_efficiency=NIC_EFFICIENCY)
+    return known(
+        _nic_gbps(nic),
+        "nic_rate_gbit / 8 * nic_efficiency",
+        "nic",
+        nic=nic["name"],
+        nic_rate_gbit=nic["rate_gbit"],
+        nic_link=nic["link"],
+        nic_efficiency=NIC_EFFICIENCY,
+    )
 
 
 def percent(value: float | None, expected: dict[str, Any] | None) -> float | None:
@@ -224,8 +264,22 @@ def describe(expected: dict[str, Any]) -> str:
 
 
 # Filesystems whose bytes cross the network: their ceiling is the NIC's.
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "beegfs", "gpfs", "ceph", "glusterfs", "9p",
-                       "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "wekafs")
+NETWORK_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "lustre",
+    "beegfs",
+    "gpfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "fuse.s3fs",
+    "fuse.gcsfuse",
+    "fuse.juicefs",
+    "wekafs",
+)
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 
 
@@ -234,10 +288,18 @@ def _from_socket_nic(facts: dict[str, Any], what: str) -> dict[str, Any]:
     if nic is None:
         return unknown(f"{what} crosses the network, but {why}")
     if nic.get("rate_gbit") is None:
-        return unknown(f"{what} crosses NIC {nic['name']}, which reports no speed "
-                       f"({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"])
-    return known(_nic_gbps(nic), "nic_rate_gbit / 8 * nic_efficiency", "nic", nic=nic["name"],
-                 nic_rate_gbit=nic["rate_gbit"], nic_efficiency=NIC_EFFICIENCY)
+        return unknown(
+            f"{what} crosses NIC {nic['name']}, which reports no speed ({nic.get('unknown_why') or 'unreadable'})",
+            nic=nic["name"],
+        )
+    return known(
+        _nic_gbps(nic),
+        "nic_rate_gbit / 8 * nic_efficiency",
+        "nic",
+        nic=nic["name"],
+        nic_rate_gbit=nic["rate_gbit"],
+        nic_efficiency=NIC_EFFICIENCY,
+    )
 
 
 def expected_storage(facts: dict[str, Any], *, filesystem: str, device: str) -> dict[str, Any]:
@@ -252,14 +314,20 @@ def expected_storage(facts: dict[str, Any], *, filesystem: str, device: str) -> 
         # A FUSE daemon (rclone, gcsfuse ...) decides where the bytes go: its cache on a local
         # disk, a remote over the network, or both, one after the other; no device is read.
         daemon = fs.partition(".")[2] or "its daemon"
-        return unknown(f"{device} ({fs}) is a FUSE mount: {daemon} decides where its bytes go (a local cache, a "
-                       f"remote over the network, or both), and no device behind it states a bandwidth; give the "
-                       f"rate you expect with --expected, e.g. --expected 1GB/s")
+        return unknown(
+            f"{device} ({fs}) is a FUSE mount: {daemon} decides where its bytes go (a local cache, a "
+            f"remote over the network, or both), and no device behind it states a bandwidth; give the "
+            f"rate you expect with --expected, e.g. --expected 1GB/s"
+        )
     if not device.startswith("/dev/"):
-        return unknown(f"{device} ({fs}) is not a block device Linux states a bandwidth for; give the rate you "
-                       f"expect with --expected, e.g. --expected 1GB/s")
-    return unknown(f"{device} ({fs}) is a local block device, and Linux reports no bandwidth for block devices; "
-                   f"give the drive's rated speed with --expected, e.g. --expected 7GB/s")
+        return unknown(
+            f"{device} ({fs}) is not a block device Linux states a bandwidth for; give the rate you "
+            f"expect with --expected, e.g. --expected 1GB/s"
+        )
+    return unknown(
+        f"{device} ({fs}) is a local block device, and Linux reports no bandwidth for block devices; "
+        f"give the drive's rated speed with --expected, e.g. --expected 7GB/s"
+    )
 
 
 def expected_s3(facts: dict[str, Any], *, endpoint_host: str | None, embedded: bool) -> dict[str, Any]:

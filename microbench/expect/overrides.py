@@ -15,9 +15,13 @@ from . import facts as hwfacts, formulas as ex
 
 
 def add_option(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--expected", default=None, metavar="RATE",
-                   help=f"the {what} this hardware should reach, overriding what sysfs/NVML say, with a unit: "
-                        f"e.g. 24GB/s or 200Gbit (results then show %% of it)")
+    p.add_argument(
+        "--expected",
+        default=None,
+        metavar="RATE",
+        help=f"the {what} this hardware should reach, overriding what sysfs/NVML say, with a unit: "
+        f"e.g. 24GB/s or 200Gbit (results then show %% of it)",
+    )
 
 
 def override(text: str | None) -> dict[str, Any] | None:
@@ -38,16 +42,19 @@ def layout(world: RankGroup) -> tuple[int, int]:
     return nodes, max(1, world.size // nodes)
 
 
-def for_collectives(world: RankGroup, ops: list[str], device: str, given: dict[str, Any] | None,
-                    transport: str = "auto") -> dict[str, Any]:
+def for_collectives(
+    world: RankGroup, ops: list[str], device: str, given: dict[str, Any] | None, transport: str = "auto"
+) -> dict[str, Any]:
     """{"expected": {op: expectation}, "expected_facts": facts}, the same on every rank."""
     nodes, per_node = layout(world)
     out = None
     if world.rank == 0:
         facts = hwfacts.collect(device=device)
-        per_op = {op: given or ex.expected_busbw(facts, op, nodes=nodes, ranks_per_node=per_node, device=device,
-                                                 transport=transport)
-                  for op in ops}
+        per_op = {
+            op: given
+            or ex.expected_busbw(facts, op, nodes=nodes, ranks_per_node=per_node, device=device, transport=transport)
+            for op in ops
+        }
         out = {"expected": per_op, "expected_facts": facts}
     return world.broadcast_object(out)
 
@@ -59,8 +66,11 @@ def for_link(hosts: list[str], given: dict[str, Any] | None) -> dict[str, Any]:
 
 def for_storage(workdir_facts: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
     facts = hwfacts.collect()
-    return {"expected": given or ex.expected_storage(facts, filesystem=workdir_facts["filesystem"],
-                                                     device=workdir_facts["device"]), "expected_facts": facts}
+    return {
+        "expected": given
+        or ex.expected_storage(facts, filesystem=workdir_facts["filesystem"], device=workdir_facts["device"]),
+        "expected_facts": facts,
+    }
 
 
 def for_s3(endpoint_url: str | None, embedded: bool, given: dict[str, Any] | None) -> dict[str, Any]:

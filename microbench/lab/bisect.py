@@ -49,8 +49,14 @@ def _groups(halves: tuple[list[int], list[int]], participants: list[int], opts: 
     return [dist.new_group(ranks=[participants[i] for i in half], backend="gloo", timeout=timeout) for half in halves]
 
 
-def _all_reduce_row(world: World, groups: list[Any], halves: tuple[list[int], list[int]], participants: list[int],
-                    me: int | None, opts: HuntOptions) -> dict[str, Any] | None:
+def _all_reduce_row(
+    world: World,
+    groups: list[Any],
+    halves: tuple[list[int], list[int]],
+    participants: list[int],
+    me: int | None,
+    opts: HuntOptions,
+) -> dict[str, Any] | None:
     """This rank's row of the all_reduce over its half, None when it is in neither."""
     import torch.distributed as dist
 
@@ -64,8 +70,9 @@ def _all_reduce_row(world: World, groups: list[Any], halves: tuple[list[int], li
     return measure_case(probe, probe.cases()[0], settings, sub)
 
 
-def bisect(world: World, participants: list[int], names: list[str], me: int | None, opts: HuntOptions,
-           emit: Any) -> tuple[list[int], list[int], list[dict[str, Any]]]:
+def bisect(
+    world: World, participants: list[int], names: list[str], me: int | None, opts: HuntOptions, emit: Any
+) -> tuple[list[int], list[int], list[dict[str, Any]]]:
     """Halve until the suspects are fewer than 4 or halving cannot tell; returns (suspects,
     cleared, steps). suspects is every host when the first halving was already inconclusive."""
     suspects: list[int] = list(range(len(names)))
@@ -81,11 +88,18 @@ def bisect(world: World, participants: list[int], names: list[str], me: int | No
         busbw = [gathered[participants[half[0]]]["busbw_gbps"] for half in (a, b)]
         wrong = sum(gathered[participants[half[0]]]["nwrong"] or 0 for half in (a, b))
         if wrong:
-            raise RunError(f"hunt --bisect: the all_reduce over halves returned {wrong} wrong element(s); "
-                           f"the hosts corrupt data, which is worse than slow: run `microbench verify`")
+            raise RunError(
+                f"hunt --bisect: the all_reduce over halves returned {wrong} wrong element(s); "
+                f"the hosts corrupt data, which is worse than slow: run `microbench verify`"
+            )
         slow = hunt.slower_half(busbw[0], busbw[1], opts.slow_ratio, opts.floor_gbps)
-        step = {"step": len(steps) + 1, "halves": [[names[h] for h in a], [names[h] for h in b]],
-                "busbw_gbps": busbw, "slow_half": slow, "seconds": seconds}
+        step = {
+            "step": len(steps) + 1,
+            "halves": [[names[h] for h in a], [names[h] for h in b]],
+            "busbw_gbps": busbw,
+            "slow_half": slow,
+            "seconds": seconds,
+        }
         steps.append(step)
         emit(step)
         if slow is None:

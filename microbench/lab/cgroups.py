@@ -45,7 +45,7 @@ PREFIX = "mb-"
 # work run at full speed inside one period's allowance and only then wait, so a 20 ms memcpy
 # would time as unthrottled; at 10 ms every iteration spans several periods and reads the quota.
 CPU_PERIOD_US = 10_000
-MIN_QUOTA_US = 1_000          # the kernel refuses a smaller cpu.cfs_quota_us / cpu.max quota
+MIN_QUOTA_US = 1_000  # the kernel refuses a smaller cpu.cfs_quota_us / cpu.max quota
 MOUNTS = "/proc/mounts"
 SYS_BLOCK = "/sys/block"
 # Block devices that are no disk of the machine: loop files, RAM disks, compressed swap, optical.
@@ -56,20 +56,21 @@ _HOST_RE = re.compile(r"^\s*h(\d+)\s*=\s*(\S+)\s*$")
 @dataclass(frozen=True)
 class Controller:
     """Where one controller's cgroups live: a v1 hierarchy's mount point, or the v2 mount."""
-    name: str          # "cpu" or "io" (blkio in v1)
-    version: int       # 1 or 2
+
+    name: str  # "cpu" or "io" (blkio in v1)
+    version: int  # 1 or 2
     root: Path
 
 
-WEIGHT_FACTOR = 64    # a lab host's CPU weight against the box's other work, when hosts are throttled
+WEIGHT_FACTOR = 64  # a lab host's CPU weight against the box's other work, when hosts are throttled
 V1_DEFAULT_SHARES, V2_DEFAULT_WEIGHT = 1024, 100
 
 
 @dataclass
 class Throttle:
-    cpu_fraction: float | None = None     # CPUs: 0.3 is 30% of one CPU
-    disk_bps: int | None = None           # bytes per second, read and write, on every disk
-    weighted: bool = False                # in a cpu cgroup of WEIGHT_FACTOR x the default weight
+    cpu_fraction: float | None = None  # CPUs: 0.3 is 30% of one CPU
+    disk_bps: int | None = None  # bytes per second, read and write, on every disk
+    weighted: bool = False  # in a cpu cgroup of WEIGHT_FACTOR x the default weight
 
     def describe(self) -> str:
         parts = []
@@ -106,26 +107,35 @@ def parse_host_cpu(items: list[str], hosts: int) -> dict[int, float]:
 
     def fraction(text: str, item: str) -> float:
         try:
-            return parse_number(text, what="--host-cpu", example="h4=0.3", minimum=0.0, allow_minimum=False,
-                                maximum=float(cpus))
+            return parse_number(
+                text, what="--host-cpu", example="h4=0.3", minimum=0.0, allow_minimum=False, maximum=float(cpus)
+            )
         except UsageError:
-            raise UsageError(f"invalid --host-cpu {item!r}: expected CPUs, more than 0 and at most this machine's "
-                             f"{cpus}, e.g. --host-cpu h4=0.3 (30% of one CPU)") from None
+            raise UsageError(
+                f"invalid --host-cpu {item!r}: expected CPUs, more than 0 and at most this machine's "
+                f"{cpus}, e.g. --host-cpu h4=0.3 (30% of one CPU)"
+            ) from None
+
     return _host_values(items, hosts, "--host-cpu", "h4=0.3", fraction)
 
 
 def parse_host_disk(items: list[str], hosts: int) -> dict[int, int]:
     """--host-disk h5=50MB/s: a rate with its unit (bytes or bits per second)."""
+
     def rate(text: str, item: str) -> int:
         try:
             bps = parse_bandwidth_bytes_per_s(text, what="--host-disk")
         except UsageError:
-            raise UsageError(f"invalid --host-disk {item!r}: expected a rate with a unit, e.g. --host-disk "
-                             f"h5=50MB/s") from None
+            raise UsageError(
+                f"invalid --host-disk {item!r}: expected a rate with a unit, e.g. --host-disk h5=50MB/s"
+            ) from None
         if bps < 4096:
-            raise UsageError(f"invalid --host-disk {item!r}: below one 4 KiB block per second, no I/O could "
-                             f"finish; e.g. --host-disk h5=50MB/s")
+            raise UsageError(
+                f"invalid --host-disk {item!r}: below one 4 KiB block per second, no I/O could "
+                f"finish; e.g. --host-disk h5=50MB/s"
+            )
         return int(bps)
+
     return _host_values(items, hosts, "--host-disk", "h5=50MB/s", rate)
 
 
@@ -195,8 +205,11 @@ def read_cpu(version: int, files: dict[str, str]) -> float | None:
 def read_disk(version: int, files: dict[str, str]) -> int | None:
     """The smallest per-device rate back from a cgroup's files (pure); None without a cap."""
     if version == 1:
-        rates = [int(line.split()[1]) for line in files.get("blkio.throttle.write_bps_device", "").splitlines()
-                 if len(line.split()) == 2]
+        rates = [
+            int(line.split()[1])
+            for line in files.get("blkio.throttle.write_bps_device", "").splitlines()
+            if len(line.split()) == 2
+        ]
     else:
         rates = [int(m) for m in re.findall(r"wbps=(\d+)", files.get("io.max", ""))]
     return min(rates) if rates else None
@@ -230,8 +243,10 @@ def require(host_cpu: dict[int, float], host_disk: dict[int, int]) -> None:
     for name, wanted, flag in (("cpu", host_cpu, "--host-cpu"), ("io", host_disk, "--host-disk")):
         if wanted and name not in have:
             what = "cpu (v1) or cpu.max (v2)" if name == "cpu" else "blkio (v1) or io.max (v2)"
-            raise RunError(f"{flag} needs a cgroup {name} controller, which this machine does not mount "
-                           f"(looked for {what} in {MOUNTS}); drop {flag}, or mount the controller")
+            raise RunError(
+                f"{flag} needs a cgroup {name} controller, which this machine does not mount "
+                f"(looked for {what} in {MOUNTS}); drop {flag}, or mount the controller"
+            )
     if host_disk and not disks():
         raise RunError(f"--host-disk found no disk to throttle in {SYS_BLOCK}; drop --host-disk")
 
@@ -308,9 +323,12 @@ def find(lab: str) -> dict[int, tuple[Throttle, list[Path]]]:
                 continue
             throttle, paths = out.setdefault(int(match.group(1)), (Throttle(), []))
             paths.append(path)
-            files = {f.name: _read(f) or "" for f in path.iterdir()
-                     if f.name in ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us", "io.max",
-                                   "blkio.throttle.write_bps_device")}
+            files = {
+                f.name: _read(f) or ""
+                for f in path.iterdir()
+                if f.name
+                in ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us", "io.max", "blkio.throttle.write_bps_device")
+            }
             if ctl.name == "cpu":
                 throttle.cpu_fraction, throttle.weighted = read_cpu(ctl.version, files), True
             else:
@@ -344,12 +362,10 @@ def remove(lab: str) -> list[str]:
                 try:
                     _write(path.parent / "cgroup.procs", pid)
                 except RunError:
-                    pass   # it ended meanwhile
+                    pass  # it ended meanwhile
             try:
                 path.rmdir()
                 removed.append(f"cgroup {path}")
             except OSError:
-                pass   # named by the caller's leftover check
+                pass  # named by the caller's leftover check
     return removed
-
-

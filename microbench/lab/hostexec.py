@@ -22,8 +22,9 @@ def parse_host(text: str, lab: labmod.Lab) -> int:
     raw = str(text).strip()
     index = int(raw[1:]) if raw[:1] == "h" and raw[1:].isdigit() else None
     if index is None or index not in {h.index for h in lab.hosts}:
-        raise UsageError(f"invalid --host {text!r}: expected one of the lab's hosts, h0 to h{len(lab.hosts) - 1}, "
-                         f"e.g. --host h1")
+        raise UsageError(
+            f"invalid --host {text!r}: expected one of the lab's hosts, h0 to h{len(lab.hosts) - 1}, e.g. --host h1"
+        )
     return index
 
 
@@ -52,16 +53,20 @@ def run(lab_name: str, host: str, argv: list[str]) -> int:
     index = parse_host(host, lab)
     argv = argv[1:] if argv[:1] == ["--"] else argv
     if not argv:
-        raise UsageError(f"lab exec needs a command after --, e.g. microbench lab exec --name {lab.name} "
-                         f"--host h{index} -- microbench suite --results-dir results/h{index}")
+        raise UsageError(
+            f"lab exec needs a command after --, e.g. microbench lab exec --name {lab.name} "
+            f"--host h{index} -- microbench suite --results-dir results/h{index}"
+        )
     procs = labcg.procs_files(lab.name, index)
     netns = lab.hosts[[h.index for h in lab.hosts].index(index)].netns
     try:
-        child = subprocess.Popen(["ip", "netns", "exec", netns, *argv],
-                                 preexec_fn=lambda: _enter(procs, host_name(index)))
+        child = subprocess.Popen(
+            ["ip", "netns", "exec", netns, *argv], preexec_fn=lambda: _enter(procs, host_name(index))
+        )
     except subprocess.SubprocessError as exc:
-        raise RunError(f"cannot enter lab host h{index} of {lab.name!r} ({exc}); it needs root: cgroups and a "
-                       f"UTS namespace") from None
+        raise RunError(
+            f"cannot enter lab host h{index} of {lab.name!r} ({exc}); it needs root: cgroups and a UTS namespace"
+        ) from None
     except OSError as exc:
         raise RunError(f"cannot run `ip netns exec` for lab host h{index}: {exc.strerror or exc}") from None
     try:

@@ -38,6 +38,7 @@ MIN_HOSTS = 3
 @dataclass
 class HuntOptions:
     """What `microbench hunt` was asked for, parsed and checked (commands/hunt.py builds it)."""
+
     size_bytes: int
     iters: int
     warmup: int
@@ -53,8 +54,14 @@ class HuntOptions:
 
     def measuring(self) -> dict[str, Any]:
         """The record's config keys for how each pair is measured, in the record's order."""
-        return {"size_bytes": self.size_bytes, "iters": self.iters, "warmup": self.warmup,
-                "slow_ratio": self.slow_ratio, "floor_gbps": self.floor_gbps, "timeout_s": self.timeout_s}
+        return {
+            "size_bytes": self.size_bytes,
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "slow_ratio": self.slow_ratio,
+            "floor_gbps": self.floor_gbps,
+            "timeout_s": self.timeout_s,
+        }
 
 
 def rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -112,9 +119,11 @@ def check_default_heatmap(json_path: str | None, heatmap: str | None) -> None:
         return
     target = default_heatmap(json_path)
     if target.exists() or target.is_symlink():
-        raise UsageError(f"the default heatmap {str(target)!r} (the --json name with .png) already exists; "
-                         f"files are never overwritten: give a new one, e.g. --heatmap "
-                         f"{target.with_suffix('')}-2.png")
+        raise UsageError(
+            f"the default heatmap {str(target)!r} (the --json name with .png) already exists; "
+            f"files are never overwritten: give a new one, e.g. --heatmap "
+            f"{target.with_suffix('')}-2.png"
+        )
 
 
 def free_heatmap(record_path: str | Path) -> Path:
@@ -125,19 +134,23 @@ def free_heatmap(record_path: str | Path) -> Path:
         candidate = first if i == 0 else first.with_name(f"{first.stem}-{i}.png")
         if not candidate.exists() and not candidate.is_symlink():
             return candidate
-    return first   # the writer's O_EXCL then says it is taken
+    return first  # the writer's O_EXCL then says it is taken
 
 
 def check_hosts(n: int, where: str) -> None:
     if n < MIN_HOSTS:
-        raise UsageError(f"hunt needs at least {MIN_HOSTS} hosts, {where} has {n}: with 2, a slow link "
-                         f"cannot be blamed on either end; e.g. microbench lab up --hosts 4 --name h")
+        raise UsageError(
+            f"hunt needs at least {MIN_HOSTS} hosts, {where} has {n}: with 2, a slow link "
+            f"cannot be blamed on either end; e.g. microbench lab up --hosts 4 --name h"
+        )
 
 
 def check_bisect_hosts(n: int, where: str) -> None:
     if n < BISECT_MIN_HOSTS:
-        raise UsageError(f"hunt --bisect needs at least {BISECT_MIN_HOSTS} hosts, {where} has {n}: each half "
-                         f"needs 2 hosts for an all_reduce; drop --bisect (all pairs take {len(rounds(n))} rounds)")
+        raise UsageError(
+            f"hunt --bisect needs at least {BISECT_MIN_HOSTS} hosts, {where} has {n}: each half "
+            f"needs 2 hosts for an all_reduce; drop --bisect (all pairs take {len(rounds(n))} rounds)"
+        )
 
 
 @dataclass
@@ -158,8 +171,9 @@ def _median_of(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: float,
-            floor_gbps: float | None = None) -> Verdict:
+def analyze(
+    matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: float, floor_gbps: float | None = None
+) -> Verdict:
     """matrix: (src, dst) -> GB/s for every ordered pair of hosts 0..len(names)-1."""
     n = len(names)
     check_hosts(n, "this world")
@@ -174,31 +188,42 @@ def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: 
         return (a, b) in slow or (b, a) in slow
 
     hosts = [h for h in range(n) if all(pair_slow(h, p) for p in range(n) if p != h)]
-    links = [(a, b) for a in range(n) for b in range(a + 1, n)
-             if pair_slow(a, b) and a not in hosts and b not in hosts]
+    links = [(a, b) for a in range(n) for b in range(a + 1, n) if pair_slow(a, b) and a not in hosts and b not in hosts]
     verdict = Verdict(median, threshold, slow, hosts, links)
-    basis = (f"{format_number(slow_ratio, 6)} x median {_g(median)} GB/s" if threshold == slow_ratio * median
-             else f"--floor {_g(floor_gbps or 0.0)} GB/s")
+    basis = (
+        f"{format_number(slow_ratio, 6)} x median {_g(median)} GB/s"
+        if threshold == slow_ratio * median
+        else f"--floor {_g(floor_gbps or 0.0)} GB/s"
+    )
     if len(hosts) == n:
-        verdict.lines.append(f"ALL SLOW: every pair is below {_g(threshold)} GB/s ({basis}); no single host "
-                             f"or link stands out")
+        verdict.lines.append(
+            f"ALL SLOW: every pair is below {_g(threshold)} GB/s ({basis}); no single host or link stands out"
+        )
         return verdict
     for h in hosts:
         sends = _median_of([matrix[(h, p)] for p in range(n) if p != h])
         receives = _median_of([matrix[(p, h)] for p in range(n) if p != h])
-        way = ("sending and receiving" if sends < threshold and receives < threshold
-               else "sending (egress)" if sends < threshold else "receiving (ingress)")
-        verdict.lines.append(f"SLOW HOST {names[h]}: slow with every peer, {way}: sends at {_g(sends)} GB/s, "
-                             f"receives at {_g(receives)} GB/s (median of its pairs; threshold {_g(threshold)} "
-                             f"GB/s = {basis})")
+        way = (
+            "sending and receiving"
+            if sends < threshold and receives < threshold
+            else "sending (egress)"
+            if sends < threshold
+            else "receiving (ingress)"
+        )
+        verdict.lines.append(
+            f"SLOW HOST {names[h]}: slow with every peer, {way}: sends at {_g(sends)} GB/s, "
+            f"receives at {_g(receives)} GB/s (median of its pairs; threshold {_g(threshold)} "
+            f"GB/s = {basis})"
+        )
     for a, b in links:
-        verdict.lines.append(f"SLOW LINK {names[a]} <-> {names[b]}: {names[a]}->{names[b]} {_g(matrix[(a, b)])} GB/s, "
-                             f"{names[b]}->{names[a]} {_g(matrix[(b, a)])} GB/s, while both hosts are healthy with "
-                             f"every other peer (threshold {_g(threshold)} GB/s = {basis})")
+        verdict.lines.append(
+            f"SLOW LINK {names[a]} <-> {names[b]}: {names[a]}->{names[b]} {_g(matrix[(a, b)])} GB/s, "
+            f"{names[b]}->{names[a]} {_g(matrix[(b, a)])} GB/s, while both hosts are healthy with "
+            f"every other peer (threshold {_g(threshold)} GB/s = {basis})"
+        )
     if verdict.clean:
         verdict.lines.append(f"OK: every link reaches {_g(threshold)} GB/s ({basis}); no slow host or link")
     return verdict
-
 
 
 def _g(gbps: float) -> str:
@@ -222,8 +247,9 @@ def matrix_table(matrix: dict[tuple[int, int], float], names: list[str], slow: s
     return rows
 
 
-def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: set[tuple[int, int]],
-                title: str) -> bytes:
+def heatmap_png(
+    matrix: dict[tuple[int, int], float], names: list[str], slow: set[tuple[int, int]], title: str
+) -> bytes:
     import io
 
     import numpy as np
@@ -245,8 +271,15 @@ def heatmap_png(matrix: dict[tuple[int, int], float], names: list[str], slow: se
     top = np.nanmax(grid) if n > 1 else 1.0
     for (i, j), value in matrix.items():
         mark = "*" if (i, j) in slow else ""
-        ax.text(j, i, f"{format_number(value)}{mark}", ha="center", va="center", fontsize=8,
-                color="white" if value < 0.6 * top else "black")
+        ax.text(
+            j,
+            i,
+            f"{format_number(value)}{mark}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if value < 0.6 * top else "black",
+        )
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     buffer = io.BytesIO()

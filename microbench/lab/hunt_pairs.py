@@ -36,8 +36,10 @@ def run(opts: HuntOptions) -> int:
     per_rank, master_addr, nproc = None, "127.0.0.1", 0
     if detect_world() is None:
         if not opts.lab:
-            raise UsageError("hunt runs across hosts: give --lab NAME, or start it with your launcher, one or more "
-                             "ranks per host, e.g. srun -N 8 --ntasks-per-node 1 microbench hunt")
+            raise UsageError(
+                "hunt runs across hosts: give --lab NAME, or start it with your launcher, one or more "
+                "ranks per host, e.g. srun -N 8 --ntasks-per-node 1 microbench hunt"
+            )
         lab = labmod.get(opts.lab)
         hunt.check_hosts(len(lab.hosts), f"lab {opts.lab!r}")
         if opts.bisect:
@@ -45,8 +47,14 @@ def run(opts: HuntOptions) -> int:
         # The lab's ranks per host, as a launcher would start them: participants are hosts (_body).
         nproc, master_addr, per_rank = lab_ranks(lab)
     choice = BackendChoice("gloo", "cpu", "tcp", {}, "hunt exchanges only metadata over gloo")
-    return in_world(nproc=nproc, timeout_s=opts.timeout_s, choice=choice, per_rank=per_rank, master_addr=master_addr,
-                    body=lambda world: _body(world, opts))
+    return in_world(
+        nproc=nproc,
+        timeout_s=opts.timeout_s,
+        choice=choice,
+        per_rank=per_rank,
+        master_addr=master_addr,
+        body=lambda world: _body(world, opts),
+    )
 
 
 def my_label() -> str:
@@ -61,8 +69,9 @@ def my_address(master_addr: str) -> str:
         return probe.getsockname()[0]
 
 
-def measure_pair(me: int, peer: int, infos: list[tuple[str, str, int]], listener: socket.socket,
-                 opts: HuntOptions) -> list[tuple[int, int, float]]:
+def measure_pair(
+    me: int, peer: int, infos: list[tuple[str, str, int]], listener: socket.socket, opts: HuntOptions
+) -> list[tuple[int, int, float]]:
     """Both directions between participant `me` and `peer`; returns what `me` sent."""
     names = [info[0] for info in infos]
     try:
@@ -112,18 +121,35 @@ def _body(world: World, opts: HuntOptions) -> int:
     schedule = hunt.rounds(len(names))
     writer = None
     if world.rank == 0:
-        config = {**opts.measuring(), "lab": opts.lab, "bisect": bool(opts.bisect), "hosts": names,
-                  "addresses": [i[1] for i in infos],
-                  "ranks_per_host": {n: sum(1 for g in gathered if g[0] == n) for n in names}}
-        impl = {"engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
-                "transport": "tcp", "streams": 1,
-                "schedule": f"circle method: {len(schedule)} rounds of disjoint pairs, each round in parallel",
-                **({"bisect": "all_reduce (torch.distributed/gloo, the nccl probe's) over each half at once, "
-                              "into the slow half"} if opts.bisect else {})}
+        config = {
+            **opts.measuring(),
+            "lab": opts.lab,
+            "bisect": bool(opts.bisect),
+            "hosts": names,
+            "addresses": [i[1] for i in infos],
+            "ranks_per_host": {n: sum(1 for g in gathered if g[0] == n) for n in names},
+        }
+        impl = {
+            "engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
+            "transport": "tcp",
+            "streams": 1,
+            "schedule": f"circle method: {len(schedule)} rounds of disjoint pairs, each round in parallel",
+            **(
+                {
+                    "bisect": "all_reduce (torch.distributed/gloo, the nccl probe's) over each half at once, "
+                    "into the slow half"
+                }
+                if opts.bisect
+                else {}
+            ),
+        }
         writer = RecordWriter(new_record("hunt", config, envmod.collect(), impl), opts.json, opts.results_dir)
-        print(f"# microbench hunt: {len(names)} hosts ({', '.join(names)}), "
-              f"{'halving first, then ' if opts.bisect else ''}{len(schedule)} rounds at most, "
-              f"{format_size(opts.size_bytes)} x {opts.iters} each way", flush=True)
+        print(
+            f"# microbench hunt: {len(names)} hosts ({', '.join(names)}), "
+            f"{'halving first, then ' if opts.bisect else ''}{len(schedule)} rounds at most, "
+            f"{format_size(opts.size_bytes)} x {opts.iters} each way",
+            flush=True,
+        )
     run = HuntRun(world, me, infos, names, listener, opts, writer)
     try:
         if opts.bisect:
@@ -160,7 +186,7 @@ def _body(world: World, opts: HuntOptions) -> int:
     try:
         return _report(writer, run, opts)
     except (MicrobenchError, KeyboardInterrupt) as exc:
-        if writer.record["status"] == "running":   # a failure writing the heatmap or the CSV
+        if writer.record["status"] == "running":  # a failure writing the heatmap or the CSV
             writer.finish("partial", str(exc) or "interrupted")
         raise
 
@@ -168,8 +194,16 @@ def _body(world: World, opts: HuntOptions) -> int:
 class HuntRun:
     """What every rank knows as the hunt goes on: all of them see every round's results."""
 
-    def __init__(self, world: World, me: int | None, infos: list, names: list[str], listener: socket.socket,
-                 opts: HuntOptions, writer: RecordWriter | None):
+    def __init__(
+        self,
+        world: World,
+        me: int | None,
+        infos: list,
+        names: list[str],
+        listener: socket.socket,
+        opts: HuntOptions,
+        writer: RecordWriter | None,
+    ):
         self.world, self.me, self.infos, self.names, self.listener = world, me, infos, names, listener
         self.opts, self.writer = opts, writer
         self.matrix: dict[tuple[int, int], float] = {}
@@ -178,13 +212,15 @@ class HuntRun:
         self.decided_by: str | None = None
         self.confirm_hosts: list[int] = []
         self.verdict: hunt.Verdict | None = None
-        self.phase = "the start"   # what runs now, for a failure's message
+        self.phase = "the start"  # what runs now, for a failure's message
 
     def pair_rounds(self, hosts: list[int], phase: str) -> None:
         """The circle-method rounds over `hosts`, less the pairs measured already."""
         names, opts = self.names, self.opts
-        schedule = [[(hosts[a], hosts[b]) for a, b in pairs if (hosts[a], hosts[b]) not in self.matrix]
-                    for pairs in hunt.rounds(len(hosts))]
+        schedule = [
+            [(hosts[a], hosts[b]) for a, b in pairs if (hosts[a], hosts[b]) not in self.matrix]
+            for pairs in hunt.rounds(len(hosts))
+        ]
         schedule = [pairs for pairs in schedule if pairs]
         for r, pairs in enumerate(schedule):
             self.phase = f"{phase} round {r + 1}"
@@ -198,9 +234,22 @@ class HuntRun:
             self.round_s.append(time.monotonic() - start)
             self.matrix.update({(s, d): g for s, d, g in results})
             if self.writer is not None:
-                self.writer.add_rows([{"probe": "hunt", "op": "uni", "phase": phase, "src": names[s], "dst": names[d],
-                                       "size_bytes": opts.size_bytes, "round": len(self.round_s), "bw_gbps": g,
-                                       "bw_gbit_s": g * 8} for s, d, g in results])
+                self.writer.add_rows(
+                    [
+                        {
+                            "probe": "hunt",
+                            "op": "uni",
+                            "phase": phase,
+                            "src": names[s],
+                            "dst": names[d],
+                            "size_bytes": opts.size_bytes,
+                            "round": len(self.round_s),
+                            "bw_gbps": g,
+                            "bw_gbit_s": g * 8,
+                        }
+                        for s, d, g in results
+                    ]
+                )
                 print(
                     f"# {phase} round {r + 1}/{len(schedule)}: "
                     f"{', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} ({self.round_s[-1]:.1f} s)",
@@ -219,14 +268,21 @@ class HuntRun:
         self.confirm_hosts = hunt.confirm_set(suspects, cleared)
         self.pair_rounds(self.confirm_hosts, "confirm")
         sub = self.confirm_hosts
-        verdict = hunt.analyze({(sub.index(s), sub.index(d)): g for (s, d), g in self.matrix.items()},
-                               [self.names[h] for h in sub], self.opts.slow_ratio, self.opts.floor_gbps)
+        verdict = hunt.analyze(
+            {(sub.index(s), sub.index(d)): g for (s, d), g in self.matrix.items()},
+            [self.names[h] for h in sub],
+            self.opts.slow_ratio,
+            self.opts.floor_gbps,
+        )
         culprits = [sub[h] for h in verdict.hosts]
         if len(culprits) == 1 and culprits[0] in suspects and not verdict.links:
             verdict.hosts, self.verdict, self.decided_by = culprits, verdict, "bisect"
         elif self.writer is not None:
-            print(f"# the pairwise rounds over {', '.join(self.names[h] for h in sub)} do not single out one suspect "
-                  f"({'; '.join(verdict.lines)}): all pairs decide", flush=True)
+            print(
+                f"# the pairwise rounds over {', '.join(self.names[h] for h in sub)} do not single out one suspect "
+                f"({'; '.join(verdict.lines)}): all pairs decide",
+                flush=True,
+            )
 
     def _emit(self, step: dict[str, Any]) -> None:
         if self.writer is None:
@@ -263,10 +319,13 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
         verdict = run.verdict
         sub = run.confirm_hosts
         verdict.slow = {(sub[s], sub[d]) for s, d in verdict.slow}
-        unmeasured = ("; the other pairs were not measured (drop --bisect for the full matrix)"
-                      if len(sub) < len(names) else "")
-        verdict.lines.append(f"DECIDED BY BISECT: {len(run.steps)} halving(s) cornered {names[verdict.hosts[0]]}, "
-                             f"pairwise rounds over {', '.join(names[h] for h in sub)} confirm it{unmeasured}")
+        unmeasured = (
+            "; the other pairs were not measured (drop --bisect for the full matrix)" if len(sub) < len(names) else ""
+        )
+        verdict.lines.append(
+            f"DECIDED BY BISECT: {len(run.steps)} halving(s) cornered {names[verdict.hosts[0]]}, "
+            f"pairwise rounds over {', '.join(names[h] for h in sub)} confirm it{unmeasured}"
+        )
     else:
         verdict = hunt.analyze(matrix, names, opts.slow_ratio, opts.floor_gbps)
     print()
@@ -279,11 +338,16 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
         if "src" in row:
             row["slow"] = (names.index(row["src"]), names.index(row["dst"])) in verdict.slow
     writer.record["summary"] = {
-        "median_gbps": verdict.median_gbps, "threshold_gbps": verdict.threshold_gbps,
+        "median_gbps": verdict.median_gbps,
+        "threshold_gbps": verdict.threshold_gbps,
         "slow_hosts": [names[h] for h in verdict.hosts],
         "slow_links": [[names[a], names[b]] for a, b in verdict.links],
-        "verdict": verdict.lines, "decided_by": run.decided_by, "rounds": len(round_s), "round_s": round_s,
-        "total_s": sum(round_s) + sum(step["seconds"] for step in run.steps)}
+        "verdict": verdict.lines,
+        "decided_by": run.decided_by,
+        "rounds": len(round_s),
+        "round_s": round_s,
+        "total_s": sum(round_s) + sum(step["seconds"] for step in run.steps),
+    }
     if opts.bisect:
         writer.record["summary"].update({"bisect": run.steps, "confirm_hosts": [names[h] for h in run.confirm_hosts]})
     heatmap = Path(opts.heatmap) if opts.heatmap else hunt.free_heatmap(writer.path)
@@ -294,7 +358,7 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
         )
         atomic_write_new(heatmap, png, "heatmap")
         writer.record["summary"]["heatmap"] = str(heatmap)
-    except RunError as exc:   # no matplotlib: the record is complete, the command still fails
+    except RunError as exc:  # no matplotlib: the record is complete, the command still fails
         no_picture = exc
     path = writer.finish("complete")
     if no_picture is not None:

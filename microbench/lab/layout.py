@@ -26,10 +26,10 @@ class LabHost:
     ifname: str = IFNAME
     state: str = "unknown"
     shaping: str = ""
-    rate_bps: int | None = None    # this host's egress rate (hosts may differ: --host-link)
+    rate_bps: int | None = None  # this host's egress rate (hosts may differ: --host-link)
     links: list[tuple[str, int | None]] = field(default_factory=list)  # (peer address, rate): --pair-link
-    cpu_fraction: float | None = None   # --host-cpu: its cgroup's CPU quota, a share of this machine's CPUs
-    disk_bps: int | None = None         # --host-disk: its cgroup's block-I/O cap
+    cpu_fraction: float | None = None  # --host-cpu: its cgroup's CPU quota, a share of this machine's CPUs
+    disk_bps: int | None = None  # --host-disk: its cgroup's block-I/O cap
 
 
 @dataclass
@@ -43,21 +43,30 @@ class Lab:
     # Ranks placed on each host (`lab up --ranks-per-host`): they share the host's namespace and
     # talk over its loopback, unshaped, as GPUs of one node do over NVLink.
     ranks_per_host: int = 1
-    cgroups: list[str] = field(default_factory=list)   # lab/cgroups.py: one per throttled host
+    cgroups: list[str] = field(default_factory=list)  # lab/cgroups.py: one per throttled host
 
     @property
     def rate(self) -> str:
         return format_link_rate(self.rate_bps)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps, "delay_ms": self.delay_ms,
-                "bridge": self.bridge, "ranks_per_host": self.ranks_per_host, "hosts": [vars(h) for h in self.hosts]}
+        return {
+            "name": self.name,
+            "rate": self.rate,
+            "rate_bps": self.rate_bps,
+            "delay_ms": self.delay_ms,
+            "bridge": self.bridge,
+            "ranks_per_host": self.ranks_per_host,
+            "hosts": [vars(h) for h in self.hosts],
+        }
 
 
 def check_name(name: str) -> str:
     if not _NAME_RE.match(str(name)):
-        raise UsageError(f"invalid lab --name {name!r}: expected 1-8 lowercase letters or digits "
-                         f"(interface names are limited to 15 characters), e.g. --name lab1")
+        raise UsageError(
+            f"invalid lab --name {name!r}: expected 1-8 lowercase letters or digits "
+            f"(interface names are limited to 15 characters), e.g. --name lab1"
+        )
     return name
 
 

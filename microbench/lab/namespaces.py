@@ -48,11 +48,15 @@ def require() -> None:
     """Raise a one-line RunError naming what is missing for the lab (root, iproute2)."""
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
-        raise RunError(f"the lab needs iproute2 ({' and '.join(missing)} not found on PATH); "
-                       f"install it, e.g. apt-get install iproute2")
+        raise RunError(
+            f"the lab needs iproute2 ({' and '.join(missing)} not found on PATH); "
+            f"install it, e.g. apt-get install iproute2"
+        )
     if os.geteuid() != 0:
-        raise RunError(f"the lab needs root to create network namespaces (running as uid {os.geteuid()}); "
-                       f"run as root, e.g. sudo microbench lab up --hosts 2 --link 1gbit")
+        raise RunError(
+            f"the lab needs root to create network namespaces (running as uid {os.geteuid()}); "
+            f"run as root, e.g. sudo microbench lab up --hosts 2 --link 1gbit"
+        )
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -138,11 +142,17 @@ def _read_host(index: int, ns: str) -> LabHost:
 # --------------------------------------------------------------------------- up / down / shape
 
 
-def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
-       host_rates: dict[int, int | None] | None = None,
-       pair_rates: dict[tuple[int, int], int | None] | None = None,
-       ranks_per_host: int = 1, host_cpu: dict[int, float] | None = None,
-       host_disk: dict[int, int] | None = None) -> tuple[Lab, bool]:
+def up(
+    name: str,
+    hosts: int,
+    rate_bps: int | None,
+    delay_ms: float = 0.0,
+    host_rates: dict[int, int | None] | None = None,
+    pair_rates: dict[tuple[int, int], int | None] | None = None,
+    ranks_per_host: int = 1,
+    host_cpu: dict[int, float] | None = None,
+    host_disk: dict[int, int] | None = None,
+) -> tuple[Lab, bool]:
     """Create the lab; returns (lab, created). Asking again for the same lab is a no-op
     (created False); a different lab under a taken name is a UsageError, and so is a second
     `up` of one name while the first is still creating it (each would undo the other's links).
@@ -154,29 +164,47 @@ def up(name: str, hosts: int, rate_bps: int | None, delay_ms: float = 0.0,
     from ..core.claim import exclusive
     from ..targets.mount.system import state_root
 
-    with exclusive(state_root() / "locks" / f"lab-{name}",
-                   f"lab {name!r} is being created by another `microbench lab up --name {name}`; wait for it, "
-                   f"then see `microbench lab status --name {name}`, or pick another --name"):
-        return _claimed_up(name, hosts, rate_bps, delay_ms, host_rates, pair_rates, ranks_per_host,
-                           host_cpu, host_disk)
+    with exclusive(
+        state_root() / "locks" / f"lab-{name}",
+        f"lab {name!r} is being created by another `microbench lab up --name {name}`; wait for it, "
+        f"then see `microbench lab status --name {name}`, or pick another --name",
+    ):
+        return _claimed_up(name, hosts, rate_bps, delay_ms, host_rates, pair_rates, ranks_per_host, host_cpu, host_disk)
 
 
-def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
-                host_rates: dict[int, int | None] | None, pair_rates: dict[tuple[int, int], int | None] | None,
-                ranks_per_host: int, host_cpu: dict[int, float], host_disk: dict[int, int]) -> tuple[Lab, bool]:
+def _claimed_up(
+    name: str,
+    hosts: int,
+    rate_bps: int | None,
+    delay_ms: float,
+    host_rates: dict[int, int | None] | None,
+    pair_rates: dict[tuple[int, int], int | None] | None,
+    ranks_per_host: int,
+    host_cpu: dict[int, float],
+    host_disk: dict[int, int],
+) -> tuple[Lab, bool]:
     existing = find(name)
     if existing is not None and (host_rates or pair_rates or host_cpu or host_disk):
-        raise UsageError(f"lab {name!r} already exists; reshape it with `microbench lab shape --name {name} "
-                         f"--host-link h2=100mbit`, or remove it first with `microbench lab down --name {name}`")
+        raise UsageError(
+            f"lab {name!r} already exists; reshape it with `microbench lab shape --name {name} "
+            f"--host-link h2=100mbit`, or remove it first with `microbench lab down --name {name}`"
+        )
     if existing is not None:
-        same = (len(existing.hosts) == hosts and existing.bridge and len(existing.veths) == hosts
-                and existing.rate_bps == rate_bps and abs(existing.delay_ms - delay_ms) < 1e-6
-                and existing.ranks_per_host == ranks_per_host)
+        same = (
+            len(existing.hosts) == hosts
+            and existing.bridge
+            and len(existing.veths) == hosts
+            and existing.rate_bps == rate_bps
+            and abs(existing.delay_ms - delay_ms) < 1e-6
+            and existing.ranks_per_host == ranks_per_host
+        )
         if same:
             return existing, False
-        raise UsageError(f"lab {name!r} already exists ({len(existing.hosts)} hosts x {existing.ranks_per_host} "
-                         f"rank(s), {existing.rate}); "
-                         f"remove it first with `microbench lab down --name {name}`")
+        raise UsageError(
+            f"lab {name!r} already exists ({len(existing.hosts)} hosts x {existing.ranks_per_host} "
+            f"rank(s), {existing.rate}); "
+            f"remove it first with `microbench lab down --name {name}`"
+        )
     bridge = f"{PREFIX}{name}-br"
     try:
         _run("ip", "link", "add", bridge, "type", "bridge")
@@ -188,8 +216,10 @@ def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
             proc = _run("ip", "netns", "add", ns, check=False)
             if proc.returncode != 0:
                 why = (proc.stderr.strip().splitlines() or ["refused"])[0]
-                raise RunError(f"cannot create network namespace {ns}: {why} (namespaces need root with "
-                               f"CAP_SYS_ADMIN; in a container, run it privileged)")
+                raise RunError(
+                    f"cannot create network namespace {ns}: {why} (namespaces need root with "
+                    f"CAP_SYS_ADMIN; in a container, run it privileged)"
+                )
             _run("ip", "link", "add", veth, "type", "veth", "peer", "name", IFNAME, "netns", ns)
             _run("ip", "link", "set", veth, "master", bridge)
             _run("ip", "link", "set", veth, "up")
@@ -197,7 +227,7 @@ def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
             _run("ip", "-n", ns, "link", "set", IFNAME, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
         shape(name, rate_bps, delay_ms, hosts=hosts, host_rates=host_rates, pair_rates=pair_rates)
-        for i in range(hosts) if host_cpu else sorted(host_disk):   # every host weighted alike (cgroups.py)
+        for i in range(hosts) if host_cpu else sorted(host_disk):  # every host weighted alike (cgroups.py)
             labcg.apply(name, i, labcg.Throttle(host_cpu.get(i), host_disk.get(i), weighted=bool(host_cpu)))
     except BaseException:
         down(name)
@@ -207,9 +237,14 @@ def _claimed_up(name: str, hosts: int, rate_bps: int | None, delay_ms: float,
     return lab, True
 
 
-def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | None = None,
-          host_rates: dict[int, int | None] | None = None,
-          pair_rates: dict[tuple[int, int], int | None] | None = None) -> None:
+def shape(
+    name: str,
+    rate_bps: int | None,
+    delay_ms: float = 0.0,
+    hosts: int | None = None,
+    host_rates: dict[int, int | None] | None = None,
+    pair_rates: dict[tuple[int, int], int | None] | None = None,
+) -> None:
     """(Re)shape every host's egress; used by `up`, `lab shape` and --link-profiles between
     sweeps. host_rates override the rate of single hosts, pair_rates of single links."""
     require()
@@ -219,13 +254,16 @@ def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | N
         raise UsageError(no_lab_message(name))
     plan = labshape.Shaping(rate_bps, dict(host_rates or {}), dict(pair_rates or {}))
     if plan.pairs and delay_ms > 0:
-        raise UsageError("--pair-link and --delay cannot be combined: a shaped link uses HTB classes, "
-                         "the delay netem; drop one, e.g. --delay 0")
+        raise UsageError(
+            "--pair-link and --delay cannot be combined: a shaped link uses HTB classes, "
+            "the delay netem; drop one, e.g. --delay 0"
+        )
     for i in indices:
         links = plan.links_from(i)
         if links:
-            cmds = labshape.htb_commands(netns_name(name, i), plan.host_rate(i),
-                                         [(host_address(peer), rate) for peer, rate in links])
+            cmds = labshape.htb_commands(
+                netns_name(name, i), plan.host_rate(i), [(host_address(peer), rate) for peer, rate in links]
+            )
         else:
             cmds = labshape.shape_commands(netns_name(name, i), plan.host_rate(i), delay_ms)
         _run(*cmds[0], check=False)  # nothing to delete on a fresh host
@@ -233,8 +271,10 @@ def shape(name: str, rate_bps: int | None, delay_ms: float = 0.0, hosts: int | N
             proc = _run(*cmd, check=False)
             if proc.returncode != 0 and "kind is unknown" in proc.stderr:
                 kind = "netem" if "netem" in cmd else "tbf"
-                raise RunError(f"{'--delay' if kind == 'netem' else '--link'} needs the sch_{kind} kernel module, "
-                               f"which this kernel does not have (try `modprobe sch_{kind}`)")
+                raise RunError(
+                    f"{'--delay' if kind == 'netem' else '--link'} needs the sch_{kind} kernel module, "
+                    f"which this kernel does not have (try `modprobe sch_{kind}`)"
+                )
             if proc.returncode != 0:
                 _run(*cmd)  # raises with tc's own message
 
@@ -291,8 +331,10 @@ def get(name: str) -> Lab:
     if lab is None:
         raise UsageError(no_lab_message(name))
     if not lab.bridge or len(lab.veths) != len(lab.hosts) or not all(h.address for h in lab.hosts):
-        raise UsageError(f"lab {name!r} is incomplete (a crashed run?); rebuild it with "
-                         f"`microbench lab down --name {name}` and `microbench lab up --name {name} ...`")
+        raise UsageError(
+            f"lab {name!r} is incomplete (a crashed run?); rebuild it with "
+            f"`microbench lab down --name {name}` and `microbench lab up --name {name} ...`"
+        )
     return lab
 
 
@@ -304,8 +346,11 @@ def diagnose(name: str) -> str | None:
         return None
     if lab is None:
         return f"lab {name!r} is gone (taken down during the run?)"
-    down_hosts = [f"{h.netns} ({h.address or 'no address'}, {h.ifname} {h.state})"
-                  for h in lab.hosts if h.state not in ("up", "unknown")]
+    down_hosts = [
+        f"{h.netns} ({h.address or 'no address'}, {h.ifname} {h.state})"
+        for h in lab.hosts
+        if h.state not in ("up", "unknown")
+    ]
     if not down_hosts:
         return None
     return f"lab host {', '.join(down_hosts)}: link down"

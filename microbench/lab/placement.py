@@ -27,19 +27,25 @@ def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None)
     lab = labmod.get(name)
     if pair is not None:
         if len(pair) != 2 or pair[0] == pair[1] or not all(0 <= i < len(lab.hosts) for i in pair):
-            raise UsageError(f"invalid --pair {','.join(map(str, pair))!r}: expected two different host indices "
-                             f"below {len(lab.hosts)}, e.g. --pair 0,1")
+            raise UsageError(
+                f"invalid --pair {','.join(map(str, pair))!r}: expected two different host indices "
+                f"below {len(lab.hosts)}, e.g. --pair 0,1"
+            )
         return Placement(*lab_ranks(lab, list(pair), ranks_per_host=1))
     per_host = lab.ranks_per_host
     total = len(lab.hosts) * per_host
     count = total if nproc is None else nproc
     if per_host == 1 and not 2 <= count <= total:
-        raise UsageError(f"invalid --nproc {str(nproc)!r} with --lab {name}: the lab has {len(lab.hosts)} "
-                         f"hosts and places one rank per host; use 2 to {len(lab.hosts)}")
+        raise UsageError(
+            f"invalid --nproc {str(nproc)!r} with --lab {name}: the lab has {len(lab.hosts)} "
+            f"hosts and places one rank per host; use 2 to {len(lab.hosts)}"
+        )
     if count % per_host or not 2 <= count <= total:
-        raise UsageError(f"invalid --nproc {count} with --lab {name}: the lab places {per_host} ranks on each of "
-                         f"its {len(lab.hosts)} hosts, and {count} is not a multiple of {per_host} from 2 to "
-                         f"{total}; use e.g. --nproc {total}")
+        raise UsageError(
+            f"invalid --nproc {count} with --lab {name}: the lab places {per_host} ranks on each of "
+            f"its {len(lab.hosts)} hosts, and {count} is not a multiple of {per_host} from 2 to "
+            f"{total}; use e.g. --nproc {total}"
+        )
     return Placement(*lab_ranks(lab, list(range(count // per_host))))
 
 
@@ -60,16 +66,23 @@ def lab_ranks(
 
     def per_rank(rank: int) -> RankLaunch:
         host = chosen[rank // per_host]
-        return RankLaunch(prefix=["ip", "netns", "exec", host.netns],
-                          env={"GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
-                               # NCCL tells hosts apart by a hash of the host name, which namespaces
-                               # share: without its own id every lab host would be one node to NCCL,
-                               # and its ranks would meet over shared memory instead of the links.
-                               "NCCL_HOSTID": host.netns,
-                               "LOCAL_RANK": str(rank % per_host), "LOCAL_WORLD_SIZE": str(per_host),
-                               "MICROBENCH_DEVICE_INDEX": str(rank),
-                               "MICROBENCH_LAB": lab.name, "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
-                               "MICROBENCH_LAB_RATE_BPS": str(slowest or "")})
+        return RankLaunch(
+            prefix=["ip", "netns", "exec", host.netns],
+            env={
+                "GLOO_SOCKET_IFNAME": host.ifname,
+                "NCCL_SOCKET_IFNAME": host.ifname,
+                # NCCL tells hosts apart by a hash of the host name, which namespaces
+                # share: without its own id every lab host would be one node to NCCL,
+                # and its ranks would meet over shared memory instead of the links.
+                "NCCL_HOSTID": host.netns,
+                "LOCAL_RANK": str(rank % per_host),
+                "LOCAL_WORLD_SIZE": str(per_host),
+                "MICROBENCH_DEVICE_INDEX": str(rank),
+                "MICROBENCH_LAB": lab.name,
+                "MICROBENCH_LAB_HOST": f"{host.netns} ({host.address})",
+                "MICROBENCH_LAB_RATE_BPS": str(slowest or ""),
+            },
+        )
 
     return len(chosen) * per_host, chosen[0].address, per_rank
 
@@ -78,8 +91,11 @@ def lab_facts() -> dict[str, Any]:
     """What the record says about lab placement (empty off the lab)."""
     if not os.environ.get("MICROBENCH_LAB"):
         return {}
-    return {"lab": os.environ["MICROBENCH_LAB"], "lab_host_rank0": os.environ.get("MICROBENCH_LAB_HOST"),
-            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+    return {
+        "lab": os.environ["MICROBENCH_LAB"],
+        "lab_host_rank0": os.environ.get("MICROBENCH_LAB_HOST"),
+        "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+    }
 
 
 @contextlib.contextmanager
@@ -112,13 +128,17 @@ def _without(argv: list[str], *options: str) -> list[str]:
 def run_profiles(spec: Any, config: Any, inv: Any) -> int:
     """Run the same sweep once per egress rate (reshaping the lab in between) and compare."""
     if not config.lab:
-        raise UsageError("--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
-                         "e.g. --lab default --link-profiles 1gbit,unlimited")
+        raise UsageError(
+            "--link-profiles needs --lab NAME: it reshapes the lab's links between sweeps, "
+            "e.g. --lab default --link-profiles 1gbit,unlimited"
+        )
     labels = [p.strip() for p in str(config.link_profiles).split(",") if p.strip()]
     rates = [parse_link_rate(p) for p in labels]
     if len(rates) < 2:
-        raise UsageError(f"invalid --link-profiles {config.link_profiles!r}: expected two or more rates to compare, "
-                         f"e.g. 1gbit,unlimited")
+        raise UsageError(
+            f"invalid --link-profiles {config.link_profiles!r}: expected two or more rates to compare, "
+            f"e.g. 1gbit,unlimited"
+        )
     lab = labmod.get(config.lab)
     # Read before the first reshape: the lab's own exceptions (--host-link, --pair-link) must
     # come back afterwards, not just its base rate.
@@ -170,7 +190,6 @@ def profiles_table(records: list[tuple[str, dict[str, Any]]]) -> str:
                 row = next((r for r in rows if r.get("placement") == "out"), rows[0] if rows else None)
                 values.append(row["busbw_gbps"] if row else None)
             cells = "".join(f"{v:>12.3f}" if v is not None else f"{'-':>12}" for v in values)
-            ratio = (f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None
-                     else f"{'-':>9}")
+            ratio = f"{values[-1] / values[0]:>8.2f}x" if values[0] and values[-1] is not None else f"{'-':>9}"
             lines.append(f" {op:>15}{format_size(size):>10}{cells}{ratio}")
     return "\n".join(lines)

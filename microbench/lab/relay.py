@@ -65,7 +65,7 @@ def _pump(src: socket.socket, dst: socket.socket, done: threading.Semaphore) -> 
             dst.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        if not done.acquire(blocking=False):   # the second direction to end closes both
+        if not done.acquire(blocking=False):  # the second direction to end closes both
             src.close()
             dst.close()
 
@@ -82,8 +82,9 @@ class LoopbackRelay:
                 for port in self.ports:
                     sock = _listen_in(ns, port)
                     self.listeners.append(sock)
-                    threading.Thread(target=self._accept, args=(sock, port), daemon=True,
-                                     name=f"relay {ns}:{port}").start()
+                    threading.Thread(
+                        target=self._accept, args=(sock, port), daemon=True, name=f"relay {ns}:{port}"
+                    ).start()
         except BaseException:
             self.stop()
             raise
@@ -114,7 +115,7 @@ class LoopbackRelay:
         self.stopped.set()
         for sock in self.listeners:
             try:
-                sock.shutdown(socket.SHUT_RDWR)   # wakes the thread blocked in accept()
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
             except OSError:
                 pass
             try:

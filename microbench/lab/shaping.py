@@ -43,6 +43,7 @@ _GSO_BYTES = 64 * 1024
 @dataclass
 class Shaping:
     """What each host's egress should be: a base rate, per-host overrides, per-link overrides."""
+
     base_bps: int | None
     hosts: dict[int, int | None] = field(default_factory=dict)
     pairs: dict[tuple[int, int], int | None] = field(default_factory=dict)
@@ -93,8 +94,10 @@ def parse_pair_links(items: list[str], hosts: int) -> dict[tuple[int, int], int 
             raise UsageError(f"invalid --pair-link {item!r}: expected hA-hB=RATE, e.g. --pair-link h0-h1=100mbit")
         a, b = int(match.group(1)), int(match.group(2))
         if a == b or not (0 <= a < hosts and 0 <= b < hosts):
-            raise UsageError(f"invalid --pair-link {item!r}: expected two different hosts of h0 to h{hosts - 1}, "
-                             f"e.g. --pair-link h0-h1=100mbit")
+            raise UsageError(
+                f"invalid --pair-link {item!r}: expected two different hosts of h0 to h{hosts - 1}, "
+                f"e.g. --pair-link h0-h1=100mbit"
+            )
         out[(min(a, b), max(a, b))] = _rate(match.group(3), "--pair-link", "h0-h1=100mbit")
     return out
 
@@ -113,13 +116,41 @@ def shape_commands(ns: str, rate_bps: int | None, delay_ms: float) -> list[list[
     if rate_bps is not None:
         burst, peak_bps, peak_bucket = tbf_buckets(rate_bps)
         limit = burst + int(rate_bps / 8 * (_QUEUE_S + delay_ms / 1000))
-        tbf = ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(limit),
-               "peakrate", f"{peak_bps}bit", "mtu", str(peak_bucket)]
+        tbf = [
+            "tbf",
+            "rate",
+            f"{rate_bps}bit",
+            "burst",
+            str(burst),
+            "limit",
+            str(limit),
+            "peakrate",
+            f"{peak_bps}bit",
+            "mtu",
+            str(peak_bucket),
+        ]
     if delay_ms > 0:
         # netem holds the delayed packets; its queue must cover rate x delay or it drops.
         limit = max(10000, int((rate_bps or 100 * 10**9) / 8 * delay_ms / 1000 / 1500 * 2))
-        cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", "netem",
-                     "delay", f"{delay_ms:g}ms", "limit", str(limit)])
+        cmds.append(
+            [
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "add",
+                "dev",
+                IFNAME,
+                "root",
+                "handle",
+                "1:",
+                "netem",
+                "delay",
+                f"{delay_ms:g}ms",
+                "limit",
+                str(limit),
+            ]
+        )
         if tbf:
             cmds.append(["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "parent", "1:", "handle", "2:", *tbf])
     elif tbf:
@@ -162,14 +193,38 @@ def _htb_class(ns: str, classid: str, rate_bps: int | None) -> list[str]:
 
 def htb_commands(ns: str, host_bps: int | None, links: list[tuple[str, int | None]]) -> list[list[str]]:
     """tc commands for a host whose egress to some peers (by address) has its own rate (pure)."""
-    cmds = [["tc", "-n", ns, "qdisc", "del", "dev", IFNAME, "root"],
-            ["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", "htb", "default", "2"],
-            _htb_class(ns, "1:2", host_bps)]
+    cmds = [
+        ["tc", "-n", ns, "qdisc", "del", "dev", IFNAME, "root"],
+        ["tc", "-n", ns, "qdisc", "add", "dev", IFNAME, "root", "handle", "1:", "htb", "default", "2"],
+        _htb_class(ns, "1:2", host_bps),
+    ]
     for i, (address, rate) in enumerate(links):
         classid = f"1:{10 + i}"
         cmds.append(_htb_class(ns, classid, rate))
-        cmds.append(["tc", "-n", ns, "filter", "add", "dev", IFNAME, "parent", "1:", "protocol", "ip", "prio", "1",
-                     "u32", "match", "ip", "dst", f"{address}/32", "flowid", classid])
+        cmds.append(
+            [
+                "tc",
+                "-n",
+                ns,
+                "filter",
+                "add",
+                "dev",
+                IFNAME,
+                "parent",
+                "1:",
+                "protocol",
+                "ip",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "ip",
+                "dst",
+                f"{address}/32",
+                "flowid",
+                classid,
+            ]
+        )
     return cmds
 
 
@@ -182,13 +237,15 @@ def parse_htb_rate(text: str) -> int | None:
 def parse_htb_links(classes: str, filters: str) -> list[tuple[str, int | None]]:
     """(peer address, rate) for every per-link class, from `tc class show` and `tc filter show`
     text: the filter says which class a peer's address goes to, the class its rate (pure)."""
-    rates = {cid: _bps(num, unit) for cid, num, unit in
-             re.findall(r"class htb (1:\d+) .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", classes)}
+    rates = {
+        cid: _bps(num, unit)
+        for cid, num, unit in re.findall(r"class htb (1:\d+) .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", classes)
+    }
     out = []
     # tc prints a u32 filter as "... flowid 1:10 ..." then "match 0ad50002/ffffffff at 16"
     # (the destination address, in hex, at its offset in the IP header).
     for cid, hexaddr in re.findall(r"flowid (1:\d+)\b.*?match ([0-9a-f]{8})/ffffffff at 16", filters, re.S):
-        address = ".".join(str(int(hexaddr[i:i + 2], 16)) for i in range(0, 8, 2))
+        address = ".".join(str(int(hexaddr[i : i + 2], 16)) for i in range(0, 8, 2))
         out.append((address, rates.get(cid)))
     return sorted(out)
 
@@ -198,8 +255,9 @@ def _bps(number: str, unit: str) -> int | None:
     return None if bps >= _UNLIMITED_BPS else bps
 
 
-def current(base_bps: int | None, host_rates: dict[int, int | None],
-            host_links: dict[int, list[tuple[int, int | None]]]) -> Shaping:
+def current(
+    base_bps: int | None, host_rates: dict[int, int | None], host_links: dict[int, list[tuple[int, int | None]]]
+) -> Shaping:
     """The Shaping that reproduces what the hosts have now: the hosts whose egress differs
     from the base rate, and every shaped link (seen from either end) (pure)."""
     hosts = {i: rate for i, rate in host_rates.items() if rate != base_bps}

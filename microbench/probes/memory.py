@@ -25,8 +25,9 @@ GPU_OPS = ("h2d", "d2h", "d2d")
 
 @dataclass
 class Config:
-    sizes: list[int] = option([64 << 20, 256 << 20, 1 << 30], parse=size_range, shown="64M,256M,1G",
-                              help="buffer sizes, well past the caches")
+    sizes: list[int] = option(
+        [64 << 20, 256 << 20, 1 << 30], parse=size_range, shown="64M,256M,1G", help="buffer sizes, well past the caches"
+    )
     threads: int = option(0, parse=nonneg_int, shown="every usable core", help="threads for the all-cores case")
     gpu: bool = True
     # Host copies timed per native call, each call with its own buffers (allocated, touched and
@@ -55,19 +56,23 @@ def validate(config: Config) -> Config:
 
     cores = usable_cores()
     if config.threads > cores:
-        raise UsageError(f"invalid --threads {config.threads}: this machine has {cores} usable core(s); use "
-                         f"--threads {cores} or fewer, e.g. --threads {cores} (or leave it out: every usable core)")
+        raise UsageError(
+            f"invalid --threads {config.threads}: this machine has {cores} usable core(s); use "
+            f"--threads {cores} or fewer, e.g. --threads {cores} (or leave it out: every usable core)"
+        )
     largest = max(config.sizes)
     shortfall = memory_shortfall(2 * largest, free_memory_bytes("cpu"), "host memory")
     if shortfall:
-        raise UsageError(f"invalid --sizes: a {format_size(largest)} copy reads one buffer and writes another, so it "
-                         f"{shortfall}; use smaller --sizes, e.g. --sizes 256M")
+        raise UsageError(
+            f"invalid --sizes: a {format_size(largest)} copy reads one buffer and writes another, so it "
+            f"{shortfall}; use smaller --sizes, e.g. --sizes 256M"
+        )
     return config
 
 
 class MemoryRow(ProbeRow):
-    threads: int | None             # None for the GPU copies
-    copy_kernel: str | None         # the native kernel that won (host copies)
+    threads: int | None  # None for the GPU copies
+    copy_kernel: str | None  # the native kernel that won (host copies)
     copy_gbps: float
 
 
@@ -103,16 +108,22 @@ class MemoryProbe(Probe):
         self._tensors: tuple[Any, Any] | None = None
 
     def implementation(self) -> dict[str, Any]:
-        return {"engine": "memcpy (native)" if native.available() else "numpy copy (python fallback)",
-                "threads_all": self.threads_all, "gpu": self.gpu_reason is None, "gpu_skipped_reason": self.gpu_reason}
+        return {
+            "engine": "memcpy (native)" if native.available() else "numpy copy (python fallback)",
+            "threads_all": self.threads_all,
+            "gpu": self.gpu_reason is None,
+            "gpu_skipped_reason": self.gpu_reason,
+        }
 
     def cases(self) -> list[Case]:
         ops = list(HOST_OPS) + (list(GPU_OPS) if self.gpu_reason is None else [])
         return [Case(op, size) for op in ops for size in self.config.sizes]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        return {"threads": 1 if case.op == "memcpy_1t" else (self.threads_all if case.op == "memcpy_all" else None),
-                "copy_kernel": self.kernels.get((case.op, case.size_bytes))}
+        return {
+            "threads": 1 if case.op == "memcpy_1t" else (self.threads_all if case.op == "memcpy_all" else None),
+            "copy_kernel": self.kernels.get((case.op, case.size_bytes)),
+        }
 
     def prepare(self, case: Case) -> None:
         self._pending = []
@@ -184,31 +195,53 @@ def run(spec: ProbeSpec, config: Config, inv: Any) -> Any:
     from ..run.runner import run_probe
 
     config = replace(config, copies_per_call=copies_per_call(inv.settings.warmup, inv.settings.iters))
-    return run_probe(MemoryProbe(config), inv.settings, config=config, json_path=inv.json_path,
-                     results_dir=inv.results_dir)
+    return run_probe(
+        MemoryProbe(config), inv.settings, config=config, json_path=inv.json_path, results_dir=inv.results_dir
+    )
 
 
 def print_report(outcome: Any, config: Config) -> None:
     from ..core.tables import text_table
     from ..core.units import format_size
 
-    table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",
-              f"{r['time_us']['p50']:.0f}", f"{r['copy_gbps']:.2f}") for r in outcome.rows]
-    print(text_table(table, headers=["op", "size", "threads", "kernel", "time p50 (us)", "copy GB/s"],
-                   tablefmt="simple"))
+    table = [
+        (
+            r["op"],
+            format_size(r["size_bytes"]),
+            r["threads"] or "-",
+            r.get("copy_kernel") or "-",
+            f"{r['time_us']['p50']:.0f}",
+            f"{r['copy_gbps']:.2f}",
+        )
+        for r in outcome.rows
+    ]
+    print(
+        text_table(table, headers=["op", "size", "threads", "kernel", "time p50 (us)", "copy GB/s"], tablefmt="simple")
+    )
     impl = outcome.record["implementation"]
     if impl["gpu_skipped_reason"]:
         print(f"# GPU copies skipped: {impl['gpu_skipped_reason']}")
-    print(f"# implementation {impl['name']}; kernel: the faster here of libc memcpy and streaming (non-temporal) "
-          f"stores; results: {outcome.path}")
+    print(
+        f"# implementation {impl['name']}; kernel: the faster here of libc memcpy and streaming (non-temporal) "
+        f"stores; results: {outcome.path}"
+    )
 
 
 SPEC = ProbeSpec(
-    name="memory", command=("memory",), order=10,
+    name="memory",
+    command=("memory",),
+    order=10,
     help="host memcpy (1 thread, all cores) and GPU H2D/D2H/D2D copy bandwidth",
-    metrics=("copy_gbps",), config=Config, build=lambda config, context=None: MemoryProbe(config),
-    row_schema=MemoryRow, validate=validate, run=run, printer=print_report,
-    sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(), aliases=(),
+    metrics=("copy_gbps",),
+    config=Config,
+    build=lambda config, context=None: MemoryProbe(config),
+    row_schema=MemoryRow,
+    validate=validate,
+    run=run,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10, check=False),
+    needs=Needs(),
+    aliases=(),
     case_keys=("threads",),
     suite=(SuiteStep("memory", ("--sizes", "256M"), ops=HOST_OPS + GPU_OPS),),
 )

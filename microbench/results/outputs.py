@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-DEFAULT_RESULTS_DIR = "results"   # where records go without --json or --results-dir
+DEFAULT_RESULTS_DIR = "results"  # where records go without --json or --results-dir
 
 
 def why_unwritable(directory: str | os.PathLike) -> str | None:
@@ -37,9 +37,17 @@ def why_unwritable(directory: str | os.PathLike) -> str | None:
     return None
 
 
-def check_new_file(path: str | os.PathLike, flag: str, *, noun: str | None = None, kept: str = "files",
-                   example: str | None = None, overwrite: bool = False, parents_made: bool = False,
-                   claimed: bool = False) -> Path:
+def check_new_file(
+    path: str | os.PathLike,
+    flag: str,
+    *,
+    noun: str | None = None,
+    kept: str = "files",
+    example: str | None = None,
+    overwrite: bool = False,
+    parents_made: bool = False,
+    claimed: bool = False,
+) -> Path:
     """Refuse `path` for `flag` when it is a directory, already exists (outputs are never
     overwritten, unless `overwrite`), its directory is missing (unless the writer makes it:
     `parents_made`, as the record store does) or that directory cannot take a new file
@@ -68,8 +76,10 @@ def check_new_file(path: str | os.PathLike, flag: str, *, noun: str | None = Non
         raise UsageError(f"invalid {flag} {text!r}: it is a directory; expected a file path, {good}")
     if target.exists() and not overwrite:
         lead = f"{noun} {text!r} already exists" if noun else f"invalid {flag} {text!r}: it exists"
-        raise UsageError(f"{lead}; {kept} are never overwritten: pick a new name, "
-                         f"e.g. {flag} {target.with_suffix('')}-2{target.suffix}")
+        raise UsageError(
+            f"{lead}; {kept} are never overwritten: pick a new name, "
+            f"e.g. {flag} {target.with_suffix('')}-2{target.suffix}"
+        )
     if parent.exists() and not parent.is_dir():
         raise UsageError(f"invalid {flag} {text!r}: {str(parent)!r} is a file, not a directory; {good}")
     if not parent.is_dir():
@@ -113,9 +123,11 @@ def check_results_dir(path: str | os.PathLike, flag: str = "--results-dir") -> P
     text = str(path)
     if text == DEFAULT_RESULTS_DIR and Path(path).is_symlink():
         real = os.path.realpath(path)
-        raise UsageError(f"results directory {text!r} is a symlink to {real!r}; microbench does not "
-                         f"follow a link it was not given: remove it, or name it yourself, "
-                         f"e.g. --results-dir {real} (or --results-dir results/ to follow the link)")
+        raise UsageError(
+            f"results directory {text!r} is a symlink to {real!r}; microbench does not "
+            f"follow a link it was not given: remove it, or name it yourself, "
+            f"e.g. --results-dir {real} (or --results-dir results/ to follow the link)"
+        )
     good = f"e.g. {flag} results"
     if not text.strip():
         raise UsageError(f"invalid {flag} {text!r}: empty; expected a directory, {good}")
@@ -154,8 +166,13 @@ def check_outputs(args: Any) -> None:
 
 
 # Every flag that names one new file, and the suffix its example takes.
-_FILE_FLAGS = (("--json", "json", ".json"), ("--csv", "csv", ".csv"), ("--heatmap", "heatmap", ".png"),
-               ("--out", "out", ""), ("--junit", "junit", ".xml"))
+_FILE_FLAGS = (
+    ("--json", "json", ".json"),
+    ("--csv", "csv", ".csv"),
+    ("--heatmap", "heatmap", ".png"),
+    ("--out", "out", ""),
+    ("--junit", "junit", ".xml"),
+)
 
 
 def check_distinct(args: Any) -> None:
@@ -170,8 +187,13 @@ def check_distinct(args: Any) -> None:
         if key in seen:
             other_flag, other = seen[key]
             path = Path(value)
-            example = path.with_suffix(suffix) if suffix and path.suffix != suffix else \
-                path.with_name(f"{path.stem}-2{path.suffix}")
-            raise UsageError(f"invalid {flag} {value!r}: the same file as {other_flag} {other!r}; each output "
-                             f"needs a file of its own, e.g. {flag} {example}")
+            example = (
+                path.with_suffix(suffix)
+                if suffix and path.suffix != suffix
+                else path.with_name(f"{path.stem}-2{path.suffix}")
+            )
+            raise UsageError(
+                f"invalid {flag} {value!r}: the same file as {other_flag} {other!r}; each output "
+                f"needs a file of its own, e.g. {flag} {example}"
+            )
         seen[key] = (flag, value)

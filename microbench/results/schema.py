@@ -75,8 +75,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def new_record(kind: str, config: dict[str, Any], environment: dict[str, Any],
-               implementation: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
+def new_record(
+    kind: str,
+    config: dict[str, Any],
+    environment: dict[str, Any],
+    implementation: dict[str, Any],
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "microbench", "version": __version__},
@@ -97,13 +102,10 @@ def new_record(kind: str, config: dict[str, Any], environment: dict[str, Any],
 def redact(value: Any) -> Any:
     """Drop secret-looking keys recursively so credentials never reach disk or stdout."""
     if isinstance(value, dict):
-        return {k: ("<redacted>" if is_secret_name(k) else redact(v))
-                for k, v in value.items()}
+        return {k: ("<redacted>" if is_secret_name(k) else redact(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value
-
-
 
 
 def _is_secret_flag(flag: str) -> bool:
@@ -141,7 +143,7 @@ class TimeUs(TypedDict):
     max: float
     min: float
     mean: float
-    n: int              # timed iterations per rank
+    n: int  # timed iterations per rank
 
 
 class ProbeRow(TypedDict):
@@ -153,17 +155,21 @@ class ProbeRow(TypedDict):
     iters: int
     warmup: int
     time_us: TimeUs
-    slowest_rank: int                   # the rank with the largest median
+    slowest_rank: int  # the rank with the largest median
     per_rank_time_us_p50: list[float]
-    nwrong: int | None                  # None: --no-check, or not yet checked (checked_by)
+    nwrong: int | None  # None: --no-check, or not yet checked (checked_by)
 
 
 # What every reader may index in any probe's row, in every record of versions 1 and 2.
 IDENTITY_FIELDS = ("op", "size_bytes")
 
 # v1 column -> v2 column (the metric naming rule: the unit right after the quantity).
-V1_ROW_RENAMES = {"lat_p50_us": "lat_us_p50", "lat_p99_us": "lat_us_p99", "lat_p999_us": "lat_us_p999",
-                  "lat_max_us": "lat_us_max"}
+V1_ROW_RENAMES = {
+    "lat_p50_us": "lat_us_p50",
+    "lat_p99_us": "lat_us_p99",
+    "lat_p999_us": "lat_us_p999",
+    "lat_max_us": "lat_us_max",
+}
 
 
 def upgrade(record: Any) -> Any:
@@ -174,8 +180,9 @@ def upgrade(record: Any) -> Any:
     out = dict(record, schema_version=SCHEMA_VERSION, upgraded_from=1)
     rows = record.get("rows")
     if isinstance(rows, list):
-        out["rows"] = [{V1_ROW_RENAMES.get(k, k): v for k, v in row.items()} if isinstance(row, dict) else row
-                       for row in rows]
+        out["rows"] = [
+            {V1_ROW_RENAMES.get(k, k): v for k, v in row.items()} if isinstance(row, dict) else row for row in rows
+        ]
     return out
 
 
@@ -187,8 +194,9 @@ def check_record(record: dict[str, Any]) -> None:
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         readable = " or ".join(str(v) for v in READABLE_VERSIONS)
-        raise ValueError(f"schema_version {version!r} is not supported (expected {readable}; "
-                         f"a newer microbench wrote it?)")
+        raise ValueError(
+            f"schema_version {version!r} is not supported (expected {readable}; a newer microbench wrote it?)"
+        )
     for key in ("kind", "status", "config", "environment", "implementation", "rows"):
         if key not in record:
             raise ValueError(f"record lacks {key!r}")
@@ -213,8 +221,10 @@ def check_rows(record: dict[str, Any], rows: list[Any], first_index: int = 0, *,
         if schema is not None:
             problem = row_problem(row, schema, complete=complete)
             if problem:
-                raise ValueError(f"row {index} {problem}; {record.get('kind')!r} rows follow "
-                                 f"{schema.__module__}.{schema.__qualname__}")
+                raise ValueError(
+                    f"row {index} {problem}; {record.get('kind')!r} rows follow "
+                    f"{schema.__module__}.{schema.__qualname__}"
+                )
 
 
 def row_schema_for(kind: str) -> type | None:
@@ -261,7 +271,7 @@ def _is_typeddict(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
 
 
-@functools.lru_cache(maxsize=None)   # asked for every field of every row a reader checks
+@functools.lru_cache(maxsize=None)  # asked for every field of every row a reader checks
 def _arms(tp: Any) -> tuple[Any, ...] | None:
     if typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType):
         return typing.get_args(tp)
@@ -297,8 +307,15 @@ def _describe(tp: Any) -> str:
     arms = _arms(tp)
     if arms is not None:
         return " or ".join(_describe(arm) for arm in arms)
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null",
-             list: "a list", dict: "an object"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        type(None): "null",
+        list: "a list",
+        dict: "an object",
+    }
     if tp in names:
         return names[tp]
     origin = typing.get_origin(tp)

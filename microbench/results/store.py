@@ -52,12 +52,13 @@ def _safe(text: str) -> str:
 class RecordWriter:
     """Owns one record file for the life of a run."""
 
-    def __init__(self, record: dict[str, Any], path: str | os.PathLike | None = None,
-                 directory: str | os.PathLike = DEFAULT_DIR):
+    def __init__(
+        self, record: dict[str, Any], path: str | os.PathLike | None = None, directory: str | os.PathLike = DEFAULT_DIR
+    ):
         self.record = record
-        self.path: Path = Path()     # claimed below
-        self.failed: str | None = None   # why the last write was refused; nothing is written after
-        self.saved_rows = 0              # rows in the version on disk
+        self.path: Path = Path()  # claimed below
+        self.failed: str | None = None  # why the last write was refused; nothing is written after
+        self.saved_rows = 0  # rows in the version on disk
         self._saved: bytes | None = None
         self._made_dir: Path | None = None
         self._check(lambda: check_record(record))  # before claiming a file that would stay empty
@@ -128,8 +129,10 @@ class RecordWriter:
             os.close(fd)
             return candidate
         if path is not None:
-            raise UsageError(f"results file {str(path)!r} already exists; results are never "
-                             f"overwritten: pick a new name, e.g. --json {path.with_suffix('')}-2.json")
+            raise UsageError(
+                f"results file {str(path)!r} already exists; results are never "
+                f"overwritten: pick a new name, e.g. --json {path.with_suffix('')}-2.json"
+            )
         raise RunError(f"could not find a free results file name in {str(directory)!r}")
 
     def _check(self, check: Callable[[], None]) -> None:
@@ -138,7 +141,7 @@ class RecordWriter:
         try:
             check()
         except ValueError as exc:
-            claimed = getattr(self, "path", None)   # None until the file is claimed
+            claimed = getattr(self, "path", None)  # None until the file is claimed
             where = f" {str(claimed)!r}" if claimed else ""
             raise RunError(f"bug: the {self.record.get('kind')!r} record{where} would not be readable: {exc}") from None
 
@@ -344,9 +347,15 @@ def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
     writer.writerows(flat)
-    return atomic_write_new(target, text.getvalue().encode(), "CSV file", exists=(
-        f"CSV file {str(target)!r} already exists; results are never overwritten: "
-        f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv"))
+    return atomic_write_new(
+        target,
+        text.getvalue().encode(),
+        "CSV file",
+        exists=(
+            f"CSV file {str(target)!r} already exists; results are never overwritten: "
+            f"pick a new name, e.g. --csv {target.with_suffix('')}-2.csv"
+        ),
+    )
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:

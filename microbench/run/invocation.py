@@ -33,13 +33,13 @@ class Invocation:
     settings: SweepSettings = field(default_factory=SweepSettings)
     json_path: str | None = None
     results_dir: str = "results"
-    argv: list[str] | None = None          # the command line ranks re-run; None: this process's
+    argv: list[str] | None = None  # the command line ranks re-run; None: this process's
     # Set by the command layer for a world probe on a lab: rank placement, and how a failure is
     # named (which lab host lost its link). A probe knows nothing of the lab.
     placement: Placement | None = None
     naming: Callable[[Any], ContextManager[None]] | None = None
-    diagnose: Callable[[], str | None] | None = None     # after a failure: whose fault, if known
-    facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation (lab, ...)
+    diagnose: Callable[[], str | None] | None = None  # after a failure: whose fault, if known
+    facts: dict[str, Any] = field(default_factory=dict)  # for the record's implementation (lab, ...)
     # What a launcher's world ended with (its rank 0's exit code, which has printed the reason).
     exit_code: int = 0
 
@@ -63,18 +63,26 @@ def _needs_view(config: Any) -> SimpleNamespace:
 
 def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
     build = spec.build
-    assert build is not None   # a probe without build brings its own run
+    assert build is not None  # a probe without build brings its own run
     if not spec.needs.world:
         with provision.prepare(spec, _needs_view(config)) as context:
             probe = build(config, context)
-            return run_probe(probe, inv.settings, config=config, json_path=inv.json_path,
-                             results_dir=inv.results_dir, extra_implementation=context.facts)
+            return run_probe(
+                probe,
+                inv.settings,
+                config=config,
+                json_path=inv.json_path,
+                results_dir=inv.results_dir,
+                extra_implementation=context.facts,
+            )
     from ..world import backends
     from ..world.policy import in_world, local_ranks
 
     if spec.needs.s3:
-        raise UsageError(f"probe {spec.name!r} needs a world and S3: the generic runner does not hand an "
-                         f"embedded server to ranks; give the probe its own run (spec.run)")
+        raise UsageError(
+            f"probe {spec.name!r} needs a world and S3: the generic runner does not hand an "
+            f"embedded server to ranks; give the probe its own run (spec.run)"
+        )
     nproc = getattr(config, "nproc", None) or local_ranks()
     outcomes: list[RunOutcome] = []
 
@@ -82,9 +90,16 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
         with provision.prepare(spec, _needs_view(config)) as context:
             context.world = world
             probe = build(config, context)
-            outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
-                                results_dir=inv.results_dir, extra_implementation=context.facts)
-        if world.rank == 0:   # only rank 0 prints and writes
+            outcome = run_probe(
+                probe,
+                inv.settings,
+                config=config,
+                world=world,
+                json_path=inv.json_path,
+                results_dir=inv.results_dir,
+                extra_implementation=context.facts,
+            )
+        if world.rank == 0:  # only rank 0 prints and writes
             outcomes.append(outcome)
         return 0
 

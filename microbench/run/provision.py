@@ -25,8 +25,12 @@ from ..world.dist import World
 
 # How a launching process hands its embedded server to the ranks it spawns. The key pair is
 # generated per run and only ever travels in the ranks' environment.
-ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROBENCH_S3_KEY_ID",
-                                               "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
+ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = (
+    "MICROBENCH_S3_ENDPOINT",
+    "MICROBENCH_S3_KEY_ID",
+    "MICROBENCH_S3_SECRET",
+    "MICROBENCH_S3_ROOT",
+)
 # What prepare reads --path, --keep, --endpoint and --bucket from: the parsed flags, or a view
 # of a probe's Config holding them (run/invocation.py).
 Flags = argparse.Namespace | SimpleNamespace
@@ -64,9 +68,11 @@ def check_embedded_space(need_bytes: int, smaller: str = "a smaller size") -> No
     need = need_bytes + S3_MARGIN_BYTES
     free = shutil.disk_usage(tmp).free
     if free < need:
-        raise UsageError(f"not enough free space in {tmp!r} for the embedded S3 server: need "
-                         f"{format_bytes_human(need)}, have {format_bytes_human(free)}; use {smaller} "
-                         f"or set TMPDIR to a larger filesystem")
+        raise UsageError(
+            f"not enough free space in {tmp!r} for the embedded S3 server: need "
+            f"{format_bytes_human(need)}, have {format_bytes_human(free)}; use {smaller} "
+            f"or set TMPDIR to a larger filesystem"
+        )
 
 
 def embedded_s3(stack: contextlib.ExitStack, bucket: str, need_bytes: int, smaller: str = "a smaller size") -> Any:
@@ -81,8 +87,12 @@ def embedded_s3(stack: contextlib.ExitStack, bucket: str, need_bytes: int, small
 
 def embedded_s3_env(server: Any) -> dict[str, str]:
     """The variables that let spawned ranks reach the launcher's embedded server."""
-    return {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
-            ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
+    return {
+        ENV_ENDPOINT: server.endpoint_url,
+        ENV_KEY: server.credentials.access_key_id,
+        ENV_SECRET: server.credentials.secret_access_key,
+        ENV_ROOT: str(server.root),
+    }
 
 
 def embedded_s3_from_env() -> dict[str, str | None] | None:
@@ -90,12 +100,17 @@ def embedded_s3_from_env() -> dict[str, str | None] | None:
     endpoint = os.environ.get(ENV_ENDPOINT)
     if not endpoint:
         return None
-    return {"endpoint": endpoint, "key": os.environ.get(ENV_KEY), "secret": os.environ.get(ENV_SECRET),
-            "root": os.environ.get(ENV_ROOT)}
+    return {
+        "endpoint": endpoint,
+        "key": os.environ.get(ENV_KEY),
+        "secret": os.environ.get(ENV_SECRET),
+        "root": os.environ.get(ENV_ROOT),
+    }
 
 
-def embedded_s3_for_ranks(stack: contextlib.ExitStack, target: Any, endpoint: str | None, need_bytes: int,
-                          smaller: str) -> tuple[Any, dict[str, str]]:
+def embedded_s3_for_ranks(
+    stack: contextlib.ExitStack, target: Any, endpoint: str | None, need_bytes: int, smaller: str
+) -> tuple[Any, dict[str, str]]:
     """For an s3:// target: the client library checked, and, when no --endpoint is named and this
     process spawns its ranks itself (no launcher), the embedded server started (stopped with
     `stack`) with the variables that hand it to the ranks. (None, {}) otherwise."""
@@ -140,10 +155,12 @@ def s3_target(endpoint: str | None, server: Any) -> tuple[Any, str | None]:
         return Target.for_embedded(server), str(server.root)
     handed = embedded_s3_from_env()
     if handed is None:
-        raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
-                         "only started for ranks microbench spawns itself)")
+        raise UsageError(
+            "an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
+            "only started for ranks microbench spawns itself)"
+        )
     key, secret = handed["key"], handed["secret"]
-    assert key is not None and secret is not None   # the launcher hands both with the endpoint
+    assert key is not None and secret is not None  # the launcher hands both with the endpoint
     return Target(handed["endpoint"], REGION, "path", Credentials(key, secret)), handed["root"]
 
 
@@ -195,14 +212,14 @@ class Context:
     """What was set up for one run of a probe; `spec.build(config, context)` receives it."""
 
     args: Flags | None = None
-    workdir: Any = None        # workdir.WorkDir under --path (needs.target)
-    s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
+    workdir: Any = None  # workdir.WorkDir under --path (needs.target)
+    s3: Any = None  # s3client.Target (needs.s3): the embedded server or --endpoint
     bucket: str | None = None
-    world: World | None = None   # dist.World on every rank (needs.world)
-    run_dir: Any = None        # a run directory a probe's own run made (checkpoint)
-    transport: Any = None      # () -> what the record says about the transport (nccl)
-    cred_source: str = "unknown"   # where S3 credentials came from, for the record
-    facts: dict[str, Any] = field(default_factory=dict)   # for the record's implementation
+    world: World | None = None  # dist.World on every rank (needs.world)
+    run_dir: Any = None  # a run directory a probe's own run made (checkpoint)
+    transport: Any = None  # () -> what the record says about the transport (nccl)
+    cred_source: str = "unknown"  # where S3 credentials came from, for the record
+    facts: dict[str, Any] = field(default_factory=dict)  # for the record's implementation
 
 
 @contextlib.contextmanager
@@ -229,8 +246,9 @@ def _s3_target(stack: contextlib.ExitStack, args: Flags, need_bytes: int) -> tup
     check_s3_client()
     if args.endpoint:
         if not args.bucket:
-            raise UsageError("--endpoint needs --bucket: an existing bucket to write test objects into, "
-                             "e.g. --bucket my-bucket")
+            raise UsageError(
+                "--endpoint needs --bucket: an existing bucket to write test objects into, e.g. --bucket my-bucket"
+            )
         target = Target(check_endpoint(args.endpoint))
     else:
         target = Target.for_embedded(embedded_s3(stack, args.bucket or DEFAULT_BUCKET, need_bytes))

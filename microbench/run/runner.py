@@ -36,7 +36,7 @@ class RunOutcome:
     record: dict[str, Any]
     path: Path | None
     rows: list[dict[str, Any]]
-    notes: dict[str, Any] = field(default_factory=dict)   # what a probe's run tells its printer
+    notes: dict[str, Any] = field(default_factory=dict)  # what a probe's run tells its printer
 
 
 def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
@@ -47,9 +47,9 @@ def _iterations(settings: SweepSettings, warm_times: list[float]) -> int:
 
 
 # How a row's iterations were timed (the row's "timing"):
-TIMING_HOST = "host_clock"     # perf_counter around run_once + sync, every iteration
+TIMING_HOST = "host_clock"  # perf_counter around run_once + sync, every iteration
 TIMING_EVENTS = "cuda_events"  # a CUDA event pair around each iteration, one synchronize per batch
-TIMING_PROBE = "probe"         # the probe timed itself (run_once returned Timed)
+TIMING_PROBE = "probe"  # the probe timed itself (run_once returned Timed)
 
 
 def timing_method(device: Any, cuda_available: bool) -> str:
@@ -230,11 +230,18 @@ def config_dict(config: Any) -> dict[str, Any]:
     return recorded(config) if is_dataclass(config) else dict(config)
 
 
-def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: World | None = None,
-              json_path: str | None = None, results_dir: str = "results",
-              on_row: Callable[[dict[str, Any]], None] | None = None,
-              extra_implementation: dict[str, Any] | None = None,
-              extra_summary: dict[str, Any] | None = None) -> RunOutcome:
+def run_probe(
+    probe: Probe,
+    settings: SweepSettings,
+    *,
+    config: Any,
+    world: World | None = None,
+    json_path: str | None = None,
+    results_dir: str = "results",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    extra_implementation: dict[str, Any] | None = None,
+    extra_summary: dict[str, Any] | None = None,
+) -> RunOutcome:
     """Sweep every case of `probe`, keeping the record on disk current after each case.
 
     Only rank 0 writes. On a failure or Ctrl-C, the finished rows stay in the file, status
@@ -249,8 +256,16 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
         cases = probe.cases()
         implementation = {**envmod.native.implementation(), **probe.implementation(), **(extra_implementation or {})}
     except ProbeUnavailable as exc:
-        skip(probe.name, str(exc), config, settings, world=world, json_path=json_path, results_dir=results_dir,
-             implementation=extra_implementation)
+        skip(
+            probe.name,
+            str(exc),
+            config,
+            settings,
+            world=world,
+            json_path=json_path,
+            results_dir=results_dir,
+            implementation=extra_implementation,
+        )
     record = _probe_record(probe.name, settings_config, world, implementation, is_writer)
     writer = RecordWriter(record, json_path, results_dir) if is_writer else None
     rows: list[dict[str, Any]] = []
@@ -323,17 +338,26 @@ def run_probe(probe: Probe, settings: SweepSettings, *, config: Any, world: Worl
             progress.close()
 
 
-def _probe_record(kind: str, config: dict[str, Any], world: World | None, implementation: dict[str, Any],
-                  is_writer: bool) -> dict[str, Any]:
+def _probe_record(
+    kind: str, config: dict[str, Any], world: World | None, implementation: dict[str, Any], is_writer: bool
+) -> dict[str, Any]:
     record = new_record(kind, config, envmod.collect() if is_writer else {}, implementation)
     if world is not None:
         record["config"]["world"] = {"size": world.size, "backend": world.backend, "launcher": world.spec.launcher}
     return record
 
 
-def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world: World | None = None,
-         json_path: str | None = None, results_dir: str = "results",
-         implementation: dict[str, Any] | None = None) -> NoReturn:
+def skip(
+    kind: str,
+    reason: str,
+    config: Any,
+    settings: SweepSettings,
+    *,
+    world: World | None = None,
+    json_path: str | None = None,
+    results_dir: str = "results",
+    implementation: dict[str, Any] | None = None,
+) -> NoReturn:
     """A probe that cannot run here: rank 0 writes its record (status "skipped", status_reason
     the reason, no rows), then ProbeUnavailable(reason) ends the run (the CLI exits 0).
     run_probe calls it for every probe whose unavailable_reason says no or that raises
@@ -343,7 +367,8 @@ def skip(kind: str, reason: str, config: Any, settings: SweepSettings, *, world:
         settings_config = {"probe": config_dict(config), "sweep": asdict(settings)}
         impl = {**envmod.native.implementation(), **(implementation or {})}
         RecordWriter(_probe_record(kind, settings_config, world, impl, True), json_path, results_dir).finish(
-            "skipped", reason)
+            "skipped", reason
+        )
     exc = ProbeUnavailable(reason)
     exc.recorded = True  # type: ignore[attr-defined]  # the command wrapper must not write another
     raise exc

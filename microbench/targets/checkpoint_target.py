@@ -30,8 +30,8 @@ SPACE_MARGIN_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class Target:
-    kind: str        # "local" or "s3"
-    path: str        # absolute directory, or "bucket/prefix" without a trailing slash
+    kind: str  # "local" or "s3"
+    path: str  # absolute directory, or "bucket/prefix" without a trailing slash
     bucket: str = ""
 
     @property
@@ -41,11 +41,11 @@ class Target:
 
 @dataclass(frozen=True)
 class S3Access:
-    endpoint_url: str | None                  # None: the SDK's default (AWS)
+    endpoint_url: str | None  # None: the SDK's default (AWS)
     key_id: str | None = field(default=None, repr=False)
     secret: str | None = field(default=None, repr=False)
     embedded: bool = False
-    root_dir: str | None = None               # the embedded server's data directory
+    root_dir: str | None = None  # the embedded server's data directory
     # --timeout: bounds each of the calls made before and after the ranks (the bucket check,
     # the run directory's removal), so a server that accepts and never answers fails the run.
     timeout_s: float = 300.0
@@ -54,8 +54,12 @@ class S3Access:
         """s3fs options for rank 0's own calls around the ranks: one attempt each (botocore's and
         s3fs's retries would multiply the wait), connect and read bounded by `timeout_s`."""
         opts = self.storage_options()
-        opts["config_kwargs"] = {**opts["config_kwargs"], "connect_timeout": self.timeout_s,
-                                 "read_timeout": self.timeout_s, "retries": {"total_max_attempts": 1}}
+        opts["config_kwargs"] = {
+            **opts["config_kwargs"],
+            "connect_timeout": self.timeout_s,
+            "read_timeout": self.timeout_s,
+            "retries": {"total_max_attempts": 1},
+        }
         return opts
 
     def storage_options(self) -> dict[str, Any]:
@@ -66,11 +70,16 @@ class S3Access:
         # Without a checksum header botocore SHA-256s every payload in Python, over https too;
         # a default client sends a CRC32 header instead and signs no payload. As the S3 probe
         # does, no payload is signed: on the embedded server that was 7-10% of a save's time.
-        opts: dict[str, Any] = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 120,
-                                                  "retries": {"total_max_attempts": 2},
-                                                  "request_checksum_calculation": "when_required",
-                                                  "response_checksum_validation": "when_required",
-                                                  "s3": {"payload_signing_enabled": False}}}
+        opts: dict[str, Any] = {
+            "config_kwargs": {
+                "connect_timeout": 5,
+                "read_timeout": 120,
+                "retries": {"total_max_attempts": 2},
+                "request_checksum_calculation": "when_required",
+                "response_checksum_validation": "when_required",
+                "s3": {"payload_signing_enabled": False},
+            }
+        }
         bounded = bounded_session(self.timeout_s)
         if bounded is not None:
             opts["config_kwargs"]["http_session_cls"] = bounded
@@ -103,9 +112,10 @@ def bounded_session(total_s: float) -> Any:
         class Bounded(AIOHTTPSession):
             def __init__(self, *args: Any, **kwargs: Any):
                 super().__init__(*args, **kwargs)
-                per_read = self._timeout   # type: ignore[has-type]  # aiobotocore's, set by its __init__
-                self._timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=per_read.sock_connect,
-                                                      sock_read=per_read.sock_read)
+                per_read = self._timeout  # type: ignore[has-type]  # aiobotocore's, set by its __init__
+                self._timeout = aiohttp.ClientTimeout(
+                    total=total_s, sock_connect=per_read.sock_connect, sock_read=per_read.sock_read
+                )
 
         _BOUNDED[total_s] = Bounded
     return _BOUNDED[total_s]
@@ -118,8 +128,10 @@ def parse_target(text: str) -> Target:
     if "://" in raw:
         parsed = urlparse(raw)
         if parsed.scheme != "s3":
-            raise UsageError(f"invalid --target {raw!r}: only local directories and s3:// URLs are supported, "
-                             f"e.g. --target s3://ckpt/run1")
+            raise UsageError(
+                f"invalid --target {raw!r}: only local directories and s3:// URLs are supported, "
+                f"e.g. --target s3://ckpt/run1"
+            )
         bucket = parsed.netloc
         if not bucket:
             raise UsageError(f"invalid --target {raw!r}: no bucket; expected s3://bucket/prefix, e.g. s3://ckpt/run1")
@@ -141,9 +153,11 @@ def check_free_space(directory: str, need: int, what: str) -> None:
     stat = os.statvfs(directory)
     free = stat.f_bavail * stat.f_frsize
     if free < need:
-        raise UsageError(f"not enough free space for {what}: needs about {format_bytes_human(need)} "
-                         f"but {directory} has {format_bytes_human(free)} free; use a smaller --size or "
-                         f"another --target")
+        raise UsageError(
+            f"not enough free space for {what}: needs about {format_bytes_human(need)} "
+            f"but {directory} has {format_bytes_human(free)} free; use a smaller --size or "
+            f"another --target"
+        )
 
 
 def existing_ancestor(path: str) -> str:
@@ -162,15 +176,16 @@ def unique_name() -> str:
 def check_endpoint_reachable(url: str, timeout_s: float = 5.0) -> None:
     from .s3client import check_endpoint
 
-    parsed = urlparse(check_endpoint(url))   # a malformed URL is named there, its password hidden
+    parsed = urlparse(check_endpoint(url))  # a malformed URL is named there, its password hidden
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         with socket.create_connection((parsed.hostname, port), timeout=timeout_s):
             pass
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__
-        raise RunError(f"cannot reach the S3 endpoint {url}: {reason}; check --endpoint "
-                       f"(without it an embedded server is started)") from None
+        raise RunError(
+            f"cannot reach the S3 endpoint {url}: {reason}; check --endpoint (without it an embedded server is started)"
+        ) from None
 
 
 class RunDir:
@@ -179,7 +194,7 @@ class RunDir:
 
     def __init__(self, target: Target, name: str, s3: S3Access | None = None):
         self.target, self.name, self.s3 = target, name, s3
-        self.created: list[str] = []   # local target directories this run made, deepest last
+        self.created: list[str] = []  # local target directories this run made, deepest last
         self._fs: Any = None
 
     # -- locations ---------------------------------------------------------------------
@@ -204,7 +219,7 @@ class RunDir:
 
             assert self.s3 is not None
             self._fs = s3fs.S3FileSystem(**self.s3.control_options())
-            self._fs.retries = 1   # s3fs's own retry loop (5 by default) around botocore's, not an __init__ option here
+            self._fs.retries = 1  # s3fs's own retry loop (5 by default) around botocore's, not an __init__ option here
         return self._fs
 
     # -- DCP storage --------------------------------------------------------------------
@@ -232,13 +247,20 @@ class RunDir:
 
     def implementation(self) -> dict[str, Any]:
         if self.target.kind == "local":
-            return {"storage": "FileSystemWriter/FileSystemReader", "target_kind": "local",
-                    "durable_when": "fsync of every file (sync_files=True)"}
+            return {
+                "storage": "FileSystemWriter/FileSystemReader",
+                "target_kind": "local",
+                "durable_when": "fsync of every file (sync_files=True)",
+            }
         assert self.s3 is not None
-        return {"storage": "FsspecWriter/FsspecReader (s3fs)", "target_kind": "s3",
-                "s3_endpoint": self.s3.endpoint_url or "default (AWS)", "s3_embedded_server": self.s3.embedded,
-                "durable_when": "every object's upload completed (S3 PUT/multipart complete)",
-                "payload_signing": False}
+        return {
+            "storage": "FsspecWriter/FsspecReader (s3fs)",
+            "target_kind": "s3",
+            "s3_endpoint": self.s3.endpoint_url or "default (AWS)",
+            "s3_embedded_server": self.s3.embedded,
+            "durable_when": "every object's upload completed (S3 PUT/multipart complete)",
+            "payload_signing": False,
+        }
 
     # -- lifecycle (rank 0) -----------------------------------------------------------------
     def create(self) -> None:
@@ -251,8 +273,10 @@ class RunDir:
             if os.path.lexists(path):
                 # exists() is False for a symlink loop or a dangling link, and mkdir on it
                 # would fail with a bare "File exists".
-                raise UsageError(f"invalid --target {self.target.path!r}: {_broken_link(path)}; expected a "
-                                 f"directory or a path to create, e.g. --target /tmp/ck")
+                raise UsageError(
+                    f"invalid --target {self.target.path!r}: {_broken_link(path)}; expected a "
+                    f"directory or a path to create, e.g. --target /tmp/ck"
+                )
             missing.append(path)
             path = os.path.dirname(path)
         if not os.path.isdir(path):
@@ -278,18 +302,24 @@ class RunDir:
 
     def _check_bucket(self) -> None:
         fs = self.fs()
-        assert self.s3 is not None   # fs() has made the client from it
+        assert self.s3 is not None  # fs() has made the client from it
         try:
             fs.ls(self.target.bucket, refresh=True)
         except FileNotFoundError:
-            raise RunError(f"S3 bucket {self.target.bucket!r} does not exist at {self.s3.endpoint_url or 'AWS'}; "
-                           f"create it first or choose another --target") from None
+            raise RunError(
+                f"S3 bucket {self.target.bucket!r} does not exist at {self.s3.endpoint_url or 'AWS'}; "
+                f"create it first or choose another --target"
+            ) from None
         except PermissionError as exc:
-            raise RunError(f"S3 endpoint {self.s3.endpoint_url or 'AWS'} refused access to bucket "
-                           f"{self.target.bucket!r} (check the AWS credentials): {_first_line(exc)}") from None
+            raise RunError(
+                f"S3 endpoint {self.s3.endpoint_url or 'AWS'} refused access to bucket "
+                f"{self.target.bucket!r} (check the AWS credentials): {_first_line(exc)}"
+            ) from None
         except Exception as exc:
-            raise RunError(f"S3 endpoint {self.s3.endpoint_url or 'AWS'} failed listing bucket "
-                           f"{self.target.bucket!r}: {_first_line(exc)}") from None
+            raise RunError(
+                f"S3 endpoint {self.s3.endpoint_url or 'AWS'} failed listing bucket "
+                f"{self.target.bucket!r}: {_first_line(exc)}"
+            ) from None
 
     def remove_sub(self, sub: str) -> None:
         if self.target.kind == "local":
@@ -343,8 +373,9 @@ def preflight_local(target: Target, size_bytes: int) -> None:
     base = existing_ancestor(target.path)
     why = why_unwritable(base) if os.path.isdir(base) else None
     if why:
-        raise UsageError(f"invalid --target {target.path!r}: {why}; give a directory this user can write, "
-                         f"e.g. --target /tmp/ck")
+        raise UsageError(
+            f"invalid --target {target.path!r}: {why}; give a directory this user can write, e.g. --target /tmp/ck"
+        )
     probe = RunDir(target, unique_name() + "-preflight")
     probe.create()
     try:

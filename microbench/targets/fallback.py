@@ -26,8 +26,18 @@ from ..core.stats import percentile
 _LAT_CAP = 1 << 20
 
 
-def io_run(path: str, write: bool, bs: int, size: int, threads: int = 1, qd: int = 1, direct: bool = False,
-           random_order: bool = False, fsync: bool = True, seed: int = 1) -> dict[str, Any]:
+def io_run(
+    path: str,
+    write: bool,
+    bs: int,
+    size: int,
+    threads: int = 1,
+    qd: int = 1,
+    direct: bool = False,
+    random_order: bool = False,
+    fsync: bool = True,
+    seed: int = 1,
+) -> dict[str, Any]:
     if bs <= 0 or size <= 0 or threads < 1 or qd < 1:
         raise ValueError("bs, size, threads and qd must be positive")
     workers = threads * qd
@@ -94,11 +104,20 @@ def io_run(path: str, write: bool, bs: int, size: int, threads: int = 1, qd: int
         os.close(fd)
     samples = sorted(v for lat in lats for v in lat)
     ios = workers * (slice_bytes // bs)
-    return {"bytes": ios * bs, "seconds": seconds, "iops": ios / seconds if seconds > 0 else 0.0, "ios": ios,
-            "lat_p50_us": percentile(samples, 50), "lat_p99_us": percentile(samples, 99),
-            "lat_p999_us": percentile(samples, 99.9), "lat_max_us": samples[-1] if samples else 0.0,
-            "lat_mean_us": sum(samples) / len(samples) if samples else 0.0, "lat_samples": len(samples),
-            "engine": "python threads", "workers": workers}
+    return {
+        "bytes": ios * bs,
+        "seconds": seconds,
+        "iops": ios / seconds if seconds > 0 else 0.0,
+        "ios": ios,
+        "lat_p50_us": percentile(samples, 50),
+        "lat_p99_us": percentile(samples, 99),
+        "lat_p999_us": percentile(samples, 99.9),
+        "lat_max_us": samples[-1] if samples else 0.0,
+        "lat_mean_us": sum(samples) / len(samples) if samples else 0.0,
+        "lat_samples": len(samples),
+        "engine": "python threads",
+        "workers": workers,
+    }
 
 
 def memcpy_run(size_bytes: int, threads: int, iters: int) -> list[float]:
@@ -118,7 +137,7 @@ def memcpy_run(size_bytes: int, threads: int, iters: int) -> list[float]:
     bounds = [(size_bytes * t // threads, size_bytes * (t + 1) // threads) for t in range(threads)]
 
     def copy(bound: tuple[int, int]) -> None:
-        np.copyto(dst[bound[0]:bound[1]], src[bound[0]:bound[1]])
+        np.copyto(dst[bound[0] : bound[1]], src[bound[0] : bound[1]])
 
     times = []
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -129,8 +148,14 @@ def memcpy_run(size_bytes: int, threads: int, iters: int) -> list[float]:
     return times
 
 
-def _drive(fds: list[socket.socket], send_left: list[int], recv_left: list[int], timeout_s: float, buf: bytes,
-           first_rx: list[float] | None = None) -> None:
+def _drive(
+    fds: list[socket.socket],
+    send_left: list[int],
+    recv_left: list[int],
+    timeout_s: float,
+    buf: bytes,
+    first_rx: list[float] | None = None,
+) -> None:
     """Python twin of drive() in native/tcp_link.c: same protocol, same timeout semantics."""
     last = time.perf_counter()
     view = memoryview(buf)
@@ -140,7 +165,7 @@ def _drive(fds: list[socket.socket], send_left: list[int], recv_left: list[int],
             for i, fd in enumerate(fds):
                 if send_left[i]:
                     try:
-                        k = fd.send(view[:min(send_left[i], len(buf))])
+                        k = fd.send(view[: min(send_left[i], len(buf))])
                     except BlockingIOError:
                         k = 0
                     send_left[i] -= k

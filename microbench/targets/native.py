@@ -40,8 +40,11 @@ def module() -> Any:
 
 
 def implementation() -> dict[str, Any]:
-    return {"native": _module is not None, "name": "native" if _module is not None else "python",
-            "fallback_reason": _reason}
+    return {
+        "native": _module is not None,
+        "name": "native" if _module is not None else "python",
+        "fallback_reason": _reason,
+    }
 
 
 def fallback_warning() -> str | None:
@@ -53,14 +56,20 @@ def fallback_warning() -> str | None:
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # microbench/, above targets/
     checkout = os.path.dirname(package)
     if os.path.exists(os.path.join(checkout, "CMakeLists.txt")):
-        fix = (f"this is the checkout {checkout}: build the core in place (cmake -S . -B build && cmake --build build) "
-               f"or run the installed `microbench` from another directory")
+        fix = (
+            f"this is the checkout {checkout}: build the core in place (cmake -S . -B build && cmake --build build) "
+            f"or run the installed `microbench` from another directory"
+        )
     else:
         # Never the name from an index: on PyPI `microbench` is an unrelated project.
-        fix = ("reinstall with a C compiler from the microbench checkout "
-               "(cd microbench && pip install --force-reinstall --no-deps .)")
-    return (f"WARNING: the native core is missing from {package}, so every figure below is the pure-Python "
-            f"fallback's, not the machine's ({_reason}); {fix}")
+        fix = (
+            "reinstall with a C compiler from the microbench checkout "
+            "(cd microbench && pip install --force-reinstall --no-deps .)"
+        )
+    return (
+        f"WARNING: the native core is missing from {package}, so every figure below is the pure-Python "
+        f"fallback's, not the machine's ({_reason}); {fix}"
+    )
 
 
 def memcpy_bandwidth(size_bytes: int, threads: int = 1, iters: int = 5) -> list[float]:
@@ -83,23 +92,46 @@ def io_uring_available() -> bool:
     return bool(_module is not None and _module.io_uring_available())
 
 
-def io_run(path: str, write: bool, bs: int, size: int, *, threads: int = 1, qd: int = 1, direct: bool = False,
-           random_order: bool = False, fsync: bool = True, engine: str = "auto", seed: int = 1) -> dict[str, Any]:
+def io_run(
+    path: str,
+    write: bool,
+    bs: int,
+    size: int,
+    *,
+    threads: int = 1,
+    qd: int = 1,
+    direct: bool = False,
+    random_order: bool = False,
+    fsync: bool = True,
+    engine: str = "auto",
+    seed: int = 1,
+) -> dict[str, Any]:
     """Move `size` bytes of an existing file in `bs` blocks; raises OSError (errno set) on failure.
 
     Returns bytes, seconds, iops, ios, lat_{p50,p99,p999,max,mean}_us, engine, workers.
     """
     if _module is not None:
-        return _module.io_run(path, write, bs, size, threads=threads, qd=qd, direct=direct, random=random_order,
-                              fsync=fsync, engine=engine, seed=seed)
+        return _module.io_run(
+            path,
+            write,
+            bs,
+            size,
+            threads=threads,
+            qd=qd,
+            direct=direct,
+            random=random_order,
+            fsync=fsync,
+            engine=engine,
+            seed=seed,
+        )
     from .fallback import io_run as python_io_run
 
-    return python_io_run(path, write, bs, size, threads=threads, qd=qd, direct=direct, random_order=random_order,
-                         fsync=fsync, seed=seed)
+    return python_io_run(
+        path, write, bs, size, threads=threads, qd=qd, direct=direct, random_order=random_order, fsync=fsync, seed=seed
+    )
 
 
-def tcp_link(socks: list[socket.socket], role: int, mode: int, size: int, iters: int,
-             timeout_s: float) -> list[float]:
+def tcp_link(socks: list[socket.socket], role: int, mode: int, size: int, iters: int, timeout_s: float) -> list[float]:
     """Seconds per iteration over connected non-blocking sockets (the link probe's and hunt's
     loop); native when built, else targets/fallback.py's."""
     if _module is not None:

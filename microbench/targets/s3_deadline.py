@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from ..core.errors import RunError
 
-_local = threading.local()   # end (monotonic s), the Endpoint being asked
+_local = threading.local()  # end (monotonic s), the Endpoint being asked
 _installed = False
 _install_lock = threading.Lock()
 WAIT_SLICE_S = 0.5
@@ -64,7 +64,8 @@ def _expire() -> None:
     _local.end = None
     endpoint.stuck = endpoint.stuck or (
         f"S3 endpoint {endpoint.name!r} did not finish a request within {_local.timeout_s:g} s (--timeout): "
-        f"it accepts connections but does not answer, or answers too slowly; check the endpoint or raise --timeout")
+        f"it accepts connections but does not answer, or answers too slowly; check the endpoint or raise --timeout"
+    )
     raise RequestDeadline(endpoint.stuck)
 
 
@@ -126,11 +127,13 @@ def _install() -> None:
         _SWAP[ssl.SSLSocket] = _SSLSocket
 
         for cls in (AWSHTTPConnection, AWSHTTPSConnection):
+
             def connect(self: Any, _original: Any = cls.connect) -> None:
                 _original(self)
                 swapped = _SWAP.get(type(self.sock))
                 if swapped is not None:
                     self.sock.__class__ = swapped
+
             cls.connect = connect
         _installed = True
 

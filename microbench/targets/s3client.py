@@ -26,8 +26,14 @@ from ..core.redaction import redact_text
 from .s3_deadline import Endpoint, arm
 from .s3server import REGION, Credentials, EmbeddedS3
 
-_CREDENTIAL_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidClientTokenId",
-                     "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed")
+_CREDENTIAL_CODES = (
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "InvalidClientTokenId",
+    "InvalidToken",
+    "ExpiredToken",
+    "AuthorizationHeaderMalformed",
+)
 
 
 def s3_client_unavailable_reason() -> str | None:
@@ -46,7 +52,7 @@ def public_url(url: str) -> str:
     if "@" in parts.netloc:
         netloc = parts.netloc.rsplit("@", 1)[1]
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return redact_text(url)   # an '@' further on: a password the parser did not see as one
+    return redact_text(url)  # an '@' further on: a password the parser did not see as one
 
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -82,13 +88,16 @@ def check_endpoint(url: str) -> str:
             f"or '#', which ends a URL's host part; percent-encode it: a password pa/ss is written pa%2Fss"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"invalid --endpoint {public_url(url)!r}: expected an http(s) URL, "
-                         f"e.g. --endpoint http://127.0.0.1:9000")
+        raise UsageError(
+            f"invalid --endpoint {public_url(url)!r}: expected an http(s) URL, e.g. --endpoint http://127.0.0.1:9000"
+        )
     try:
-        _ = parts.port   # urllib parses the port only when asked, raising ValueError
+        _ = parts.port  # urllib parses the port only when asked, raising ValueError
     except ValueError:
-        raise UsageError(f"invalid --endpoint {public_url(url)!r}: bad port (a number from 1 to 65535); "
-                         f"e.g. --endpoint http://127.0.0.1:9000") from None
+        raise UsageError(
+            f"invalid --endpoint {public_url(url)!r}: bad port (a number from 1 to 65535); "
+            f"e.g. --endpoint http://127.0.0.1:9000"
+        ) from None
     return url
 
 
@@ -128,13 +137,22 @@ class Target:
             return "generated for the embedded server" if self.embedded else "given"
         creds = (session or self.session()).get_credentials()
         if creds is None:
-            raise UsageError("no AWS credentials found for --endpoint: set AWS_ACCESS_KEY_ID and "
-                             "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or leave out --endpoint to use the "
-                             "embedded server")
+            raise UsageError(
+                "no AWS credentials found for --endpoint: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or leave out --endpoint to use the "
+                "embedded server"
+            )
         return str(getattr(creds, "method", "unknown"))
 
-    def client(self, *, pool: int = 10, connect_timeout_s: float | None = None, read_timeout_s: float | None = None,
-               attempts: int = 3, session: Any | None = None) -> Any:
+    def client(
+        self,
+        *,
+        pool: int = 10,
+        connect_timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+        attempts: int = 3,
+        session: Any | None = None,
+    ) -> Any:
         """A botocore client; `attempts` in all (the first and its retries). Timeouts default to
         10 s to connect (or the target's timeout_s if less) and the target's timeout_s, else
         60 s, per read. With a timeout_s on the target, every request must also finish, connect
@@ -146,15 +164,19 @@ class Target:
         session = session or self.session()
         https = (self.endpoint_url or "https://").startswith("https")
         config = Config(
-            region_name=session.get_config_variable("region") or REGION, max_pool_connections=pool,
-            connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
+            region_name=session.get_config_variable("region") or REGION,
+            max_pool_connections=pool,
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
             retries={"total_max_attempts": attempts, "mode": "standard"},
             # Over plain http botocore would SHA-256 every payload in Python; https (real S3)
             # never does. The CRC32 checksum header still guards every part's integrity.
             s3={"addressing_style": self.addressing_style, "payload_signing_enabled": False},
-            tcp_keepalive=True)
-        client = session.create_client("s3", endpoint_url=self.endpoint_url, config=config,
-                                       use_ssl=https if self.endpoint_url else True)
+            tcp_keepalive=True,
+        )
+        client = session.create_client(
+            "s3", endpoint_url=self.endpoint_url, config=config, use_ssl=https if self.endpoint_url else True
+        )
         if self.timeout_s is None:
             return client
         if self._deadlines is None:
@@ -164,8 +186,7 @@ class Target:
     def describe(self) -> dict[str, Any]:
         if self.embedded is not None:
             return self.embedded.describe()
-        return {"target": "endpoint", "endpoint": public_url(self.endpoint_url or "aws default"),
-                "region": self.region}
+        return {"target": "endpoint", "endpoint": public_url(self.endpoint_url or "aws default"), "region": self.region}
 
 
 def check_profile() -> None:
@@ -181,8 +202,10 @@ def check_profile() -> None:
     try:
         botocore.session.get_session().get_scoped_config()
     except ProfileNotFound:
-        raise UsageError(f"AWS profile {name!r} not found in the AWS config files; set AWS_PROFILE to an existing "
-                         f"profile or unset it") from None
+        raise UsageError(
+            f"AWS profile {name!r} not found in the AWS config files; set AWS_PROFILE to an existing "
+            f"profile or unset it"
+        ) from None
 
 
 def unique_prefix() -> str:
@@ -196,34 +219,45 @@ def translate(exc: BaseException, target: Target, bucket: str, cred_source: str,
 
     where = public_url(target.endpoint_url or "AWS S3")
     if isinstance(exc, bx.HTTPClientError) and isinstance(exc.kwargs.get("error"), MicrobenchError):
-        exc = exc.kwargs["error"]   # a request deadline (s3_deadline.py) met while sending
+        exc = exc.kwargs["error"]  # a request deadline (s3_deadline.py) met while sending
     if isinstance(exc, MicrobenchError):
         return exc
     if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ConnectionClosedError)):
-        return RunError(f"cannot reach S3 endpoint {where!r} while {doing}: {_first_line(exc)}; "
-                        f"check --endpoint (e.g. --endpoint http://127.0.0.1:9000) or leave it out to use "
-                        f"the embedded server")
+        return RunError(
+            f"cannot reach S3 endpoint {where!r} while {doing}: {_first_line(exc)}; "
+            f"check --endpoint (e.g. --endpoint http://127.0.0.1:9000) or leave it out to use "
+            f"the embedded server"
+        )
     if isinstance(exc, bx.ReadTimeoutError):
         return RunError(f"S3 endpoint {where!r} stopped answering while {doing} (read timeout)")
     if isinstance(exc, bx.NoCredentialsError):
-        return UsageError("no AWS credentials found for --endpoint: set AWS_ACCESS_KEY_ID and "
-                          "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or leave out --endpoint to use the embedded server")
+        return UsageError(
+            "no AWS credentials found for --endpoint: set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or leave out --endpoint to use the embedded server"
+        )
     if isinstance(exc, bx.ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code in ("NoSuchBucket",) or (code in ("404", "NotFound") and doing.startswith("checking")):
-            return UsageError(f"bucket {bucket!r} does not exist at {where!r}; create it first or pick "
-                              f"an existing one, e.g. --bucket my-bucket")
+            return UsageError(
+                f"bucket {bucket!r} does not exist at {where!r}; create it first or pick "
+                f"an existing one, e.g. --bucket my-bucket"
+            )
         if code == "EntityTooSmall":
-            return UsageError(f"S3 endpoint {where!r} refused parts this small (EntityTooSmall): "
-                              f"use --part-size 5M or more")
+            return UsageError(
+                f"S3 endpoint {where!r} refused parts this small (EntityTooSmall): use --part-size 5M or more"
+            )
         if code in _CREDENTIAL_CODES:
-            return RunError(f"S3 endpoint {where!r} rejected the credentials (from {cred_source}): {code}; "
-                            f"check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+            return RunError(
+                f"S3 endpoint {where!r} rejected the credentials (from {cred_source}): {code}; "
+                f"check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+            )
         if code in ("403", "AccessDenied", "Forbidden") or status == 403:
-            return RunError(f"S3 endpoint {where!r} denied access to bucket {bucket!r} while {doing} "
-                            f"(HTTP 403): wrong credentials (from {cred_source}) or no permission")
+            return RunError(
+                f"S3 endpoint {where!r} denied access to bucket {bucket!r} while {doing} "
+                f"(HTTP 403): wrong credentials (from {cred_source}) or no permission"
+            )
         message = str(error.get("Message", "")) or _first_line(exc)
         return RunError(f"S3 request failed while {doing} at {where!r}: {code or status}: {message[:200]}")
     if isinstance(exc, bx.BotoCoreError):
@@ -245,8 +279,7 @@ def preflight(target: Target, bucket: str, *, timeout_s: float | None = None) ->
     timeout_s = timeout_s or target.timeout_s or 10.0
     session = target.session()
     source = target.credential_source(session)
-    client = target.client(pool=1, connect_timeout_s=timeout_s, read_timeout_s=timeout_s, attempts=1,
-                           session=session)
+    client = target.client(pool=1, connect_timeout_s=timeout_s, read_timeout_s=timeout_s, attempts=1, session=session)
     try:
         client.head_bucket(Bucket=bucket)
     except bx.ClientError as exc:

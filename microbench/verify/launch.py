@@ -30,12 +30,19 @@ COMMANDS = {"steps": ("verify", "fsdp"), "checkpoint": ("verify", "fsdp"), "job"
 
 def refuse_in_world(command: str) -> None:
     if detect_world() is not None:
-        raise UsageError(f"{command} launches its own ranks (a world per link profile); run it without "
-                         f"torchrun/srun/mpirun")
+        raise UsageError(
+            f"{command} launches its own ranks (a world per link profile); run it without torchrun/srun/mpirun"
+        )
 
 
-def launch(spec: specs.RankSpec, choice: BackendChoice, *, lab: str | None = None,
-           per_node: int | None = None, helpers: Sequence[int | None] = ()) -> int:
+def launch(
+    spec: specs.RankSpec,
+    choice: BackendChoice,
+    *,
+    lab: str | None = None,
+    per_node: int | None = None,
+    helpers: Sequence[int | None] = (),
+) -> int:
     """Run one phase on spec.nproc local ranks and return their exit code. lab: one rank per lab
     host slot (the lab's own placement); per_node: on loopback, but with local worlds of that many
     ranks, the nodes HSDP's mesh is built from. The record keeps what other processes took of the
@@ -55,12 +62,20 @@ def launch(spec: specs.RankSpec, choice: BackendChoice, *, lab: str | None = Non
             per_rank = _loopback_nodes(per_node)
         own = [p for p in helpers if p]
         before = load.read(own)
-        code = in_world(nproc=spec.nproc, timeout_s=spec.timeout_s, choice=choice, body=lambda world: 0,
-                        per_rank=per_rank, master_addr=master, argv=[*COMMANDS[spec.phase], "--phase-spec", path])
+        code = in_world(
+            nproc=spec.nproc,
+            timeout_s=spec.timeout_s,
+            choice=choice,
+            body=lambda world: 0,
+            per_rank=per_rank,
+            master_addr=master,
+            argv=[*COMMANDS[spec.phase], "--phase-spec", path],
+        )
         if code == 0:
             seen = load.between(before, load.read(own))
             RecordWriter.resume(spec.record).update(
-                lambda r: r["summary"].setdefault("load_by_phase", {}).__setitem__(spec.where, seen))
+                lambda r: r["summary"].setdefault("load_by_phase", {}).__setitem__(spec.where, seen)
+            )
         return code
     finally:
         os.unlink(path)
@@ -68,8 +83,10 @@ def launch(spec: specs.RankSpec, choice: BackendChoice, *, lab: str | None = Non
 
 def _loopback_nodes(per_node: int) -> Callable[[int], RankLaunch]:
     """Local ranks told they sit in nodes of per_node ranks (the launcher's LOCAL_* variables)."""
+
     def per_rank(rank: int) -> RankLaunch:
         return RankLaunch(env={"LOCAL_RANK": str(rank % per_node), "LOCAL_WORLD_SIZE": str(per_node)})
+
     return per_rank
 
 
@@ -79,8 +96,12 @@ def run_rank(path: str, body: Callable[[World, specs.RankSpec], int]) -> NoRetur
     can still abort ("terminate called without an active exception") and turn a finished phase
     into a failed rank."""
     spec = specs.loads(Path(path).read_text())
-    code = in_world(nproc=spec.nproc, timeout_s=spec.timeout_s, choice=backends.choose(spec.backend),
-                    body=lambda world: body(world, spec))
+    code = in_world(
+        nproc=spec.nproc,
+        timeout_s=spec.timeout_s,
+        choice=backends.choose(spec.backend),
+        body=lambda world: body(world, spec),
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

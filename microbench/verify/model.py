@@ -55,8 +55,14 @@ PRESETS: dict[str, ModelShape] = {
 FAMILY = "dense-decoder (rmsnorm, gqa sdpa, gated mlp)"
 
 
-def shape_from_args(model: str | None, hidden: int | None, layers: int | None, heads: int | None,
-                    vocab: int | None, kv_heads: int | None = None) -> ModelShape:
+def shape_from_args(
+    model: str | None,
+    hidden: int | None,
+    layers: int | None,
+    heads: int | None,
+    vocab: int | None,
+    kv_heads: int | None = None,
+) -> ModelShape:
     """A verify preset, a composer preset, or explicit sizes (the rest derived as the presets do)."""
     if hidden or layers or heads or vocab:
         base = PRESETS["small"]
@@ -89,25 +95,37 @@ def shape_from_args(model: str | None, hidden: int | None, layers: int | None, h
     try:
         return preset(name)
     except UsageError:
-        raise UsageError(f"unknown --model {model!r}: expected one of {', '.join(PRESETS)} (verify presets) or a "
-                         f"composer preset, e.g. --model small") from None
+        raise UsageError(
+            f"unknown --model {model!r}: expected one of {', '.join(PRESETS)} (verify presets) or a "
+            f"composer preset, e.g. --model small"
+        ) from None
 
 
 def check_buildable(shape: ModelShape) -> None:
-    odd = [what for what, bad in (("experts", shape.experts > 1), ("vision towers", bool(shape.towers)),
-                                  ("query/key norms", shape.qk_norm), ("attention sinks", shape.attention_sinks),
-                                  ("MLP biases", shape.mlp_bias), ("4 norms per block", shape.norms_per_block != 2))
-           if bad]
+    odd = [
+        what
+        for what, bad in (
+            ("experts", shape.experts > 1),
+            ("vision towers", bool(shape.towers)),
+            ("query/key norms", shape.qk_norm),
+            ("attention sinks", shape.attention_sinks),
+            ("MLP biases", shape.mlp_bias),
+            ("4 norms per block", shape.norms_per_block != 2),
+        )
+        if bad
+    ]
     if odd:
-        raise UsageError(f"model {shape.name!r} has {', '.join(odd)}; verify builds dense decoder transformers, "
-                         f"e.g. --model small or --hidden 512 --layers 4")
+        raise UsageError(
+            f"model {shape.name!r} has {', '.join(odd)}; verify builds dense decoder transformers, "
+            f"e.g. --model small or --hidden 512 --layers 4"
+        )
 
 
 @dataclass(frozen=True)
 class Precision:
-    param_dtype: str      # what the gathered parameters and compute use
-    reduce_dtype: str     # what gradients are reduced in
-    policy: str           # for the record
+    param_dtype: str  # what the gathered parameters and compute use
+    reduce_dtype: str  # what gradients are reduced in
+    policy: str  # for the record
 
     @property
     def bytes(self) -> int:
@@ -189,8 +207,9 @@ def shard(model: Any, precision: Precision, reshard_after_forward: bool = True, 
     # A 2-D (replicate, shard) mesh makes it HSDP (verify/fsdp/hybrid.py); None: the world, 1-D.
     kwargs: dict[str, Any] = {} if mesh is None else {"mesh": mesh}
     if precision.param_dtype != "float32":
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, precision.param_dtype),
-                                                   reduce_dtype=getattr(torch, precision.reduce_dtype))
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=getattr(torch, precision.param_dtype), reduce_dtype=getattr(torch, precision.reduce_dtype)
+        )
     for block in model.blocks:
         fully_shard(block, reshard_after_forward=reshard_after_forward, **kwargs)
     fully_shard(model, **kwargs)

@@ -30,14 +30,16 @@ from ..core.errors import Inconclusive, RunError
 
 CONFIDENCE = 0.90
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-RULE = ("each row's error with the order-statistic interval of its paired readings' median (>= 90% coverage), "
-        "widened by the CPU share other processes took (either side slowed by up to 1/(1-share)): PASS inside "
-        "the tolerance, FAIL wholly outside it, INCONCLUSIVE across it")
+RULE = (
+    "each row's error with the order-statistic interval of its paired readings' median (>= 90% coverage), "
+    "widened by the CPU share other processes took (either side slowed by up to 1/(1-share)): PASS inside "
+    "the tolerance, FAIL wholly outside it, INCONCLUSIVE across it"
+)
 
 
 def coverage(n: int, j: int) -> float:
     """P(x_(j) <= median <= x_(n+1-j)) for n independent readings, whatever their distribution."""
-    below = sum(math.comb(n, k) for k in range(j)) / 2 ** n
+    below = sum(math.comb(n, k) for k in range(j)) / 2**n
     return 1.0 - 2.0 * below
 
 
@@ -71,15 +73,22 @@ class Judgement:
     verdict: str
     error_pct: float
     readings: int
-    interval_pct: tuple[float, float]     # the readings' own (coverage below)
+    interval_pct: tuple[float, float]  # the readings' own (coverage below)
     coverage: float
-    band_pct: tuple[float, float]         # widened by the load
+    band_pct: tuple[float, float]  # widened by the load
     load: dict[str, Any] | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "error_pct": self.error_pct, "readings": self.readings,
-                "interval_pct": list(self.interval_pct), "coverage": self.coverage, "band_pct": list(self.band_pct),
-                "other_share": (self.load or {}).get("other_share"), "loadavg_1m": (self.load or {}).get("loadavg_1m")}
+        return {
+            "verdict": self.verdict,
+            "error_pct": self.error_pct,
+            "readings": self.readings,
+            "interval_pct": list(self.interval_pct),
+            "coverage": self.coverage,
+            "band_pct": list(self.band_pct),
+            "other_share": (self.load or {}).get("other_share"),
+            "loadavg_1m": (self.load or {}).get("loadavg_1m"),
+        }
 
 
 def judge(errors_pct: list[float], error: float, tolerance_pct: float, load: dict[str, Any] | None) -> Judgement:
@@ -88,8 +97,9 @@ def judge(errors_pct: list[float], error: float, tolerance_pct: float, load: dic
     return judge_interval(error, low, high, cov, len(errors_pct), tolerance_pct, load)
 
 
-def judge_interval(error: float, low: float, high: float, cov: float, readings: int, tolerance_pct: float,
-                   load: dict[str, Any] | None) -> Judgement:
+def judge_interval(
+    error: float, low: float, high: float, cov: float, readings: int, tolerance_pct: float, load: dict[str, Any] | None
+) -> Judgement:
     """The verdict of a row's error (percent) whose readings put it within low..high."""
     low, high = min(low, error), max(high, error)
     band = widened(low, high, (load or {}).get("other_share"))
@@ -121,17 +131,21 @@ def load_text(load: dict[str, Any] | None) -> str:
 def why(j: Judgement, tolerance_pct: float) -> str:
     """What an INCONCLUSIVE row says: the spread of its readings and the load it saw."""
     low, high = j.interval_pct
-    return (f"error {j.error_pct:+.1f}%; its {j.readings} readings put it at {low:+.1f}..{high:+.1f}% "
-            f"({100 * j.coverage:.0f}% coverage) and the load ({load_text(j.load)}) at "
-            f"{j.band_pct[0]:+.1f}..{j.band_pct[1]:+.1f}%, across the +-{tolerance_pct:g}% tolerance")
+    return (
+        f"error {j.error_pct:+.1f}%; its {j.readings} readings put it at {low:+.1f}..{high:+.1f}% "
+        f"({100 * j.coverage:.0f}% coverage) and the load ({load_text(j.load)}) at "
+        f"{j.band_pct[0]:+.1f}..{j.band_pct[1]:+.1f}%, across the +-{tolerance_pct:g}% tolerance"
+    )
 
 
 def how_to_get_clean(judgements: list[Judgement]) -> str:
     shares = [(j.load or {}).get("other_share") or 0.0 for j in judgements]
     if max(shares, default=0.0) >= 0.05:
-        return ("rerun when the machine is quiet (other processes took up to "
-                f"{max(shares) * 100:.0f}% of the CPUs during this run), or with more "
-                "--steps (--ckpt-reps for checkpoints) to narrow the readings")
+        return (
+            "rerun when the machine is quiet (other processes took up to "
+            f"{max(shares) * 100:.0f}% of the CPUs during this run), or with more "
+            "--steps (--ckpt-reps for checkpoints) to narrow the readings"
+        )
     return "rerun with more --steps (--ckpt-reps for checkpoints) to narrow the readings"
 
 
@@ -140,17 +154,21 @@ def exit_for(verdict: dict[str, Any], path: Any) -> int:
     naming every one noise could have moved, and how to get a clean verdict."""
     outside = verdict["outside"]
     if outside:
-        raise RunError(f"{len(outside)} configuration(s) outside the tolerance: {'; '.join(outside)} "
-                       f"(every row is in {path})")
+        raise RunError(
+            f"{len(outside)} configuration(s) outside the tolerance: {'; '.join(outside)} (every row is in {path})"
+        )
     unsure = verdict.get("inconclusive") or []
     if unsure:
         names = "; ".join(line.split(": ", 1)[0] for line in unsure)
-        raise Inconclusive(f"{len(unsure)} configuration(s) inconclusive, noise alone could move them across the "
-                           f"tolerance: {names}; {verdict.get('clean')} (every row and its noise is in {path})")
+        raise Inconclusive(
+            f"{len(unsure)} configuration(s) inconclusive, noise alone could move them across the "
+            f"tolerance: {names}; {verdict.get('clean')} (every row and its noise is in {path})"
+        )
     return 0
 
 
 # --------------------------------------------------------------------------- the report
+
 
 def cells(part: dict[str, Any], tolerance_pct: float) -> tuple[str, str]:
     """(verdict, noise band) as the tables show them: the judgement the verdict attached to the
@@ -167,12 +185,16 @@ def print_verdict(verdict_: dict[str, Any], tolerances: str, checked: str = "che
     """The closing lines: each inconclusive row's noise and load, how to get a clean verdict, the verdict."""
     unsure = verdict_.get("inconclusive") or []
     if verdict_.get("rows"):
-        print("# with noise: where the error may lie given its readings' spread (median interval, >= 90%) and "
-              "the CPU share other processes took meanwhile; PASS needs it inside the tolerance, FAIL wholly outside")
+        print(
+            "# with noise: where the error may lie given its readings' spread (median interval, >= 90%) and "
+            "the CPU share other processes took meanwhile; PASS needs it inside the tolerance, FAIL wholly outside"
+        )
     for line in unsure:
         print(f"# inconclusive: {line}")
     if verdict_.get("clean"):
         print(f"# for a clean verdict: {verdict_['clean']}")
     shown = verdict_.get("verdict") or ("PASS" if verdict_["pass"] else "FAIL")
-    print(f"# verdict: {shown} ({verdict_['checked']} {checked}, {len(verdict_['outside'])} outside"
-          f"{f', {len(unsure)} inconclusive' if unsure else ''} {tolerances})")
+    print(
+        f"# verdict: {shown} ({verdict_['checked']} {checked}, {len(verdict_['outside'])} outside"
+        f"{f', {len(unsure)} inconclusive' if unsure else ''} {tolerances})"
+    )

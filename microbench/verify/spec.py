@@ -26,12 +26,12 @@ class RankSpec:
     phase: ClassVar[str] = ""
     device: str
     backend: str
-    record: str                              # the run's record file, claimed by the launcher
+    record: str  # the run's record file, claimed by the launcher
     timeout_s: float
     nproc: int
-    calibration: dict[str, Any] | None = None   # a record's summary.calibration, as given
+    calibration: dict[str, Any] | None = None  # a record's summary.calibration, as given
     calibration_source: str | None = None
-    cal_reps: int | None = None              # timed steps per calibration number (None: their defaults)
+    cal_reps: int | None = None  # timed steps per calibration number (None: their defaults)
 
     @property
     def where(self) -> str:
@@ -45,8 +45,8 @@ class StepsSpec(RankSpec):
     tokens) configuration."""
 
     phase: ClassVar[str] = "steps"
-    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)   # name -> model.shape_from_args kwargs
-    configs: list[tuple[str, int]] = field(default_factory=list)      # (model name, tokens)
+    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> model.shape_from_args kwargs
+    configs: list[tuple[str, int]] = field(default_factory=list)  # (model name, tokens)
     steps: int = 6
     warmup: int = 2
     calibrate_only: bool = False
@@ -67,7 +67,7 @@ class CheckpointSpec(RankSpec):
     shardings: list[str] = field(default_factory=lambda: ["full"])
     reps: int = 9
     state_dicts: list[str] = field(default_factory=lambda: ["sharded"])
-    targets: list[tuple[str, str]] = field(default_factory=list)      # (label, target text)
+    targets: list[tuple[str, str]] = field(default_factory=list)  # (label, target text)
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,10 @@ class JobTiers:
     """Where a verify job's tiers are, as the launcher started them."""
 
     dir: str
-    s3: dict[str, str] | None = None         # bucket and prefix on the embedded server
-    mount: str | None = None                 # the cached mount's path
+    s3: dict[str, str] | None = None  # bucket and prefix on the embedded server
+    mount: str | None = None  # the cached mount's path
     mount_name: str | None = None
-    ports: list[int] = field(default_factory=list)   # loopback servers a lab host reaches through the relay
+    ports: list[int] = field(default_factory=list)  # loopback servers a lab host reaches through the relay
 
     def root(self, tier: str) -> str:
         """A local tier's directory (dir, or the mount's)."""
@@ -133,8 +133,13 @@ def _build(hint: Any, value: Any) -> Any:
         return None
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         hints = typing.get_type_hints(hint)
-        return hint(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(hint)
-                       if f.init and f.name in value})
+        return hint(
+            **{
+                f.name: _build(hints[f.name], value[f.name])
+                for f in dataclasses.fields(hint)
+                if f.init and f.name in value
+            }
+        )
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]

@@ -15,11 +15,11 @@ TRANSPORTS = ("auto", "ib", "tcp")
 
 @dataclass(frozen=True)
 class BackendChoice:
-    backend: str          # nccl | gloo
-    device: str           # cuda | cpu
-    transport: str        # what was asked for after resolution: ib | tcp | auto (NCCL decides)
-    env: dict[str, str]   # variables that enforce the transport
-    reason: str           # one line: why this backend
+    backend: str  # nccl | gloo
+    device: str  # cuda | cpu
+    transport: str  # what was asked for after resolution: ib | tcp | auto (NCCL decides)
+    env: dict[str, str]  # variables that enforce the transport
+    reason: str  # one line: why this backend
 
 
 # Device nodes a CUDA (or ROCm, or WSL2) GPU needs; without any, torch cannot see a GPU, and
@@ -36,8 +36,10 @@ def gpu_possible(nodes: tuple[str, ...] = GPU_DEVICE_NODES) -> bool:
     forced = os.environ.get(TEST_GPU_ENV, "").strip().lower()
     if forced:
         if forced not in TEST_GPU_VALUES:
-            raise UsageError(f"invalid {TEST_GPU_ENV}={forced!r}: expected one of {', '.join(TEST_GPU_VALUES)} "
-                             f"(a test override, e.g. {TEST_GPU_ENV}=absent), or leave it unset")
+            raise UsageError(
+                f"invalid {TEST_GPU_ENV}={forced!r}: expected one of {', '.join(TEST_GPU_VALUES)} "
+                f"(a test override, e.g. {TEST_GPU_ENV}=absent), or leave it unset"
+            )
         return forced == "present"
     return any(os.path.exists(node) for node in nodes)
 
@@ -67,8 +69,9 @@ def cuda_facts() -> tuple[bool, bool]:
 def choose(requested: str, transport: str = "auto") -> "BackendChoice":
     """select_backend on this machine's facts: CUDA, NCCL in torch, InfiniBand devices."""
     cuda, nccl = cuda_facts()
-    return select_backend(requested, transport, cuda_available=cuda, nccl_available=nccl,
-                          ib_devices=infiniband_devices())
+    return select_backend(
+        requested, transport, cuda_available=cuda, nccl_available=nccl, ib_devices=infiniband_devices()
+    )
 
 
 def infiniband_devices(sys_root: str = "/sys/class/infiniband") -> list[str]:
@@ -76,8 +79,9 @@ def infiniband_devices(sys_root: str = "/sys/class/infiniband") -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
-def select_backend(requested: str, transport: str, *, cuda_available: bool, nccl_available: bool,
-                   ib_devices: list[str]) -> BackendChoice:
+def select_backend(
+    requested: str, transport: str, *, cuda_available: bool, nccl_available: bool, ib_devices: list[str]
+) -> BackendChoice:
     if requested not in BACKENDS:
         raise UsageError(
             f"invalid --backend {requested!r}: expected one of {', '.join(BACKENDS)} (e.g. --backend gloo)"
@@ -91,16 +95,19 @@ def select_backend(requested: str, transport: str, *, cuda_available: bool, nccl
         backend = "nccl" if cuda_available and nccl_available else "gloo"
     if backend == "nccl":
         if not cuda_available:
-            raise ProbeUnavailable("backend nccl needs a CUDA GPU and none is visible to torch; "
-                                   "use --backend gloo for the CPU path")
+            raise ProbeUnavailable(
+                "backend nccl needs a CUDA GPU and none is visible to torch; use --backend gloo for the CPU path"
+            )
         if not nccl_available:
             raise ProbeUnavailable(
                 "backend nccl is not built into this torch (CPU wheel?); install a CUDA build of torch"
             )
         return _nccl_choice(transport, ib_devices, auto=requested == "auto")
     if transport == "ib":
-        raise UsageError("invalid --transport 'ib' with backend gloo: gloo only speaks TCP; "
-                         "use --transport tcp, or --backend nccl on GPUs with InfiniBand")
+        raise UsageError(
+            "invalid --transport 'ib' with backend gloo: gloo only speaks TCP; "
+            "use --transport tcp, or --backend nccl on GPUs with InfiniBand"
+        )
     reason = "no CUDA device, so gloo on CPU" if requested == "auto" else "gloo requested"
     return BackendChoice("gloo", "cpu", "tcp", {}, reason)
 
@@ -116,8 +123,10 @@ def _nccl_choice(transport: str, ib_devices: list[str], *, auto: bool) -> Backen
         return BackendChoice("nccl", "cuda", "tcp", {"NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1"}, reason)
     if transport == "ib":
         if not ib_devices:
-            raise ProbeUnavailable("--transport ib needs an InfiniBand/RoCE device and /sys/class/infiniband "
-                                   "lists none; use --transport tcp or auto")
+            raise ProbeUnavailable(
+                "--transport ib needs an InfiniBand/RoCE device and /sys/class/infiniband "
+                "lists none; use --transport tcp or auto"
+            )
         return BackendChoice("nccl", "cuda", "ib", {"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0"}, reason)
     return BackendChoice("nccl", "cuda", "auto", {}, reason)
 
@@ -128,10 +137,14 @@ def transport_failure_hint(choice: BackendChoice) -> str | None:
     if choice.backend != "nccl" or not net:
         return None
     if net == "IB":
-        return ("--transport ib set NCCL_NET=IB, so NCCL fails instead of falling back to sockets: check that "
-                "the IB/RoCE ports are up (ibv_devinfo) and NCCL_IB_HCA, or use --transport auto to let NCCL choose")
-    return (f"--transport {choice.transport} set NCCL_NET={net}, so NCCL uses no other network: "
-            f"use --transport auto to let NCCL choose")
+        return (
+            "--transport ib set NCCL_NET=IB, so NCCL fails instead of falling back to sockets: check that "
+            "the IB/RoCE ports are up (ibv_devinfo) and NCCL_IB_HCA, or use --transport auto to let NCCL choose"
+        )
+    return (
+        f"--transport {choice.transport} set NCCL_NET={net}, so NCCL uses no other network: "
+        f"use --transport auto to let NCCL choose"
+    )
 
 
 # NCCL's channel lines (NCCL_DEBUG=INFO, subsystem INIT), one per connection, in NCCL's own format:

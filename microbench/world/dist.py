@@ -47,8 +47,14 @@ class World:
         timeout = _dt.timedelta(seconds=timeout_s)
         self.store = _make_store(spec, timeout_s)
         try:
-            dist.init_process_group(backend, store=self.store, rank=spec.rank, world_size=spec.size, timeout=timeout,
-                                    **({"device_id": _torch_device(device)} if device.startswith("cuda") else {}))
+            dist.init_process_group(
+                backend,
+                store=self.store,
+                rank=spec.rank,
+                world_size=spec.size,
+                timeout=timeout,
+                **({"device_id": _torch_device(device)} if device.startswith("cuda") else {}),
+            )
             self.control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
         except Exception as exc:
             raise RunError(
@@ -97,8 +103,11 @@ class World:
         others = [r for r in range(self.size) if r != self.rank]
 
         def read() -> dict[int, str]:
-            return {r: self.store.get(f"mb/left/{r}").decode(errors="replace") for r in others
-                    if self.store.check([f"mb/left/{r}"])}
+            return {
+                r: self.store.get(f"mb/left/{r}").decode(errors="replace")
+                for r in others
+                if self.store.check([f"mb/left/{r}"])
+            }
 
         try:
             return bounded(read, STORE_OP_S)
@@ -131,8 +140,11 @@ class World:
         silent because this rank is cut off, and the blame is this rank's. The interface is the
         one the backends were told to use (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), else the
         route to the master; None when unknown or up."""
-        names = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or \
-            _route_ifname(self.spec.master_addr)
+        names = (
+            os.environ.get("GLOO_SOCKET_IFNAME")
+            or os.environ.get("NCCL_SOCKET_IFNAME")
+            or _route_ifname(self.spec.master_addr)
+        )
         for name in (names or "").split(","):
             name = name.strip()
             if not name or name == "lo":
@@ -189,8 +201,9 @@ def bounded(fn: Callable[[], Any], seconds: float) -> Any:
 
 def _route_ifname(addr: str) -> str | None:
     try:
-        out = subprocess.run(["ip", "-o", "route", "get", socket.gethostbyname(addr)], capture_output=True,
-                             text=True, timeout=2).stdout.split()
+        out = subprocess.run(
+            ["ip", "-o", "route", "get", socket.gethostbyname(addr)], capture_output=True, text=True, timeout=2
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError, socket.error):
         return None
     return out[out.index("dev") + 1] if "dev" in out[:-1] else None
@@ -220,22 +233,37 @@ def _make_store(spec: WorldSpec, timeout_s: float) -> Any:
     try:
         # The client's handshake waits forever on a master that accepted and never answers (a
         # frozen rank 0, a wrong MASTER_PORT): bounded by what is left of --timeout.
-        return bounded(lambda: TCPStore(spec.master_addr, spec.master_port, spec.size, spec.rank == 0,
-                                        timeout=_dt.timedelta(seconds=remaining), wait_for_workers=False,
-                                        use_libuv=True), remaining)
+        return bounded(
+            lambda: TCPStore(
+                spec.master_addr,
+                spec.master_port,
+                spec.size,
+                spec.rank == 0,
+                timeout=_dt.timedelta(seconds=remaining),
+                wait_for_workers=False,
+                use_libuv=True,
+            ),
+            remaining,
+        )
     except TimeoutError:
-        raise RunError(f"rank {spec.rank}: the master at {spec.master_addr}:{spec.master_port} accepted the "
-                       f"connection but did not answer within {timeout_s:g} s (--timeout); is rank 0 frozen, or "
-                       f"is MASTER_PORT another program's port?") from None
+        raise RunError(
+            f"rank {spec.rank}: the master at {spec.master_addr}:{spec.master_port} accepted the "
+            f"connection but did not answer within {timeout_s:g} s (--timeout); is rank 0 frozen, or "
+            f"is MASTER_PORT another program's port?"
+        ) from None
     except Exception as exc:
         text = _first_line(exc)
         if spec.rank == 0 and ("in use" in text.lower() or "EADDRINUSE" in text):
-            raise RunError(f"MASTER_PORT {spec.master_port} on {spec.master_addr} is already in use; "
-                           f"choose a free port, e.g. MASTER_PORT={free_port()}") from None
+            raise RunError(
+                f"MASTER_PORT {spec.master_port} on {spec.master_addr} is already in use; "
+                f"choose a free port, e.g. MASTER_PORT={free_port()}"
+            ) from None
         if spec.rank == 0:
             raise RunError(f"rank 0 could not listen on {spec.master_addr}:{spec.master_port}: {text}") from None
-        raise RunError(f"rank {spec.rank} could not reach the master at {spec.master_addr}:{spec.master_port} "
-                       f"within {timeout_s:g} s (--timeout): {text}") from None
+        raise RunError(
+            f"rank {spec.rank} could not reach the master at {spec.master_addr}:{spec.master_port} "
+            f"within {timeout_s:g} s (--timeout): {text}"
+        ) from None
 
 
 def wait_for_master(addr: str, port: int, timeout_s: float, *, rank: int) -> None:
@@ -244,16 +272,20 @@ def wait_for_master(addr: str, port: int, timeout_s: float, *, rank: int) -> Non
     try:
         infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise RunError(f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}); set it to rank 0's "
-                       f"host name or IP address, e.g. MASTER_ADDR=127.0.0.1") from None
+        raise RunError(
+            f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}); set it to rank 0's "
+            f"host name or IP address, e.g. MASTER_ADDR=127.0.0.1"
+        ) from None
     last = "no answer"
     while True:
         for family, kind, proto, _, sockaddr in infos:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RunError(f"rank {rank} could not reach the master at {addr}:{port} within "
-                               f"{timeout_s:g} s (--timeout): {last}; is rank 0 running and MASTER_ADDR/"
-                               f"MASTER_PORT right?")
+                raise RunError(
+                    f"rank {rank} could not reach the master at {addr}:{port} within "
+                    f"{timeout_s:g} s (--timeout): {last}; is rank 0 running and MASTER_ADDR/"
+                    f"MASTER_PORT right?"
+                )
             with socket.socket(family, kind, proto) as sock:
                 sock.settimeout(min(remaining, 2.0))
                 try:

@@ -74,21 +74,23 @@ def nics() -> list[dict[str, Any]]:
             speed_mbps = None
         link = {"1": "ethernet", "772": "loopback", "32": "infiniband"}.get(kind_code or "", f"type {kind_code}")
         rdma = ib_by_netdev.get(iface.name)
-        out.append({
-            "name": iface.name,
-            "link": link,
-            "speed_mbps": speed_mbps,
-            "state": _read(str(iface / "operstate")),
-            "mtu": int(_read(str(iface / "mtu")) or 0),
-            "rdma_device": rdma,
-            # What a fleet compares between nodes (a NIC's model and firmware) and where its
-            # pair measurements land (the address a peer reached it at). A NIC with a device
-            # behind it is hardware; veths, bridges and tunnels come and go with software.
-            "physical": (iface / "device").exists(),
-            "model": _nic_model(iface),
-            "firmware": _read(f"/sys/class/infiniband/{rdma}/fw_ver") if rdma else _ethtool_firmware(iface.name),
-            "addresses": [a for a in [_ipv4_address(iface.name)] if a],
-        })
+        out.append(
+            {
+                "name": iface.name,
+                "link": link,
+                "speed_mbps": speed_mbps,
+                "state": _read(str(iface / "operstate")),
+                "mtu": int(_read(str(iface / "mtu")) or 0),
+                "rdma_device": rdma,
+                # What a fleet compares between nodes (a NIC's model and firmware) and where its
+                # pair measurements land (the address a peer reached it at). A NIC with a device
+                # behind it is hardware; veths, bridges and tunnels come and go with software.
+                "physical": (iface / "device").exists(),
+                "model": _nic_model(iface),
+                "firmware": _read(f"/sys/class/infiniband/{rdma}/fw_ver") if rdma else _ethtool_firmware(iface.name),
+                "addresses": [a for a in [_ipv4_address(iface.name)] if a],
+            }
+        )
     return out
 
 
@@ -209,16 +211,28 @@ def gpus() -> list[dict[str, Any]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            out.append({"index": index, "name": name.decode() if isinstance(name, bytes) else name,
-                        "memory_bytes": int(mem.total), "source": "nvml",
-                        "driver": pynvml.nvmlSystemGetDriverVersion()})
+            out.append(
+                {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": int(mem.total),
+                    "source": "nvml",
+                    "driver": pynvml.nvmlSystemGetDriverVersion(),
+                }
+            )
         return out
     except Exception:
         import torch
 
-        return [{"index": i, "name": torch.cuda.get_device_name(i),
-                 "memory_bytes": torch.cuda.get_device_properties(i).total_memory, "source": "torch"}
-                for i in range(torch.cuda.device_count())]
+        return [
+            {
+                "index": i,
+                "name": torch.cuda.get_device_name(i),
+                "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
+                "source": "torch",
+            }
+            for i in range(torch.cuda.device_count())
+        ]
 
 
 def collect(*, with_nics: bool = True) -> dict[str, Any]:
@@ -257,13 +271,25 @@ def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
         return ", ".join(shown) if shown else None
 
     return {
-        "gpu_model": joined([g.get("name") for g in gpus]), "gpu_count": len(gpus),
+        "gpu_model": joined([g.get("name") for g in gpus]),
+        "gpu_count": len(gpus),
         "gpu_driver": joined([g.get("driver") for g in gpus]),
-        "cuda": env.get("cuda"), "torch": env.get("torch"), "nccl": env.get("nccl"), "kernel": env.get("kernel"),
-        "cpu_model": env.get("cpu_model"), "cpu_count": env.get("cpu_count"),
+        "cuda": env.get("cuda"),
+        "torch": env.get("torch"),
+        "nccl": env.get("nccl"),
+        "kernel": env.get("kernel"),
+        "cpu_model": env.get("cpu_model"),
+        "cpu_count": env.get("cpu_count"),
         "memory_bytes": memory.get("total_bytes"),
-        "nics": [{"name": n.get("name"), "model": n.get("model"), "speed_mbps": n.get("speed_mbps"),
-                  "firmware": n.get("firmware")} for n in physical],
+        "nics": [
+            {
+                "name": n.get("name"),
+                "model": n.get("model"),
+                "speed_mbps": n.get("speed_mbps"),
+                "firmware": n.get("firmware"),
+            }
+            for n in physical
+        ],
     }
 
 
@@ -289,8 +315,11 @@ def format_env(env: dict[str, Any]) -> str:
         ("gloo", "yes" if env.get("gloo") else "no"),
         ("nccl", env.get("nccl") or "not available (no CUDA build of torch)"),
         ("cuda", env.get("cuda") if env.get("cuda_available") else "no CUDA device"),
-        ("implementation", env["implementation"]["name"]
-         + (f" ({env['implementation']['fallback_reason']})" if env["implementation"]["fallback_reason"] else "")),
+        (
+            "implementation",
+            env["implementation"]["name"]
+            + (f" ({env['implementation']['fallback_reason']})" if env["implementation"]["fallback_reason"] else ""),
+        ),
     ]
     for gpu in env.get("gpus", []):
         rows.append((f"gpu {gpu['index']}", f"{gpu['name']}, {gpu['memory_bytes'] / 2**30:.0f} GiB ({gpu['source']})"))

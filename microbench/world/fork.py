@@ -118,8 +118,15 @@ class Forked:
 Target = Any  # None (inherit), subprocess.DEVNULL, or an open file object
 
 
-def start(argv: Sequence[str], env: dict[str, str], *, stdin: Target = subprocess.DEVNULL,
-          stdout: Target = None, stderr: Target = None, new_session: bool = False) -> Forked:
+def start(
+    argv: Sequence[str],
+    env: dict[str, str],
+    *,
+    stdin: Target = subprocess.DEVNULL,
+    stdout: Target = None,
+    stderr: Target = None,
+    new_session: bool = False,
+) -> Forked:
     """`python -m microbench ARGV` with ENV, as a fork of this warm process."""
     assert _warm, "prefork.start needs prefork.warm() first"
     sys.stdout.flush()
@@ -169,4 +176,3 @@ def _become(argv: Sequence[str], env: dict[str, str], fds: dict[int, int | None]
     interrupts.fresh_process()
 
     _entry()
-

@@ -72,6 +72,7 @@ def _noting(on_signal: Callable[[int, Any], None]) -> Callable[[int, Any], None]
         global forwarded
         forwarded += 1
         on_signal(signum, frame)
+
     return noted
 
 

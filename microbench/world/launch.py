@@ -80,8 +80,10 @@ def detect_world(env: dict[str, str] | None = None) -> WorldSpec | None:
         raise UsageError(f"rank {rank} is outside a world of size {size}: check the launcher's environment")
     addr = env.get("MASTER_ADDR") or (_slurm_first_node(env) if launcher == "slurm" else None)
     if not addr:
-        raise UsageError(f"launched by {launcher} but MASTER_ADDR is not set: export the first host's "
-                         f"address, e.g. MASTER_ADDR=node001 MASTER_PORT=29500")
+        raise UsageError(
+            f"launched by {launcher} but MASTER_ADDR is not set: export the first host's "
+            f"address, e.g. MASTER_ADDR=node001 MASTER_PORT=29500"
+        )
     port = _int_env(env, "MASTER_PORT") or 29500
     if not 0 < port < 65536:
         raise UsageError(f"MASTER_PORT {port} is not a TCP port: expected 1-65535, e.g. MASTER_PORT=29500")
@@ -142,6 +144,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # --------------------------------------------------------------------------- launching
 
+
 @dataclass
 class RankLaunch:
     """How to start one local rank: a command prefix (e.g. ip netns exec) and extra env."""
@@ -150,9 +153,16 @@ class RankLaunch:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_addr: str = "127.0.0.1",
-                 master_port: int | None = None, per_rank: Callable[[int], RankLaunch] | None = None,
-                 extra_env: dict[str, str] | None = None) -> int:
+def launch_local(
+    nproc: int,
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    per_rank: Callable[[int], RankLaunch] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> int:
     """Run `python -m microbench ARGV` as ranks 0..nproc-1 and return the exit code to use.
 
     Rank 0's output goes straight to our stdout/stderr (only rank 0 prints). Other ranks'
@@ -179,9 +189,16 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
         try:
             for rank in range(nproc):
                 launch = per_rank(rank) if per_rank else RankLaunch()
-                env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                           LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
-                           **{SPAWNED_ENV: "1", MACHINE_RANKS_ENV: str(nproc)})
+                env = dict(
+                    base_env,
+                    RANK=str(rank),
+                    WORLD_SIZE=str(nproc),
+                    LOCAL_RANK=str(rank),
+                    LOCAL_WORLD_SIZE=str(nproc),
+                    MASTER_ADDR=master_addr,
+                    MASTER_PORT=str(port),
+                    **{SPAWNED_ENV: "1", MACHINE_RANKS_ENV: str(nproc)},
+                )
                 # A placement may say otherwise (a lab host's own LOCAL_RANK and LOCAL_WORLD_SIZE).
                 env.update(launch.env)
                 log = None if rank == 0 else tempfile.TemporaryFile(mode="w+")
@@ -192,9 +209,16 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
                 if prefork.ready() and not launch.prefix:  # a warm suite step: fork, no imports
                     procs.append(prefork.start(argv, env, stdout=stdout, stderr=stderr, new_session=True))
                     continue
-                procs.append(subprocess.Popen(
-                    [*launch.prefix, *self_command(), *argv], env=env, stdout=stdout, stderr=stderr,
-                    stdin=subprocess.DEVNULL, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        [*launch.prefix, *self_command(), *argv],
+                        env=env,
+                        stdout=stdout,
+                        stderr=stderr,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
             return Supervisor(procs, logs, timeout_s, signals, note).run()
         finally:
             for proc in procs:

@@ -21,10 +21,10 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 @dataclass(frozen=True)
 class Reading:
     wall_s: float
-    capacity: int       # jiffies the CPUs had (every field of /proc/stat's cpu line)
-    busy: int           # of which spent running anything, steal included
+    capacity: int  # jiffies the CPUs had (every field of /proc/stat's cpu line)
+    busy: int  # of which spent running anything, steal included
     steal: int
-    ours: float         # jiffies spent by this process tree and its helpers
+    ours: float  # jiffies spent by this process tree and its helpers
 
 
 def _cpu_line() -> tuple[int, int, int] | None:
@@ -50,7 +50,7 @@ def _proc_ticks(pid: int) -> tuple[int, int] | None:
             text = handle.read()
     except OSError:
         return None
-    rest = text[text.rfind(")") + 2:].split()   # the command name may hold spaces and parentheses
+    rest = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
     try:
         return int(rest[1]), sum(int(v) for v in rest[11:15])
     except (IndexError, ValueError):
@@ -100,13 +100,23 @@ def between(start: Reading | None, end: Reading | None) -> dict[str, Any]:
     cpus = os.cpu_count() or 1
     out: dict[str, Any] = {"cpus": cpus, "loadavg_1m": _loadavg()}
     if start is None or end is None or end.capacity <= start.capacity:
-        return {**out, "other_share": None, "other_cpus": None, "steal_share": None,
-                "why": "no /proc/stat here: the load during the run is unknown"}
+        return {
+            **out,
+            "other_share": None,
+            "other_cpus": None,
+            "steal_share": None,
+            "why": "no /proc/stat here: the load during the run is unknown",
+        }
     capacity = end.capacity - start.capacity
     other = max(0.0, (end.busy - start.busy) - (end.ours - start.ours))
     share = min(1.0, other / capacity)
-    return {**out, "wall_s": end.wall_s - start.wall_s, "other_share": share, "other_cpus": share * cpus,
-            "steal_share": (end.steal - start.steal) / capacity}
+    return {
+        **out,
+        "wall_s": end.wall_s - start.wall_s,
+        "other_share": share,
+        "other_cpus": share * cpus,
+        "steal_share": (end.steal - start.steal) / capacity,
+    }
 
 
 def _loadavg() -> float | None:

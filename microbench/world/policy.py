@@ -47,9 +47,11 @@ def check_gpu_ranks(local_world: int, gpus: int) -> None:
     """One local rank per GPU at most (exit 2): two ranks on one GPU share its memory and
     copy engines, and NCCL before 2.30 aborts them ("Duplicate GPU detected")."""
     if local_world > gpus:
-        raise UsageError(f"invalid --nproc {local_world}: this host has {gpus} GPU(s) and each local rank needs "
-                         f"its own; use --nproc {max(gpus, 1)} (the default: one rank per GPU), "
-                         f"or --backend gloo for CPU ranks")
+        raise UsageError(
+            f"invalid --nproc {local_world}: this host has {gpus} GPU(s) and each local rank needs "
+            f"its own; use --nproc {max(gpus, 1)} (the default: one rank per GPU), "
+            f"or --backend gloo for CPU ranks"
+        )
 
 
 def local_gpu(local_rank: int, local_world: int, gpus: int) -> int:
@@ -115,10 +117,17 @@ def gpu_free_bytes_without_context(count: int) -> list[int] | None:
         return None
 
 
-def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
-             body: Callable[[World], int], before_launch: Callable[[], None] | None = None,
-             per_rank: Callable[[int], RankLaunch] | None = None, master_addr: str = "127.0.0.1",
-             argv: list[str] | None = None) -> int:
+def in_world(
+    *,
+    nproc: int,
+    timeout_s: float,
+    choice: BackendChoice,
+    body: Callable[[World], int],
+    before_launch: Callable[[], None] | None = None,
+    per_rank: Callable[[int], RankLaunch] | None = None,
+    master_addr: str = "127.0.0.1",
+    argv: list[str] | None = None,
+) -> int:
     """Run `body` on every rank. Outside a world, first launch `nproc` local ranks that re-run
     this same command line (they then take the world branch below)."""
     spec = detect_world()
@@ -128,8 +137,14 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
             check_gpu_ranks(nproc, gpu_count())
         if before_launch:
             before_launch()
-        return launch_local(nproc, argv if argv is not None else sys.argv[1:], timeout_s=timeout_s,
-                            per_rank=per_rank, master_addr=master_addr, extra_env=choice.env)
+        return launch_local(
+            nproc,
+            argv if argv is not None else sys.argv[1:],
+            timeout_s=timeout_s,
+            per_rank=per_rank,
+            master_addr=master_addr,
+            extra_env=choice.env,
+        )
     os.environ.update(choice.env)
     device = choice.device
     if choice.device == "cuda":
@@ -144,8 +159,9 @@ def in_world(*, nproc: int, timeout_s: float, choice: BackendChoice,
         # is its index among them (lab/placement.py sets it).
         machine_index = os.environ.get("MICROBENCH_DEVICE_INDEX")
         if machine_index:
-            index = local_gpu(int(machine_index), int(os.environ.get("MICROBENCH_MACHINE_RANKS") or 0),
-                              torch.cuda.device_count())
+            index = local_gpu(
+                int(machine_index), int(os.environ.get("MICROBENCH_MACHINE_RANKS") or 0), torch.cuda.device_count()
+            )
         torch.cuda.set_device(index)
         device = f"cuda:{index}"
     try:
@@ -185,5 +201,8 @@ def transport_note(choice: BackendChoice, nccl_log_dir: str | None) -> dict[str,
             with open(os.path.join(nccl_log_dir, name), errors="replace") as handle:
                 text += handle.read()
         used = nccl_transport_from_log(text)
-    return {"transport_requested": choice.transport, "transport_used": used or "unknown",
-            "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")}
+    return {
+        "transport_requested": choice.transport,
+        "transport_used": used or "unknown",
+        "socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME"),
+    }

@@ -38,8 +38,12 @@ def local_world_limit() -> tuple[int, str]:
     limits = [(RANKS_PER_CORE * cores, f"{RANKS_PER_CORE} per CPU core x {cores} core(s)")]
     available = _mem_available_bytes()
     if available is not None:
-        limits.append((available // RANK_MEMORY_BYTES, f"{available / (1 << 30):.1f} GiB available / "
-                                                      f"{RANK_MEMORY_BYTES >> 20} MiB per rank"))
+        limits.append(
+            (
+                available // RANK_MEMORY_BYTES,
+                f"{available / (1 << 30):.1f} GiB available / {RANK_MEMORY_BYTES >> 20} MiB per rank",
+            )
+        )
     soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
     if soft != resource.RLIM_INFINITY:
         limits.append((soft // TASKS_PER_RANK, f"RLIMIT_NPROC {soft} / {TASKS_PER_RANK} tasks per rank"))
@@ -69,9 +73,11 @@ def check_local_world(nproc: int) -> None:
     launcher (torchrun, srun, mpirun) made are its business, never checked here."""
     limit, rule = local_world_limit()
     if nproc > limit:
-        raise UsageError(f"invalid --nproc {nproc}: this machine runs at most {limit} local ranks ({rule}); "
-                         f"use --nproc {limit} or fewer, or start ranks on several hosts "
-                         f"with torchrun/srun/mpirun")
+        raise UsageError(
+            f"invalid --nproc {nproc}: this machine runs at most {limit} local ranks ({rule}); "
+            f"use --nproc {limit} or fewer, or start ranks on several hosts "
+            f"with torchrun/srun/mpirun"
+        )
 
 
 # After Ctrl-C, ranks that have not yet claimed a record (still starting, joining) have nothing
@@ -85,15 +91,14 @@ class Supervisor:
     """Waits for the ranks; forwards an interrupt; ends a world whose rank 0 failed, froze or
     was killed; says, in one line, what rank 0 could not say itself."""
 
-    def __init__(self, procs: list[subprocess.Popen], logs: list[Any], timeout_s: float, signals: list[int],
-                 note: str):
+    def __init__(self, procs: list[subprocess.Popen], logs: list[Any], timeout_s: float, signals: list[int], note: str):
         self.procs, self.logs, self.timeout_s, self.signals, self.note = procs, logs, timeout_s, signals, note
         self.interrupted_at: float | None = None
         self.first_failure_at: float | None = None
         self.killed_rank0: str | None = None  # why we had to kill rank 0
         self.signalled: set[int] = set()
         self.stopped_since: dict[int, float] = {}
-        self.stopped_line: str | None = None   # a rank stopped past --timeout: the run's one line
+        self.stopped_line: str | None = None  # a rank stopped past --timeout: the run's one line
 
     def _notes(self) -> list[str]:
         try:
@@ -151,8 +156,9 @@ class Supervisor:
         else:
             grace = self.timeout_s + 3
         if now - self.first_failure_at > grace:
-            self._kill_all("stopped responding" if grace == 0.0 else
-                           f"did not end within {grace:g} s of another rank's failure")
+            self._kill_all(
+                "stopped responding" if grace == 0.0 else f"did not end within {grace:g} s of another rank's failure"
+            )
 
     def _stopped_too_long(self, codes: list[int | None], now: float) -> bool:
         """A rank stopped (SIGSTOP, a debugger) for more than --timeout ends the world: its peers
@@ -164,8 +170,10 @@ class Supervisor:
         late = [rank for rank, since in self.stopped_since.items() if now - since > self.timeout_s + STOPPED_GRACE_S]
         if not late:
             return False
-        self.stopped_line = (f"rank {', '.join(map(str, late))} stopped (SIGSTOP or a debugger) for more than "
-                             f"--timeout {self.timeout_s:g} s")
+        self.stopped_line = (
+            f"rank {', '.join(map(str, late))} stopped (SIGSTOP or a debugger) for more than "
+            f"--timeout {self.timeout_s:g} s"
+        )
         self._kill_all(f"was stopped for more than --timeout {self.timeout_s:g} s")
         return True
 
@@ -232,5 +240,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-

@@ -24,7 +24,7 @@ LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_
 class Topology:
     nodes: int
     ranks_per_node: int
-    source: str            # the variable that gave ranks_per_node
+    source: str  # the variable that gave ranks_per_node
 
     def node_of(self, rank: int) -> int:
         return rank // self.ranks_per_node
@@ -54,15 +54,20 @@ def topology(world_size: int, env: dict[str, str] | None = None) -> Topology:
         try:
             per_node = int(text)
         except ValueError:
-            raise UsageError(f"environment variable {name}={text!r} is not a whole number of ranks per node; "
-                             f"expected e.g. {name}=8") from None
+            raise UsageError(
+                f"environment variable {name}={text!r} is not a whole number of ranks per node; expected e.g. {name}=8"
+            ) from None
         if per_node < 1 or world_size % per_node:
-            raise UsageError(f"{name}={per_node} ranks per node does not divide the world of {world_size} ranks "
-                             f"into whole nodes; set it to the ranks each node runs, e.g. LOCAL_WORLD_SIZE=8")
+            raise UsageError(
+                f"{name}={per_node} ranks per node does not divide the world of {world_size} ranks "
+                f"into whole nodes; set it to the ranks each node runs, e.g. LOCAL_WORLD_SIZE=8"
+            )
         return Topology(world_size // per_node, per_node, name)
-    raise UsageError(f"cannot tell the nodes of this world of {world_size} ranks: the launcher set none of "
-                     f"{', '.join(LOCAL_SIZE_VARIABLES)}; set the ranks per node, e.g. LOCAL_WORLD_SIZE=8 "
-                     f"(torchrun sets it; under srun use --ntasks-per-node)")
+    raise UsageError(
+        f"cannot tell the nodes of this world of {world_size} ranks: the launcher set none of "
+        f"{', '.join(LOCAL_SIZE_VARIABLES)}; set the ranks per node, e.g. LOCAL_WORLD_SIZE=8 "
+        f"(torchrun sets it; under srun use --ntasks-per-node)"
+    )
 
 
 def machine_ranks(env: dict[str, str] | None = None) -> int:

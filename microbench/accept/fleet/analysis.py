@@ -21,11 +21,12 @@ from .verdicts import FleetFinding, Line, NodeResult
 @dataclass
 class NodeData:
     """What the analysis keeps of one node's records."""
+
     node: str
     print: groups.NodePrint
     samples: list[metrics.Sample] = field(default_factory=list)
-    floors: dict[str, list[Any]] = field(default_factory=dict)   # check label -> CheckResult per run
-    steps: dict[str, list[tuple[str, str | None]]] = field(default_factory=dict)   # step -> (status, reason)
+    floors: dict[str, list[Any]] = field(default_factory=dict)  # check label -> CheckResult per run
+    steps: dict[str, list[tuple[str, str | None]]] = field(default_factory=dict)  # step -> (status, reason)
     disks: dict[str, str] = field(default_factory=dict)
     nics: list[dict[str, Any]] = field(default_factory=list)
     tflops: list[float] = field(default_factory=list)
@@ -61,8 +62,13 @@ class Analysis:
 
 
 def check_label(check: rules.Check) -> str:
-    bound = (f">= {100 * check.min_fraction_of_expected:.0f}% of expected" if check.min_fraction_of_expected is not None
-             else f">= {check.min:g}" if check.min is not None else f"<= {check.max:g}")
+    bound = (
+        f">= {100 * check.min_fraction_of_expected:.0f}% of expected"
+        if check.min_fraction_of_expected is not None
+        else f">= {check.min:g}"
+        if check.min is not None
+        else f"<= {check.max:g}"
+    )
     return f"{check.step} {check.op} {check.metric or '(primary)'} {bound}"
 
 
@@ -118,8 +124,10 @@ def _match_names(expected: list[str], data: dict[str, NodeData], notes: list[str
             data[match[0]].node = match[0]
             renamed.append(f"{found} as {match[0]}")
     if renamed:
-        notes.append(f"host names matched to --hosts by their first label: {', '.join(renamed[:5])}"
-                     + (", ..." if len(renamed) > 5 else ""))
+        notes.append(
+            f"host names matched to --hosts by their first label: {', '.join(renamed[:5])}"
+            + (", ..." if len(renamed) > 5 else "")
+        )
 
 
 def _group_note(group: groups.Group, p: float) -> str:
@@ -153,8 +161,11 @@ def _partial(group: groups.Group, nodes: dict[str, NodeData]) -> dict[str, list[
                 out.setdefault(node, []).append(f"no {step} record ({count} of {len(group.nodes)} nodes have one)")
             elif not any(status == "complete" for status, _ in ran):
                 status, reason = ran[-1]
-                out.setdefault(node, []).append(f"{step} {status}" + (f": {reason}" if reason else "")
-                                                + f" (complete on {count} of {len(group.nodes)})")
+                out.setdefault(node, []).append(
+                    f"{step} {status}"
+                    + (f": {reason}" if reason else "")
+                    + f" (complete on {count} of {len(group.nodes)})"
+                )
     return out
 
 
@@ -174,22 +185,28 @@ def analyse(config: Config) -> Analysis:
     notes: list[str] = []
     if not data:
         kinds = f"; set aside: {'; '.join(inventory.set_aside[:3])}" if inventory.set_aside else ""
-        raise UsageError(f"no suite records of any node under {', '.join(map(repr, config.sources))} "
-                         f"({inventory.files} JSON file(s){kinds}); {gather.EXAMPLE}")
+        raise UsageError(
+            f"no suite records of any node under {', '.join(map(repr, config.sources))} "
+            f"({inventory.files} JSON file(s){kinds}); {gather.EXAMPLE}"
+        )
     if expected is not None:
         _match_names(expected, data, notes)
         if not set(expected) & set(data):
-            raise UsageError(f"--hosts {config.hosts!r} names {len(expected)} node(s) ({', '.join(expected[:4])}"
-                             f"{', ...' if len(expected) > 4 else ''}) and none has records here; found "
-                             f"{', '.join(sorted(data)[:6])}{', ...' if len(data) > 6 else ''}")
+            raise UsageError(
+                f"--hosts {config.hosts!r} names {len(expected)} node(s) ({', '.join(expected[:4])}"
+                f"{', ...' if len(expected) > 4 else ''}) and none has records here; found "
+                f"{', '.join(sorted(data)[:6])}{', ...' if len(data) > 6 else ''}"
+            )
         extra = sorted(set(data) - set(expected))
         if extra:
             notes.append(f"records of {len(extra)} node(s) not in --hosts, analysed anyway: {', '.join(extra[:10])}")
     repeated = {n: [s for s, runs in d.steps.items() if len(runs) > 1] for n, d in data.items()}
     for node, steps in sorted(repeated.items()):
         if steps:
-            notes.append(f"{node}: {len(steps)} step(s) with more than one record ({', '.join(steps[:4])}): kept as "
-                         f"repeats (the median, and the range of every run)")
+            notes.append(
+                f"{node}: {len(steps)} step(s) with more than one record ({', '.join(steps[:4])}): kept as "
+                f"repeats (the median, and the range of every run)"
+            )
     prints = {n: d.print for n, d in data.items()}
     peer = groups.peer_groups(prints)
     pair_set = pairmod.collect(pair_docs)
@@ -207,8 +224,10 @@ def analyse(config: Config) -> Analysis:
         p = stats.tail_for_budget(config.budget, tests)
         k = stats.k_for_budget(config.budget, tests)
     except ValueError as exc:
-        raise UsageError(f"invalid --budget {config.budget:g}: {exc}; expected fewer false flags than half the "
-                         f"{tests} node-metrics, e.g. --budget 1") from None
+        raise UsageError(
+            f"invalid --budget {config.budget:g}: {exc}; expected fewer false flags than half the "
+            f"{tests} node-metrics, e.g. --budget 1"
+        ) from None
     lines: list[Line] = []
     findings: list[FleetFinding] = []
     drifted: dict[str, list[str]] = {}
@@ -243,13 +262,19 @@ def analyse(config: Config) -> Analysis:
     results = _node_results(expected, data, lines, drifted, partial, peer)
     group_costs = []
     for group in peer:
-        job = costs.job_for(config.model, group.nodes, prints, {n: stats.median(data[n].tflops)
-                                                                for n in group.nodes if data[n].tflops}, pair_reference)
+        job = costs.job_for(
+            config.model,
+            group.nodes,
+            prints,
+            {n: stats.median(data[n].tflops) for n in group.nodes if data[n].tflops},
+            pair_reference,
+        )
         for node in group.nodes:
             if results[node].verdict == "FAIL":
                 group_costs += costs.price(job, node, [line for line in lines if line.node == node])
-    return Analysis(config, expected, results, lines, findings, peer, k, tests, notes, group_costs, inventory,
-                    pair_reference)
+    return Analysis(
+        config, expected, results, lines, findings, peer, k, tests, notes, group_costs, inventory, pair_reference
+    )
 
 
 def _draw_floors(lines: list[Line], checks: list[rules.Check]) -> None:
@@ -275,9 +300,14 @@ def _draw_floors(lines: list[Line], checks: list[rules.Check]) -> None:
                 line.device, line.kind = measured[line.node].device, measured[line.node].kind
 
 
-def _node_results(expected: list[str] | None, data: dict[str, NodeData], lines: list[Line],
-                  drifted: dict[str, list[str]], partial: dict[str, list[str]],
-                  peer: list[groups.Group]) -> dict[str, NodeResult]:
+def _node_results(
+    expected: list[str] | None,
+    data: dict[str, NodeData],
+    lines: list[Line],
+    drifted: dict[str, list[str]],
+    partial: dict[str, list[str]],
+    peer: list[groups.Group],
+) -> dict[str, NodeResult]:
     group_of = {n: g.name for g in peer for n in g.nodes}
     by_node: dict[str, list[Line]] = {}
     for line in lines:
@@ -289,7 +319,10 @@ def _node_results(expected: list[str] | None, data: dict[str, NodeData], lines: 
             continue
         mine = by_node.get(node, [])
         verdict = verdicts.node_verdict(mine, drifted.get(node, []), partial.get(node, []))
-        findings = (verdicts.findings_of(mine) + [f"drift: {d}" for d in drifted.get(node, [])]
-                    + [f"partial: {p}" for p in partial.get(node, [])])
+        findings = (
+            verdicts.findings_of(mine)
+            + [f"drift: {d}" for d in drifted.get(node, [])]
+            + [f"partial: {p}" for p in partial.get(node, [])]
+        )
         out[node] = NodeResult(node, verdict, group_of.get(node), findings, data[node].records)
     return out

@@ -27,12 +27,13 @@ PRICED = ("network", "compute", "storage")
 @dataclass(frozen=True)
 class Job:
     """The job every failure is priced in: a model over the group's nodes."""
+
     model: str
     nodes: int
-    gpus_per_node: int            # 0: CPU nodes, one rank each
-    gpu: str | None               # a GPU the composer knows (h100, ...), from the fingerprint
-    tflops: float | None          # the fleet's median measured rate per rank, when compute records exist
-    network_gbps: float | None    # the fleet's median pair bandwidth, when pair records exist
+    gpus_per_node: int  # 0: CPU nodes, one rank each
+    gpu: str | None  # a GPU the composer knows (h100, ...), from the fingerprint
+    tflops: float | None  # the fleet's median measured rate per rank, when compute records exist
+    network_gbps: float | None  # the fleet's median pair bandwidth, when pair records exist
 
     def describe(self) -> str:
         ranks = (
@@ -54,8 +55,9 @@ class Cost:
         return self.node_s / self.fleet_s if self.fleet_s and self.node_s else None
 
 
-def compose_prices(job: Job, tflops: float, nets: dict[str, float],
-                   tiers: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+def compose_prices(
+    job: Job, tflops: float, nets: dict[str, float], tiers: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
     """The seam to the composer: (step seconds per network, save seconds per storage tier) for
     `job` at `tflops` per rank."""
     import argparse
@@ -64,8 +66,11 @@ def compose_prices(job: Job, tflops: float, nets: dict[str, float],
     from ...core import sections
 
     # The composer's own flags, parsed as `microbench compose` parses them: one declaration.
-    world = (["--nodes", str(job.nodes), "--gpus-per-node", str(job.gpus_per_node)] if job.gpus_per_node
-             else ["--ranks", str(job.nodes)])
+    world = (
+        ["--nodes", str(job.nodes), "--gpus-per-node", str(job.gpus_per_node)]
+        if job.gpus_per_node
+        else ["--ranks", str(job.nodes)]
+    )
     argv = ["--model", job.model, "--tflops", f"{tflops:.6g}", *world, *(["--gpu", job.gpu] if job.gpu else [])]
     for name, gbps in nets.items():
         argv += ["--net", f"{name}={gbps:.6g}GB/s"]
@@ -75,8 +80,10 @@ def compose_prices(job: Job, tflops: float, nets: dict[str, float],
     sections.add_sections(parser, compose_inputs.ComposeOptions)
     opts = sections.parse_sections(compose_inputs.ComposeOptions, parser.parse_args(argv))
     result = whatif.compose(compose_inputs.build(opts))
-    return ({name: step.step_s for name, step in result.steps.items()},
-            {tier.tier: tier.save_s for tier in result.tiers if hasattr(tier, "save_s")})
+    return (
+        {name: step.step_s for name, step in result.steps.items()},
+        {tier.tier: tier.save_s for tier in result.tiers if hasattr(tier, "save_s")},
+    )
 
 
 def gpu_name(gpu_model: str) -> str | None:
@@ -111,8 +118,14 @@ def price(job: Job, node: str, lines: list[Line]) -> list[Cost]:
         line = _representative(failing)
         share = _shortfall(line)
         if kind not in PRICED:
-            out.append(Cost(node, kind, f"{node}'s {line.device} at {100 * share:.0f}% of the fleet: not priced, the "
-                                        f"composer has no input for {kind} bandwidth"))
+            out.append(
+                Cost(
+                    node,
+                    kind,
+                    f"{node}'s {line.device} at {100 * share:.0f}% of the fleet: not priced, the "
+                    f"composer has no input for {kind} bandwidth",
+                )
+            )
             continue
         try:
             out.append(_priced(job, node, kind, line, share))
@@ -129,9 +142,10 @@ def _priced(job: Job, node: str, kind: str, line: Line, share: float) -> Cost:
     net = job.network_gbps or 1e4
     if kind == "storage":
         per_node = line.median if line.higher_better else line.value
-        assert per_node is not None   # a storage line that is priced carries its figures
-        _, saves = compose_prices(job, job.tflops, {"fleet": net},
-                                  {"fleet": per_node * job.nodes, "node": per_node * share * job.nodes})
+        assert per_node is not None  # a storage line that is priced carries its figures
+        _, saves = compose_prices(
+            job, job.tflops, {"fleet": net}, {"fleet": per_node * job.nodes, "node": per_node * share * job.nodes}
+        )
         before, after = saves["fleet"], saves["node"]
         what = "checkpoint save"
     elif kind == "network":
@@ -145,16 +159,23 @@ def _priced(job: Job, node: str, kind: str, line: Line, share: float) -> Cost:
         before, after = fleet_steps["fleet"], node_steps["fleet"]
         what = "step"
     factor = after / before if before else float("nan")
-    return Cost(node, kind, f"{at} makes every {what} of this job {factor:.2f}x slower ({job.describe()}: "
-                            f"{_seconds(before)} -> {_seconds(after)})", before, after)
+    return Cost(
+        node,
+        kind,
+        f"{at} makes every {what} of this job {factor:.2f}x slower ({job.describe()}: "
+        f"{_seconds(before)} -> {_seconds(after)})",
+        before,
+        after,
+    )
 
 
 def _seconds(value: float) -> str:
     return f"{value / 60:.1f} min" if value >= 120 else f"{value:.3g} s"
 
 
-def job_for(model: str, group_nodes: list[str], prints: dict[str, Any], tflops: dict[str, float],
-            network_gbps: float | None) -> Job:
+def job_for(
+    model: str, group_nodes: list[str], prints: dict[str, Any], tflops: dict[str, float], network_gbps: float | None
+) -> Job:
     """The job of a group: its node count, GPUs per node and GPU from the fingerprint, its
     median measured compute rate (else the GPU's datasheet peak x the composer's default MFU)."""
     from ...compose.hardware import GPUS

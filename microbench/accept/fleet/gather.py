@@ -33,7 +33,7 @@ SET_ASIDE_KINDS = ("fleet", "compose", "verify", "calibration")
 
 @dataclass
 class Document:
-    location: str             # a path, or s3://bucket/key
+    location: str  # a path, or s3://bucket/key
     record: dict[str, Any]
 
     @property
@@ -44,11 +44,12 @@ class Document:
 @dataclass
 class Inventory:
     """What the sources held, apart from the node records themselves."""
+
     sources: list[str]
     files: int = 0
     node_records: int = 0
-    pairs: list[str] = field(default_factory=list)        # locations of records between nodes
-    set_aside: list[str] = field(default_factory=list)      # "where: why"
+    pairs: list[str] = field(default_factory=list)  # locations of records between nodes
+    set_aside: list[str] = field(default_factory=list)  # "where: why"
 
 
 def read_hosts(path: str) -> list[str]:
@@ -82,8 +83,10 @@ def check_sources(sources: list[str]) -> None:
         if is_s3(source):
             s3source.split_url(source)
         elif not glob.has_magic(source) and not os.path.exists(source):
-            raise UsageError(f"{source!r} does not exist; expected a directory of suite records, a glob or an "
-                             f"s3://bucket/prefix, {EXAMPLE}")
+            raise UsageError(
+                f"{source!r} does not exist; expected a directory of suite records, a glob or an "
+                f"s3://bucket/prefix, {EXAMPLE}"
+            )
 
 
 def documents(sources: list[str], endpoint: str | None, inventory: Inventory) -> Iterator[Document]:
@@ -102,8 +105,10 @@ def documents(sources: list[str], endpoint: str | None, inventory: Inventory) ->
                 yield document
         if not found:
             where = "prefix" if is_s3(source) else "glob" if glob.has_magic(source) else "directory"
-            raise UsageError(f"no records (*.json) under {source!r} (an empty {where}); expected suite records, "
-                             f"one directory per node, {EXAMPLE}")
+            raise UsageError(
+                f"no records (*.json) under {source!r} (an empty {where}); expected suite records, "
+                f"one directory per node, {EXAMPLE}"
+            )
 
 
 def _files(source: str, endpoint: str | None) -> Iterator[tuple[str, Any]]:
@@ -132,6 +137,7 @@ def _reader(path: str) -> Any:
             return Path(path).read_bytes()
         except OSError:
             return None
+
     return read
 
 

@@ -18,8 +18,19 @@ from typing import Any
 from ...world.environment import fingerprint as fingerprint_of_env
 
 KIND_FIELDS = ("gpu_model", "cpu_model")
-DRIFT_FIELDS = ("gpu_count", "gpu_driver", "cuda", "torch", "nccl", "kernel", "cpu_count", "memory_gib",
-                "nic_models", "nic_speeds_mbps", "nic_firmware")
+DRIFT_FIELDS = (
+    "gpu_count",
+    "gpu_driver",
+    "cuda",
+    "torch",
+    "nccl",
+    "kernel",
+    "cpu_count",
+    "memory_gib",
+    "nic_models",
+    "nic_speeds_mbps",
+    "nic_firmware",
+)
 # Two nodes of one kind differ in usable memory by what firmware and the kernel reserve: within
 # 2% is the same memory; a missing DIMM is 1/8 or more.
 MEMORY_TOLERANCE = 0.02
@@ -37,10 +48,15 @@ def flat_fingerprint(environment: dict[str, Any]) -> dict[str, str]:
         return "-" if value in (None, "", []) else str(value)
 
     return {
-        "gpu_model": text(fp.get("gpu_model")), "cpu_model": text(fp.get("cpu_model")),
-        "gpu_count": text(fp.get("gpu_count")), "gpu_driver": text(fp.get("gpu_driver")),
-        "cuda": text(fp.get("cuda")), "torch": text(fp.get("torch")), "nccl": text(fp.get("nccl")),
-        "kernel": text(fp.get("kernel")), "cpu_count": text(fp.get("cpu_count")),
+        "gpu_model": text(fp.get("gpu_model")),
+        "cpu_model": text(fp.get("cpu_model")),
+        "gpu_count": text(fp.get("gpu_count")),
+        "gpu_driver": text(fp.get("gpu_driver")),
+        "cuda": text(fp.get("cuda")),
+        "torch": text(fp.get("torch")),
+        "nccl": text(fp.get("nccl")),
+        "kernel": text(fp.get("kernel")),
+        "cpu_count": text(fp.get("cpu_count")),
         "memory_gib": f"{memory / 2**30:.1f}" if isinstance(memory, (int, float)) and memory else "-",
         "nic_models": text(", ".join(sorted(str(n.get("model")) for n in nics))),
         "nic_speeds_mbps": text(", ".join(sorted(str(n.get("speed_mbps")) for n in nics))),
@@ -51,6 +67,7 @@ def flat_fingerprint(environment: dict[str, Any]) -> dict[str, str]:
 @dataclass
 class NodePrint:
     """One node's fingerprint over its records: per field, how many records said which value."""
+
     node: str
     fields: dict[str, Counter] = field(default_factory=dict)
 
@@ -69,7 +86,7 @@ class NodePrint:
 
 @dataclass
 class Group:
-    name: str                 # "GPU -, CPU Intel(R) Xeon(R) Processor"
+    name: str  # "GPU -, CPU Intel(R) Xeon(R) Processor"
     kind: tuple[str, ...]
     nodes: list[str]
 
@@ -108,14 +125,17 @@ def drift(group: Group, prints: dict[str, NodePrint]) -> tuple[dict[str, list[st
         majority = max(counts, key=lambda v: (counts[v], v))
         agree = sum(1 for v in values.values() if _same(key, v, majority))
         if len(nodes) >= 2 and agree <= len(nodes) / 2:
-            split.append(f"{key} has no majority in group {group.name}: "
-                         + "; ".join(f"{v} on {c}" for v, c in counts.most_common()))
+            split.append(
+                f"{key} has no majority in group {group.name}: "
+                + "; ".join(f"{v} on {c}" for v, c in counts.most_common())
+            )
         for node in nodes:
             own = prints[node].fields.get(key) or Counter()
             if len(own) > 1:
                 seen = ", ".join(f"{v} in {c} record{'s' if c > 1 else ''}" for v, c in own.most_common())
                 out.setdefault(node, []).append(f"{key} differs between {node}'s own records: {seen}")
             elif len(nodes) >= 2 and agree > len(nodes) / 2 and not _same(key, values[node], majority):
-                out.setdefault(node, []).append(f"{key} {values[node]} on {node}; {majority} on {agree} of "
-                                                f"{len(nodes)}")
+                out.setdefault(node, []).append(
+                    f"{key} {values[node]} on {node}; {majority} on {agree} of {len(nodes)}"
+                )
     return out, split

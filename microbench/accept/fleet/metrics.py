@@ -36,15 +36,15 @@ GPU_OPS = ("h2d", "d2h", "d2d")
 @dataclass(frozen=True, slots=True)
 class Sample:
     step: str
-    metric: str            # "nccl all_reduce busbw_gbps"
+    metric: str  # "nccl all_reduce busbw_gbps"
     size_bytes: int | None
     value: float
-    worst: float           # the value at the slowest iteration (== value without per-iteration times)
-    best: float            # ... at the fastest
+    worst: float  # the value at the slowest iteration (== value without per-iteration times)
+    best: float  # ... at the fastest
     higher_better: bool
-    kind: str              # network | compute | memory | storage | other
-    device: str            # "disk /dev/vda (/, ext4)"; "@PATH" until resolved against the node's disks
-    position: str = ""     # which sister device ("gpu=3"), "" for the node's one
+    kind: str  # network | compute | memory | storage | other
+    device: str  # "disk /dev/vda (/, ext4)"; "@PATH" until resolved against the node's disks
+    position: str = ""  # which sister device ("gpu=3"), "" for the node's one
 
     @property
     def key(self) -> tuple[str, int | None, str]:
@@ -132,9 +132,20 @@ def samples(step: str, record: dict[str, Any]) -> list[Sample]:
         worst, best = _range(row, metric, value)
         size = row.get("size_bytes") if isinstance(row.get("size_bytes"), int) else None
         position = " ".join(f"{k}={row[k]}" for k in POSITION_KEYS if k in row and row[k] is not None)
-        out.append(Sample(step, f"{step} {_label(row, fields, varying.get(row.get('op'), set()))} {metric}", size,
-                          value, worst, best, _higher_is_better(metric), kind,
-                          device_of(spec.name if spec else "", record, row), position))
+        out.append(
+            Sample(
+                step,
+                f"{step} {_label(row, fields, varying.get(row.get('op'), set()))} {metric}",
+                size,
+                value,
+                worst,
+                best,
+                _higher_is_better(metric),
+                kind,
+                device_of(spec.name if spec else "", record, row),
+                position,
+            )
+        )
     return out
 
 
@@ -166,8 +177,11 @@ def device_of(probe: str, record: dict[str, Any], row: dict[str, Any]) -> str:
     if isinstance(mount, dict):
         return f"mount {mount.get('mount_fstype', '?')} ({mount.get('mount_mode', row.get('mode'))})"
     if impl.get("target") == "embedded" or str(impl.get("target_kind")) == "s3" or probe == "storage_s3":
-        return "S3 " + ("(embedded rclone server)" if impl.get("target") == "embedded" or not impl.get("endpoint")
-                        else str(impl.get("endpoint")))
+        return "S3 " + (
+            "(embedded rclone server)"
+            if impl.get("target") == "embedded" or not impl.get("endpoint")
+            else str(impl.get("endpoint"))
+        )
     place = (
         impl.get("dataset_dir") or impl.get("model_dir") or impl.get("workdir") or cfg.get("target") or cfg.get("path")
     )
@@ -191,10 +205,27 @@ def resolve_devices(samples_of_node: list[Sample], disks: dict[str, str]) -> lis
     for sample in samples_of_node:
         if sample.device.startswith("@"):
             place = sample.device[1:].rstrip("/")
-            disk = next((label for workdir, label in disks.items()
-                         if workdir == place or workdir.startswith(place + "/")
-                         or place.startswith(workdir.rsplit("/", 1)[0] + "/")), None)
-            sample = Sample(sample.step, sample.metric, sample.size_bytes, sample.value, sample.worst, sample.best,
-                            sample.higher_better, sample.kind, disk or f"directory {place}", sample.position)
+            disk = next(
+                (
+                    label
+                    for workdir, label in disks.items()
+                    if workdir == place
+                    or workdir.startswith(place + "/")
+                    or place.startswith(workdir.rsplit("/", 1)[0] + "/")
+                ),
+                None,
+            )
+            sample = Sample(
+                sample.step,
+                sample.metric,
+                sample.size_bytes,
+                sample.value,
+                sample.worst,
+                sample.best,
+                sample.higher_better,
+                sample.kind,
+                disk or f"directory {place}",
+                sample.position,
+            )
         out.append(sample)
     return out

@@ -52,9 +52,12 @@ def record(analysis: Analysis, argv: list[str] | None = None) -> dict[str, Any]:
     """The fleet record, complete, for a RecordWriter."""
     config = recorded(analysis.config)
     environment = {"hostname": platform.node(), "python": platform.python_version(), "microbench": __version__}
-    implementation = {"name": "python", "engine": "microbench.accept.fleet",
-                      "statistics": "robust z = (x - median) / (1.4826 MAD) within a peer group; under 8 nodes the "
-                                    "median and MAD of the other nodes; noise: compare's per-iteration range"}
+    implementation = {
+        "name": "python",
+        "engine": "microbench.accept.fleet",
+        "statistics": "robust z = (x - median) / (1.4826 MAD) within a peer group; under 8 nodes the "
+        "median and MAD of the other nodes; noise: compare's per-iteration range",
+    }
     out = new_record("fleet", config, environment, implementation, argv)
     out["rows"] = [line_row(line) for line in analysis.lines]
     out["summary"] = summary(analysis)
@@ -68,19 +71,26 @@ def summary(analysis: Analysis) -> dict[str, Any]:
     return {
         "fleet_schema_version": FLEET_SCHEMA_VERSION,
         "verdicts": {v: counts[v] for v in ORDER if counts[v]},
-        "nodes": {n: {"verdict": r.verdict, "group": r.group, "findings": r.findings, "records": r.records}
-                  for n, r in analysis.nodes.items()},
+        "nodes": {
+            n: {"verdict": r.verdict, "group": r.group, "findings": r.findings, "records": r.records}
+            for n, r in analysis.nodes.items()
+        },
         "expected": analysis.expected,
-        "k": _finite(analysis.k), "tests": analysis.tests, "budget": analysis.config.budget,
+        "k": _finite(analysis.k),
+        "tests": analysis.tests,
+        "budget": analysis.config.budget,
         "min_fraction": analysis.config.min_fraction,
         "groups": [{"name": g.name, "nodes": g.nodes} for g in analysis.groups],
         "findings": [asdict(f) for f in analysis.findings],
         "costs": [asdict(c) for c in analysis.costs],
         "notes": analysis.notes,
         "pair_reference_gbps": analysis.pair_reference,
-        "drain": analysis.drain, "rerun": analysis.rerun,
-        "sources": analysis.inventory.sources, "files": analysis.inventory.files,
-        "node_records": analysis.inventory.node_records, "set_aside": analysis.inventory.set_aside,
+        "drain": analysis.drain,
+        "rerun": analysis.rerun,
+        "sources": analysis.inventory.sources,
+        "files": analysis.inventory.files,
+        "node_records": analysis.inventory.node_records,
+        "set_aside": analysis.inventory.set_aside,
     }
 
 
@@ -89,8 +99,10 @@ def header(analysis: Analysis) -> list[str]:
     expected = f"{len(analysis.expected)} expected (--hosts), " if analysis.expected is not None else ""
     found = sum(1 for r in analysis.nodes.values() if r.verdict != "MISSING")
     metrics = len({line.metric for line in analysis.lines if line.gate == "fleet"})
-    out = [f"# microbench fleet: {expected}{found} node(s) with records in {len(analysis.groups)} peer group(s); "
-           f"{inv.node_records} records, {metrics} metrics; {len(inv.pairs)} pair record(s)"]
+    out = [
+        f"# microbench fleet: {expected}{found} node(s) with records in {len(analysis.groups)} peer group(s); "
+        f"{inv.node_records} records, {metrics} metrics; {len(inv.pairs)} pair record(s)"
+    ]
     k = "inf" if math.isinf(analysis.k) else f"{analysis.k:.2f}"
     out.append(
         f"# fleet gate: robust z (1.4826 MAD) within a peer group; flagged when |z| > k and at least "
@@ -104,8 +116,10 @@ def header(analysis: Analysis) -> list[str]:
         out.append("# no --hosts: the nodes expected are the nodes found, so none can be MISSING")
     out += [f"# {note}" for note in analysis.notes]
     if inv.set_aside:
-        out.append(f"# set aside {len(inv.set_aside)} file(s): {'; '.join(inv.set_aside[:3])}"
-                   + ("; ..." if len(inv.set_aside) > 3 else ""))
+        out.append(
+            f"# set aside {len(inv.set_aside)} file(s): {'; '.join(inv.set_aside[:3])}"
+            + ("; ..." if len(inv.set_aside) > 3 else "")
+        )
     return out
 
 
@@ -114,10 +128,29 @@ def table(analysis: Analysis) -> str:
     shown = [line for line in analysis.lines if line.verdict != "PASS"]
     order = {v: i for i, v in enumerate(ORDER + ("FLEET",))}
     shown.sort(key=lambda line: (line.node, order.get(line.verdict, 9), line.kind, line.metric))
-    rows = [(line.node, line.verdict, line.metric, _num(line.value), _num(line.median),
-             "-" if line.ratio is None else f"{line.ratio:.2f}", _num(line.z), line.device or "-") for line in shown]
-    return tabulate(rows, headers=["node", "verdict", "metric", "value", "median", "ratio", "z", "device"],
-                    tablefmt="simple", disable_numparse=True) if rows else "# every metric of every node passed"
+    rows = [
+        (
+            line.node,
+            line.verdict,
+            line.metric,
+            _num(line.value),
+            _num(line.median),
+            "-" if line.ratio is None else f"{line.ratio:.2f}",
+            _num(line.z),
+            line.device or "-",
+        )
+        for line in shown
+    ]
+    return (
+        tabulate(
+            rows,
+            headers=["node", "verdict", "metric", "value", "median", "ratio", "z", "device"],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+        if rows
+        else "# every metric of every node passed"
+    )
 
 
 def node_table(analysis: Analysis) -> str:
@@ -126,8 +159,9 @@ def node_table(analysis: Analysis) -> str:
 
 
 def closing(analysis: Analysis) -> list[str]:
-    out = [f"FLEET-WIDE {f.kind}: {f.text}" + (f"; to bisect: {f.command}" if f.command else "")
-           for f in analysis.findings]
+    out = [
+        f"FLEET-WIDE {f.kind}: {f.text}" + (f"; to bisect: {f.command}" if f.command else "") for f in analysis.findings
+    ]
     if analysis.costs:
         out.append(f"# cost per failed node ({analysis.config.model}, the composer):")
         out += [f"  {c.text}" for c in analysis.costs]
@@ -164,8 +198,15 @@ def junit(analysis: Analysis) -> str:
         suite.set("skipped", str(skipped))
         suite.set("errors", "0")
     if analysis.findings:
-        fleet = ET.SubElement(root, "testsuite", name="fleet", tests=str(len(analysis.findings)),
-                              failures=str(len(analysis.findings)), skipped="0", errors="0")
+        fleet = ET.SubElement(
+            root,
+            "testsuite",
+            name="fleet",
+            tests=str(len(analysis.findings)),
+            failures=str(len(analysis.findings)),
+            skipped="0",
+            errors="0",
+        )
         for finding in analysis.findings:
             case = ET.SubElement(fleet, "testcase", classname="microbench.fleet", name=finding.kind, time="0")
             ET.SubElement(case, "failure", message=finding.text, type="FleetWide")

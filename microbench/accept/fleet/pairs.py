@@ -30,12 +30,13 @@ _LAB_HOST = re.compile(r"-(h\d+) \(")
 @dataclass
 class PairSet:
     """Directed values from every pair record: (src, dst) -> [GB/s per record]."""
+
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    addresses: dict[str, str] = field(default_factory=dict)     # node -> address its peers reached
+    addresses: dict[str, str] = field(default_factory=dict)  # node -> address its peers reached
     labs: set[str] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     metric: str = "bw_gbps"
-    node_samples: dict[str, list[Sample]] = field(default_factory=dict)   # nccl --groups: per node
+    node_samples: dict[str, list[Sample]] = field(default_factory=dict)  # nccl --groups: per node
     unattributed: list[str] = field(default_factory=list)
 
     def add(self, src: str, dst: str, gbps: float) -> None:
@@ -68,10 +69,13 @@ def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
                     out.add(node_name(row["src"]), node_name(row["dst"]), float(row["bw_gbps"]))
         elif record.get("kind") == "nccl":
             _node_groups(location, record, out)
-        else:   # a link between two hosts: its best one-way bandwidth, rank 0's host sending
+        else:  # a link between two hosts: its best one-way bandwidth, rank 0's host sending
             a, b = [node_name(h) for h in (cfg.get("probe") or {})["hosts"]]
-            best = [float(r["bw_gbps"]) for r in record.get("rows") or []
-                    if isinstance(r, dict) and r.get("op") == "uni" and isinstance(r.get("bw_gbps"), (int, float))]
+            best = [
+                float(r["bw_gbps"])
+                for r in record.get("rows") or []
+                if isinstance(r, dict) and r.get("op") == "uni" and isinstance(r.get("bw_gbps"), (int, float))
+            ]
             if best:
                 out.add(a, b, max(best))
     return out
@@ -98,12 +102,22 @@ def _node_groups(location: str, record: dict[str, Any], out: PairSet) -> None:
         if not (isinstance(busbw, (int, float)) and busbw > 0 and isinstance(p50, (int, float)) and p50 > 0):
             continue
         for index, host in enumerate(hosts):
-            slowest = max(ranks[index * per_node:(index + 1) * per_node])
+            slowest = max(ranks[index * per_node : (index + 1) * per_node])
             value = busbw * p50 / slowest if slowest > 0 else 0.0
             if value > 0:
-                out.node_samples.setdefault(host, []).append(Sample(
-                    "nccl", f"nccl node group {row.get('op')} busbw_gbps", row.get("size_bytes"), value, value, value,
-                    True, "network", device))
+                out.node_samples.setdefault(host, []).append(
+                    Sample(
+                        "nccl",
+                        f"nccl node group {row.get('op')} busbw_gbps",
+                        row.get("size_bytes"),
+                        value,
+                        value,
+                        value,
+                        True,
+                        "network",
+                        device,
+                    )
+                )
     out.unattributed.append(f"{location}: its cross-node groups span every node at once (hunt's pairs name nodes)")
 
 
@@ -111,7 +125,7 @@ def _node_groups(location: str, record: dict[str, Any], out: PairSet) -> None:
 class PairVerdicts:
     lines: list[Line]
     links: list[FleetFinding]
-    slow: dict[tuple[str, str], str]        # directed pair -> FAIL | INCONCLUSIVE
+    slow: dict[tuple[str, str], str]  # directed pair -> FAIL | INCONCLUSIVE
     reference: float
     tests: int
 
@@ -144,29 +158,64 @@ def judge(pairs: PairSet, k: float, min_fraction: float, nic_of: dict[str, str])
         seen.add(frozenset((a, b)))
         there, back = merged.get((a, b), (None,))[0], merged.get((b, a), (None,))[0]
         way = ", ".join(f"{x}->{y} {v:.4g} GB/s" for x, y, v in ((a, b, there), (b, a, back)) if v is not None)
-        links.append(FleetFinding("link", f"slow link {a} <-> {b}: {way} against a pair median of {ref:.4g} GB/s, "
-                                          f"while both are fine with their other partners",
-                                  [a, b], _bisect_command(a, b, pairs, bad)))
+        links.append(
+            FleetFinding(
+                "link",
+                f"slow link {a} <-> {b}: {way} against a pair median of {ref:.4g} GB/s, "
+                f"while both are fine with their other partners",
+                [a, b],
+                _bisect_command(a, b, pairs, bad),
+            )
+        )
     return PairVerdicts(lines, links, slow, ref, len(merged))
 
 
-def _node_line(node: str, pairs: PairSet, merged: dict, gates: dict, slow: dict, ref: float, slow_partners: set[str],
-               partners: set[str], nic_of: dict[str, str]) -> Line:
+def _node_line(
+    node: str,
+    pairs: PairSet,
+    merged: dict,
+    gates: dict,
+    slow: dict,
+    ref: float,
+    slow_partners: set[str],
+    partners: set[str],
+    nic_of: dict[str, str],
+) -> Line:
     sends = [p for p in slow if p[0] == node]
     receives = [p for p in slow if p[1] == node]
-    way = ("sending and receiving" if len(sends) >= 2 and len(receives) >= 2 else
-           "sending" if len(sends) >= len(receives) else "receiving")
+    way = (
+        "sending and receiving"
+        if len(sends) >= 2 and len(receives) >= 2
+        else "sending"
+        if len(sends) >= len(receives)
+        else "receiving"
+    )
     mine = sends if way != "receiving" else receives
     value = stats.median([merged[p][0] for p in mine])
     verdict = "FAIL" if all(slow[p] == "FAIL" for p in mine) else "INCONCLUSIVE"
     zs = [gates[p].z for p in mine if gates[p].z is not None]
     z = stats.median(zs) if zs else None
     listed = ", ".join(sorted(slow_partners))
-    reason = (f"slow with {len(slow_partners)} of {len(partners)} partners ({listed}) while {way}: median "
-              f"{value:.4g} GB/s against the fleet's pair median {ref:.4g} GB/s")
+    reason = (
+        f"slow with {len(slow_partners)} of {len(partners)} partners ({listed}) while {way}: median "
+        f"{value:.4g} GB/s against the fleet's pair median {ref:.4g} GB/s"
+    )
     device = nic_of.get(node) or (f"NIC at {pairs.addresses[node]}" if node in pairs.addresses else "its NIC")
-    return Line(node, f"pairs {pairs.metric} ({way})", None, verdict, value, ref, value / ref if ref else None, z,
-                device, reason, "network", "pairs", True)
+    return Line(
+        node,
+        f"pairs {pairs.metric} ({way})",
+        None,
+        verdict,
+        value,
+        ref,
+        value / ref if ref else None,
+        z,
+        device,
+        reason,
+        "network",
+        "pairs",
+        True,
+    )
 
 
 def _bisect_command(a: str, b: str, pairs: PairSet, bad: list[str]) -> str:

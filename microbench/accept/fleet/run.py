@@ -38,8 +38,9 @@ def check_outputs(config: Config) -> None:
     if config.junit:
         junit_file.check_writable(config.junit)
     if config.drain and config.drain == config.rerun:
-        raise UsageError(f"--drain and --rerun name one file {config.drain!r}; give each its own, "
-                         f"e.g. --rerun rerun.txt")
+        raise UsageError(
+            f"--drain and --rerun name one file {config.drain!r}; give each its own, e.g. --rerun rerun.txt"
+        )
 
 
 def _beside(record: Path, suffix: str, given: str | None) -> Path:

@@ -15,7 +15,7 @@ from ...core.errors import MicrobenchError, RunError, UsageError
 
 def split_url(url: str) -> tuple[str, str]:
     """s3://bucket/prefix -> (bucket, prefix), the prefix ending in / when not empty."""
-    rest = str(url)[len("s3://"):]
+    rest = str(url)[len("s3://") :]
     bucket, _, prefix = rest.partition("/")
     if not bucket or any(c in bucket for c in " *?"):
         raise UsageError(f"invalid source {url!r}: expected s3://BUCKET/PREFIX, e.g. s3://acceptance/run-1")
@@ -35,7 +35,7 @@ def _client(endpoint: str | None) -> tuple[Any, Any]:
         raise UsageError(f"reading s3:// records needs the S3 client: {why}")
     target = Target(check_endpoint(endpoint) if endpoint else None)
     session = target.session()
-    target.credential_source(session)            # no credentials at all: a UsageError now
+    target.credential_source(session)  # no credentials at all: a UsageError now
     return target, target.client(pool=4, attempts=2, session=session)
 
 
@@ -60,8 +60,10 @@ def objects(url: str, endpoint: str | None) -> Iterator[tuple[str, Callable[[], 
         error = translate(exc, target, bucket, "the AWS chain", f"listing {url}")
         if _no_such_bucket(exc):
             # translate's example names the S3 probes' --bucket, which fleet does not have.
-            error = UsageError(f"bucket {bucket!r} does not exist at {public_url(target.endpoint_url or 'AWS S3')!r}; "
-                               f"expected s3://BUCKET/PREFIX in an existing bucket, e.g. s3://acceptance/run-1")
+            error = UsageError(
+                f"bucket {bucket!r} does not exist at {public_url(target.endpoint_url or 'AWS S3')!r}; "
+                f"expected s3://BUCKET/PREFIX in an existing bucket, e.g. s3://acceptance/run-1"
+            )
         # Refused before anything was read: the credentials or the place are the caller's to fix.
         raise UsageError(str(error)) if isinstance(error, MicrobenchError) else error from None
 
@@ -72,6 +74,7 @@ def objects(url: str, endpoint: str | None) -> Iterator[tuple[str, Callable[[], 
             except Exception as exc:  # noqa: BLE001
                 error = translate(exc, target, bucket, "the AWS chain", f"reading s3://{bucket}/{key}")
                 raise RunError(str(error)) from None
+
         return read
 
     for key in keys:

@@ -97,7 +97,7 @@ def k_for_peers(p: float, peers: int) -> float:
     if p <= 0:
         return float("inf")
     if peers <= 2:
-        return float("inf")          # one degree of freedom or none: no spread worth a z
+        return float("inf")  # one degree of freedom or none: no spread worth a z
     return t_quantile(1.0 - p, peers - 1)
 
 
@@ -155,12 +155,13 @@ def t_quantile(q: float, dof: float) -> float:
 @dataclass(frozen=True)
 class Gate:
     """One node's value on one metric against its peers."""
-    reference: float       # the median it is held to (of the others, under 8 nodes)
-    sigma: float           # 1.4826 MAD of the same values
-    z: float | None        # (x - reference) / sigma; None when sigma is 0 and x == reference
+
+    reference: float  # the median it is held to (of the others, under 8 nodes)
+    sigma: float  # 1.4826 MAD of the same values
+    z: float | None  # (x - reference) / sigma; None when sigma is 0 and x == reference
     worse_fraction: float  # how much worse than the reference, as a share of it (negative: better)
     flagged: bool
-    edge: float            # the band's edge: flagged exactly when x is past it (worse side)
+    edge: float  # the band's edge: flagged exactly when x is past it (worse side)
 
 
 def band_edge(reference: float, sigma: float, k: float, min_fraction: float, higher_better: bool) -> float:
@@ -170,8 +171,15 @@ def band_edge(reference: float, sigma: float, k: float, min_fraction: float, hig
     return max(reference + k * sigma, reference * (1.0 + min_fraction))
 
 
-def gate_one(x: float, peers: list[float], k: float, min_fraction: float, higher_better: bool,
-             reference: float | None = None, sigma: float | None = None) -> Gate:
+def gate_one(
+    x: float,
+    peers: list[float],
+    k: float,
+    min_fraction: float,
+    higher_better: bool,
+    reference: float | None = None,
+    sigma: float | None = None,
+) -> Gate:
     ref = median(peers) if reference is None else reference
     sig = robust_sigma(peers, ref) if sigma is None else sigma
     if sig > 0:
@@ -190,8 +198,9 @@ def group_k(p: float, nodes: int) -> float:
     return k_for_peers(p, nodes if nodes >= SMALL_FLEET else nodes - 1)
 
 
-def gate(values: dict[str, float], p: float, min_fraction: float, higher_better: bool,
-         spread: dict[str, float] | None = None) -> dict[str, Gate]:
+def gate(
+    values: dict[str, float], p: float, min_fraction: float, higher_better: bool, spread: dict[str, float] | None = None
+) -> dict[str, Gate]:
     """Every node's gate on one metric of one peer group, at tail probability p: against the
     group's median and MAD, or, under SMALL_FLEET nodes, against the other nodes' (leave one
     out); k from p and how many values the spread was estimated from.

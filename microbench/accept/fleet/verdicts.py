@@ -37,15 +37,15 @@ class Line:
     device: str
     reason: str
     kind: str
-    gate: str                  # fleet | sister | floor | pairs
+    gate: str  # fleet | sister | floor | pairs
     higher_better: bool = True
-    floor: float | None = None     # the acceptance floor of this metric, for the strip plot
+    floor: float | None = None  # the acceptance floor of this metric, for the strip plot
     runs: int = 1
 
 
 @dataclass
 class FleetFinding:
-    kind: str                  # floor | link | split
+    kind: str  # floor | link | split
     text: str
     nodes: list[str]
     command: str | None = None
@@ -81,8 +81,9 @@ def choose_sizes(samples: dict[str, list[Sample]]) -> dict[tuple[str, str], int 
     return out
 
 
-def merged_values(samples: dict[str, list[Sample]], sizes: dict[tuple[str, str], int | None]
-                  ) -> dict[tuple[str, str], dict[str, tuple[float, float, float, int, Sample]]]:
+def merged_values(
+    samples: dict[str, list[Sample]], sizes: dict[tuple[str, str], int | None]
+) -> dict[tuple[str, str], dict[str, tuple[float, float, float, int, Sample]]]:
     """(metric, position) -> node -> (value, worst, best, runs, a sample) at the chosen size."""
     out: dict[tuple[str, str], dict[str, list[Sample]]] = {}
     for node, node_samples in samples.items():
@@ -91,8 +92,10 @@ def merged_values(samples: dict[str, list[Sample]], sizes: dict[tuple[str, str],
                 out.setdefault((s.metric, s.position), {}).setdefault(node, []).append(s)
     merged = {}
     for key, by_node in out.items():
-        merged[key] = {node: (*stats.merge_repeats([(s.value, s.worst, s.best) for s in ss], ss[0].higher_better),
-                              len(ss), ss[0]) for node, ss in by_node.items()}
+        merged[key] = {
+            node: (*stats.merge_repeats([(s.value, s.worst, s.best) for s in ss], ss[0].higher_better), len(ss), ss[0])
+            for node, ss in by_node.items()
+        }
     return merged
 
 
@@ -104,7 +107,7 @@ def metric_label(sample: Sample, size: int | None) -> str:
 def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list[Line]:
     """The fleet gate at tail probability p, every node of one group on every metric."""
     lines = []
-    for _key, by_node in sorted(merged.items()):   # sorted by metric: a stable order of lines
+    for _key, by_node in sorted(merged.items()):  # sorted by metric: a stable order of lines
         values = {node: v[0] for node, v in by_node.items()}
         spread = {node: abs(v[2] - v[1]) / 2 for node, v in by_node.items()}
         gates = stats.gate(values, p, min_fraction, next(iter(by_node.values()))[4].higher_better, spread)
@@ -113,16 +116,45 @@ def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list
             label = metric_label(sample, sample.size_bytes)
             g = gates.get(node)
             if g is None:
-                lines.append(Line(node, label, sample.size_bytes, "PASS", value, None, None, None, sample.device,
-                                  "no peer of its kind measured it: floors only", sample.kind, "fleet",
-                                  sample.higher_better, runs=runs))
+                lines.append(
+                    Line(
+                        node,
+                        label,
+                        sample.size_bytes,
+                        "PASS",
+                        value,
+                        None,
+                        None,
+                        None,
+                        sample.device,
+                        "no peer of its kind measured it: floors only",
+                        sample.kind,
+                        "fleet",
+                        sample.higher_better,
+                        runs=runs,
+                    )
+                )
                 continue
             verdict = stats.noise_verdict(g, best, sample.higher_better, typical.get(node))
             edge = stats.noise_edge(g, typical.get(node), sample.higher_better)
-            lines.append(Line(node, label, sample.size_bytes, verdict, value, g.reference,
-                              value / g.reference if g.reference else None, g.z, sample.device,
-                              _reason(g, verdict, best, runs, edge, sample.higher_better), sample.kind, "fleet",
-                              sample.higher_better, runs=runs))
+            lines.append(
+                Line(
+                    node,
+                    label,
+                    sample.size_bytes,
+                    verdict,
+                    value,
+                    g.reference,
+                    value / g.reference if g.reference else None,
+                    g.z,
+                    sample.device,
+                    _reason(g, verdict, best, runs, edge, sample.higher_better),
+                    sample.kind,
+                    "fleet",
+                    sample.higher_better,
+                    runs=runs,
+                )
+            )
     return lines
 
 
@@ -133,8 +165,11 @@ def _reason(g: stats.Gate, verdict: str, best: float, runs: int, edge: float, hi
     what = f"{100 * g.worse_fraction:.0f}% worse than the median {g.reference:.4g}"
     zs = "z beyond k" if g.z is None or abs(g.z) == float("inf") else f"z {g.z:.1f}"
     span = f"its best of {runs} runs" if runs > 1 else "its best iteration"
-    band = (f"the band's edge {g.edge:.4g}" if edge == g.edge else
-            f"the peers' typical slowest iteration {edge:.4g} (band's edge {g.edge:.4g})")
+    band = (
+        f"the band's edge {g.edge:.4g}"
+        if edge == g.edge
+        else f"the peers' typical slowest iteration {edge:.4g} (band's edge {g.edge:.4g})"
+    )
     if verdict == "FAIL":
         return f"{what} ({zs}); {span}, {best:.4g}, is still {side} {band}"
     return f"{what} ({zs}), but {span}, {best:.4g}, is within the fleet's band ({band}): rerun"
@@ -156,14 +191,30 @@ def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
             others = [v[0] for p, v in devices if p != position]
             ref = stats.median(others)
             g = stats.gate_one(value, others, 0.0, min_fraction, sample.higher_better, ref, 0.0)
-            verdict = stats.noise_verdict(g, best, sample.higher_better,
-                                          stats.median([v[1] for p, v in devices if p != position]))
+            verdict = stats.noise_verdict(
+                g, best, sample.higher_better, stats.median([v[1] for p, v in devices if p != position])
+            )
             if verdict == "PASS":
                 continue
-            lines.append(Line(node, f"{metric_label(sample, sample.size_bytes)} vs sister devices", sample.size_bytes,
-                              verdict, value, ref, value / ref if ref else None, None, f"{sample.device} ({position})",
-                              f"{position} at {100 * value / ref:.0f}% of the median of its {len(others)} sister "
-                              f"device(s) on {node}", sample.kind, "sister", sample.higher_better, runs=runs))
+            lines.append(
+                Line(
+                    node,
+                    f"{metric_label(sample, sample.size_bytes)} vs sister devices",
+                    sample.size_bytes,
+                    verdict,
+                    value,
+                    ref,
+                    value / ref if ref else None,
+                    None,
+                    f"{sample.device} ({position})",
+                    f"{position} at {100 * value / ref:.0f}% of the median of its {len(others)} sister "
+                    f"device(s) on {node}",
+                    sample.kind,
+                    "sister",
+                    sample.higher_better,
+                    runs=runs,
+                )
+            )
     return lines
 
 
@@ -202,9 +253,25 @@ def floor_lines(
             bound = check.min if check.min is not None else check.max
             shown = "FLEET" if fleet_wide and verdict == "FAIL" else verdict
             reason = "; ".join(dict.fromkeys(r.detail for r in runs)) if verdict != "PASS" else ""
-            lines.append(Line(node, f"floor {label}", check.size_bytes, shown, stats.median(value) if value else None,
-                              None, None, None, "", reason, "floor", "floor", check.max is None, floor=bound,
-                              runs=len(runs)))
+            lines.append(
+                Line(
+                    node,
+                    f"floor {label}",
+                    check.size_bytes,
+                    shown,
+                    stats.median(value) if value else None,
+                    None,
+                    None,
+                    None,
+                    "",
+                    reason,
+                    "floor",
+                    "floor",
+                    check.max is None,
+                    floor=bound,
+                    runs=len(runs),
+                )
+            )
     return lines, findings
 
 
@@ -231,6 +298,8 @@ def findings_of(lines: list[Line]) -> list[str]:
             devices = ", ".join(dict.fromkeys(line.device for line in group if line.device)) or "-"
             ratios = [line.ratio for line in group if line.ratio is not None]
             at = f", median ratio {stats.median(ratios):.2f}x" if ratios else ""
-            out.append(f"{kind} {'failed' if verdict == 'FAIL' else 'inconclusive'} on {devices} "
-                       f"({len(group)} metric{'s' if len(group) > 1 else ''}{at})")
+            out.append(
+                f"{kind} {'failed' if verdict == 'FAIL' else 'inconclusive'} on {devices} "
+                f"({len(group)} metric{'s' if len(group) > 1 else ''}{at})"
+            )
     return out

@@ -40,8 +40,10 @@ def parse_state_dicts(text: str) -> list[str]:
     items = [part.strip() for part in str(text).split(",") if part.strip()]
     bad = [item for item in items if item not in STATE_DICTS]
     if not items or bad:
-        raise UsageError(f"invalid --state-dict {text!r}: expected sharded, full or both (a comma list), "
-                         f"e.g. --state-dict full,sharded")
+        raise UsageError(
+            f"invalid --state-dict {text!r}: expected sharded, full or both (a comma list), "
+            f"e.g. --state-dict full,sharded"
+        )
     return list(dict.fromkeys(items))
 
 
@@ -49,32 +51,41 @@ def save_format(state_dict: str, text: str | None) -> str:
     """The format a state dict is written in: dcp for sharded; torch (default) or safetensors
     for full."""
     if text is not None and text not in SAVE_FORMATS:
-        raise UsageError(f"invalid --save-format {text!r}: expected one of {', '.join(SAVE_FORMATS)}, "
-                         f"e.g. --save-format torch")
+        raise UsageError(
+            f"invalid --save-format {text!r}: expected one of {', '.join(SAVE_FORMATS)}, e.g. --save-format torch"
+        )
     if state_dict == "sharded":
         return "dcp"
     if text == "dcp":
-        raise UsageError("invalid --save-format 'dcp' with --state-dict full: a full state dict is written by one "
-                         "process with torch.save or safetensors; e.g. --save-format torch")
+        raise UsageError(
+            "invalid --save-format 'dcp' with --state-dict full: a full state dict is written by one "
+            "process with torch.save or safetensors; e.g. --save-format torch"
+        )
     return text or "torch"
 
 
 def serialize_from_record(record: dict[str, Any], source: str) -> tuple[float, str]:
     """(GB/s, source) of one process's serialize+write from a `checkpoint --state-dict full`
     record's save row."""
-    probe = ((record.get("config") or {}).get("probe") or {})
+    probe = (record.get("config") or {}).get("probe") or {}
     if record.get("kind") != "checkpoint" or probe.get("state_dict") != "full":
-        raise UsageError(f"--serialize-rate {source!r} is a {record.get('kind')!r} record "
-                         f"{'of a sharded save ' if record.get('kind') == 'checkpoint' else ''}; expected a rate "
-                         f"(e.g. 2GB/s) or a record of `microbench checkpoint --state-dict full`")
+        raise UsageError(
+            f"--serialize-rate {source!r} is a {record.get('kind')!r} record "
+            f"{'of a sharded save ' if record.get('kind') == 'checkpoint' else ''}; expected a rate "
+            f"(e.g. 2GB/s) or a record of `microbench checkpoint --state-dict full`"
+        )
     for row in record.get("rows") or []:
         part = row.get("serialize_write_time_us")
         if row.get("op") == "save" and isinstance(part, (int, float)) and part > 0 and row.get("size_bytes"):
             gbps = row["size_bytes"] / (part * 1e-6) / 1e9
-            return gbps, (f"measured: {source} (torch.save {probe.get('save_format', 'torch')} of "
-                          f"{row['size_bytes'] / 1e9:.2f} GB in {part / 1e6:.3f} s)")
-    raise UsageError(f"--serialize-rate {source!r} has no save row with serialize_write_time_us; re-run "
-                     f"`microbench checkpoint --state-dict full`")
+            return gbps, (
+                f"measured: {source} (torch.save {probe.get('save_format', 'torch')} of "
+                f"{row['size_bytes'] / 1e9:.2f} GB in {part / 1e6:.3f} s)"
+            )
+    raise UsageError(
+        f"--serialize-rate {source!r} has no save row with serialize_write_time_us; re-run "
+        f"`microbench checkpoint --state-dict full`"
+    )
 
 
 @dataclass(frozen=True)
@@ -84,12 +95,12 @@ class SavePrediction:
     save_format: str
     total_bytes: float
     save_s: float
-    gather_s: float | None = None          # full: the AllGathers
-    offload_s: float | None = None         # full, from GPUs: rank 0's device-to-host copy
-    write_s: float | None = None           # full: serialize + write + fsync, one process
-    write_gbps: float | None = None        # the rate that bounded the write (full) or the aggregate (sharded)
+    gather_s: float | None = None  # full: the AllGathers
+    offload_s: float | None = None  # full, from GPUs: rank 0's device-to-host copy
+    write_s: float | None = None  # full: serialize + write + fsync, one process
+    write_gbps: float | None = None  # the rate that bounded the write (full) or the aggregate (sharded)
     bounded_by: str = ""
-    host_bytes: float | None = None        # full: host memory on rank 0's node
+    host_bytes: float | None = None  # full: host memory on rank 0's node
     host_fits: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,8 +108,15 @@ class SavePrediction:
 
 
 def sharded_save(tier: str, total_bytes: float, write_gbps: float) -> SavePrediction:
-    return SavePrediction(tier, "sharded", "dcp", total_bytes, total_bytes / (write_gbps * 1e9),
-                          write_gbps=write_gbps, bounded_by="the tier's aggregate write bandwidth, every rank at once")
+    return SavePrediction(
+        tier,
+        "sharded",
+        "dcp",
+        total_bytes,
+        total_bytes / (write_gbps * 1e9),
+        write_gbps=write_gbps,
+        bounded_by="the tier's aggregate write bandwidth, every rank at once",
+    )
 
 
 def gather_s(total_bytes: float, unit_bytes: float, ranks: int, curve: Any) -> float:
@@ -109,9 +127,20 @@ def gather_s(total_bytes: float, unit_bytes: float, ranks: int, curve: Any) -> f
     return count * curve.time_s(total_bytes / count, ranks)[0]
 
 
-def full_save(tier: str, total_bytes: float, *, gather_time_s: float, host_link_gbps: float | None,
-              serialize_gbps: float, stream_gbps: float | None, aggregate_gbps: float, nodes: int,
-              aggregate_is_job: bool, fmt: str = "torch", host_memory_bytes: float | None = None) -> SavePrediction:
+def full_save(
+    tier: str,
+    total_bytes: float,
+    *,
+    gather_time_s: float,
+    host_link_gbps: float | None,
+    serialize_gbps: float,
+    stream_gbps: float | None,
+    aggregate_gbps: float,
+    nodes: int,
+    aggregate_is_job: bool,
+    fmt: str = "torch",
+    host_memory_bytes: float | None = None,
+) -> SavePrediction:
     """The full save's parts; `stream_gbps` None: unknown, one node's share of the aggregate is used."""
     for name, value in (("serialize rate", serialize_gbps), ("aggregate write", aggregate_gbps)):
         if not (value > 0 and math.isfinite(value)):
@@ -129,41 +158,77 @@ def full_save(tier: str, total_bytes: float, *, gather_time_s: float, host_link_
     write = total_bytes / (rate * 1e9)
     host = total_bytes * (2 if fmt == "safetensors" else 1)
     fits = None if host_memory_bytes is None else host <= host_memory_bytes
-    return SavePrediction(tier, "full", fmt, total_bytes, gather_time_s + offload + write, gather_time_s,
-                          offload if host_link_gbps else None, write, rate, bounded, host, fits)
+    return SavePrediction(
+        tier,
+        "full",
+        fmt,
+        total_bytes,
+        gather_time_s + offload + write,
+        gather_time_s,
+        offload if host_link_gbps else None,
+        write,
+        rate,
+        bounded,
+        host,
+        fits,
+    )
 
 
-def notes(tiers: list[Any], state_dicts: list[str], serialize_source: str,
-          host_memory_bytes: float | None, preds: list[SavePrediction]) -> list[str]:
+def notes(
+    tiers: list[Any],
+    state_dicts: list[str],
+    serialize_source: str,
+    host_memory_bytes: float | None,
+    preds: list[SavePrediction],
+) -> list[str]:
     """The lines under the table: where the rates came from and what was assumed."""
     out = []
     if "full" in state_dicts:
         out.append(f"full save: serialization {serialize_source}")
         for t in tiers:
             if not t.stream_gbps:
-                out.append(f"{t.name}: single-stream write not given: assumed one node's share of its aggregate; "
-                           f"on shared filesystems and object stores one stream usually gets far less: measure it "
-                           f"with {MEASURE_STREAM}, or give --tier {t.name}=W:R,stream=GB/S")
+                out.append(
+                    f"{t.name}: single-stream write not given: assumed one node's share of its aggregate; "
+                    f"on shared filesystems and object stores one stream usually gets far less: measure it "
+                    f"with {MEASURE_STREAM}, or give --tier {t.name}=W:R,stream=GB/S"
+                )
         full = [p for p in preds if p.state_dict == "full" and p.host_bytes]
         if full and host_memory_bytes is None:
-            out.append(f"rank 0's node needs {max(p.host_bytes or 0 for p in full) / 1e9:,.1f} GB of free host memory "
-                       f"for the whole state; give --host-memory to check it")
+            out.append(
+                f"rank 0's node needs {max(p.host_bytes or 0 for p in full) / 1e9:,.1f} GB of free host memory "
+                f"for the whole state; give --host-memory to check it"
+            )
         for p in full:
-            if p.host_fits is False:   # judged from both: neither is None here
+            if p.host_fits is False:  # judged from both: neither is None here
                 assert p.host_bytes is not None and host_memory_bytes is not None
-                out.append(f"DOES NOT FIT: a full {p.save_format} save on {p.tier} needs {p.host_bytes / 1e9:,.1f} GB "
-                           f"of host memory on rank 0's node, {host_memory_bytes / 1e9:,.1f} GB given "
-                           f"(--host-memory); use --state-dict sharded")
+                out.append(
+                    f"DOES NOT FIT: a full {p.save_format} save on {p.tier} needs {p.host_bytes / 1e9:,.1f} GB "
+                    f"of host memory on rank 0's node, {host_memory_bytes / 1e9:,.1f} GB given "
+                    f"(--host-memory); use --state-dict sharded"
+                )
     for t in tiers:
         if t.rated_only:
-            out.append(f"{t.name}: described only by its rated aggregate bandwidth; a DCP save from GPUs "
-                       f"usually reaches far less of it: measure it with {MEASURE_DCP}")
+            out.append(
+                f"{t.name}: described only by its rated aggregate bandwidth; a DCP save from GPUs "
+                f"usually reaches far less of it: measure it with {MEASURE_DCP}"
+            )
     return out
 
 
-def predict_saves(tiers: list[Any], state_dicts: list[str], fmt_text: str | None, total_bytes: float, *,
-                  unit_bytes: float, ranks: int, nodes: int, curve: Any, host_link_gbps: float | None,
-                  serialize_gbps: float, host_memory_bytes: float | None = None) -> list[SavePrediction]:
+def predict_saves(
+    tiers: list[Any],
+    state_dicts: list[str],
+    fmt_text: str | None,
+    total_bytes: float,
+    *,
+    unit_bytes: float,
+    ranks: int,
+    nodes: int,
+    curve: Any,
+    host_link_gbps: float | None,
+    serialize_gbps: float,
+    host_memory_bytes: float | None = None,
+) -> list[SavePrediction]:
     """Every tier's save for every state dict asked for, tier by tier."""
     fmts = {sd: save_format(sd, fmt_text) for sd in state_dicts}
     gathered = gather_s(total_bytes, unit_bytes, ranks, curve) if "full" in state_dicts else 0.0
@@ -173,24 +238,58 @@ def predict_saves(tiers: list[Any], state_dicts: list[str], fmt_text: str | None
             if sd == "sharded":
                 out.append(sharded_save(t.name, total_bytes, t.write_gbps))
             else:
-                out.append(full_save(t.name, total_bytes, gather_time_s=gathered, host_link_gbps=host_link_gbps,
-                                     serialize_gbps=serialize_gbps, stream_gbps=t.stream_gbps,
-                                     aggregate_gbps=t.write_gbps, nodes=nodes,
-                                     aggregate_is_job=t.aggregate_is_job, fmt=fmts[sd],
-                                     host_memory_bytes=host_memory_bytes))
+                out.append(
+                    full_save(
+                        t.name,
+                        total_bytes,
+                        gather_time_s=gathered,
+                        host_link_gbps=host_link_gbps,
+                        serialize_gbps=serialize_gbps,
+                        stream_gbps=t.stream_gbps,
+                        aggregate_gbps=t.write_gbps,
+                        nodes=nodes,
+                        aggregate_is_job=t.aggregate_is_job,
+                        fmt=fmts[sd],
+                        host_memory_bytes=host_memory_bytes,
+                    )
+                )
     return out
 
 
 def save_table(preds: list[SavePrediction], fmt_time: Any) -> tuple[list[str], list[tuple[str, ...]]]:
     """(headers, rows) of the saves: the full save's parts beside its total."""
+
     def t(value: float | None) -> str:
         return "-" if value is None else fmt_time(value)
 
     rows: list[tuple[str, ...]]
-    rows = [(p.tier, p.state_dict, p.save_format, t(p.save_s), t(p.gather_s), t(p.offload_s), t(p.write_s),
-             f"{p.write_gbps:,.2f} GB/s" if p.write_gbps else "-", p.bounded_by,
-             "-" if p.host_bytes is None else f"{p.host_bytes / 1e9:,.1f} GB"
-             + ("" if p.host_fits is None else " (fits)" if p.host_fits else " DOES NOT FIT"))
-            for p in preds]
-    return ["tier", "state dict", "format", "save", "gather", "to host", "serialize+write", "write rate",
-            "bounded by", "rank 0 host memory"], rows
+    rows = [
+        (
+            p.tier,
+            p.state_dict,
+            p.save_format,
+            t(p.save_s),
+            t(p.gather_s),
+            t(p.offload_s),
+            t(p.write_s),
+            f"{p.write_gbps:,.2f} GB/s" if p.write_gbps else "-",
+            p.bounded_by,
+            "-"
+            if p.host_bytes is None
+            else f"{p.host_bytes / 1e9:,.1f} GB"
+            + ("" if p.host_fits is None else " (fits)" if p.host_fits else " DOES NOT FIT"),
+        )
+        for p in preds
+    ]
+    return [
+        "tier",
+        "state dict",
+        "format",
+        "save",
+        "gather",
+        "to host",
+        "serialize+write",
+        "write rate",
+        "bounded by",
+        "rank 0 host memory",
+    ], rows

@@ -23,10 +23,10 @@ from ...core.units import parse_duration_s, parse_positive
 @dataclass(frozen=True)
 class MountTier:
     name: str
-    write_gbps: float               # what the save sees: the cache disk (cached) or the bucket (direct)
+    write_gbps: float  # what the save sees: the cache disk (cached) or the bucket (direct)
     read_gbps: float | None
     cached: bool
-    drain_gbps: float               # bucket bandwidth the upload gets (direct: = write_gbps)
+    drain_gbps: float  # bucket bandwidth the upload gets (direct: = write_gbps)
     write_back_s: float = 0.0
     source: str = ""
 
@@ -44,17 +44,28 @@ def parse_options(text: str, name: str, write_gbps: float, read_gbps: float | No
         elif key == "delay" and sep:
             delay = parse_duration_s(value, what=f"--tier {text!r} delay", example="5s")
         else:
-            raise UsageError(f"invalid --tier {text!r}: unknown part {part!r}; expected cached or direct, drain=GB/S, "
-                             f"delay=DURATION, e.g. {example}")
+            raise UsageError(
+                f"invalid --tier {text!r}: unknown part {part!r}; expected cached or direct, drain=GB/S, "
+                f"delay=DURATION, e.g. {example}"
+            )
     if mode is None:
         raise UsageError(f"invalid --tier {text!r}: a mount tier says cached or direct, e.g. {example}")
     if mode == "cached" and drain is None:
-        raise UsageError(f"invalid --tier {text!r}: a cached mount needs drain=GB/S (the bucket bandwidth its upload "
-                         f"gets), e.g. {example}")
+        raise UsageError(
+            f"invalid --tier {text!r}: a cached mount needs drain=GB/S (the bucket bandwidth its upload "
+            f"gets), e.g. {example}"
+        )
     if mode == "direct" and drain is not None:
         raise UsageError(f"invalid --tier {text!r}: a direct mount writes at the bucket's speed; drain= is for cached")
-    return MountTier(name, write_gbps, read_gbps, mode == "cached", drain if drain is not None else write_gbps,
-                     delay, f"--tier {text}")
+    return MountTier(
+        name,
+        write_gbps,
+        read_gbps,
+        mode == "cached",
+        drain if drain is not None else write_gbps,
+        delay,
+        f"--tier {text}",
+    )
 
 
 def from_record(record: dict[str, Any], name: str, source: str) -> MountTier | None:
@@ -80,13 +91,13 @@ def from_record(record: dict[str, Any], name: str, source: str) -> MountTier | N
 class MountPlan:
     tier: str
     cached: bool
-    blocked_s: float                 # training waits this long per checkpoint
-    durable_s: float                 # from the save's start until the bucket holds every byte
+    blocked_s: float  # training waits this long per checkpoint
+    durable_s: float  # from the save's start until the bucket holds every byte
     interval_s: float
-    overhead: float                  # blocked_s / interval_s
-    drains_in_time: bool             # durable before the next checkpoint starts
-    cache_growth_bytes_per_interval: float   # what the drain cannot move per interval (0 when it keeps up)
-    min_interval_s: float            # the shortest interval with every checkpoint durable before the next
+    overhead: float  # blocked_s / interval_s
+    drains_in_time: bool  # durable before the next checkpoint starts
+    cache_growth_bytes_per_interval: float  # what the drain cannot move per interval (0 when it keeps up)
+    min_interval_s: float  # the shortest interval with every checkpoint durable before the next
     least_bucket_gbps: float | None  # least bucket bandwidth meeting both the overhead and the drain; None: none does
     least_bucket_note: str
 
@@ -103,19 +114,33 @@ def plan(tier: MountTier, ckpt_bytes: float, interval_s: float, max_overhead: fl
     # The upload runs back to back once behind: per interval it moves drain x interval bytes.
     growth = max(0.0, ckpt_bytes - tier.drain_gbps * 1e9 * interval_s) if tier.cached else 0.0
     least, note = _least_bucket(tier, ckpt_bytes, interval_s, max_overhead, blocked)
-    return MountPlan(tier.name, tier.cached, blocked, durable, interval_s, blocked / interval_s, durable <= interval_s,
-                     growth, durable, least, note)
+    return MountPlan(
+        tier.name,
+        tier.cached,
+        blocked,
+        durable,
+        interval_s,
+        blocked / interval_s,
+        durable <= interval_s,
+        growth,
+        durable,
+        least,
+        note,
+    )
 
 
-def _least_bucket(tier: MountTier, ckpt_bytes: float, interval_s: float, max_overhead: float,
-                  blocked: float) -> tuple[float | None, str]:
+def _least_bucket(
+    tier: MountTier, ckpt_bytes: float, interval_s: float, max_overhead: float, blocked: float
+) -> tuple[float | None, str]:
     """The least bucket GB/s with blocked <= overhead x interval and durable <= interval."""
     if not tier.cached:
         # Direct: the save itself is the upload; durable = blocked <= overhead x interval < interval.
         return ckpt_bytes / (max_overhead * interval_s) / 1e9, "direct: the save is the upload"
     if blocked > max_overhead * interval_s:
-        return None, (f"the cache disk alone blocks {blocked / interval_s:.1%} of the interval, over the "
-                      f"{max_overhead:.0%} allowed: no bucket bandwidth helps (a faster cache disk does)")
+        return None, (
+            f"the cache disk alone blocks {blocked / interval_s:.1%} of the interval, over the "
+            f"{max_overhead:.0%} allowed: no bucket bandwidth helps (a faster cache disk does)"
+        )
     window = interval_s - blocked - tier.write_back_s
     if window <= 0:
         return None, "the save plus the write-back delay already take the whole interval"
@@ -126,13 +151,15 @@ def _least_bucket(tier: MountTier, ckpt_bytes: float, interval_s: float, max_ove
 class Period:
     """The job's own checkpoint period (--steps with --ckpt-every): `steps` steps of `train_s`
     seconds of training between saves, on the configuration named `on`."""
+
     steps: int
     train_s: float
     on: str
 
 
-def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, max_overhead: float,
-                 period: Period | None = None) -> list[str]:
+def report_lines(
+    mounts: list[MountTier], ckpt_bytes: float, interval_s: float, max_overhead: float, period: Period | None = None
+) -> list[str]:
     """The compose command's mount table: one row per tier that is a mount. With the job's own
     period, each save starts its training stretch plus its own blocked time after the last,
     instead of every --ckpt-interval."""
@@ -147,23 +174,48 @@ def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, 
     if not plans:
         return []
     rows: list[tuple[str, ...]]
-    rows = [(p.tier, "cached" if p.cached else "direct", format_time(p.blocked_s), format_time(p.durable_s),
-             f"{p.overhead:.1%}", "yes" if p.drains_in_time else
-             f"no: cache grows {format_bytes(p.cache_growth_bytes_per_interval)}/interval"
-             if p.cache_growth_bytes_per_interval > 0 else "no: durable after the next starts (no growth)",
-             format_time(p.min_interval_s), format_rate(p.least_bucket_gbps) if p.least_bucket_gbps else "none")
-            for p in plans]
-    headers = ["mount tier", "mode", "blocked", "durable", "overhead", "drained before next", "shortest interval",
-               "least bucket"]
+    rows = [
+        (
+            p.tier,
+            "cached" if p.cached else "direct",
+            format_time(p.blocked_s),
+            format_time(p.durable_s),
+            f"{p.overhead:.1%}",
+            "yes"
+            if p.drains_in_time
+            else f"no: cache grows {format_bytes(p.cache_growth_bytes_per_interval)}/interval"
+            if p.cache_growth_bytes_per_interval > 0
+            else "no: durable after the next starts (no growth)",
+            format_time(p.min_interval_s),
+            format_rate(p.least_bucket_gbps) if p.least_bucket_gbps else "none",
+        )
+        for p in plans
+    ]
+    headers = [
+        "mount tier",
+        "mode",
+        "blocked",
+        "durable",
+        "overhead",
+        "drained before next",
+        "shortest interval",
+        "least bucket",
+    ]
     if period is not None:
         rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans, strict=True)]
         headers = [*headers[:2], "interval", *headers[2:]]
-        every = (f"every {period.steps} steps (--ckpt-every): {format_time(period.train_s)} of training on "
-                 f"{period.on}, then the save")
+        every = (
+            f"every {period.steps} steps (--ckpt-every): {format_time(period.train_s)} of training on "
+            f"{period.on}, then the save"
+        )
     else:
         every = f"every {format_time(interval_s)}"
     table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     notes = [f"# {p.tier}: least bucket: {p.least_bucket_note}" for p in plans]
-    return [f"\n## bucket mounts: a checkpoint {every}, at most {max_overhead:.0%} blocked",
-            table, *notes, "# durable = blocked + write-back delay + bytes / drain (cached); least bucket = the "
-            "bandwidth keeping blocked time under --ckpt-overhead with each checkpoint durable before the next"]
+    return [
+        f"\n## bucket mounts: a checkpoint {every}, at most {max_overhead:.0%} blocked",
+        table,
+        *notes,
+        "# durable = blocked + write-back delay + bytes / drain (cached); least bucket = the "
+        "bandwidth keeping blocked time under --ckpt-overhead with each checkpoint durable before the next",
+    ]

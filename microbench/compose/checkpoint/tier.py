@@ -32,18 +32,26 @@ def checkpoint_parts(params: float, param_dtype_bytes: int = 2, optimizer: str =
     weights are the sharded parameters FSDP2 keeps under mixed precision, so a DCP save of the
     training state is master + optimizer; `weights_bytes` (param dtype) is an inference export."""
     if optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
-        raise UsageError(f"invalid optimizer {optimizer!r}: expected one of "
-                         f"{', '.join(OPTIMIZER_STATE_BYTES_PER_PARAM)} (e.g. adamw)")
+        raise UsageError(
+            f"invalid optimizer {optimizer!r}: expected one of "
+            f"{', '.join(OPTIMIZER_STATE_BYTES_PER_PARAM)} (e.g. adamw)"
+        )
     master = 4.0 * params
     state = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * params
-    return {"weights_bytes": param_dtype_bytes * params, "master_weights_bytes": master,
-            "optimizer_state_bytes": state, "training_checkpoint_bytes": master + state}
+    return {
+        "weights_bytes": param_dtype_bytes * params,
+        "master_weights_bytes": master,
+        "optimizer_state_bytes": state,
+        "training_checkpoint_bytes": master + state,
+    }
 
 
 def checkpoint_bytes(spec: CheckpointSpec) -> float:
     if spec.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
-        raise UsageError(f"invalid optimizer {spec.optimizer!r}: expected one of "
-                         f"{', '.join(OPTIMIZER_STATE_BYTES_PER_PARAM)} (e.g. adamw)")
+        raise UsageError(
+            f"invalid optimizer {spec.optimizer!r}: expected one of "
+            f"{', '.join(OPTIMIZER_STATE_BYTES_PER_PARAM)} (e.g. adamw)"
+        )
     per_param = spec.master_dtype_bytes + OPTIMIZER_STATE_BYTES_PER_PARAM[spec.optimizer]
     return spec.params * per_param + spec.extra_bytes
 
@@ -71,10 +79,13 @@ def predict_tier(
     staging_gbps: float | None = None,
     mtbf_s: float | None = None,
 ) -> TierPrediction:
-    if not (write_gbps > 0 and math.isfinite(write_gbps)) or (read_gbps is not None and not (
-            read_gbps > 0 and math.isfinite(read_gbps))):
-        raise UsageError(f"tier {tier!r} has bandwidth {write_gbps!r}:{read_gbps!r} GB/s; expected positive "
-                         f"finite numbers, e.g. nvme=6:12")
+    if not (write_gbps > 0 and math.isfinite(write_gbps)) or (
+        read_gbps is not None and not (read_gbps > 0 and math.isfinite(read_gbps))
+    ):
+        raise UsageError(
+            f"tier {tier!r} has bandwidth {write_gbps!r}:{read_gbps!r} GB/s; expected positive "
+            f"finite numbers, e.g. nvme=6:12"
+        )
     if mtbf_s is not None and not (mtbf_s > 0 and math.isfinite(mtbf_s)):
         raise UsageError(f"invalid MTBF {mtbf_s!r} s: expected a positive number of hours, e.g. --mtbf-hours 24")
     save = fixed_s + total_bytes / (write_gbps * 1e9)

@@ -41,18 +41,23 @@ def ranks(t: Training, networks: list[Network]) -> tuple[int, int | None]:
     """(world size, nodes or None)."""
     nodes, per_node, world = t.nodes, t.gpus_per_node, t.ranks
     if world is not None and per_node is not None and world != (nodes or 1) * per_node:
-        raise UsageError(f"--ranks {world} disagrees with --nodes {nodes or 1} x --gpus-per-node {per_node}; "
-                         f"give one of them, e.g. --nodes 2 --gpus-per-node 8")
+        raise UsageError(
+            f"--ranks {world} disagrees with --nodes {nodes or 1} x --gpus-per-node {per_node}; "
+            f"give one of them, e.g. --nodes 2 --gpus-per-node 8"
+        )
     if world is None and (nodes or per_node):
         world = (nodes or 1) * (per_node or 8)
     if world is not None and nodes and world % nodes:
-        raise UsageError(f"--ranks {world} does not divide into --nodes {nodes}; expected a multiple, "
-                         f"e.g. --ranks {nodes * max(1, world // nodes)} --nodes {nodes}")
+        raise UsageError(
+            f"--ranks {world} does not divide into --nodes {nodes}; expected a multiple, "
+            f"e.g. --ranks {nodes * max(1, world // nodes)} --nodes {nodes}"
+        )
     if world is None:
         measured_ranks = [n.all_gather.ranks for n in networks if n.all_gather.ranks]
         if not measured_ranks:
-            raise UsageError("no world size: give --nodes and --gpus-per-node (e.g. --nodes 2 --gpus-per-node 8) "
-                             "or --ranks 16")
+            raise UsageError(
+                "no world size: give --nodes and --gpus-per-node (e.g. --nodes 2 --gpus-per-node 8) or --ranks 16"
+            )
         world = measured_ranks[0]
     return world, nodes
 
@@ -90,9 +95,16 @@ def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None =
     for ref in opts.network.nccl:
         path = ref.path
         if Path(path).is_dir():
-            path = str(_suite_record(Path(path), "network") or path)   # a suite's results directory
-        out.append(two_level.record_network(load(path), ref.name or Path(path).stem, path,
-                                            allow_partial=opts.network.allow_partial, for_gpus=for_gpus))
+            path = str(_suite_record(Path(path), "network") or path)  # a suite's results directory
+        out.append(
+            two_level.record_network(
+                load(path),
+                ref.name or Path(path).stem,
+                path,
+                allow_partial=opts.network.allow_partial,
+                for_gpus=for_gpus,
+            )
+        )
     out += [synthetic_network(n.name, n.busbw_gbps, n.latency_s, n.text) for n in opts.network.net]
     out += two_level.described(opts.sharding.net_intra, opts.sharding.net_inter)
     if not out:
@@ -116,8 +128,8 @@ class ComputeRate:
     gpu: Gpu | None
     warning: str | None = None
     measured_model: str | None = None
-    on_cpu: bool = False             # a compute record timed on a CPU, and no --gpu: predicting that CPU
-    kernel_rows: list[dict[str, Any]] | None = None   # a GPU record's rows, for per-kernel rates
+    on_cpu: bool = False  # a compute record timed on a CPU, and no --gpu: predicting that CPU
+    kernel_rows: list[dict[str, Any]] | None = None  # a GPU record's rows, for per-kernel rates
 
 
 def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
@@ -127,11 +139,15 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
         spec = registry.for_record(record)
         if spec is None or "compute" not in spec.feeds:
             feeders = registry.feeding("compute")
-            raise UsageError(f"--compute {c.compute!r} is a {record.get('kind')!r} record; expected one from "
-                             + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders))
+            raise UsageError(
+                f"--compute {c.compute!r} is a {record.get('kind')!r} record; expected one from "
+                + " or ".join(f"`microbench {' '.join(f.command)}` (kind {f.name!r})" for f in feeders)
+            )
         if record.get("status") != "complete" and not allow_partial:
-            raise UsageError(f"--compute {c.compute!r} is a {record.get('status')!r} record; re-run "
-                             f"`microbench compute`, or pass --allow-partial")
+            raise UsageError(
+                f"--compute {c.compute!r} is a {record.get('status')!r} record; re-run "
+                f"`microbench compute`, or pass --allow-partial"
+            )
         record_rows(record, c.compute)
         tflops = (record.get("summary") or {}).get("achieved_tflops")
         if not isinstance(tflops, (int, float)) or not tflops > 0:
@@ -140,19 +156,29 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
         dev = str(impl.get("gpu") or impl.get("device", "?"))
         warning = None
         if device is not None and impl.get("device") != "cuda":
-            warning = (f"--compute {c.compute} was measured on {dev}, not on a {device.name}: its rate is what "
-                       f"the prediction uses (--gpu only sizes memory and the optimizer step)")
-        return ComputeRate(tflops * 1e12, f"measured: {c.compute} ({tflops:.3g} TFLOP/s on {dev})", device,
-                           warning, str((record.get("summary") or {}).get("model") or ""),
-                           on_cpu=device is None and impl.get("device") == "cpu",
-                           kernel_rows=record.get("rows") if impl.get("device") == "cuda" else None)
+            warning = (
+                f"--compute {c.compute} was measured on {dev}, not on a {device.name}: its rate is what "
+                f"the prediction uses (--gpu only sizes memory and the optimizer step)"
+            )
+        return ComputeRate(
+            tflops * 1e12,
+            f"measured: {c.compute} ({tflops:.3g} TFLOP/s on {dev})",
+            device,
+            warning,
+            str((record.get("summary") or {}).get("model") or ""),
+            on_cpu=device is None and impl.get("device") == "cpu",
+            kernel_rows=record.get("rows") if impl.get("device") == "cuda" else None,
+        )
     if c.tflops is not None:
         return ComputeRate(c.tflops * 1e12, f"--tflops {c.tflops:g}", device)
     if device is None:
         raise UsageError("no compute rate: give --gpu NAME (e.g. --gpu h100), --tflops 400, or --compute RECORD")
     mfu = DEFAULT_MFU if c.mfu is None else c.mfu
-    return ComputeRate(device.peak_bf16_tflops * mfu * 1e12,
-                       f"{device.name} peak {device.peak_bf16_tflops:g} TFLOP/s x MFU {mfu:g}", device)
+    return ComputeRate(
+        device.peak_bf16_tflops * mfu * 1e12,
+        f"{device.name} peak {device.peak_bf16_tflops:g} TFLOP/s x MFU {mfu:g}",
+        device,
+    )
 
 
 def calibration(c: Compute, load: Load, gpu: Gpu | None) -> Calibration | None:
@@ -187,15 +213,25 @@ def train_spec(opts: ComposeOptions, world: int, rate: ComputeRate, cal: Calibra
         # activations and the loss, which the calibration measured as this share of its time.
         flops *= cal.compute_efficiency
     return fsdp.TrainSpec(
-        ranks=world, micro_batch=t.micro_batch, seq_len=t.seq_len, flops_per_rank=flops, grad_accum=t.grad_accum,
-        param_dtype=t.param_dtype, reduce_dtype=t.reduce_dtype or ("float32" if cpu else "bfloat16"),
-        activation_checkpointing=t.activation_checkpointing, reshard_after_forward=not t.no_reshard_after_forward,
-        sync_every_microbatch=not t.defer_grad_sync, overlap=overlap, unit_overhead_s=unit_overhead,
-        memory_gbps=rate.gpu.memory_gbps if rate.gpu else None)
+        ranks=world,
+        micro_batch=t.micro_batch,
+        seq_len=t.seq_len,
+        flops_per_rank=flops,
+        grad_accum=t.grad_accum,
+        param_dtype=t.param_dtype,
+        reduce_dtype=t.reduce_dtype or ("float32" if cpu else "bfloat16"),
+        activation_checkpointing=t.activation_checkpointing,
+        reshard_after_forward=not t.no_reshard_after_forward,
+        sync_every_microbatch=not t.defer_grad_sync,
+        overlap=overlap,
+        unit_overhead_s=unit_overhead,
+        memory_gbps=rate.gpu.memory_gbps if rate.gpu else None,
+    )
 
 
-def priced(opts: ComposeOptions, shape: Any, train: fsdp.TrainSpec, rate: ComputeRate, nodes: int,
-           cal: Calibration | None) -> tuple[fsdp.TrainSpec, Any, Any]:
+def priced(
+    opts: ComposeOptions, shape: Any, train: fsdp.TrainSpec, rate: ComputeRate, nodes: int, cal: Calibration | None
+) -> tuple[fsdp.TrainSpec, Any, Any]:
     """Compute priced per kernel on a GPU (kernels.priced_for, as the published-runs check prices
     it): (train, rates, table); a CPU's measured rate, a CPU record beside --gpu or a model
     without shapes keep the single rate (rates None)."""
@@ -209,8 +245,19 @@ def priced(opts: ComposeOptions, shape: Any, train: fsdp.TrainSpec, rate: Comput
     # the code around the attention kernel, whose copies the eager count prices: torch's SDPA,
     # or llm-foundry's call for the Triton kernel only its MPT runs
     train = replace(train, attention_call=kernels.attention_call(c.attention_impl, shape))
-    return kernels.priced_for(shape, train, rate.gpu, nodes, tflops=c.tflops, mfu=c.mfu, record_rows=rate.kernel_rows,
-                              record_path=c.compute or "", attention_impl=c.attention_impl, table=table, scale=scale)
+    return kernels.priced_for(
+        shape,
+        train,
+        rate.gpu,
+        nodes,
+        tflops=c.tflops,
+        mfu=c.mfu,
+        record_rows=rate.kernel_rows,
+        record_path=c.compute or "",
+        attention_impl=c.attention_impl,
+        table=table,
+        scale=scale,
+    )
 
 
 def tiers(opts: ComposeOptions, load: Load) -> list[Tier]:
@@ -228,14 +275,17 @@ def serialization(opts: ComposeOptions, load: Load) -> tuple[float, str]:
         return serialize_from_record(load(given.path), given.path)
     if given is not None and given.gbps is not None:
         return given.gbps, f"--serialize-rate {given.text}"
-    return DEFAULT_SERIALIZE_GBPS, (f"assumed {DEFAULT_SERIALIZE_GBPS:g} GB/s (give --serialize-rate GB/S or a "
-                                    f"`checkpoint --state-dict full` record)")
+    return DEFAULT_SERIALIZE_GBPS, (
+        f"assumed {DEFAULT_SERIALIZE_GBPS:g} GB/s (give --serialize-rate GB/S or a "
+        f"`checkpoint --state-dict full` record)"
+    )
 
 
 @dataclass
 class ComposeInputs:
     """Everything the composer predicts from, parsed and checked."""
-    options: ComposeOptions              # as asked, typed (the record's resolved options)
+
+    options: ComposeOptions  # as asked, typed (the record's resolved options)
     model: ModelShape | CrudeModel
     rate: ComputeRate
     networks: list[Network]
@@ -253,11 +303,11 @@ class ComposeInputs:
     serialize_gbps: float
     serialize_source: str
     host_memory_bytes: float | None
-    sharding: ShardingPlan | None        # the sharding what-if, when asked
-    load: Load = load_record             # how the records named by the loading and job flags are read
-    rates: Any = None                    # compute priced per kernel (kernels.Rates), or None: one rate
-    kernel_table: Any = None             # the kernel table behind the rates
-    assumed_network: str | None = None   # the GPU's usual node, when no network was named
+    sharding: ShardingPlan | None  # the sharding what-if, when asked
+    load: Load = load_record  # how the records named by the loading and job flags are read
+    rates: Any = None  # compute priced per kernel (kernels.Rates), or None: one rate
+    kernel_table: Any = None  # the kernel table behind the rates
+    assumed_network: str | None = None  # the GPU's usual node, when no network was named
 
 
 def build(opts: ComposeOptions, load: Load = load_record) -> ComposeInputs:
@@ -266,7 +316,7 @@ def build(opts: ComposeOptions, load: Load = load_record) -> ComposeInputs:
     rate = compute_rate(opts.compute, opts.network.allow_partial, load)
     nets = networks(opts, not rate.on_cpu, load, rate.gpu)
     world, nodes = ranks(opts.training, nets)
-    nets = two_level.for_job(nets, world, nodes)   # the full-sharding view at this job's ranks per node
+    nets = two_level.for_job(nets, world, nodes)  # the full-sharding view at this job's ranks per node
     cal = calibration(opts.compute, load, rate.gpu)
     train = train_spec(opts, world, rate, cal)
     train, rates, table = priced(opts, shape, train, rate, nodes or max(1, world // 8), cal)
@@ -276,7 +326,26 @@ def build(opts: ComposeOptions, load: Load = load_record) -> ComposeInputs:
     serialize_gbps, serialize_source = serialization(opts, load)
     plan = two_level.plan(opts.sharding.sharding, opts.sharding.scale_nodes, nets, world, nodes)
     assumed = assumed_node(opts, rate.gpu)
-    return ComposeInputs(opts, shape, rate, nets, world, nodes, cal, train, tier_list, mtbf_s, s.ckpt_interval,
-                         s.ckpt_overhead, list(s.state_dict), serialize_gbps, serialize_source,
-                         s.host_memory, plan, load, rates, table,
-                         rate.gpu.node_source if assumed is not None and rate.gpu else None)
+    return ComposeInputs(
+        opts,
+        shape,
+        rate,
+        nets,
+        world,
+        nodes,
+        cal,
+        train,
+        tier_list,
+        mtbf_s,
+        s.ckpt_interval,
+        s.ckpt_overhead,
+        list(s.state_dict),
+        serialize_gbps,
+        serialize_source,
+        s.host_memory,
+        plan,
+        load,
+        rates,
+        table,
+        rate.gpu.node_source if assumed is not None and rate.gpu else None,
+    )

@@ -2,7 +2,6 @@
 core/units.py, each refusal one line quoting the flag and the text (core/options.py's contract).
 Nothing here reads a file; build.py reads the records the values name."""
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,10 +26,10 @@ from ..tiers import described
 
 DEFAULT_MFU = 0.4
 # Past these a value is a typo, not a plan (and a loop over it would never end).
-MAX_PARAMS = 1e15          # a thousand times today's largest models
+MAX_PARAMS = 1e15  # a thousand times today's largest models
 MAX_LAYERS = 100_000
-MAX_TFLOPS = 1e5           # 100 PFLOP/s per rank
-MAX_SEQ_LEN = 1 << 24      # 16M tokens in one sequence
+MAX_TFLOPS = 1e5  # 100 PFLOP/s per rank
+MAX_SEQ_LEN = 1 << 24  # 16M tokens in one sequence
 MAX_MICRO_BATCH = 1 << 16
 MAX_GRAD_ACCUM = 1 << 16
 MAX_NODES = 100_000
@@ -43,6 +42,7 @@ MAX_TOKENS = 1e16
 @dataclass(frozen=True)
 class NamedRecord:
     """`[NAME=]RECORD`: a record's path and the name it is shown under ("" : from the record)."""
+
     name: str
     path: str
 
@@ -50,6 +50,7 @@ class NamedRecord:
 @dataclass(frozen=True)
 class Typed:
     """A number and the text it was typed as (the output quotes the flag as given)."""
+
     value: float
     text: str
 
@@ -57,6 +58,7 @@ class Typed:
 @dataclass(frozen=True)
 class DescribedNet:
     """`--net NAME=BUSBW[@LATENCY]`."""
+
     name: str
     busbw_gbps: float
     latency_s: float
@@ -66,6 +68,7 @@ class DescribedNet:
 @dataclass(frozen=True)
 class SerializeRate:
     """`--serialize-rate GB/S|RECORD`: a rate, or a `checkpoint --state-dict full` record's path."""
+
     gbps: float | None
     path: str | None
     text: str
@@ -89,7 +92,7 @@ def net(text: str, flag: str) -> DescribedNet:
 
 
 def model_name(text: str, flag: str) -> str:
-    preset(text)   # refuses an unknown name with the list of presets
+    preset(text)  # refuses an unknown name with the list of presets
     return str(text).strip().lower()
 
 
@@ -99,8 +102,10 @@ def gpu_name(text: str, flag: str) -> str:
 
 def count(example: str, maximum: int) -> Any:
     """A positive whole number up to `maximum`."""
+
     def parse(text: str, flag: str) -> int:
         return parse_positive_int(text, what=flag, example=example, maximum=maximum)
+
     return parse
 
 
@@ -123,6 +128,7 @@ def fraction(text: str, flag: str) -> float:
 def duration(example: str, allow_zero: bool = True) -> Any:
     def parse(text: str, flag: str) -> float:
         return parse_duration_s(text, what=flag, example=example, allow_zero=allow_zero)
+
     return parse
 
 
@@ -133,8 +139,16 @@ def hours(text: str, flag: str) -> float:
 def overhead_fraction(text: str, flag: str = "--ckpt-overhead") -> float:
     """5% or 0.05: a share of time, more than 0 and under all of it."""
     raw = str(text).strip()
-    value = parse_number(raw.rstrip("%"), what=flag, example="5%", minimum=0, allow_minimum=False,
-                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False, typed=raw)
+    value = parse_number(
+        raw.rstrip("%"),
+        what=flag,
+        example="5%",
+        minimum=0,
+        allow_minimum=False,
+        maximum=100 if raw.endswith("%") else 1,
+        allow_maximum=False,
+        typed=raw,
+    )
     return value / 100 if raw.endswith("%") else value
 
 
@@ -156,8 +170,9 @@ def state_dicts(text: str, flag: str) -> list[str]:
 
 def save_format(text: str, flag: str) -> str:
     if text not in fs.SAVE_FORMATS:
-        raise UsageError(f"invalid --save-format {text!r}: expected one of {', '.join(fs.SAVE_FORMATS)}, "
-                         f"e.g. --save-format torch")
+        raise UsageError(
+            f"invalid --save-format {text!r}: expected one of {', '.join(fs.SAVE_FORMATS)}, e.g. --save-format torch"
+        )
     return str(text)
 
 
@@ -167,8 +182,10 @@ def serialize_rate(text: str, flag: str) -> SerializeRate:
     try:
         gbps = described.rate_gbps(text, text, "serialization")
     except UsageError:
-        raise UsageError(f"invalid --serialize-rate {text!r}: expected GB/s (e.g. 2 or 2GB/s) or a "
-                         f"`microbench checkpoint --state-dict full` record") from None
+        raise UsageError(
+            f"invalid --serialize-rate {text!r}: expected GB/s (e.g. 2 or 2GB/s) or a "
+            f"`microbench checkpoint --state-dict full` record"
+        ) from None
     return SerializeRate(gbps, None, str(text))
 
 

@@ -18,6 +18,7 @@ from .step_sections import Compute, Model, Network, Sharding, Training
 @dataclass
 class ComposeOptions:
     """Everything `microbench compose` is asked, typed."""
+
     model: Model = field(default_factory=Model)
     training: Training = field(default_factory=Training)
     compute: Compute = field(default_factory=Compute)
@@ -33,8 +34,10 @@ class ComposeOptions:
         if c.measured_step is None:
             return
         if c.gpu is None:
-            raise UsageError(f"--measured-step {c.measured_step:g} scales a GPU's kernel rates: name the GPU it was "
-                             f"measured on, e.g. --gpu h100")
+            raise UsageError(
+                f"--measured-step {c.measured_step:g} scales a GPU's kernel rates: name the GPU it was "
+                f"measured on, e.g. --gpu h100"
+            )
         if t.nodes is None and t.gpus_per_node is None and t.ranks is None:
             raise UsageError(
                 f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "

@@ -45,13 +45,25 @@ from .parsers import (
 class Model:
     TITLE: ClassVar[str] = "model"
     model: str = option("llama-3.1-8b", parse=model_name, help=f"a preset with real shapes: {', '.join(PRESETS)}")
-    model_config: str | None = option(None, metavar="FILE", shown="none: --model's preset",
-                                      help="a Hugging Face config.json or its model directory (text_config inside is "
-                                           "read too); read from disk, no network")
-    params: float | None = option(None, parse=params, shown="none: the model's shapes",
-                                  help="crude escape hatch: total parameters, e.g. 7e9 (with --layers)")
-    layers: int | None = option(None, parse=count("32", MAX_LAYERS), shown="none: the model's shapes",
-                                help="crude escape hatch: blocks (FSDP units), e.g. 32 (with --params)")
+    model_config: str | None = option(
+        None,
+        metavar="FILE",
+        shown="none: --model's preset",
+        help="a Hugging Face config.json or its model directory (text_config inside is "
+        "read too); read from disk, no network",
+    )
+    params: float | None = option(
+        None,
+        parse=params,
+        shown="none: the model's shapes",
+        help="crude escape hatch: total parameters, e.g. 7e9 (with --layers)",
+    )
+    layers: int | None = option(
+        None,
+        parse=count("32", MAX_LAYERS),
+        shown="none: the model's shapes",
+        help="crude escape hatch: blocks (FSDP units), e.g. 32 (with --params)",
+    )
 
     def check(self) -> None:
         if self.params is not None or self.layers is not None:
@@ -65,15 +77,21 @@ class Model:
 class Training:
     TITLE: ClassVar[str] = "training"
     nodes: int | None = option(None, parse=count("2", MAX_NODES), shown="1 with --gpus-per-node", help="nodes")
-    gpus_per_node: int | None = option(None, parse=count("8", MAX_GPUS_PER_NODE), shown="8 with --nodes",
-                                       help="ranks per node")
-    ranks: int | None = option(None, parse=count("16", MAX_RANKS), shown="the record's",
-                               help="world size, instead of --nodes x --gpus-per-node")
+    gpus_per_node: int | None = option(
+        None, parse=count("8", MAX_GPUS_PER_NODE), shown="8 with --nodes", help="ranks per node"
+    )
+    ranks: int | None = option(
+        None,
+        parse=count("16", MAX_RANKS),
+        shown="the record's",
+        help="world size, instead of --nodes x --gpus-per-node",
+    )
     micro_batch: int = option(1, parse=count("1", MAX_MICRO_BATCH), help="sequences per rank per micro-batch")
     seq_len: int = option(4096, parse=count("4096", MAX_SEQ_LEN), help="tokens per sequence")
     grad_accum: int = option(1, parse=count("4", MAX_GRAD_ACCUM), help="micro-batches per optimizer step")
-    param_dtype: str = option("bfloat16", choices=tuple(sorted(DTYPE_BYTES)),
-                              help="what AllGather moves and compute uses")
+    param_dtype: str = option(
+        "bfloat16", choices=tuple(sorted(DTYPE_BYTES)), help="what AllGather moves and compute uses"
+    )
     reduce_dtype: str | None = option(
         None,
         choices=tuple(sorted(DTYPE_BYTES)),
@@ -81,102 +99,188 @@ class Training:
         "a CPU: a --compute record timed on a CPU and no --gpu",
         help="what ReduceScatter moves",
     )
-    activation_checkpointing: str = option("none", parse=checkpointing, bare="full", metavar="MODE",
-                                           help="none; full (each block's forward again in backward: the bare flag); "
-                                                "blocks:F (a fraction F of the blocks, torchtitan's selective layer "
-                                                "every second block is blocks:0.5); ops (torchtitan's op-level policy: "
-                                                "matmul and attention outputs kept, but every second matmul)")
-    defer_grad_sync: bool = option(False, switch=True, shown="off",
-                                   help="reduce-scatter the gradients once, on the last micro-batch (FSDP2's "
-                                        "set_requires_gradient_sync(False) on the others; the unsharded gradients "
-                                        "stay in memory)")
-    no_reshard_after_forward: bool = option(False, switch=True, shown="off",
-                                            help="keep blocks gathered from forward to backward (no second AllGather, "
-                                                 "more memory)")
+    activation_checkpointing: str = option(
+        "none",
+        parse=checkpointing,
+        bare="full",
+        metavar="MODE",
+        help="none; full (each block's forward again in backward: the bare flag); "
+        "blocks:F (a fraction F of the blocks, torchtitan's selective layer "
+        "every second block is blocks:0.5); ops (torchtitan's op-level policy: "
+        "matmul and attention outputs kept, but every second matmul)",
+    )
+    defer_grad_sync: bool = option(
+        False,
+        switch=True,
+        shown="off",
+        help="reduce-scatter the gradients once, on the last micro-batch (FSDP2's "
+        "set_requires_gradient_sync(False) on the others; the unsharded gradients "
+        "stay in memory)",
+    )
+    no_reshard_after_forward: bool = option(
+        False,
+        switch=True,
+        shown="off",
+        help="keep blocks gathered from forward to backward (no second AllGather, more memory)",
+    )
 
 
 @dataclass
 class Compute:
     TITLE: ClassVar[str] = "compute (optimizer: AdamW)"
-    gpu: str | None = option(None, parse=gpu_name, shown="none: give --tflops or --compute",
-                             help=f"accelerator: {', '.join(GPUS)} (peak dense bf16, memory size and bandwidth for the "
-                                  f"memory check and the optimizer step; with a model of real shapes, compute priced "
-                                  f"per kernel at its kernel table's rates, h100 and a100)")
-    mfu: float | None = option(None, parse=mfu, shown=f"{DEFAULT_MFU:g} where --gpu has no kernel table; h100 and a100 "
-                                                      f"price each kernel at its table's rate",
-                               help="achieved fraction of --gpu's peak, for every matmul and attention")
-    tflops: float | None = option(None, parse=tflops, shown="none: --gpu x --mfu",
-                                  help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400")
-    compute: str | None = option(None, metavar="RECORD", shown="none: --gpu x --mfu or --tflops",
-                                 help="a `microbench compute` record: the rate measured for the model's matmuls on a "
-                                      "device, instead of --tflops or --mfu")
-    overlap: float | None = option(None, parse=fraction,
-                                   shown="1 on GPUs, where NCCL runs beside compute; 0 when predicting a CPU, where "
-                                         "gloo competes for the cores; or the --calibration's",
-                                   help="fraction of communication that can run beside compute, 0..1")
-    unit_overhead: float | None = option(None, parse=duration("200us"), metavar="DURATION",
-                                         shown="0, or the calibration's",
-                                         help="FSDP's own cost per unit per pass (copy-in/out, hooks), never hidden, "
-                                              "e.g. 200us")
-    calibration: str | None = option(None, metavar="RECORD", shown="none",
-                                     help="a `microbench compose ... --measured-step` record (its scale on compute "
-                                          "rates, for the same --gpu kind) or a `microbench verify --calibrate-only` "
-                                          "record (its measured overlap and per-unit overhead; flags given here win)")
-    measured_step: float | None = option(None, parse=step_seconds, metavar="SECONDS", shown="none",
-                                         help="the optimizer step a trainer measured on this configuration (its "
-                                              "--gpu, nodes, micro-batch, sequence, network): prints the scale on "
-                                              "compute rates that reproduces it and keeps it in the record, for "
-                                              "--calibration elsewhere, e.g. 2.8")
-    attention_impl: str | None = option(None, choices=("flash2", "flash1", "triton"),
-                                        shown="the kernel table's default (flash2)",
-                                        help="the attention kernel the trainer runs, priced at its own rates: flash2 "
-                                             "(FlashAttention-2, SDPA's flash backend), flash1, triton (llm-foundry's "
-                                             "Triton FlashAttention)")
-    kernel_table: str | None = option(None, metavar="FILE", shown="the one shipped for --gpu",
-                                      help="a kernel efficiency table measured with benchmarks/kernel_tables.py on "
-                                           "the GPU, instead of the shipped one")
+    gpu: str | None = option(
+        None,
+        parse=gpu_name,
+        shown="none: give --tflops or --compute",
+        help=f"accelerator: {', '.join(GPUS)} (peak dense bf16, memory size and bandwidth for the "
+        f"memory check and the optimizer step; with a model of real shapes, compute priced "
+        f"per kernel at its kernel table's rates, h100 and a100)",
+    )
+    mfu: float | None = option(
+        None,
+        parse=mfu,
+        shown=f"{DEFAULT_MFU:g} where --gpu has no kernel table; h100 and a100 price each kernel at its table's rate",
+        help="achieved fraction of --gpu's peak, for every matmul and attention",
+    )
+    tflops: float | None = option(
+        None,
+        parse=tflops,
+        shown="none: --gpu x --mfu",
+        help="achieved TFLOP/s per rank, instead of --gpu x --mfu, e.g. 400",
+    )
+    compute: str | None = option(
+        None,
+        metavar="RECORD",
+        shown="none: --gpu x --mfu or --tflops",
+        help="a `microbench compute` record: the rate measured for the model's matmuls on a "
+        "device, instead of --tflops or --mfu",
+    )
+    overlap: float | None = option(
+        None,
+        parse=fraction,
+        shown="1 on GPUs, where NCCL runs beside compute; 0 when predicting a CPU, where "
+        "gloo competes for the cores; or the --calibration's",
+        help="fraction of communication that can run beside compute, 0..1",
+    )
+    unit_overhead: float | None = option(
+        None,
+        parse=duration("200us"),
+        metavar="DURATION",
+        shown="0, or the calibration's",
+        help="FSDP's own cost per unit per pass (copy-in/out, hooks), never hidden, e.g. 200us",
+    )
+    calibration: str | None = option(
+        None,
+        metavar="RECORD",
+        shown="none",
+        help="a `microbench compose ... --measured-step` record (its scale on compute "
+        "rates, for the same --gpu kind) or a `microbench verify --calibrate-only` "
+        "record (its measured overlap and per-unit overhead; flags given here win)",
+    )
+    measured_step: float | None = option(
+        None,
+        parse=step_seconds,
+        metavar="SECONDS",
+        shown="none",
+        help="the optimizer step a trainer measured on this configuration (its "
+        "--gpu, nodes, micro-batch, sequence, network): prints the scale on "
+        "compute rates that reproduces it and keeps it in the record, for "
+        "--calibration elsewhere, e.g. 2.8",
+    )
+    attention_impl: str | None = option(
+        None,
+        choices=("flash2", "flash1", "triton"),
+        shown="the kernel table's default (flash2)",
+        help="the attention kernel the trainer runs, priced at its own rates: flash2 "
+        "(FlashAttention-2, SDPA's flash backend), flash1, triton (llm-foundry's "
+        "Triton FlashAttention)",
+    )
+    kernel_table: str | None = option(
+        None,
+        metavar="FILE",
+        shown="the one shipped for --gpu",
+        help="a kernel efficiency table measured with benchmarks/kernel_tables.py on "
+        "the GPU, instead of the shipped one",
+    )
 
     def check(self) -> None:
         if self.measured_step is not None and self.calibration:
-            raise UsageError(f"--measured-step {self.measured_step:g} makes a calibration and --calibration "
-                             f"{self.calibration} applies one; give one of them")
-        given = [f for f, v in (("--compute", self.compute), ("--tflops", self.tflops), ("--mfu", self.mfu))
-                 if v is not None]
+            raise UsageError(
+                f"--measured-step {self.measured_step:g} makes a calibration and --calibration "
+                f"{self.calibration} applies one; give one of them"
+            )
+        given = [
+            f for f, v in (("--compute", self.compute), ("--tflops", self.tflops), ("--mfu", self.mfu)) if v is not None
+        ]
         if len(given) > 1:
-            raise UsageError(f"{' and '.join(given)} both set the compute rate; give one, e.g. --gpu h100 --mfu 0.4, "
-                             f"or --tflops 400, or --compute RECORD")
+            raise UsageError(
+                f"{' and '.join(given)} both set the compute rate; give one, e.g. --gpu h100 --mfu 0.4, "
+                f"or --tflops 400, or --compute RECORD"
+            )
 
 
 @dataclass
 class Network:
     TITLE: ClassVar[str] = "network (one or more; several give a what-if table)"
-    nccl: list[NamedRecord] = option([], parse=named_record, repeat=True, metavar="[NAME=]RECORD", shown="none",
-                                     help="a `microbench nccl` record with all_gather and reduce_scatter rows (or a "
-                                          "suite directory), e.g. results/suite-*/collectives.json; at another world "
-                                          "size it is rescaled (repeatable)")
-    net: list[DescribedNet] = option([], parse=net, repeat=True, metavar="NAME=BUSBW[@LATENCY]", shown="none",
-                                     help="a described network: the bus bandwidth (nccl-tests busbw) the job's "
-                                          "collectives reach, with units, and the per-collective latency (default 0), "
-                                          "e.g. --net ib=40GB/s@30us")
+    nccl: list[NamedRecord] = option(
+        [],
+        parse=named_record,
+        repeat=True,
+        metavar="[NAME=]RECORD",
+        shown="none",
+        help="a `microbench nccl` record with all_gather and reduce_scatter rows (or a "
+        "suite directory), e.g. results/suite-*/collectives.json; at another world "
+        "size it is rescaled (repeatable)",
+    )
+    net: list[DescribedNet] = option(
+        [],
+        parse=net,
+        repeat=True,
+        metavar="NAME=BUSBW[@LATENCY]",
+        shown="none",
+        help="a described network: the bus bandwidth (nccl-tests busbw) the job's "
+        "collectives reach, with units, and the per-collective latency (default 0), "
+        "e.g. --net ib=40GB/s@30us",
+    )
     allow_partial: bool = option(False, switch=True, shown="off", help="accept records whose run did not finish")
 
 
 @dataclass
 class Sharding:
     TITLE: ClassVar[str] = "two networks and sharding (a node's GPUs, and the nodes)"
-    net_intra: list[Level] = option([], parse=parse_level, repeat=True, metavar="[NAME=]BUSBW[@LATENCY]", shown="none",
-                                    help="the bus bandwidth of a collective among one node's GPUs (NVLink), e.g. "
-                                         "360GB/s; with --net-inter, full sharding across nodes is costed on both")
-    net_inter: list[Level] = option([], parse=parse_level, repeat=True, metavar="[NAME=]BW[@LATENCY]", shown="none",
-                                    help="one node's bandwidth to the others, all its NICs together, e.g. eth=1.25GB/s "
-                                         "(10 Gbit Ethernet) or ib=400GB/s@10us (8 x 400G); repeatable: a what-if "
-                                         "over the NICs")
-    sharding: tuple[Strategy, ...] | None = option(None, parse=sharding, metavar="full|hybrid|hybrid:G",
-                                                   shown="none: the step table's full sharding alone",
-                                                   help="the what-if over strategies, comma-separated: full (every "
-                                                        "rank shards), hybrid (shard inside a node, replicate across "
-                                                        "nodes: HSDP), hybrid:G (shard over G ranks), e.g. full,hybrid")
-    scale_nodes: tuple[int, ...] | None = option(None, parse=node_counts, metavar="N,N,...",
-                                                 shown="none: the job's node count alone",
-                                                 help="the sharding what-if also at these node counts, from the same "
-                                                      "curves (fitted latency and bandwidth per level), e.g. 2,8,64")
+    net_intra: list[Level] = option(
+        [],
+        parse=parse_level,
+        repeat=True,
+        metavar="[NAME=]BUSBW[@LATENCY]",
+        shown="none",
+        help="the bus bandwidth of a collective among one node's GPUs (NVLink), e.g. "
+        "360GB/s; with --net-inter, full sharding across nodes is costed on both",
+    )
+    net_inter: list[Level] = option(
+        [],
+        parse=parse_level,
+        repeat=True,
+        metavar="[NAME=]BW[@LATENCY]",
+        shown="none",
+        help="one node's bandwidth to the others, all its NICs together, e.g. eth=1.25GB/s "
+        "(10 Gbit Ethernet) or ib=400GB/s@10us (8 x 400G); repeatable: a what-if "
+        "over the NICs",
+    )
+    sharding: tuple[Strategy, ...] | None = option(
+        None,
+        parse=sharding,
+        metavar="full|hybrid|hybrid:G",
+        shown="none: the step table's full sharding alone",
+        help="the what-if over strategies, comma-separated: full (every "
+        "rank shards), hybrid (shard inside a node, replicate across "
+        "nodes: HSDP), hybrid:G (shard over G ranks), e.g. full,hybrid",
+    )
+    scale_nodes: tuple[int, ...] | None = option(
+        None,
+        parse=node_counts,
+        metavar="N,N,...",
+        shown="none: the job's node count alone",
+        help="the sharding what-if also at these node counts, from the same "
+        "curves (fitted latency and bandwidth per level), e.g. 2,8,64",
+    )

@@ -16,7 +16,7 @@ class Assignment:
     data: str
     model_from: str
     ckpt_to: str
-    network: str = ""         # compose's what-if: the network this assignment's job runs on
+    network: str = ""  # compose's what-if: the network this assignment's job runs on
 
     @property
     def label(self) -> str:

@@ -14,11 +14,17 @@ from .build import build
 from .timeline import KINDS, JobTimeline, Phase
 from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 
-WHATIF_ROWS = 30          # printed; the record keeps every row
-RECORD_PHASES = 400       # a timeline with more is recorded with its identical periods folded
-KIND_LABELS = {"model_load": "model load", "train": "training steps", "data_stall": "data stall",
-               "ckpt_blocking": "checkpoint (blocking)", "ckpt_wait": "wait for the previous checkpoint",
-               "ckpt_drain": "drain (overlapped)", "final_save": "final save until durable"}
+WHATIF_ROWS = 30  # printed; the record keeps every row
+RECORD_PHASES = 400  # a timeline with more is recorded with its identical periods folded
+KIND_LABELS = {
+    "model_load": "model load",
+    "train": "training steps",
+    "data_stall": "data stall",
+    "ckpt_blocking": "checkpoint (blocking)",
+    "ckpt_wait": "wait for the previous checkpoint",
+    "ckpt_drain": "drain (overlapped)",
+    "final_save": "final save until durable",
+}
 
 
 def _every(model: JobModel, every: int | None) -> str:
@@ -65,15 +71,25 @@ def timeline_dict(job: JobTimeline) -> dict[str, Any]:
         if j - i > 1:
             first = periods[i + 1]
             period = sum(p.time_s for p in first if not p.overlapped)
-            phases.append({"name": f"{j - i - 1} more periods like it", "kind": "repeat", "start_s": first[0].start_s,
-                           "time_s": period * (j - i - 1), "overlapped": False, "repeat": j - i - 1, "period_s": period,
-                           "template": [dict(asdict(p), start_s=p.start_s - first[0].start_s) for p in first]})
+            phases.append(
+                {
+                    "name": f"{j - i - 1} more periods like it",
+                    "kind": "repeat",
+                    "start_s": first[0].start_s,
+                    "time_s": period * (j - i - 1),
+                    "overlapped": False,
+                    "repeat": j - i - 1,
+                    "period_s": period,
+                    "template": [dict(asdict(p), start_s=p.start_s - first[0].start_s) for p in first],
+                }
+            )
     out["phases"] = phases
     return out
 
 
 def job_rows(job: JobTimeline) -> list[tuple[str, str, str, str]]:
     """(phase, start, time, share) in order; identical periods in a row are folded into one line."""
+
     def row(p: Phase) -> tuple[str, str, str, str]:
         share = "overlapped" if p.overlapped else f"{p.time_s / job.total_s:.1%}" if job.total_s else "-"
         return (("  " if p.overlapped else "") + p.name, format_time(p.start_s), format_time(p.time_s), share)
@@ -84,9 +100,15 @@ def job_rows(job: JobTimeline) -> list[tuple[str, str, str, str]]:
         out += [row(p) for p in periods[i]]
         if j - i > 1:
             first, last = periods[i + 1][0], periods[j - 1][-1]
-            span = sum(p.time_s for q in periods[i + 1:j] for p in q if not p.overlapped)
-            out.append((f"... {j - i - 1} more periods like it ({first.name} .. {last.name.split(',')[0]})",
-                        format_time(first.start_s), format_time(span), f"{span / job.total_s:.1%}"))
+            span = sum(p.time_s for q in periods[i + 1 : j] for p in q if not p.overlapped)
+            out.append(
+                (
+                    f"... {j - i - 1} more periods like it ({first.name} .. {last.name.split(',')[0]})",
+                    format_time(first.start_s),
+                    format_time(span),
+                    f"{span / job.total_s:.1%}",
+                )
+            )
     return out
 
 
@@ -95,24 +117,44 @@ def lines(model: JobModel, result: WhatIf, notes: list[str], fits: bool | None) 
 
     top = result.best or result.outcomes[0]
     ask = model.ask
-    out = [f"\n## job: {ask.steps} steps ({ask.steps_source}), {_every(model, top.ckpt_every)}, "
-           f"{'async' if ask.async_ckpt else 'synchronous'} saves, {ask.tokens_per_step:,} tokens per step"
-           + ("  [DOES NOT FIT in memory: times are for reference]" if fits is False else "")]
+    out = [
+        f"\n## job: {ask.steps} steps ({ask.steps_source}), {_every(model, top.ckpt_every)}, "
+        f"{'async' if ask.async_ckpt else 'synchronous'} saves, {ask.tokens_per_step:,} tokens per step"
+        + ("  [DOES NOT FIT in memory: times are for reference]" if fits is False else "")
+    ]
     out += [f"# {n}" for n in notes]
     if top.timeline is None:
         out.append(f"# no configuration trains: {top.never}")
         return out
     job = top.timeline
-    out.append(f"# {'recommended' if top is result.best else 'fastest (none meets the constraint)'}: "
-               f"{top.config.describe()}")
-    out.append(tabulate(job_rows(job) + [("total", "", format_time(job.total_s), "100%")],
-                        headers=["phase", "start", "time", "share"], tablefmt="simple", disable_numparse=True))
+    out.append(
+        f"# {'recommended' if top is result.best else 'fastest (none meets the constraint)'}: {top.config.describe()}"
+    )
+    out.append(
+        tabulate(
+            job_rows(job) + [("total", "", format_time(job.total_s), "100%")],
+            headers=["phase", "start", "time", "share"],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
     kinds = job.time_by_kind()
-    out.append(tabulate([(KIND_LABELS[k], format_time(kinds[k]), f"{job.share_by_kind()[k]:.1%}") for k in KINDS
-                         if kinds[k] > 0 and k != "ckpt_drain"], headers=["per kind", "time", "share"],
-                        tablefmt="simple", disable_numparse=True))
-    out.append(f"# total {format_time(job.total_s)}; {job.tokens_per_s:,.0f} tokens/s over the whole job; "
-               f"{job.io_share:.1%} of the job on I/O (model load, data stall, checkpoints)")
+    out.append(
+        tabulate(
+            [
+                (KIND_LABELS[k], format_time(kinds[k]), f"{job.share_by_kind()[k]:.1%}")
+                for k in KINDS
+                if kinds[k] > 0 and k != "ckpt_drain"
+            ],
+            headers=["per kind", "time", "share"],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
+    out.append(
+        f"# total {format_time(job.total_s)}; {job.tokens_per_s:,.0f} tokens/s over the whole job; "
+        f"{job.io_share:.1%} of the job on I/O (model load, data stall, checkpoints)"
+    )
     out += whatif_lines(model, result) + recommendation_lines(result)
     return out
 
@@ -122,23 +164,55 @@ def whatif_lines(model: JobModel, result: WhatIf) -> list[str]:
 
     table = rows(result)
     shown = table if len(table) <= WHATIF_ROWS + 5 else table[:WHATIF_ROWS] + table[-3:]
-    shown += [r for r in table if r["recommended"] and r not in shown]   # always beside the others
+    shown += [r for r in table if r["recommended"] and r not in shown]  # always beside the others
     shown.sort(key=lambda r: r["rank"])
-    body = [(r["rank"], r["network"], r["data"], r["model_from"], r["ckpt_to"], r["ckpt_every"] or "-",
-             format_time(r["total_s"]) if r["total_s"] is not None else "never trains",
-             f"{r['ratio']:.2f}x" if r["ratio"] else "-", f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-",
-             f"{r['io_share']:.0%}" if r["io_share"] is not None else "-",
-             "RECOMMENDED" if r["recommended"] else r["marks"] or ("never trains" if r["never_trains"] else ""))
-            for r in shown]
-    out = [f"\n## what-if: {len(model.step_s)} network(s) x every storage assignment "
-           f"({len(table)} configurations), by total"]
-    out.append(tabulate(body, headers=["#", "network", "data", "model from", "ckpt to", "every", "total", "vs rec.",
-                                       "tokens/s", "I/O", "marks"], tablefmt="simple", disable_numparse=True))
+    body = [
+        (
+            r["rank"],
+            r["network"],
+            r["data"],
+            r["model_from"],
+            r["ckpt_to"],
+            r["ckpt_every"] or "-",
+            format_time(r["total_s"]) if r["total_s"] is not None else "never trains",
+            f"{r['ratio']:.2f}x" if r["ratio"] else "-",
+            f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-",
+            f"{r['io_share']:.0%}" if r["io_share"] is not None else "-",
+            "RECOMMENDED" if r["recommended"] else r["marks"] or ("never trains" if r["never_trains"] else ""),
+        )
+        for r in shown
+    ]
+    out = [
+        f"\n## what-if: {len(model.step_s)} network(s) x every storage assignment "
+        f"({len(table)} configurations), by total"
+    ]
+    out.append(
+        tabulate(
+            body,
+            headers=[
+                "#",
+                "network",
+                "data",
+                "model from",
+                "ckpt to",
+                "every",
+                "total",
+                "vs rec.",
+                "tokens/s",
+                "I/O",
+                "marks",
+            ],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
     if len(shown) < len(table):
         out.append(f"# {len(table) - len(shown)} of {len(table)} rows not printed: every row is in the record")
-    out.append("# marked rows checkpoint to an ephemeral tier or resume (--model-from after a restart) from a tier "
-               "other than the checkpoint's: shown, never recommended; vs rec.: the total over the recommended's "
-               "(the best meeting that constraint), below 1.00x only for marked rows")
+    out.append(
+        "# marked rows checkpoint to an ephemeral tier or resume (--model-from after a restart) from a tier "
+        "other than the checkpoint's: shown, never recommended; vs rec.: the total over the recommended's "
+        "(the best meeting that constraint), below 1.00x only for marked rows"
+    )
     return out
 
 
@@ -148,8 +222,10 @@ def recommendation_lines(result: WhatIf) -> list[str]:
     out = ["\n## recommendation (checkpoints durable, the restart loads from the checkpoint's tier)"]
     best, worst = result.best, result.worst
     if best is None or worst is None:
-        return out + ["# none: every configuration checkpoints to an ephemeral tier, resumes from another tier or "
-                      "never trains; add a durable tier (e.g. --tier shared=1.6:6.4)"]
+        return out + [
+            "# none: every configuration checkpoints to an ephemeral tier, resumes from another tier or "
+            "never trains; add a durable tier (e.g. --tier shared=1.6:6.4)"
+        ]
     out.append(f"# best:  {best.config.describe()}: {format_time(best.total_s)}")
     out.append(f"# worst: {worst.config.describe()}: {format_time(worst.total_s)}")
     out.append(f"# end to end: {result.end_to_end:.2f}x between them")
@@ -160,16 +236,25 @@ def recommendation_lines(result: WhatIf) -> list[str]:
         else:
             change = f"no change up to {MAX_FACTOR:g}x"
         body.append((PHASE_FLAGS[f.phase], f.recommended, change, ", ".join(f.ties) or "-"))
-    out.append(tabulate(body, headers=["phase", "recommended", "to change the answer (tier bandwidth)",
-                                       "ties (same total)"], tablefmt="simple", disable_numparse=True))
-    out.append("# the factor: on that phase's use of the other tier (read for data and model load, write and a "
-               "mount's drain for checkpoints) at which a configuration using it would beat the recommendation")
+    out.append(
+        tabulate(
+            body,
+            headers=["phase", "recommended", "to change the answer (tier bandwidth)", "ties (same total)"],
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
+    out.append(
+        "# the factor: on that phase's use of the other tier (read for data and model load, write and a "
+        "mount's drain for checkpoints) at which a configuration using it would beat the recommendation"
+    )
     return out
 
 
 def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
     """summary["job"]: the ask, the recommendation, the flips, each configuration (by total) and its
     timeline (an index into "timelines": JobTimeline.as_dict)."""
+
     def pick(o: Any) -> dict[str, Any] | None:
         return None if o is None else {**o.config.as_dict(), "total_s": o.total_s}
 
@@ -180,24 +265,47 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
     for o in result.outcomes:
         if o.plan is not None and (o.plan, o.costs) not in index:
             built = o.timeline
-            assert built is not None   # the what-if prices every plan it keeps
+            assert built is not None  # the what-if prices every plan it keeps
             index[(o.plan, o.costs)] = len(timelines)
             timelines.append(timeline_dict(built))
-    return {"steps": model.ask.steps, "ckpt_every": model.ask.ckpt_every, "async_ckpt": model.ask.async_ckpt,
-            "tokens_per_step": model.ask.tokens_per_step, "interval_s": model.interval_s, "notes": notes,
-            "recommended": pick(result.best), "worst": pick(result.worst), "end_to_end_ratio": result.end_to_end,
-            "flips": [{"phase": f.phase, "recommended": f.recommended, "alternative": f.alternative,
-                       "factor": f.factor, "ties": f.ties} for f in result.flips],
-            "timelines": timelines,
-            "configurations": [{**o.config.as_dict(), "marks": list(o.marks), "never_trains": o.never,
-                                "total_s": o.total_s if o.plan else None,
-                                "timeline": index[(o.plan, o.costs)] if o.plan else None}
-                               for o in result.outcomes]}
+    return {
+        "steps": model.ask.steps,
+        "ckpt_every": model.ask.ckpt_every,
+        "async_ckpt": model.ask.async_ckpt,
+        "tokens_per_step": model.ask.tokens_per_step,
+        "interval_s": model.interval_s,
+        "notes": notes,
+        "recommended": pick(result.best),
+        "worst": pick(result.worst),
+        "end_to_end_ratio": result.end_to_end,
+        "flips": [
+            {
+                "phase": f.phase,
+                "recommended": f.recommended,
+                "alternative": f.alternative,
+                "factor": f.factor,
+                "ties": f.ties,
+            }
+            for f in result.flips
+        ],
+        "timelines": timelines,
+        "configurations": [
+            {
+                **o.config.as_dict(),
+                "marks": list(o.marks),
+                "never_trains": o.never,
+                "total_s": o.total_s if o.plan else None,
+                "timeline": index[(o.plan, o.costs)] if o.plan else None,
+            }
+            for o in result.outcomes
+        ],
+    }
 
 
 @dataclass
 class JobResult:
     """The job asked for: its model, every configuration ranked, the assumptions it ran with."""
+
     model: JobModel
     whatif: WhatIf
     notes: list[str]
@@ -218,8 +326,9 @@ class JobResult:
         every = self.model.ask.ckpt_every
         if every is None or top.costs is None:
             return None
-        return Period(every, every * (top.costs.step_s + top.costs.data_stall_s),
-                      f"{top.config.network}, data {top.config.data}")
+        return Period(
+            every, every * (top.costs.step_s + top.costs.data_stall_s), f"{top.config.network}, data {top.config.data}"
+        )
 
 
 def run(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> JobResult | None:

@@ -25,7 +25,7 @@ IO_KINDS = ("model_load", "data_stall", "ckpt_blocking", "ckpt_wait", "final_sav
 @dataclass(frozen=True)
 class JobPlan:
     steps: int
-    ckpt_every: int | None = None      # steps between checkpoints; None: only the final save
+    ckpt_every: int | None = None  # steps between checkpoints; None: only the final save
     async_ckpt: bool = False
     final_save: bool = True
     tokens_per_step: int = 0
@@ -45,9 +45,10 @@ class PhaseCosts:
     durable, overlapping training. drain_blocks_next: the next save waits for the previous drain
     (an async DCP save does: torch waits on the previous future); a mount's write-back does not,
     it queues (compose/checkpoint/mount.py says when that backlog grows)."""
+
     model_load_s: float
     step_s: float
-    data_stall_s: float = 0.0          # per step, on top of step_s (0 when the loader keeps up)
+    data_stall_s: float = 0.0  # per step, on top of step_s (0 when the loader keeps up)
     save_blocking_s: float = 0.0
     save_drain_s: float = 0.0
     drain_blocks_next: bool = True
@@ -68,7 +69,7 @@ class Phase:
     kind: str
     start_s: float
     time_s: float
-    overlapped: bool = False           # runs beside training, not on the critical path
+    overlapped: bool = False  # runs beside training, not on the critical path
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,16 @@ class JobTimeline:
         return self.plan.steps * self.plan.tokens_per_step / self.total_s if self.total_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"plan": asdict(self.plan), "costs": asdict(self.costs), "total_s": self.total_s,
-                "tokens_per_s": self.tokens_per_s, "io_share": self.io_share,
-                "time_by_kind_s": self.time_by_kind(), "share_by_kind": self.share_by_kind(),
-                "phases": [asdict(p) for p in self.phases]}
+        return {
+            "plan": asdict(self.plan),
+            "costs": asdict(self.costs),
+            "total_s": self.total_s,
+            "tokens_per_s": self.tokens_per_s,
+            "io_share": self.io_share,
+            "time_by_kind_s": self.time_by_kind(),
+            "share_by_kind": self.share_by_kind(),
+            "phases": [asdict(p) for p in self.phases],
+        }
 
 
 def checkpoint_steps(plan: JobPlan) -> list[int]:
@@ -128,7 +135,7 @@ def timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
             t += time_s
 
     add("model load", "model_load", costs.model_load_s)
-    drain_ends_at = 0.0           # when the last checkpoint's drain finishes (durable)
+    drain_ends_at = 0.0  # when the last checkpoint's drain finishes (durable)
     done = 0
     marks = checkpoint_steps(plan) + [plan.steps]
     for n, until in enumerate(marks, start=1):
@@ -156,8 +163,9 @@ def timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
             # A queued write-back starts after the earlier uploads (one bucket bandwidth); its
             # delay, if any, runs beside them.
             start = max(t + delay, drain_ends_at)
-            phases.append(Phase(f"checkpoint {n} drain until durable", "ckpt_drain", start - delay,
-                                costs.save_drain_s, True))
+            phases.append(
+                Phase(f"checkpoint {n} drain until durable", "ckpt_drain", start - delay, costs.save_drain_s, True)
+            )
             drain_ends_at = start + upload
     return JobTimeline(plan, costs, tuple(phases), t)
 
@@ -173,9 +181,11 @@ def every_for_interval(interval_s: float, step_s: float, save_s: float) -> int:
     """--ckpt-interval (a time) to --ckpt-every (steps). A save that takes longer than the interval
     leaves no time to train: that is misuse, refused with the numbers."""
     if save_s >= interval_s:
-        raise UsageError(f"--ckpt-interval {interval_s:g} s is shorter than one save ({save_s:.3g} s): the job would "
-                         f"never train; give an interval longer than the save, e.g. --ckpt-interval "
-                         f"{max(60, math.ceil(save_s * 10)):g}s")
+        raise UsageError(
+            f"--ckpt-interval {interval_s:g} s is shorter than one save ({save_s:.3g} s): the job would "
+            f"never train; give an interval longer than the save, e.g. --ckpt-interval "
+            f"{max(60, math.ceil(save_s * 10)):g}s"
+        )
     if step_s <= 0:
         raise ValueError(f"step_s = {step_s}: expected > 0")
     return max(1, int((interval_s - save_s) // step_s))

@@ -23,7 +23,7 @@ from .inputs import CkptTarget, JobAsk, scaled_rate
 from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 
 MAX_FACTOR = 100.0
-_SAME = 1e-9     # relative: totals closer than this are a tie
+_SAME = 1e-9  # relative: totals closer than this are a tie
 
 
 def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
@@ -38,7 +38,7 @@ def total_s(plan: JobPlan, costs: PhaseCosts) -> float:
     save lasts until durable: max(t + b + w, last drain's end) + u."""
     step = costs.step_s + costs.data_stall_s
     b, d = costs.save_blocking_s, costs.save_drain_s
-    delay = min(costs.drain_delay_s, d)     # a write-back's fixed wait, beside the earlier uploads
+    delay = min(costs.drain_delay_s, d)  # a write-back's fixed wait, beside the earlier uploads
     u = d - delay
     n = (plan.steps - 1) // plan.ckpt_every if plan.ckpt_every else 0
     load = costs.model_load_s
@@ -69,13 +69,13 @@ def _timeline(plan: JobPlan, costs: PhaseCosts) -> JobTimeline:
 @dataclass
 class Outcome:
     config: Assignment
-    plan: JobPlan | None                # None: never trains
+    plan: JobPlan | None  # None: never trains
     costs: PhaseCosts | None
-    total_s: float                      # inf: never trains
+    total_s: float  # inf: never trains
     ckpt_every: int | None
     marks: tuple[str, ...]
     never: str | None = None
-    tie: tuple[float, ...] = ()         # tie-breakers: more headroom first (loader, load, save)
+    tie: tuple[float, ...] = ()  # tie-breakers: more headroom first (loader, load, save)
 
     @property
     def allowed(self) -> bool:
@@ -105,18 +105,23 @@ class Outcome:
 @dataclass
 class JobModel:
     ask: JobAsk
-    step_s: dict[str, float]            # network -> predicted step
-    samples_per_step: int               # per rank
+    step_s: dict[str, float]  # network -> predicted step
+    samples_per_step: int  # per rank
     data: dict[str, DataRate]
     models: dict[str, ModelLoad]
-    ckpt: dict[str, dict[str, CkptTarget]]   # network -> tier -> target
+    ckpt: dict[str, dict[str, CkptTarget]]  # network -> tier -> target
     interval_s: float
-    choices: dict[str, list[str]]       # phase -> candidate names
-    named_ckpt: bool                    # --ckpt-to was given: a configuration that never trains is misuse
+    choices: dict[str, list[str]]  # phase -> candidate names
+    named_ckpt: bool  # --ckpt-to was given: a configuration that never trains is misuse
 
     def configs(self) -> list[Assignment]:
-        return [Assignment(d, m, c, n) for n in self.step_s for d in self.choices["data"]
-                for m in self.choices["model_from"] for c in self.choices["ckpt_to"]]
+        return [
+            Assignment(d, m, c, n)
+            for n in self.step_s
+            for d in self.choices["data"]
+            for m in self.choices["model_from"]
+            for c in self.choices["ckpt_to"]
+        ]
 
     def marks(self, cfg: Assignment) -> tuple[str, ...]:
         target = self.ckpt[cfg.network][cfg.ckpt_to]
@@ -129,6 +134,7 @@ class JobModel:
 
     def evaluate(self, cfg: Assignment, scale: tuple[str, str, float] | None = None) -> Outcome:
         """One configuration; scale = (phase, tier, factor): that phase's tier that much faster."""
+
         def f(phase: str) -> float:
             return scale[2] if scale and scale[0] == phase and scale[1] == getattr(cfg, phase) else 1.0
 
@@ -159,15 +165,15 @@ class Flip:
     phase: str
     recommended: str
     alternative: str | None
-    factor: float | None                # None: no change up to MAX_FACTOR
+    factor: float | None  # None: no change up to MAX_FACTOR
     ties: list[str] = field(default_factory=list)
 
 
 @dataclass
 class WhatIf:
-    outcomes: list[Outcome]             # sorted by total
-    best: Outcome | None                # the recommendation (allowed); None when nothing is
-    worst: Outcome | None               # the slowest allowed
+    outcomes: list[Outcome]  # sorted by total
+    best: Outcome | None  # the recommendation (allowed); None when nothing is
+    worst: Outcome | None  # the slowest allowed
     flips: list[Flip]
 
     @property
@@ -210,7 +216,7 @@ def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Assignment])
         if not g(MAX_FACTOR) < best.total_s * (1 - _SAME):
             continue
         lo, hi = 1.0, MAX_FACTOR
-        for _ in range(16):             # on a log scale: 100^(1/65536), far below what is printed
+        for _ in range(16):  # on a log scale: 100^(1/65536), far below what is printed
             mid = math.sqrt(lo * hi)
             lo, hi = (lo, mid) if g(mid) < best.total_s * (1 - _SAME) else (mid, hi)
         if found is None or hi < found[0]:
@@ -238,10 +244,23 @@ def rows(result: WhatIf) -> list[dict[str, Any]]:
     out = []
     for rank, o in enumerate(result.outcomes, start=1):
         finite = math.isfinite(o.total_s)
-        out.append({"op": "job", "rank": rank, "network": o.config.network, "data": o.config.data,
-                    "model_from": o.config.model_from, "ckpt_to": o.config.ckpt_to, "total_s": o.total_s
-                    if finite else None, "ratio": o.total_s / base if finite and base > 0 else None,
-                    "tokens_per_s": o.tokens_per_s, "io_share": o.io_share,
-                    "ckpt_every": o.ckpt_every, "allowed": o.allowed, "recommended": o is result.best,
-                    "marks": "; ".join(o.marks), "never_trains": o.never})
+        out.append(
+            {
+                "op": "job",
+                "rank": rank,
+                "network": o.config.network,
+                "data": o.config.data,
+                "model_from": o.config.model_from,
+                "ckpt_to": o.config.ckpt_to,
+                "total_s": o.total_s if finite else None,
+                "ratio": o.total_s / base if finite and base > 0 else None,
+                "tokens_per_s": o.tokens_per_s,
+                "io_share": o.io_share,
+                "ckpt_every": o.ckpt_every,
+                "allowed": o.allowed,
+                "recommended": o is result.best,
+                "marks": "; ".join(o.marks),
+                "never_trains": o.never,
+            }
+        )
     return out

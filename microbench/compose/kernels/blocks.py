@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-ACT_BYTES = 2    # bf16 activations
+ACT_BYTES = 2  # bf16 activations
 
 
 @dataclass(frozen=True)
 class Kernel:
     name: str
-    cls: str                  # "matmul" | "attention" | "memory"
+    cls: str  # "matmul" | "attention" | "memory"
     flops: float = 0.0
     bytes: float = 0.0
     m: int = 0
@@ -36,10 +36,10 @@ class Kernel:
     seq_len: int = 0
     head_dim: int = 0
     causal: bool = True
-    op: str = ""              # the aten op a checkpointing policy sees: mm, addmm, grouped_mm, sdpa, ...
-    pass_: str = "fwd"        # fwd | bwd | recompute
-    count: float = 1.0        # how many of it per block (experts), or the share of blocks that recompute
-    bwd_factor: float = 1.0   # memory-bound: backward bytes / forward bytes
+    op: str = ""  # the aten op a checkpointing policy sees: mm, addmm, grouped_mm, sdpa, ...
+    pass_: str = "fwd"  # fwd | bwd | recompute
+    count: float = 1.0  # how many of it per block (experts), or the share of blocks that recompute
+    bwd_factor: float = 1.0  # memory-bound: backward bytes / forward bytes
 
     @property
     def total_flops(self) -> float:
@@ -51,8 +51,9 @@ class Kernel:
 
 
 def matmul(name: str, m: int, n: int, k: int, bias: bool = False, count: float = 1.0, op: str = "") -> Kernel:
-    return Kernel(name, "matmul", flops=2.0 * m * n * k, m=m, n=n, k=k, count=count,
-                  op=op or ("addmm" if bias else "mm"))
+    return Kernel(
+        name, "matmul", flops=2.0 * m * n * k, m=m, n=n, k=k, count=count, op=op or ("addmm" if bias else "mm")
+    )
 
 
 def memory(name: str, elements_moved: float, bwd_factor: float, dtype_bytes: int = ACT_BYTES) -> Kernel:
@@ -80,34 +81,62 @@ def block_forward(model: Any, micro_batch: int, seq_len: int) -> list[Kernel]:
     t, h = micro_batch * seq_len, model.hidden
     q, kv, f = model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn
     keys, rate_seq, causal = attention_keys(model, seq_len)
-    attn = Kernel("attention", "attention", flops=4.0 * t * keys * q, seq_len=rate_seq, head_dim=model.head_dim,
-                  causal=causal, op="sdpa", bytes=ACT_BYTES * t * (2 * q + 2 * kv))
+    attn = Kernel(
+        "attention",
+        "attention",
+        flops=4.0 * t * keys * q,
+        seq_len=rate_seq,
+        head_dim=model.head_dim,
+        causal=causal,
+        op="sdpa",
+        bytes=ACT_BYTES * t * (2 * q + 2 * kv),
+    )
     if is_gpt(model):
         bias = model.linear_bias
-        return [memory("norm", 2 * t * h, 1.5),
-                matmul("qkv", t, q + 2 * kv, h, bias), attn, matmul("attn_out", t, h, q, bias),
-                memory("residual", 3 * t * h, 1.0), memory("norm", 2 * t * h, 1.5),
-                matmul("mlp_up", t, f, h, bias), memory("gelu", 2 * t * f, 1.5), matmul("mlp_down", t, h, f, bias),
-                memory("residual", 3 * t * h, 1.0)]
-    out = [memory("norm", 2 * t * h, 1.5),
-           matmul("q", t, q, h, model.qkv_bias), matmul("k", t, kv, h, model.qkv_bias),
-           matmul("v", t, kv, h, model.qkv_bias)]
+        return [
+            memory("norm", 2 * t * h, 1.5),
+            matmul("qkv", t, q + 2 * kv, h, bias),
+            attn,
+            matmul("attn_out", t, h, q, bias),
+            memory("residual", 3 * t * h, 1.0),
+            memory("norm", 2 * t * h, 1.5),
+            matmul("mlp_up", t, f, h, bias),
+            memory("gelu", 2 * t * f, 1.5),
+            matmul("mlp_down", t, h, f, bias),
+            memory("residual", 3 * t * h, 1.0),
+        ]
+    out = [
+        memory("norm", 2 * t * h, 1.5),
+        matmul("q", t, q, h, model.qkv_bias),
+        matmul("k", t, kv, h, model.qkv_bias),
+        matmul("v", t, kv, h, model.qkv_bias),
+    ]
     if getattr(model, "qk_norm", False):
         out.append(memory("qk_norm", 2 * t * (q + kv), 1.5))
-    out += [memory("rotary", 2 * t * (q + kv), 1.0), attn, matmul("attn_out", t, h, q, model.mlp_bias),
-            memory("residual", 3 * t * h, 1.0)]
+    out += [
+        memory("rotary", 2 * t * (q + kv), 1.0),
+        attn,
+        matmul("attn_out", t, h, q, model.mlp_bias),
+        memory("residual", 3 * t * h, 1.0),
+    ]
     out += [memory("norm", 2 * t * h, 1.5)] * (model.norms_per_block - 1)
     experts, top_k = model.experts, model.top_k
     if experts > 1:
         routed = max(1, round(t * top_k / experts))
-        out += [matmul("router", t, experts, h),
-                matmul("mlp_gate", routed, f, h, model.mlp_bias, experts, "grouped_mm"),
-                matmul("mlp_up", routed, f, h, model.mlp_bias, experts, "grouped_mm"),
-                memory("swiglu", 3 * t * top_k * f, 5 / 3),
-                matmul("mlp_down", routed, h, f, model.mlp_bias, experts, "grouped_mm")]
+        out += [
+            matmul("router", t, experts, h),
+            matmul("mlp_gate", routed, f, h, model.mlp_bias, experts, "grouped_mm"),
+            matmul("mlp_up", routed, f, h, model.mlp_bias, experts, "grouped_mm"),
+            memory("swiglu", 3 * t * top_k * f, 5 / 3),
+            matmul("mlp_down", routed, h, f, model.mlp_bias, experts, "grouped_mm"),
+        ]
     else:
-        out += [matmul("mlp_gate", t, f, h, model.mlp_bias), matmul("mlp_up", t, f, h, model.mlp_bias),
-                memory("swiglu", 3 * t * f, 5 / 3), matmul("mlp_down", t, h, f, model.mlp_bias)]
+        out += [
+            matmul("mlp_gate", t, f, h, model.mlp_bias),
+            matmul("mlp_up", t, f, h, model.mlp_bias),
+            memory("swiglu", 3 * t * f, 5 / 3),
+            matmul("mlp_down", t, h, f, model.mlp_bias),
+        ]
     out.append(memory("residual", 3 * t * h, 1.0))
     return out
 
@@ -121,11 +150,14 @@ def backward_of(kernel: Kernel, bias_grad: bool = True) -> list[Kernel]:
     Attention's backward is FlashAttention's: 2.5x the forward FLOPs (five matmuls to two),
     at its own rate. A memory-bound kernel moves bwd_factor x its forward bytes."""
     if kernel.cls == "matmul":
-        out = [replace(kernel, name=f"{kernel.name}.dgrad", m=kernel.m, n=kernel.k, k=kernel.n, pass_="bwd"),
-               replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.n, n=kernel.k, k=kernel.m, pass_="bwd")]
+        out = [
+            replace(kernel, name=f"{kernel.name}.dgrad", m=kernel.m, n=kernel.k, k=kernel.n, pass_="bwd"),
+            replace(kernel, name=f"{kernel.name}.wgrad", m=kernel.n, n=kernel.k, k=kernel.m, pass_="bwd"),
+        ]
         if kernel.op == "addmm" and bias_grad:
-            out.append(replace(memory(f"{kernel.name}.bias_grad", kernel.m * kernel.n, 1.0), count=kernel.count,
-                               pass_="bwd"))
+            out.append(
+                replace(memory(f"{kernel.name}.bias_grad", kernel.m * kernel.n, 1.0), count=kernel.count, pass_="bwd")
+            )
         return out
     if kernel.cls == "attention":
         return [replace(kernel, name="attention.bwd", flops=2.5 * kernel.flops, bytes=2 * kernel.bytes, pass_="bwd")]
@@ -137,11 +169,11 @@ LOSSES = ("eager", "fused")
 
 def loss_kernel(tokens: int, vocab: int, loss: str = "eager") -> Kernel:
     """The loss over the vocabulary, bytes per logit:
-      eager  F.cross_entropy on upcast logits: bf16 read, fp32 copy written (6), log-softmax
-             reads and writes fp32 (8); backward 22;
-      fused  one kernel that reads the bf16 logits and keeps fp32 inside (flash-attn's
-             xentropy, llm-foundry's `fused_crossentropy`, the default of its MPT models):
-             2 forward; backward reads the logits and writes their gradient, 4."""
+    eager  F.cross_entropy on upcast logits: bf16 read, fp32 copy written (6), log-softmax
+           reads and writes fp32 (8); backward 22;
+    fused  one kernel that reads the bf16 logits and keeps fp32 inside (flash-attn's
+           xentropy, llm-foundry's `fused_crossentropy`, the default of its MPT models):
+           2 forward; backward reads the logits and writes their gradient, 4."""
     if loss == "fused":
         return Kernel("loss", "memory", bytes=2.0 * tokens * vocab, op="elementwise", bwd_factor=2.0)
     return Kernel("loss", "memory", bytes=14.0 * tokens * vocab, op="elementwise", bwd_factor=22 / 14)
@@ -171,6 +203,11 @@ def fsdp_copies(unit_params: float, param_bytes: int, reduce_bytes: int, reshard
     that copy again when the unit was resharded, and the gradients copied (and cast to the
     reduce dtype) into the reduce-scatter's input."""
     fwd = Kernel("fsdp_copy_out", "memory", bytes=2.0 * unit_params * param_bytes, op="fsdp")
-    bwd = Kernel("fsdp_copy_in", "memory", pass_="bwd", op="fsdp",
-                 bytes=unit_params * ((2.0 * param_bytes if reshard else 0.0) + param_bytes + reduce_bytes))
+    bwd = Kernel(
+        "fsdp_copy_in",
+        "memory",
+        pass_="bwd",
+        op="fsdp",
+        bytes=unit_params * ((2.0 * param_bytes if reshard else 0.0) + param_bytes + reduce_bytes),
+    )
     return fwd, bwd

@@ -32,15 +32,16 @@ ATTENTION_CALLS = ("sdpa", "llmfoundry-triton", "llmfoundry-flash")
 
 @dataclass(frozen=True)
 class CountedOp:
-    cls: str                              # matmul | attention | memory
+    cls: str  # matmul | attention | memory
     mnk: tuple[int, int, int] = (0, 0, 0)
-    kernel: Kernel | None = None          # memory-bound: its bytes at the shape
+    kernel: Kernel | None = None  # memory-bound: its bytes at the shape
 
 
 @dataclass(frozen=True)
 class Counted:
     """One unit's counted ops at a shape, per pass (fwd, bwd, recompute_full, recompute_ops and
     their _no_early_stop twins for a block), in run order."""
+
     signature: str
     passes: dict[str, tuple[CountedOp, ...]]
 
@@ -84,8 +85,16 @@ def block_signature(model: Any, precision: str, call: str) -> str | None:
         if model.kv_heads != model.heads or model.linear_bias != model.norm_bias:
             return None
         return f"gpt/{precision}/{call}/{'bias' if model.linear_bias else 'nobias'}/mha"
-    if (model.experts > 1 or model.qk_norm or model.norms_per_block != 2 or model.mlp_bias
-            or model.attention_sinks or precision != "bf16" or call != "sdpa" or model.kv_heads < 2):
+    if (
+        model.experts > 1
+        or model.qk_norm
+        or model.norms_per_block != 2
+        or model.mlp_bias
+        or model.attention_sinks
+        or precision != "bf16"
+        or call != "sdpa"
+        or model.kv_heads < 2
+    ):
         return None
     bias = "qkvbias" if model.qkv_bias else "nobias"
     return f"llama/bf16/sdpa/{bias}/{'gqa' if model.kv_heads < model.heads else 'mha'}"
@@ -97,16 +106,27 @@ def root_signature(model: Any, precision: str, loss: str) -> str | None:
     if is_gpt(model):
         if model.linear_bias != model.norm_bias or not model.tied_embeddings:
             return None
-        return (f"gpt/{precision}/{'bias' if model.norm_bias else 'nobias'}/"
-                f"{'positions' if model.positions else 'nopositions'}/{loss}")
+        return (
+            f"gpt/{precision}/{'bias' if model.norm_bias else 'nobias'}/"
+            f"{'positions' if model.positions else 'nopositions'}/{loss}"
+        )
     if model.tied_embeddings or precision != "bf16":
         return None
     return f"llama/bf16/untied/{loss}"
 
 
 def dims(model: Any, micro_batch: int, seq_len: int) -> dict[str, int]:
-    return {"b": micro_batch, "s": seq_len, "H": model.heads, "kvH": model.kv_heads, "D": model.head_dim,
-            "h": model.hidden, "f": model.ffn, "V": model.vocab, "P": getattr(model, "positions", 0) or seq_len}
+    return {
+        "b": micro_batch,
+        "s": seq_len,
+        "H": model.heads,
+        "kvH": model.kv_heads,
+        "D": model.head_dim,
+        "h": model.hidden,
+        "f": model.ffn,
+        "V": model.vocab,
+        "P": getattr(model, "positions", 0) or seq_len,
+    }
 
 
 def _value(coefficients: dict[str, int], at: dict[str, int]) -> float:
@@ -147,8 +167,13 @@ def _counted(kind: str, signature: str, at: tuple[tuple[str, int], ...]) -> Coun
             elif cls == "memory":
                 nbytes = _value(_coefficients(op.get("bytes"), f"{where}[{i}].bytes"), values)
                 name = str(op.get("op", "")).split(".", 1)[-1]
-                kernel = Kernel(name, "memory", bytes=nbytes, op="eager",
-                                pass_="fwd" if pass_ == "fwd" else "bwd" if pass_ == "bwd" else "recompute")
+                kernel = Kernel(
+                    name,
+                    "memory",
+                    bytes=nbytes,
+                    op="eager",
+                    pass_="fwd" if pass_ == "fwd" else "bwd" if pass_ == "bwd" else "recompute",
+                )
                 out.append(CountedOp("memory", kernel=kernel))
             elif cls == "attention":
                 out.append(CountedOp("attention"))

@@ -30,8 +30,13 @@ def _row_key(row: dict[str, Any]) -> tuple | None:
     if cls == "matmul" and all(isinstance(row.get(a), int) for a in "mnk"):
         return ("matmul", row["m"], row["n"], row["k"])
     if cls == "attention":
-        return ("attention", "bwd" if str(row.get("op", "")).endswith("bwd") else "fwd", row.get("seq_len"),
-                row.get("head_dim"), bool(row.get("causal", True)))
+        return (
+            "attention",
+            "bwd" if str(row.get("op", "")).endswith("bwd") else "fwd",
+            row.get("seq_len"),
+            row.get("head_dim"),
+            bool(row.get("causal", True)),
+        )
     if cls == "memory":
         return ("memory", str(row.get("op")))
     return None
@@ -56,7 +61,7 @@ class RecordRates:
     rows: list[dict[str, Any]]
     path: str
     fallback: Rates
-    misses: dict[str, set[str]] = field(default_factory=dict)    # class -> kernels priced at another shape
+    misses: dict[str, set[str]] = field(default_factory=dict)  # class -> kernels priced at another shape
 
     def __post_init__(self) -> None:
         self._exact: dict[tuple, float] = {}
@@ -85,6 +90,8 @@ def shapes_line(rates: RecordRates, model: str, micro_batch: int, seq_len: int, 
     if not rates.misses:
         return None
     what = ", ".join(f"{cls} ({len(names)} kernels)" for cls, names in sorted(rates.misses.items()))
-    return (f"--compute {rates.path} was not measured at this step's shapes for {what}: its rates at other shapes "
-            f"are used; `microbench compute --model {model} --micro-batch {micro_batch} --seq-len {seq_len} "
-            f"--activation-checkpointing {checkpointing}` on the GPU measures these")
+    return (
+        f"--compute {rates.path} was not measured at this step's shapes for {what}: its rates at other shapes "
+        f"are used; `microbench compute --model {model} --micro-batch {micro_batch} --seq-len {seq_len} "
+        f"--activation-checkpointing {checkpointing}` on the GPU measures these"
+    )

@@ -27,9 +27,9 @@ class Rates(Protocol):
 
 @dataclass(frozen=True)
 class TableRates:
-    table: Any                 # tables.KernelTable
-    memory_gbps: float         # the GPU's peak bandwidth (an H200 reads H100's compute table)
-    attention_impl: str | None = None   # None: the table's default implementation
+    table: Any  # tables.KernelTable
+    memory_gbps: float  # the GPU's peak bandwidth (an H200 reads H100's compute table)
+    attention_impl: str | None = None  # None: the table's default implementation
 
     def attention_source(self) -> str:
         t, asked = self.table, self.attention_impl
@@ -44,8 +44,10 @@ class TableRates:
             return t.matmul(kernel.m, kernel.n, kernel.k) * 1e12, f"table {t.gpu} matmul"
         if kernel.cls == "attention":
             bwd = kernel.pass_ == "bwd"
-            return (t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd, self.attention_impl) * 1e12,
-                    f"{self.attention_source()} {'bwd' if bwd else 'fwd'}")
+            return (
+                t.attention(kernel.seq_len, kernel.head_dim, kernel.causal, bwd, self.attention_impl) * 1e12,
+                f"{self.attention_source()} {'bwd' if bwd else 'fwd'}",
+            )
         return self.memory_gbps * t.memory_fraction * 1e9, f"table {t.gpu} memory {t.memory_fraction:.3g} x peak"
 
 
@@ -54,6 +56,7 @@ class FlatRates:
     """One FLOP rate for matmuls and attention (the composer before per-kernel pricing), and
     memory-bound work at the GPU's bandwidth, or free when no GPU is named (a CPU prediction
     whose measured rate already holds it)."""
+
     flops_per_s: float
     source: str
     memory_bytes_per_s: float | None = None
@@ -70,6 +73,7 @@ class FlatRates:
 @dataclass
 class ClassRow:
     """One line of the breakdown: a kernel class in one pass, for one optimizer step on one rank."""
+
     cls: str
     pass_: str
     time_s: float = 0.0
@@ -101,6 +105,7 @@ class ClassRow:
 class StepCompute:
     """Seconds per micro-batch: one block's forward and backward (recompute included, averaged
     over the blocks for blocks:F), the root's; and the per-class breakdown for a whole step."""
+
     block_fwd_s: float
     block_bwd_s: float
     root_fwd_s: float
@@ -108,15 +113,20 @@ class StepCompute:
     rows: tuple[ClassRow, ...]
     checkpointing: str
     flops_per_step: float
-    memory_from: tuple[str, ...] = ()   # where the memory-bound kernels' bytes came from, per unit
+    memory_from: tuple[str, ...] = ()  # where the memory-bound kernels' bytes came from, per unit
 
     def times(self, scale: float = 1.0) -> dict[str, float]:
-        return {"block_fwd": self.block_fwd_s / scale, "block_bwd": self.block_bwd_s / scale,
-                "root_fwd": self.root_fwd_s / scale, "root_bwd": self.root_bwd_s / scale}
+        return {
+            "block_fwd": self.block_fwd_s / scale,
+            "block_bwd": self.block_bwd_s / scale,
+            "root_fwd": self.root_fwd_s / scale,
+            "root_bwd": self.root_bwd_s / scale,
+        }
 
 
-def _price(kernels: list[Kernel], rates: Rates, scale: float, rows: dict[tuple[str, str], ClassRow],
-           weight: float) -> float:
+def _price(
+    kernels: list[Kernel], rates: Rates, scale: float, rows: dict[tuple[str, str], ClassRow], weight: float
+) -> float:
     total = 0.0
     for k in kernels:
         rate, source = rates.rate(k)
@@ -141,19 +151,28 @@ def _from_count(counted: eager.Counted, pass_: str, compute: list[Kernel]) -> li
     for op in counted.passes[pass_]:
         if op.cls == "matmul":
             m, n, k = op.mnk
-            out.append(by_shape.get(op.mnk) or Kernel(f"matmul {m}x{n}x{k}", "matmul", flops=2.0 * m * n * k,
-                                                       m=m, n=n, k=k, op="mm"))
+            out.append(
+                by_shape.get(op.mnk)
+                or Kernel(f"matmul {m}x{n}x{k}", "matmul", flops=2.0 * m * n * k, m=m, n=n, k=k, op="mm")
+            )
         elif op.cls == "attention":
             out.extend(attention)
         else:
-            assert op.kernel is not None   # a memory-bound op carries its kernel
+            assert op.kernel is not None  # a memory-bound op carries its kernel
             out.append(op.kernel)
     return out
 
 
-def block_kernels(model: Any, micro_batch: int, seq_len: int, mode: Checkpointing, precision: str = "bf16",
-                  attention_call: str = "sdpa", early_stop: bool = True,
-                  counted_ops: bool = True) -> tuple[list[Kernel], list[Kernel], list[Kernel], str]:
+def block_kernels(
+    model: Any,
+    micro_batch: int,
+    seq_len: int,
+    mode: Checkpointing,
+    precision: str = "bf16",
+    attention_call: str = "sdpa",
+    early_stop: bool = True,
+    counted_ops: bool = True,
+) -> tuple[list[Kernel], list[Kernel], list[Kernel], str]:
     """(forward, backward, recompute, where the memory-bound bytes came from) for one block. The
     matmuls and attention are blocks.py's; memory-bound work and what a checkpointing mode runs
     again are the eager count's where it covers the layout (eager.py) and `counted_ops`, else
@@ -172,8 +191,9 @@ def block_kernels(model: Any, micro_batch: int, seq_len: int, mode: Checkpointin
     return compute + counted.memory("fwd"), bwd, again, f"counted {counted.signature}"
 
 
-def root_kernels(model: Any, micro_batch: int, seq_len: int, loss: str, precision: str = "bf16",
-                 counted_ops: bool = True) -> tuple[list[Kernel], list[Kernel], str]:
+def root_kernels(
+    model: Any, micro_batch: int, seq_len: int, loss: str, precision: str = "bf16", counted_ops: bool = True
+) -> tuple[list[Kernel], list[Kernel], str]:
     rfwd = root_forward(model, micro_batch, seq_len, loss)
     counted = eager.counted_root(model, micro_batch, seq_len, precision, loss) if counted_ops else None
     if counted is None:
@@ -183,14 +203,29 @@ def root_kernels(model: Any, micro_batch: int, seq_len: int, loss: str, precisio
     return compute + counted.memory("fwd"), bwd, f"counted {counted.signature}"
 
 
-def price_step(model: Any, micro_batch: int, seq_len: int, grad_accum: int, checkpointing: Checkpointing,
-               rates: Rates, *, param_bytes: int = 2, reduce_bytes: int = 2, reshard: bool = True,
-               scale: float = 1.0, loss: str = "eager", precision: str = "bf16", attention_call: str = "sdpa",
-               early_stop: bool = True, counted_ops: bool = True) -> StepCompute:
+def price_step(
+    model: Any,
+    micro_batch: int,
+    seq_len: int,
+    grad_accum: int,
+    checkpointing: Checkpointing,
+    rates: Rates,
+    *,
+    param_bytes: int = 2,
+    reduce_bytes: int = 2,
+    reshard: bool = True,
+    scale: float = 1.0,
+    loss: str = "eager",
+    precision: str = "bf16",
+    attention_call: str = "sdpa",
+    early_stop: bool = True,
+    counted_ops: bool = True,
+) -> StepCompute:
     """Every kernel of one optimizer step on one rank, priced; per-micro-batch unit times for the
     overlap model. The FSDP copies ride with the unit they belong to."""
-    fwd, bwd, again, block_from = block_kernels(model, micro_batch, seq_len, checkpointing, precision,
-                                                attention_call, early_stop, counted_ops)
+    fwd, bwd, again, block_from = block_kernels(
+        model, micro_batch, seq_len, checkpointing, precision, attention_call, early_stop, counted_ops
+    )
     copy_out, copy_in = fsdp_copies(model.block_params, param_bytes, reduce_bytes, reshard)
     rfwd, rbwd, root_from = root_kernels(model, micro_batch, seq_len, loss, precision, counted_ops)
     root_out, root_in = fsdp_copies(model.root_params, param_bytes, reduce_bytes, False)
@@ -200,12 +235,22 @@ def price_step(model: Any, micro_batch: int, seq_len: int, grad_accum: int, chec
     block_bwd = _price(again + bwd + [copy_in], rates, scale, rows, per_step)
     root_fwd = _price(rfwd + [root_out], rates, scale, rows, grad_accum)
     root_bwd = _price(rbwd + [root_in], rates, scale, rows, grad_accum)
-    order = {(c, p): i for i, (c, p) in enumerate((c, p) for p in ("fwd", "recompute", "bwd")
-                                                   for c in CLASSES + ("fsdp copies",))}
+    order = {
+        (c, p): i
+        for i, (c, p) in enumerate((c, p) for p in ("fwd", "recompute", "bwd") for c in CLASSES + ("fsdp copies",))
+    }
     ordered = tuple(sorted(rows.values(), key=lambda r: order.get((r.cls, r.pass_), 99)))
     flops = sum(r.flops for r in ordered)
-    return StepCompute(block_fwd, block_bwd, root_fwd, root_bwd, ordered, checkpointing.label, flops,
-                       (f"blocks: {block_from}", f"root: {root_from}"))
+    return StepCompute(
+        block_fwd,
+        block_bwd,
+        root_fwd,
+        root_bwd,
+        ordered,
+        checkpointing.label,
+        flops,
+        (f"blocks: {block_from}", f"root: {root_from}"),
+    )
 
 
 def model_flops_per_token(model: Any, seq_len: int) -> float:

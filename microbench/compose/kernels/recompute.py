@@ -27,8 +27,8 @@ MODES = ("none", "full", "blocks:F", "ops")
 
 @dataclass(frozen=True)
 class Checkpointing:
-    mode: str             # none | full | blocks | ops
-    fraction: float       # share of blocks checkpointed (ops: every block, at op level)
+    mode: str  # none | full | blocks | ops
+    fraction: float  # share of blocks checkpointed (ops: every block, at op level)
 
     @property
     def label(self) -> str:
@@ -59,11 +59,15 @@ def parse_checkpointing(value: Any) -> Checkpointing:
         except ValueError:
             fraction = math.nan
         if not (math.isfinite(fraction) and 0 < fraction <= 1):
-            raise UsageError(f"invalid --activation-checkpointing {value!r}: blocks:F takes the fraction of blocks "
-                             f"checkpointed, above 0 and at most 1, e.g. blocks:0.5 (every second block)")
+            raise UsageError(
+                f"invalid --activation-checkpointing {value!r}: blocks:F takes the fraction of blocks "
+                f"checkpointed, above 0 and at most 1, e.g. blocks:0.5 (every second block)"
+            )
         return Checkpointing("full", 1.0) if fraction == 1 else Checkpointing("blocks", fraction)
-    raise UsageError(f"invalid --activation-checkpointing {value!r}: expected one of {', '.join(MODES)} "
-                     f"(the bare flag means full), e.g. --activation-checkpointing ops")
+    raise UsageError(
+        f"invalid --activation-checkpointing {value!r}: expected one of {', '.join(MODES)} "
+        f"(the bare flag means full), e.g. --activation-checkpointing ops"
+    )
 
 
 def recomputed(forward: list[Kernel], mode: Checkpointing) -> list[Kernel]:
@@ -92,12 +96,13 @@ def _saved_elements_ops(forward: list[Kernel]) -> float:
             if mm_count % 2 == 1:
                 kept += k.m * k.n * k.count
         elif k.op == "sdpa":
-            kept += k.bytes / ACT_BYTES / 4   # its output: one of the four q/k/v/o-sized tensors it moves
+            kept += k.bytes / ACT_BYTES / 4  # its output: one of the four q/k/v/o-sized tensors it moves
     return kept
 
 
-def activation_bytes(model: Any, micro_batch: int, seq_len: int, mode: Checkpointing,
-                     forward: list[Kernel] | None = None) -> float | None:
+def activation_bytes(
+    model: Any, micro_batch: int, seq_len: int, mode: Checkpointing, forward: list[Kernel] | None = None
+) -> float | None:
     """bf16 tensors backward needs for one micro-batch, the logits included (bf16 and the fp32
     copy the loss makes). Without checkpointing, per token and block: the norms' inputs and
     outputs, q, k, v and attention's output (flash attention keeps no s x s matrix) and the

@@ -26,14 +26,23 @@ def _rate(row: Any, scale: float) -> str:
     return f"{_num(row.rate * scale / 1e9)} GB/s"
 
 
-def breakdown_table(compute: StepCompute, scale: float,
-                    format_time: Callable[[float], str]) -> tuple[list[str], list[list[str]]]:
+def breakdown_table(
+    compute: StepCompute, scale: float, format_time: Callable[[float], str]
+) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) for one optimizer step on one rank: times and rates with the calibration's
     scale applied (every row's time / scale)."""
     headers = ["kernel class", "pass", "time per step", "FLOPs or bytes", "rate", "rate from"]
-    rows = [[r.cls, r.pass_, format_time(r.time_s / scale), _work(r), _rate(r, scale),
-             "; ".join(sorted(r.sources)) + (f" x scale {scale:.3g}" if scale != 1 else "")]
-            for r in compute.rows]
+    rows = [
+        [
+            r.cls,
+            r.pass_,
+            format_time(r.time_s / scale),
+            _work(r),
+            _rate(r, scale),
+            "; ".join(sorted(r.sources)) + (f" x scale {scale:.3g}" if scale != 1 else ""),
+        ]
+        for r in compute.rows
+    ]
     total = sum(r.time_s for r in compute.rows) / scale
     rows.append(["total compute", "", format_time(total), f"{_num(compute.flops_per_step / 1e12)} TFLOP", "", ""])
     return headers, rows
@@ -42,8 +51,10 @@ def breakdown_table(compute: StepCompute, scale: float,
 def bytes_line(compute: StepCompute) -> str:
     """Where the memory-bound kernels' bytes came from: the eager count (its signature) or the hand list."""
     parts = "; ".join(compute.memory_from) or "hand-listed"
-    return (f"memory-bound bytes per unit: {parts} (counted: the aten ops eager PyTorch runs, "
-            f"benchmarks/eager_ops.py; hand-listed: kernels/blocks.py's list, for a layout the count does not cover)")
+    return (
+        f"memory-bound bytes per unit: {parts} (counted: the aten ops eager PyTorch runs, "
+        f"benchmarks/eager_ops.py; hand-listed: kernels/blocks.py's list, for a layout the count does not cover)"
+    )
 
 
 def sources_lines(table: Any) -> list[str]:
@@ -53,8 +64,16 @@ def sources_lines(table: Any) -> list[str]:
     return [f"{cls} rates: {text}" for cls, text in table.sources.items()]
 
 
-def compute_lines(train: Any, table: Any, rates: Any, format_time: Callable[[float], str], *, model: str = "",
-                  measured: Any = None, scale_from: str | None = None) -> list[str]:
+def compute_lines(
+    train: Any,
+    table: Any,
+    rates: Any,
+    format_time: Callable[[float], str],
+    *,
+    model: str = "",
+    measured: Any = None,
+    scale_from: str | None = None,
+) -> list[str]:
     """What compose prints of compute priced per kernel: the breakdown, where each class's rates
     and the memory-bound bytes came from, a compute record's other shapes (and the command that
     measures them), the scale a measured step gave or a calibration applied."""
@@ -76,10 +95,14 @@ def compute_lines(train: Any, table: Any, rates: Any, format_time: Callable[[flo
         if line:
             out.append(f"# {line}")
     if measured is not None:
-        out.append(f"# measured step {measured.measured_step_s:g} s on this configuration: every compute rate x "
-                   f"{measured.scale:.3g} reproduces it (unscaled {format_time(measured.predicted_unscaled_s)}); the "
-                   f"record keeps it (summary.calibration) for --calibration on other configurations")
+        out.append(
+            f"# measured step {measured.measured_step_s:g} s on this configuration: every compute rate x "
+            f"{measured.scale:.3g} reproduces it (unscaled {format_time(measured.predicted_unscaled_s)}); the "
+            f"record keeps it (summary.calibration) for --calibration on other configurations"
+        )
     elif scale_from:
-        out.append(f"# compute rates x {scale:.3g}, the scale --calibration {scale_from} measured "
-                   f"(communication is not scaled)")
+        out.append(
+            f"# compute rates x {scale:.3g}, the scale --calibration {scale_from} measured "
+            f"(communication is not scaled)"
+        )
     return out

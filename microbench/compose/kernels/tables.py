@@ -38,6 +38,7 @@ ATTENTION_KEYS = ("fwd_tflops", "fwd_causal_tflops", "bwd_tflops", "bwd_causal_t
 @dataclass(frozen=True)
 class AttentionTable:
     """One attention implementation's rates: key -> [head_dim][seq_len] TFLOP/s."""
+
     name: str
     head_dims: tuple[float, ...]
     seq_lens: tuple[float, ...]
@@ -59,9 +60,9 @@ class KernelTable:
     attention_impls: dict[str, AttentionTable]
     default_attention: str
     memory_fraction: float
-    sources: dict[str, str]       # kernel class -> where its values came from
+    sources: dict[str, str]  # kernel class -> where its values came from
     path: str
-    overlap_rates: dict[str, float] | None = None   # "one_node" / "multi_node" -> compute's share of its rate
+    overlap_rates: dict[str, float] | None = None  # "one_node" / "multi_node" -> compute's share of its rate
 
     def matmul(self, m: float, n: float, k: float) -> float:
         """TFLOP/s of one (m x k) @ (k x n) matmul."""
@@ -126,8 +127,10 @@ class _Reader:
         self.path = path
 
     def fail(self, where: str, why: str) -> UsageError:
-        return UsageError(f"kernel table {self.path!r}: {where} {why}; every value must be a positive finite "
-                          f"number (re-run `python benchmarks/kernel_tables.py`, or fix the file)")
+        return UsageError(
+            f"kernel table {self.path!r}: {where} {why}; every value must be a positive finite "
+            f"number (re-run `python benchmarks/kernel_tables.py`, or fix the file)"
+        )
 
     def get(self, obj: Any, key: str, where: str) -> Any:
         if not isinstance(obj, dict) or key not in obj:
@@ -165,8 +168,9 @@ class _Reader:
 def _attention_impl(r: _Reader, section: Any, name: str, where: str) -> AttentionTable:
     dims = r.axis(r.get(section, "head_dim", where), f"{where}.head_dim")
     seqs = r.axis(r.get(section, "seq_len", where), f"{where}.seq_len")
-    grids = {key: r.grid(r.get(section, key, where), (len(dims), len(seqs)), f"{where}.{key}")
-             for key in ATTENTION_KEYS}
+    grids = {
+        key: r.grid(r.get(section, key, where), (len(dims), len(seqs)), f"{where}.{key}") for key in ATTENTION_KEYS
+    }
     return AttentionTable(name, dims, seqs, grids, r.source(section, where))
 
 
@@ -204,8 +208,11 @@ def parse_table(data: Any, path: str) -> KernelTable:
         raise r.fail("the file", f"holds a JSON {type(data).__name__}, not an object")
     gpu = r.get(data, "gpu", "")
     mm = r.get(data, "matmul", "")
-    axes = (r.axis(r.get(mm, "m", "matmul"), "matmul.m"), r.axis(r.get(mm, "n", "matmul"), "matmul.n"),
-            r.axis(r.get(mm, "k", "matmul"), "matmul.k"))
+    axes = (
+        r.axis(r.get(mm, "m", "matmul"), "matmul.m"),
+        r.axis(r.get(mm, "n", "matmul"), "matmul.n"),
+        r.axis(r.get(mm, "k", "matmul"), "matmul.k"),
+    )
     grid = r.grid(r.get(mm, "tflops", "matmul"), tuple(len(a) for a in axes), "matmul.tflops")
     impls, default = _attention(r, r.get(data, "attention", ""))
     mem = r.get(data, "memory", "")
@@ -213,18 +220,32 @@ def parse_table(data: Any, path: str) -> KernelTable:
     if fraction > 1:
         raise r.fail("memory.fraction_of_peak", f"is {fraction!r}, more than the whole bandwidth")
     overlap = _overlap(r, data.get("overlap"))
-    sources = {"matmul": r.source(mm, "matmul"), "attention": impls[default].source,
-               "memory": r.source(mem, "memory")}
+    sources = {"matmul": r.source(mm, "matmul"), "attention": impls[default].source, "memory": r.source(mem, "memory")}
     if overlap is not None:
         sources["overlap"] = r.source(data["overlap"], "overlap")
-    return KernelTable(str(gpu), r.number(r.get(data, "peak_bf16_tflops", ""), "peak_bf16_tflops"),
-                       r.number(r.get(data, "memory_gbps", ""), "memory_gbps"), axes, grid, impls, default,
-                       fraction, sources, path, overlap)
+    return KernelTable(
+        str(gpu),
+        r.number(r.get(data, "peak_bf16_tflops", ""), "peak_bf16_tflops"),
+        r.number(r.get(data, "memory_gbps", ""), "memory_gbps"),
+        axes,
+        grid,
+        impls,
+        default,
+        fraction,
+        sources,
+        path,
+        overlap,
+    )
 
 
 def load_table(path: str | Path) -> KernelTable:
-    data = load_json(path, what="kernel table", expected="a kernel table (microbench/compose/kernels/data/h100.json "
-                     "or one written by benchmarks/kernel_tables.py)", finite=True)
+    data = load_json(
+        path,
+        what="kernel table",
+        expected="a kernel table (microbench/compose/kernels/data/h100.json "
+        "or one written by benchmarks/kernel_tables.py)",
+        finite=True,
+    )
     return parse_table(data, str(path))
 
 

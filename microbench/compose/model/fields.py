@@ -19,8 +19,9 @@ def _field(cfg: dict[str, Any], path: str, names: tuple[str, ...], default: Any 
             return int(value)
     if default is not None:
         return default
-    raise UsageError(f"config {path!r} lacks the field {names[0]!r} (a Hugging Face config.json names it, "
-                     f"e.g. \"{names[0]}\": 4096)")
+    raise UsageError(
+        f'config {path!r} lacks the field {names[0]!r} (a Hugging Face config.json names it, e.g. "{names[0]}": 4096)'
+    )
 
 
 def _name_from_path(path: Path) -> str:

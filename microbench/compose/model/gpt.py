@@ -24,10 +24,10 @@ from .shapes import ModelShape
 
 @dataclass(frozen=True)
 class GptShape(ModelShape):
-    gelu_mlp: bool = True        # a plain two-matrix MLP (up, GELU, down), not gated
-    linear_bias: bool = True     # a bias on every linear (qkv, out, up, down)
-    norm_bias: bool = True       # LayerNorm with a bias (RMS norms have none)
-    positions: int = 0           # learned position embeddings (0: ALiBi, RoPE or none)
+    gelu_mlp: bool = True  # a plain two-matrix MLP (up, GELU, down), not gated
+    linear_bias: bool = True  # a bias on every linear (qkv, out, up, down)
+    norm_bias: bool = True  # LayerNorm with a bias (RMS norms have none)
+    positions: int = 0  # learned position embeddings (0: ALiBi, RoPE or none)
 
     @property
     def _norm_params(self) -> int:
@@ -60,14 +60,36 @@ class GptShape(ModelShape):
         return self.layers * self.block_active_params + self.vocab * self.hidden + self._norm_params
 
 
-def mpt(name: str, d_model: int, n_heads: int, n_layers: int, vocab: int, *, expansion_ratio: float = 4,
-        max_seq_len: int = 2048, no_bias: bool = False, learned_pos_emb: bool = True, kv_heads: int | None = None,
-        source: str = "MPT layout") -> GptShape:
+def mpt(
+    name: str,
+    d_model: int,
+    n_heads: int,
+    n_layers: int,
+    vocab: int,
+    *,
+    expansion_ratio: float = 4,
+    max_seq_len: int = 2048,
+    no_bias: bool = False,
+    learned_pos_emb: bool = True,
+    kv_heads: int | None = None,
+    source: str = "MPT layout",
+) -> GptShape:
     ffn = int(expansion_ratio * d_model)
-    return GptShape(name=name, hidden=d_model, layers=n_layers, heads=n_heads, kv_heads=kv_heads or n_heads,
-                    head_dim=d_model // n_heads, ffn=ffn, vocab=vocab, tied_embeddings=True,
-                    linear_bias=not no_bias, norm_bias=not no_bias,
-                    positions=max_seq_len if learned_pos_emb else 0, source=source)
+    return GptShape(
+        name=name,
+        hidden=d_model,
+        layers=n_layers,
+        heads=n_heads,
+        kv_heads=kv_heads or n_heads,
+        head_dim=d_model // n_heads,
+        ffn=ffn,
+        vocab=vocab,
+        tied_embeddings=True,
+        linear_bias=not no_bias,
+        norm_bias=not no_bias,
+        positions=max_seq_len if learned_pos_emb else 0,
+        source=source,
+    )
 
 
 def _flag(cfg: dict[str, Any], path: str, key: str, default: bool) -> bool:
@@ -94,12 +116,24 @@ def from_mpt_config(cfg: dict[str, Any], path: str) -> GptShape:
     elif isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0 or ratio != ratio:
         raise UsageError(f"config {path!r}: field 'expansion_ratio' is {ratio!r}; expected a positive number, e.g. 4")
     positions = _flag(cfg, path, "learned_pos_emb", True) and not (attn.get("alibi") or attn.get("rope"))
-    kv = _field(attn, path, ("kv_n_heads",), default=heads) if attn.get("attn_type") == "grouped_query_attention" \
+    kv = (
+        _field(attn, path, ("kv_n_heads",), default=heads)
+        if attn.get("attn_type") == "grouped_query_attention"
         else heads
-    return mpt(str(cfg.get("_name_or_path") or _name_from_path(Path(path))), d, heads,
-               _field(cfg, path, ("n_layers",)), _field(cfg, path, ("vocab_size",)), expansion_ratio=ratio,
-               max_seq_len=_field(cfg, path, ("max_seq_len",), default=2048),
-               no_bias=_flag(cfg, path, "no_bias", False), learned_pos_emb=positions, kv_heads=kv, source=path)
+    )
+    return mpt(
+        str(cfg.get("_name_or_path") or _name_from_path(Path(path))),
+        d,
+        heads,
+        _field(cfg, path, ("n_layers",)),
+        _field(cfg, path, ("vocab_size",)),
+        expansion_ratio=ratio,
+        max_seq_len=_field(cfg, path, ("max_seq_len",), default=2048),
+        no_bias=_flag(cfg, path, "no_bias", False),
+        learned_pos_emb=positions,
+        kv_heads=kv,
+        source=path,
+    )
 
 
 def from_gpt2_config(cfg: dict[str, Any], path: str) -> GptShape:
@@ -107,11 +141,19 @@ def from_gpt2_config(cfg: dict[str, Any], path: str) -> GptShape:
     n_embd when null), n_positions, vocab_size; biases and LayerNorm biases always."""
     d = _field(cfg, path, ("n_embd",))
     heads = _field(cfg, path, ("n_head",))
-    return GptShape(name=str(cfg.get("_name_or_path") or _name_from_path(Path(path))), hidden=d,
-                    layers=_field(cfg, path, ("n_layer",)), heads=heads, kv_heads=heads, head_dim=d // heads,
-                    ffn=_field(cfg, path, ("n_inner",), default=4 * d), vocab=_field(cfg, path, ("vocab_size",)),
-                    tied_embeddings=_flag(cfg, path, "tie_word_embeddings", True),
-                    positions=_field(cfg, path, ("n_positions", "n_ctx"), default=1024), source=path)
+    return GptShape(
+        name=str(cfg.get("_name_or_path") or _name_from_path(Path(path))),
+        hidden=d,
+        layers=_field(cfg, path, ("n_layer",)),
+        heads=heads,
+        kv_heads=heads,
+        head_dim=d // heads,
+        ffn=_field(cfg, path, ("n_inner",), default=4 * d),
+        vocab=_field(cfg, path, ("vocab_size",)),
+        tied_embeddings=_flag(cfg, path, "tie_word_embeddings", True),
+        positions=_field(cfg, path, ("n_positions", "n_ctx"), default=1024),
+        source=path,
+    )
 
 
 def from_config(cfg: dict[str, Any], path: str) -> GptShape | None:

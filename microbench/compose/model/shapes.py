@@ -39,7 +39,7 @@ class VisionTower:
         positions = (self.image // self.patch) ** 2 * h
         block = 4 * (h * h + h) + (h * self.ffn + self.ffn) + (self.ffn * h + h) + 2 * 2 * h
         post_norm = 2 * h
-        projector = h * self.out_hidden + h   # projection + its input norm
+        projector = h * self.out_hidden + h  # projection + its input norm
         return patch_embed + positions + self.layers * block + post_norm + projector
 
 
@@ -51,19 +51,19 @@ class ModelShape:
     heads: int
     kv_heads: int
     head_dim: int
-    ffn: int                     # per expert for a mixture of experts
+    ffn: int  # per expert for a mixture of experts
     vocab: int
     tied_embeddings: bool = False
     experts: int = 1
     top_k: int = 1
     qkv_bias: bool = False
-    mlp_bias: bool = False       # biases on expert/MLP projections (gpt-oss)
-    norms_per_block: int = 2     # gemma-3 has four (pre/post around attention and MLP)
-    qk_norm: bool = False        # per-head RMS norm on queries and keys (gemma-3)
+    mlp_bias: bool = False  # biases on expert/MLP projections (gpt-oss)
+    norms_per_block: int = 2  # gemma-3 has four (pre/post around attention and MLP)
+    qk_norm: bool = False  # per-head RMS norm on queries and keys (gemma-3)
     attention_sinks: bool = False  # one learned logit per head (gpt-oss)
     towers: tuple[VisionTower, ...] = ()
-    sliding_window: int = 0      # keys a query sees on sliding-window layers (0: none)
-    sliding_layers: int = 0      # how many of the layers use the window
+    sliding_window: int = 0  # keys a query sees on sliding-window layers (0: none)
+    sliding_layers: int = 0  # how many of the layers use the window
     source: str = "preset"
 
     # ---- per block
@@ -73,7 +73,7 @@ class ModelShape:
         n = self.hidden * (q + 2 * kv) + q * self.hidden
         if self.qkv_bias:
             n += q + 2 * kv
-        if self.mlp_bias:   # gpt-oss biases every attention projection, the output one included
+        if self.mlp_bias:  # gpt-oss biases every attention projection, the output one included
             n += self.hidden
         if self.qk_norm:
             n += 2 * self.head_dim
@@ -83,7 +83,7 @@ class ModelShape:
 
     @property
     def expert_params(self) -> int:
-        n = 3 * self.hidden * self.ffn   # gate, up, down
+        n = 3 * self.hidden * self.ffn  # gate, up, down
         if self.mlp_bias:
             n += 2 * self.ffn + self.hidden
         return n
@@ -96,13 +96,21 @@ class ModelShape:
 
     @property
     def block_params(self) -> int:
-        return (self.attention_params + self.router_params + self.experts * self.expert_params
-                + self.norms_per_block * self.hidden)
+        return (
+            self.attention_params
+            + self.router_params
+            + self.experts * self.expert_params
+            + self.norms_per_block * self.hidden
+        )
 
     @property
     def block_active_params(self) -> int:
-        return (self.attention_params + self.router_params + self.top_k * self.expert_params
-                + self.norms_per_block * self.hidden)
+        return (
+            self.attention_params
+            + self.router_params
+            + self.top_k * self.expert_params
+            + self.norms_per_block * self.hidden
+        )
 
     # ---- the root unit: embeddings, final norm, head, towers
     @property
@@ -132,8 +140,12 @@ class ModelShape:
 
     def describe(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(total_params=self.total_params, active_params=self.active_params,
-                   block_params=self.block_params, root_params=self.root_params)
+        out.update(
+            total_params=self.total_params,
+            active_params=self.active_params,
+            block_params=self.block_params,
+            root_params=self.root_params,
+        )
         return out
 
 

@@ -20,10 +20,11 @@ EXAMPLE = "--net-intra 360GB/s --net-inter 1.25GB/s"
 @dataclass(frozen=True)
 class Level:
     """--net-intra or --net-inter: [NAME=]BW[@LATENCY]."""
-    name: str             # "" when not named
+
+    name: str  # "" when not named
     gbps: float
     latency_s: float
-    rate: str             # the bandwidth as written
+    rate: str  # the bandwidth as written
     text: str
 
 
@@ -33,8 +34,10 @@ def parse_level(text: str, flag: str) -> Level:
         name, spec = "", str(text)
     rate, _, latency = spec.partition("@")
     if not rate.strip() or (sep and not name.strip()):
-        raise UsageError(f"invalid {flag} {text!r}: expected [NAME=]BW[@LATENCY], e.g. {flag} "
-                         f"{'360GB/s' if flag == '--net-intra' else 'eth=1.25GB/s@50us'}")
+        raise UsageError(
+            f"invalid {flag} {text!r}: expected [NAME=]BW[@LATENCY], e.g. {flag} "
+            f"{'360GB/s' if flag == '--net-intra' else 'eth=1.25GB/s@50us'}"
+        )
     gbps = parse_bandwidth_bytes_per_s(rate, what=f"{flag} bandwidth") / 1e9
     lat = parse_duration_s(latency, what=f"{flag} latency", example="30us") if latency else 0.0
     return Level(name.strip(), gbps, lat, rate.strip(), str(text))
@@ -48,12 +51,16 @@ def described(intra: list[Level], inter: list[Level]) -> list[Network]:
         return []
     if not intra or not inter:
         given, missing = ("--net-intra", "--net-inter") if intra else ("--net-inter", "--net-intra")
-        raise UsageError(f"{given} needs {missing}: the two levels go together (the NVLink bus bandwidth inside a "
-                         f"node and one node's NICs to the others), e.g. {EXAMPLE}")
+        raise UsageError(
+            f"{given} needs {missing}: the two levels go together (the NVLink bus bandwidth inside a "
+            f"node and one node's NICs to the others), e.g. {EXAMPLE}"
+        )
     if len(intra) != 1 and len(intra) != len(inter):
-        raise UsageError(f"{len(intra)} --net-intra for {len(inter)} --net-inter: give one --net-intra for all, or "
-                         f"one per --net-inter (paired in order), e.g. --net-intra 360GB/s --net-inter eth=1.25GB/s "
-                         f"--net-inter ib=400GB/s")
+        raise UsageError(
+            f"{len(intra)} --net-intra for {len(inter)} --net-inter: give one --net-intra for all, or "
+            f"one per --net-inter (paired in order), e.g. --net-intra 360GB/s --net-inter eth=1.25GB/s "
+            f"--net-inter ib=400GB/s"
+        )
     out = []
     for index, level in enumerate(inter):
         near = intra[0] if len(intra) == 1 else intra[index]
@@ -64,8 +71,7 @@ def described(intra: list[Level], inter: list[Level]) -> list[Network]:
     return out
 
 
-def record_network(record: dict[str, Any], name: str, source: str, *, allow_partial: bool,
-                   for_gpus: bool) -> Network:
+def record_network(record: dict[str, Any], name: str, source: str, *, allow_partial: bool, for_gpus: bool) -> Network:
     """A --nccl record: its world curve as today, with the node and cross groups' levels when it
     has them (`nccl --groups`); a record of node and cross groups only is seen as two levels."""
     levels = levels_from_record(record, name, source, allow_partial=allow_partial, for_gpus=for_gpus)
@@ -94,8 +100,10 @@ def for_job(nets: list[Network], world: int, nodes: int | None) -> list[Network]
         return nets
     per_node = ranks_per_node(nets, world, nodes)
     if per_node is None:
-        raise UsageError(f"two networks (intra and inter node) need the job's nodes: give --nodes and --gpus-per-node, "
-                         f"e.g. --nodes {max(1, world // 8)} --gpus-per-node 8 (not --ranks {world} alone)")
+        raise UsageError(
+            f"two networks (intra and inter node) need the job's nodes: give --nodes and --gpus-per-node, "
+            f"e.g. --nodes {max(1, world // 8)} --gpus-per-node 8 (not --ranks {world} alone)"
+        )
     out = []
     for net in nets:
         if net.levels is None or hasattr(net.all_gather, "points") and net.all_gather.points:
@@ -113,8 +121,13 @@ class ShardingPlan:
     scale_nodes: tuple[int, ...]
 
 
-def plan(strategies: tuple[Strategy, ...] | None, scale_nodes: tuple[int, ...] | None, nets: list[Network],
-         world: int, nodes: int | None) -> ShardingPlan | None:
+def plan(
+    strategies: tuple[Strategy, ...] | None,
+    scale_nodes: tuple[int, ...] | None,
+    nets: list[Network],
+    world: int,
+    nodes: int | None,
+) -> ShardingPlan | None:
     """What the sharding what-if runs, checked against the job (exit 2 on a shard group that
     does not fit it); None when neither --sharding nor --scale-nodes was given."""
     if not strategies and not scale_nodes:
@@ -124,14 +137,18 @@ def plan(strategies: tuple[Strategy, ...] | None, scale_nodes: tuple[int, ...] |
     two_level = [n for n in nets if n.levels is not None]
     if per_node is None:
         if any(s.name == "hybrid" for s in strategies) or scale_nodes:
-            raise UsageError("--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
-                             "e.g. --nodes 2 --gpus-per-node 8")
+            raise UsageError(
+                "--sharding and --scale-nodes need the job's nodes: give --nodes and --gpus-per-node, "
+                "e.g. --nodes 2 --gpus-per-node 8"
+            )
         per_node = world
     if any(s.name == "hybrid" for s in strategies) and not two_level:
         text = ",".join(s.text for s in strategies)
-        raise UsageError(f"--sharding {text} needs two networks, inside a node and between nodes: give both "
-                         f"levels, e.g. {EXAMPLE}, or an `nccl --groups world,node,cross` record (--net and a "
-                         f"one-level --nccl are the world's collective only)")
+        raise UsageError(
+            f"--sharding {text} needs two networks, inside a node and between nodes: give both "
+            f"levels, e.g. {EXAMPLE}, or an `nccl --groups world,node,cross` record (--net and a "
+            f"one-level --nccl are the world's collective only)"
+        )
     for s in strategies:
         s.resolve(world, per_node)
     return ShardingPlan(tuple(strategies), per_node, tuple(scale_nodes or ()))

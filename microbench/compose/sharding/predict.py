@@ -42,8 +42,8 @@ STRATEGIES = ("full", "hybrid")
 
 @dataclass(frozen=True)
 class Strategy:
-    name: str                 # full | hybrid
-    shard_ranks: int | None   # G as given; None: full = the world, hybrid = the ranks of one node
+    name: str  # full | hybrid
+    shard_ranks: int | None  # G as given; None: full = the world, hybrid = the ranks of one node
 
     @property
     def text(self) -> str:
@@ -58,13 +58,17 @@ class Strategy:
             f"{world // ranks_per_node} nodes x {ranks_per_node}" if world % ranks_per_node == 0 else f"{world} ranks"
         )
         if g > world or world % g:
-            raise UsageError(f"--sharding {self.text}: a shard group of {g} ranks "
-                             f"{'is larger than' if g > world else 'does not divide'} the world of {world} ranks "
-                             f"({layout}); expected a divisor of {world}, e.g. hybrid:{min(ranks_per_node, world)}")
+            raise UsageError(
+                f"--sharding {self.text}: a shard group of {g} ranks "
+                f"{'is larger than' if g > world else 'does not divide'} the world of {world} ranks "
+                f"({layout}); expected a divisor of {world}, e.g. hybrid:{min(ranks_per_node, world)}"
+            )
         if ranks_per_node % g and g % ranks_per_node:
-            raise UsageError(f"--sharding {self.text}: a shard group of {g} ranks straddles nodes of {ranks_per_node} "
-                             f"ranks ({layout}); expected a divisor or a multiple of {ranks_per_node}, "
-                             f"e.g. hybrid:{ranks_per_node}")
+            raise UsageError(
+                f"--sharding {self.text}: a shard group of {g} ranks straddles nodes of {ranks_per_node} "
+                f"ranks ({layout}); expected a divisor or a multiple of {ranks_per_node}, "
+                f"e.g. hybrid:{ranks_per_node}"
+            )
         return g
 
 
@@ -74,13 +78,16 @@ def parse_sharding(text: str) -> list[Strategy]:
     for part in [p.strip() for p in str(text).split(",")]:
         name, sep, size = part.partition(":")
         if name not in STRATEGIES or (sep and name == "full"):
-            raise UsageError(f"invalid --sharding {part!r}: expected full, hybrid or hybrid:G (G ranks per shard "
-                             f"group), comma-separated, e.g. --sharding full,hybrid,hybrid:4")
+            raise UsageError(
+                f"invalid --sharding {part!r}: expected full, hybrid or hybrid:G (G ranks per shard "
+                f"group), comma-separated, e.g. --sharding full,hybrid,hybrid:4"
+            )
         g = None
         if sep:
             if not size.isdigit() or int(size) < 1:
-                raise UsageError(f"invalid --sharding {part!r}: G must be a positive whole number of ranks, "
-                                 f"e.g. hybrid:8")
+                raise UsageError(
+                    f"invalid --sharding {part!r}: G must be a positive whole number of ranks, e.g. hybrid:8"
+                )
             g = int(size)
         if any(s == Strategy(name, g) for s in out):
             raise UsageError(f"--sharding {text!r} names {part!r} twice; give each once, e.g. full,hybrid")
@@ -90,21 +97,28 @@ def parse_sharding(text: str) -> list[Strategy]:
 
 @dataclass(frozen=True)
 class ShardedStep:
-    strategy: str                  # full, hybrid:8, ...
-    shard_ranks: int               # G
-    replicas: int                  # world / G
-    step: StepPrediction           # the whole step: the replicas' all-reduce included in step_s
-    allreduce_s: float             # the replicas' gradient all-reduce, per step, all units
-    exposed_allreduce_s: float     # of it, past the end of backward
+    strategy: str  # full, hybrid:8, ...
+    shard_ranks: int  # G
+    replicas: int  # world / G
+    step: StepPrediction  # the whole step: the replicas' all-reduce included in step_s
+    allreduce_s: float  # the replicas' gradient all-reduce, per step, all units
+    exposed_allreduce_s: float  # of it, past the end of backward
     memory: MemoryCheck
     notes: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
         step = self.step.as_dict()
         step["notes"] = list(step["notes"])
-        return {"strategy": self.strategy, "shard_ranks": self.shard_ranks, "replicas": self.replicas, **step,
-                "allreduce_s": self.allreduce_s, "exposed_allreduce_s": self.exposed_allreduce_s,
-                "memory": self.memory.as_dict(), "fits_in_memory": self.memory.fits}
+        return {
+            "strategy": self.strategy,
+            "shard_ranks": self.shard_ranks,
+            "replicas": self.replicas,
+            **step,
+            "allreduce_s": self.allreduce_s,
+            "exposed_allreduce_s": self.exposed_allreduce_s,
+            "memory": self.memory.as_dict(),
+            "fits_in_memory": self.memory.fits,
+        }
 
 
 def _geometry(world: int, per_node: int, g: int) -> tuple[tuple[int, int], tuple[int, int, int]]:
@@ -119,24 +133,36 @@ def _geometry(world: int, per_node: int, g: int) -> tuple[tuple[int, int], tuple
     return shard, (m, m, per_node)
 
 
-def predict_sharding(model: Any, train: TrainSpec, levels: Levels | None, *, ranks_per_node: int, shard_ranks: int,
-                     capacity_bytes: float | None = None, world_network: Network | None = None,
-                     allreduce_every_microbatch: bool = False) -> ShardedStep:
+def predict_sharding(
+    model: Any,
+    train: TrainSpec,
+    levels: Levels | None,
+    *,
+    ranks_per_node: int,
+    shard_ranks: int,
+    capacity_bytes: float | None = None,
+    world_network: Network | None = None,
+    allreduce_every_microbatch: bool = False,
+) -> ShardedStep:
     """The step and memory per GPU of `train.ranks` ranks, `ranks_per_node` per node, sharded over
     groups of `shard_ranks` (= train.ranks: full sharding) and replicated over the rest.
     `levels`: the two networks (None: full sharding on `world_network` only); `world_network`: a
     one-level curve of the world's collectives, used for full sharding when given."""
     world, per_node, g = train.ranks, ranks_per_node, shard_ranks
     if per_node < 1 or g < 1 or world % g or (world > per_node and world % per_node):
-        raise UsageError(f"no sharding of {world} ranks ({per_node} per node) in groups of {g}; expected G to "
-                         f"divide the world and the world to be whole nodes, e.g. 16 ranks, 8 per node, G 8")
+        raise UsageError(
+            f"no sharding of {world} ranks ({per_node} per node) in groups of {g}; expected G to "
+            f"divide the world and the world to be whole nodes, e.g. 16 ranks, 8 per node, G 8"
+        )
     label = "full" if g == world else f"hybrid:{g}"
     if g == world and world_network is not None:
         step = predict_step(model, train, world_network.all_gather, world_network.reduce_scatter)
         return ShardedStep(label, g, 1, step, 0.0, 0.0, memory_check(model, train, capacity_bytes), step.notes)
     if levels is None:
-        raise UsageError(f"--sharding {label} needs the two networks: give --net-intra and --net-inter (e.g. "
-                         f"--net-intra 360GB/s --net-inter 1.25GB/s) or an `nccl --groups world,node,cross` record")
+        raise UsageError(
+            f"--sharding {label} needs the two networks: give --net-intra and --net-inter (e.g. "
+            f"--net-intra 360GB/s --net-inter 1.25GB/s) or an `nccl --groups world,node,cross` record"
+        )
     (shard_nodes, shard_sharing), (m, rep_nodes, rep_sharing) = _geometry(world, per_node, g)
     ag, rs = (GroupCurve(levels, op, per_node, shard_nodes, shard_sharing) for op in ("all_gather", "reduce_scatter"))
     shard_train = dataclasses.replace(train, ranks=g)
@@ -151,7 +177,7 @@ def predict_sharding(model: Any, train: TrainSpec, levels: Levels | None, *, ran
         size = unit_bytes(model, unit, "all_reduce", train.param_dtype, train.reduce_dtype)
         if size <= 0:
             return 0.0
-        t, how = levels.all_reduce_time_s(size / g, m, rep_nodes, rep_sharing)   # the gradient shard
+        t, how = levels.all_reduce_time_s(size / g, m, rep_nodes, rep_sharing)  # the gradient shard
         notes.add(f"allreduce {how}")
         return t
 
@@ -159,21 +185,27 @@ def predict_sharding(model: Any, train: TrainSpec, levels: Levels | None, *, ran
     ar_total = model.layers * ar_block + ar_root
     exposed = _exposed_allreduce(model, shard_train, ag, rs, ar_block, ar_root)
     if shard_nodes > 1:
-        exposed = ar_total   # the shard group's collectives use the same NICs
+        exposed = ar_total  # the shard group's collectives use the same NICs
     exposed = train.overlap * exposed + (1 - train.overlap) * ar_total
     rounds = train.grad_accum if allreduce_every_microbatch else 1
     ar_total, exposed = rounds * ar_total, rounds * exposed
     step_s = base.step_s + exposed
     tokens = train.tokens_per_rank * train.grad_accum * world
     step = dataclasses.replace(
-        base, step_s=step_s, no_overlap_s=base.no_overlap_s + ar_total,
+        base,
+        step_s=step_s,
+        no_overlap_s=base.no_overlap_s + ar_total,
         full_overlap_s=max(base.full_overlap_s, ar_total + base.optimizer_s + base.fsdp_overhead_s),
-        exposed_comm_s=base.exposed_comm_s + exposed, tokens_per_s=tokens / step_s, notes=tuple(sorted(notes)))
+        exposed_comm_s=base.exposed_comm_s + exposed,
+        tokens_per_s=tokens / step_s,
+        notes=tuple(sorted(notes)),
+    )
     return ShardedStep(label, g, m, step, ar_total, exposed, memory, step.notes)
 
 
-def _exposed_allreduce(model: Any, train: TrainSpec, ag: GroupCurve, rs: GroupCurve, ar_block: float,
-                       ar_root: float) -> float:
+def _exposed_allreduce(
+    model: Any, train: TrainSpec, ag: GroupCurve, rs: GroupCurve, ar_block: float, ar_root: float
+) -> float:
     """The all-reduce queue's tail past the end of the last micro-batch's backward, with the
     backward paced as fsdp.predict_step paces it (root's backward, then per block the larger of
     its compute and its AllGather + ReduceScatter, the root's ReduceScatter last)."""

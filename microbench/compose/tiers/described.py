@@ -35,13 +35,14 @@ EXAMPLE = "nvme=6:12"
 @dataclass(frozen=True)
 class DescribedTier:
     """One --tier as typed, its numbers parsed; the mount options wait for resolve()."""
+
     text: str
     name: str
     write_gbps: float
     read_gbps: float | None
     stream_gbps: float | None
     durable: bool
-    mount_options: str        # "" when it is not a mount
+    mount_options: str  # "" when it is not a mount
 
 
 def rate_gbps(text: str, rate: str, which: str) -> float:
@@ -51,8 +52,10 @@ def rate_gbps(text: str, rate: str, which: str) -> float:
             return parse_bandwidth_bytes_per_s(rate, what="--tier") / 1e9
         return parse_positive(rate, what="--tier", example=EXAMPLE)
     except UsageError:
-        raise UsageError(f"invalid --tier {text!r}: the {which} bandwidth {rate!r} must be a positive finite "
-                         f"number of GB/s, e.g. --tier {EXAMPLE}") from None
+        raise UsageError(
+            f"invalid --tier {text!r}: the {which} bandwidth {rate!r} must be a positive finite "
+            f"number of GB/s, e.g. --tier {EXAMPLE}"
+        ) from None
 
 
 def split_stream(text: str) -> tuple[str, str | None]:
@@ -85,16 +88,33 @@ def parse(text: str, flag: str = "--tier") -> DescribedTier:
     write, _, read = rates.partition(":")
     if not name or not write:
         raise UsageError(f"invalid --tier {text!r}: expected NAME=WRITE_GBPS[:READ_GBPS][,stream=GB/S], e.g. {EXAMPLE}")
-    return DescribedTier(text, name, rate_gbps(text, write, "write"), rate_gbps(text, read, "read") if read else None,
-                         rate_gbps(text, stream, "single-stream") if stream else None, durable, mount_options)
+    return DescribedTier(
+        text,
+        name,
+        rate_gbps(text, write, "write"),
+        rate_gbps(text, read, "read") if read else None,
+        rate_gbps(text, stream, "single-stream") if stream else None,
+        durable,
+        mount_options,
+    )
 
 
 def resolve(given: list[DescribedTier]) -> list[Tier]:
     """The tiers, with each mount's options read and a cached mount without drain= placed on its
     cache (cache=GB/S, or the fastest ephemeral tier given)."""
-    tiers = [Tier(d.name, d.write_gbps, d.read_gbps, f"--tier {d.text}", d.stream_gbps,
-                  rated_only=d.stream_gbps is None and not d.mount_options, durable=d.durable,
-                  medium="mount" if d.mount_options else "") for d in given]
+    tiers = [
+        Tier(
+            d.name,
+            d.write_gbps,
+            d.read_gbps,
+            f"--tier {d.text}",
+            d.stream_gbps,
+            rated_only=d.stream_gbps is None and not d.mount_options,
+            durable=d.durable,
+            medium="mount" if d.mount_options else "",
+        )
+        for d in given
+    ]
     local = local_cache(tiers)
     return [
         attach_mount(t, d.text, d.mount_options, local) if d.mount_options else t
@@ -128,14 +148,20 @@ def attach_mount(tier: Tier, text: str, options: str, local: tuple[float, str] |
             gbps, name = local
             where = f"the fastest ephemeral tier given, {name}'s write ({gbps:g} GB/s); cache=GB/S to state it"
         else:
-            raise UsageError(f"invalid --tier {text!r}: a cached mount needs drain=GB/S (the bucket bandwidth its "
-                             f"upload gets) with WRITE its cache disk, or cache=GB/S, or an ephemeral local tier to "
-                             f"cache on, e.g. --tier bucket=0.3:0.3,cached,cache=10 or --tier nvme=10:10,ephemeral")
+            raise UsageError(
+                f"invalid --tier {text!r}: a cached mount needs drain=GB/S (the bucket bandwidth its "
+                f"upload gets) with WRITE its cache disk, or cache=GB/S, or an ephemeral local tier to "
+                f"cache on, e.g. --tier bucket=0.3:0.3,cached,cache=10 or --tier nvme=10:10,ephemeral"
+            )
         m = mount_tier.parse_options(text, tier.name, gbps, tier.read_gbps, f"{rest},drain={bucket_write}")
-        note = (f"{tier.name}: cached mount: {bucket_write:g}:{tier.read_gbps or '-'} taken as the bucket's "
-                f"write:read (the drain); the save blocks on the cache write at {where}")
+        note = (
+            f"{tier.name}: cached mount: {bucket_write:g}:{tier.read_gbps or '-'} taken as the bucket's "
+            f"write:read (the drain); the save blocks on the cache write at {where}"
+        )
         return replace(tier, write_gbps=gbps, note=note, mount=m)
     if cache:
-        raise UsageError(f"invalid --tier {text!r}: cache= is for a cached mount without drain=, e.g. "
-                         f"--tier bucket=0.3:0.3,cached,cache=10")
+        raise UsageError(
+            f"invalid --tier {text!r}: cache= is for a cached mount without drain=, e.g. "
+            f"--tier bucket=0.3:0.3,cached,cache=10"
+        )
     return replace(tier, mount=mount_tier.parse_options(text, tier.name, bucket_write, tier.read_gbps, rest))

@@ -40,17 +40,23 @@ def tier_bandwidths(record: dict[str, Any], source: str = "") -> tuple[float, fl
         elif row.get("op") in READ_OPS:
             read = max(read, value)
     if write <= 0:
-        raise UsageError(f"storage record {source!r} has no write/put/save rows with a bandwidth "
-                         f"(kind {record.get('kind')!r}); run e.g. `microbench storage posix --rw write,read`")
+        raise UsageError(
+            f"storage record {source!r} has no write/put/save rows with a bandwidth "
+            f"(kind {record.get('kind')!r}); run e.g. `microbench storage posix --rw write,read`"
+        )
     return write, (read or None)
 
 
 def tier_stream_gbps(record: dict[str, Any]) -> float | None:
     """The single-stream write bandwidth a storage record measured (its row with stream
     "single": one buffered writer, fsync at the end, as torch.save writes), or None."""
-    found = [_bandwidth(row, record) for row in record.get("rows", [])
-             if row.get("stream") == "single" and row.get("op") in WRITE_OPS
-             and not (row.get("served_from_memory") or row.get("above_memory_ceiling"))]
+    found = [
+        _bandwidth(row, record)
+        for row in record.get("rows", [])
+        if row.get("stream") == "single"
+        and row.get("op") in WRITE_OPS
+        and not (row.get("served_from_memory") or row.get("above_memory_ceiling"))
+    ]
     rates = [v for v in found if v]
     return max(rates) if rates else None
 
@@ -64,9 +70,18 @@ def measured(record: dict[str, Any], name: str, path: str, *, allow_partial: boo
     write, read = tier_bandwidths(record, path)
     name = name or str(record.get("kind"))
     mount = mount_tier.from_record(record, name, path)
-    return Tier(name, write, read, f"measured: {path}", tier_stream_gbps(record), rated_only=False,
-                aggregate_is_job=False, described=False, mount=mount,
-                medium="mount" if mount is not None else _medium(record))
+    return Tier(
+        name,
+        write,
+        read,
+        f"measured: {path}",
+        tier_stream_gbps(record),
+        rated_only=False,
+        aggregate_is_job=False,
+        described=False,
+        mount=mount,
+        medium="mount" if mount is not None else _medium(record),
+    )
 
 
 def _medium(record: dict[str, Any]) -> str:

@@ -18,17 +18,17 @@ MEDIA = ("directory", "s3", "mount")
 @dataclass(frozen=True)
 class Tier:
     name: str
-    write_gbps: float                   # what a save sees: the aggregate write (a cached mount: its cache disk)
+    write_gbps: float  # what a save sees: the aggregate write (a cached mount: its cache disk)
     read_gbps: float | None
-    source: str                         # "--tier ..." as typed, or "measured: PATH"
-    stream_gbps: float | None = None    # one writer's rate (a full state dict's torch.save), when known
-    rated_only: bool = False            # described by its rated aggregate alone (no stream=, not a mount)
-    aggregate_is_job: bool = True       # write_gbps is what the whole job gets (described), not one run's own
+    source: str  # "--tier ..." as typed, or "measured: PATH"
+    stream_gbps: float | None = None  # one writer's rate (a full state dict's torch.save), when known
+    rated_only: bool = False  # described by its rated aggregate alone (no stream=, not a mount)
+    aggregate_is_job: bool = True  # write_gbps is what the whole job gets (described), not one run's own
     durable: bool = True
-    described: bool = True              # False: measured by a record
-    mount: MountTier | None = None      # a bucket mount: cached or direct, its drain
-    note: str | None = None             # an assumption made reading it, said under the tables
-    medium: str = ""                    # one of MEDIA; "" when a described tier does not say
+    described: bool = True  # False: measured by a record
+    mount: MountTier | None = None  # a bucket mount: cached or direct, its drain
+    note: str | None = None  # an assumption made reading it, said under the tables
+    medium: str = ""  # one of MEDIA; "" when a described tier does not say
 
     @property
     def cached(self) -> bool:
@@ -36,9 +36,15 @@ class Tier:
 
     def as_dict(self) -> dict[str, Any]:
         """As compose's record keeps a tier ("durable" written for the described ones)."""
-        out: dict[str, Any] = {"tier": self.name, "write_gbps": self.write_gbps, "read_gbps": self.read_gbps,
-                               "source": self.source, "stream_gbps": self.stream_gbps, "rated_only": self.rated_only,
-                               "aggregate_is_job": self.aggregate_is_job}
+        out: dict[str, Any] = {
+            "tier": self.name,
+            "write_gbps": self.write_gbps,
+            "read_gbps": self.read_gbps,
+            "source": self.source,
+            "stream_gbps": self.stream_gbps,
+            "rated_only": self.rated_only,
+            "aggregate_is_job": self.aggregate_is_job,
+        }
         if self.described:
             out["durable"] = self.durable
         if self.note:

@@ -37,7 +37,7 @@ from .staging_clock import StagingClock
 from .state_layout import layout_bytes
 from .synthetic_state import SyntheticState
 
-ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
+ELEM = DTYPE_BYTES  # bytes per element, by dtype name (commands/checkpoint.py reads it)
 
 
 class _CheckpointRequired(ProbeRow):
@@ -48,22 +48,22 @@ class _CheckpointRequired(ProbeRow):
 
 
 class CheckpointRow(_CheckpointRequired, total=False):
-    write_gbps: float               # save, async_save
-    read_gbps: float                # load
-    blocked_time_us: float          # async_save: the training loop's wait
-    durable_time_us: float          # async_save, or a save through a bucket mount: until storage held it all
-    staging_time_us: float          # async_save: of the blocked time, DCP's copy of the state into CPU memory
-    staging_make_time_us: float     # of which making the staged tensors (torch's _create_cpu_state_dict)
-    staging_copy_time_us: float     # of which copying the state into them (torch's _copy_state_dict)
-    checked_by: str                 # save: the load case right after reads (and checks) its checkpoint
+    write_gbps: float  # save, async_save
+    read_gbps: float  # load
+    blocked_time_us: float  # async_save: the training loop's wait
+    durable_time_us: float  # async_save, or a save through a bucket mount: until storage held it all
+    staging_time_us: float  # async_save: of the blocked time, DCP's copy of the state into CPU memory
+    staging_make_time_us: float  # of which making the staged tensors (torch's _create_cpu_state_dict)
+    staging_copy_time_us: float  # of which copying the state into them (torch's _copy_state_dict)
+    checked_by: str  # save: the load case right after reads (and checks) its checkpoint
     # --state-dict full (probes/checkpoint/full.py), rank 0's parts, medians over iterations:
-    gather_time_us: float           # save: get_model_state_dict(full_state_dict, cpu_offload)
+    gather_time_us: float  # save: get_model_state_dict(full_state_dict, cpu_offload)
     serialize_write_time_us: float  # save: torch.save / safetensors into the file
-    fsync_time_us: float            # save: fsync (directory) or the upload's completion (S3)
-    read_time_us: float             # load: rank 0 reads the file
-    scatter_time_us: float          # load: set_model_state_dict(broadcast_from_rank0)
-    durable_gbps: float             # save through a mount: total bytes / durable time
-    blocked_is_durable: bool        # a direct mount: close returned after the upload
+    fsync_time_us: float  # save: fsync (directory) or the upload's completion (S3)
+    read_time_us: float  # load: rank 0 reads the file
+    scatter_time_us: float  # load: set_model_state_dict(broadcast_from_rank0)
+    durable_gbps: float  # save through a mount: total bytes / durable time
+    blocked_is_durable: bool  # a direct mount: close returned after the upload
 
 
 def effective_size(size_bytes: int, nranks: int, elem: int) -> int:
@@ -106,28 +106,41 @@ class CheckpointProbe(SyntheticState, Probe):
         # A bucket mount under a local target: the record says so, and saves also time durability.
         self.mount = mount_facts.facts_for_path(run_dir.root) if run_dir.target.kind == "local" else None
         if self.mount and self.mount.get("mount_name") and self.rank == 0:
-            mount_facts.store_client(self.mount["mount_point"])   # made now, not inside a timed drain
+            mount_facts.store_client(self.mount["mount_point"])  # made now, not inside a timed drain
 
     # ------------------------------------------------------------------ the contract
     def implementation(self) -> dict[str, Any]:
-        return {"engine": "torch.distributed.checkpoint", "backend": self.config.backend, "device": self.device.type,
-                "state_dict": (f"{self.tensors} tensors mirroring a given state's layout (shapes, sharding, order)"
-                               if self.config.items
-                               else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
-                "size_meaning": "total bytes across all ranks, split evenly",
-                "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
-                "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
-                "state_dict_type": "sharded", "save_format": "dcp",
-                **self.run_dir.implementation(), **(self.mount or {}),
-                **(self.full.implementation() if self.full else {})}
+        return {
+            "engine": "torch.distributed.checkpoint",
+            "backend": self.config.backend,
+            "device": self.device.type,
+            "state_dict": (
+                f"{self.tensors} tensors mirroring a given state's layout (shapes, sharding, order)"
+                if self.config.items
+                else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"
+            ),
+            "size_meaning": "total bytes across all ranks, split evenly",
+            "bytes_per_rank": self.size // self.n,
+            "thread_count": self.config.thread_count,
+            "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
+            "state_dict_type": "sharded",
+            "save_format": "dcp",
+            **self.run_dir.implementation(),
+            **(self.mount or {}),
+            **(self.full.implementation() if self.full else {}),
+        }
 
     def cases(self) -> list[Case]:
         ops = ["save"] + (["async_save"] if self.config.async_save else []) + ["load"]
         return [Case(op, self.size) for op in ops]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        return {"ranks": self.n, "bytes_per_rank": self.size // self.n, "tensors": self.tensors,
-                "dtype": self.config.dtype}
+        return {
+            "ranks": self.n,
+            "bytes_per_rank": self.size // self.n,
+            "tensors": self.tensors,
+            "dtype": self.config.dtype,
+        }
 
     def prepare(self, case: Case) -> None:
         if case.op == "load":
@@ -139,8 +152,9 @@ class CheckpointProbe(SyntheticState, Probe):
                     self.full.save()
                     self.full.prepare_load()
                     return
-                self._guard("save", lambda: self.dcp.save(self.state, storage_writer=self._writer(),
-                                                          process_group=self.group))
+                self._guard(
+                    "save", lambda: self.dcp.save(self.state, storage_writer=self._writer(), process_group=self.group)
+                )
             if self.full:
                 self.full.prepare_load()
             else:
@@ -161,22 +175,39 @@ class CheckpointProbe(SyntheticState, Probe):
         if case.op == "save":
             self._guard("save", lambda: self.dcp.save(self.state, storage_writer=writer, process_group=self.group))
             if self.mount is not None and self.mount.get("mount_name"):
-                return timed_save(self.world, self.run_dir.sub(self.last_step), self.mount, start,
-                                  time.perf_counter() - start, case.size_bytes, self.config.timeout_s)
+                return timed_save(
+                    self.world,
+                    self.run_dir.sub(self.last_step),
+                    self.mount,
+                    start,
+                    time.perf_counter() - start,
+                    case.size_bytes,
+                    self.config.timeout_s,
+                )
             return Timed(time.perf_counter() - start)
         with StagingClock(writer) as staging:
-            future = self._guard("async_save", lambda: self.dcp.async_save(
-                self.state, storage_writer=writer, process_group=self.group))
+            future = self._guard(
+                "async_save", lambda: self.dcp.async_save(self.state, storage_writer=writer, process_group=self.group)
+            )
         blocked = time.perf_counter() - start
         self._guard("async_save", lambda: _result(future))
         durable = time.perf_counter() - start
         every = self.world.all_gather_object({"blocked": blocked, "durable": durable, **staging.spent})
         # Training waits for the rank that returns last: its blocked time and what it spent it on.
         slowest = max(every, key=lambda one: one["blocked"])
-        names = {"blocked": "blocked_time_us", "stage": "staging_time_us", "make": "staging_make_time_us",
-                 "copy": "staging_copy_time_us"}
-        return Timed(durable, {"durable_time_us": max(one["durable"] for one in every) * 1e6,
-                               **{column: slowest[key] * 1e6 for key, column in names.items() if key in slowest}})
+        names = {
+            "blocked": "blocked_time_us",
+            "stage": "staging_time_us",
+            "make": "staging_make_time_us",
+            "copy": "staging_copy_time_us",
+        }
+        return Timed(
+            durable,
+            {
+                "durable_time_us": max(one["durable"] for one in every) * 1e6,
+                **{column: slowest[key] * 1e6 for key, column in names.items() if key in slowest},
+            },
+        )
 
     def _timed_load(self) -> Timed:
         assert self.dest is not None and self.last_step is not None
@@ -212,8 +243,10 @@ class CheckpointProbe(SyntheticState, Probe):
             # Training goes on while the save drains: scribble over the live tensors right after
             # async_save returns. The checkpoint must still hold the values from the call.
             self._fresh_step()
-            future = self._guard("async_save", lambda: self.dcp.async_save(
-                self.state, storage_writer=self._writer(), process_group=self.group))
+            future = self._guard(
+                "async_save",
+                lambda: self.dcp.async_save(self.state, storage_writer=self._writer(), process_group=self.group),
+            )
             for group, key, item in self.entries:
                 value = (self.state if group is None else self.state[group])[key]
                 if item.kind != "object":
@@ -221,8 +254,10 @@ class CheckpointProbe(SyntheticState, Probe):
             self._guard("async_save", lambda: _result(future))
             self.state = self._make_state(fill=True)
         dest = self._make_state(fill=False)
-        self._guard("load", lambda: self.dcp.load(dest, storage_reader=self.run_dir.reader(self.last_step),
-                                                  process_group=self.group))
+        self._guard(
+            "load",
+            lambda: self.dcp.load(dest, storage_reader=self.run_dir.reader(self.last_step), process_group=self.group),
+        )
         return self._count_wrong(dest)
 
     def release(self, case: Case) -> None:
@@ -284,21 +319,30 @@ class CheckpointProbe(SyntheticState, Probe):
             raise RunError(f"checkpoint {what} to {self.run_dir.display} failed: {_dcp_cause(exc)}") from None
 
 
-
-
 SPEC = ProbeSpec(
-    name="checkpoint", command=("checkpoint",), order=60,
+    name="checkpoint",
+    command=("checkpoint",),
+    order=60,
     help="torch.distributed.checkpoint save/load (and async save) throughput",
     description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks (gloo "
-                "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
-                "and report GB/s. --size is the total across ranks, split evenly.",
-    metrics=("write_gbps", "read_gbps"), config=Config,
+    "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
+    "and report GB/s. --size is the total across ranks, split evenly.",
+    metrics=("write_gbps", "read_gbps"),
+    config=Config,
     build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
-    row_schema=CheckpointRow, validate=validate, run=run_command, printer=print_report,
+    row_schema=CheckpointRow,
+    validate=validate,
+    run=run_command,
+    printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
-    needs=Needs(world=True, target=True, s3=True), aliases=(),
-    case_keys=("dtype",), identity_keys=("backend", "storage"), feeds=("tier",),
+    needs=Needs(world=True, target=True, s3=True),
+    aliases=(),
+    case_keys=("dtype",),
+    identity_keys=("backend", "storage"),
+    feeds=("tier",),
     # No --nproc: the default is 2 CPU ranks, or one rank per GPU (a 1-GPU host cannot run 2 GPU ranks).
-    suite=(SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}"), ops=("save", "load")),
-           SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"), ops=("save", "load"))),
+    suite=(
+        SuiteStep("checkpoint", ("--size", "256M", "--target", "{path}"), ops=("save", "load")),
+        SuiteStep("checkpoint s3", ("--size", "256M", "--target", "s3://microbench/ckpt"), ops=("save", "load")),
+    ),
 )

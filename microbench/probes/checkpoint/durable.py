@@ -13,8 +13,15 @@ from ...targets.mount import facts as mount_facts
 from ...world.dist import World
 
 
-def timed_save(world: World, directory: str, mount: dict[str, Any], started_at: float, blocked_s: float,
-               size_bytes: int, timeout_s: float) -> Timed:
+def timed_save(
+    world: World,
+    directory: str,
+    mount: dict[str, Any],
+    started_at: float,
+    blocked_s: float,
+    size_bytes: int,
+    timeout_s: float,
+) -> Timed:
     blocked = max(world.all_gather_object(blocked_s))
     outcome: tuple[str, Any] = ("ok", None)
     if world.rank == 0:
@@ -30,7 +37,10 @@ def timed_save(world: World, directory: str, mount: dict[str, Any], started_at: 
         raise RunError(outcome[1] if world.rank == 0 else "rank 0 could not confirm the checkpoint durable")
     durable_s, durable_bytes = outcome[1]
     durable_s = max(durable_s, blocked)
-    extra = {"blocked_time_us": blocked * 1e6, "durable_time_us": durable_s * 1e6,
-             "durable_gbps": size_bytes / durable_s / 1e9,
-             "blocked_is_durable": mount.get("mount_mode") == "direct"}
+    extra = {
+        "blocked_time_us": blocked * 1e6,
+        "durable_time_us": durable_s * 1e6,
+        "durable_gbps": size_bytes / durable_s / 1e9,
+        "blocked_is_durable": mount.get("mount_mode") == "direct",
+    }
     return Timed(blocked_s, extra)

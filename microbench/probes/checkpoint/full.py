@@ -65,8 +65,11 @@ class FullState:
         return module
 
     def _objects(self, state: dict[str, Any]) -> dict[str, Any]:
-        return {_name(i): (state if g is None else state[g])[k]
-                for i, (g, k, item) in enumerate(self.probe.entries) if item.kind == "object"}
+        return {
+            _name(i): (state if g is None else state[g])[k]
+            for i, (g, k, item) in enumerate(self.probe.entries)
+            if item.kind == "object"
+        }
 
     def _set_objects(self, state: dict[str, Any], objects: dict[str, Any]) -> None:
         for i, (g, k, item) in enumerate(self.probe.entries):
@@ -82,12 +85,15 @@ class FullState:
 
     def implementation(self) -> dict[str, Any]:
         local = self.probe.run_dir.target.kind == "local"
-        return {"engine": f"get_model_state_dict(full_state_dict, cpu_offload) + "
-                          f"{'torch.save' if self.format == 'torch' else 'safetensors'} on rank 0",
-                "state_dict_type": "full", "save_format": self.format,
-                "storage": "one buffered file (open/write)" if local else "one s3fs object (multipart upload)",
-                "durable_when": "fsync of the file" if local else "the object's upload completed at close",
-                "load": "rank 0 reads the file, set_model_state_dict(full_state_dict, broadcast_from_rank0)"}
+        return {
+            "engine": f"get_model_state_dict(full_state_dict, cpu_offload) + "
+            f"{'torch.save' if self.format == 'torch' else 'safetensors'} on rank 0",
+            "state_dict_type": "full",
+            "save_format": self.format,
+            "storage": "one buffered file (open/write)" if local else "one s3fs object (multipart upload)",
+            "durable_when": "fsync of the file" if local else "the object's upload completed at close",
+            "load": "rank 0 reads the file, set_model_state_dict(full_state_dict, broadcast_from_rank0)",
+        }
 
     # ------------------------------------------------------------------ save
     def save(self) -> tuple[float, dict[str, Any]]:
@@ -108,10 +114,13 @@ class FullState:
         parts: dict[str, Any] = {}
         if world.rank == 0:
             written, durable = self._write(full, path)
-            parts = {"gather_time_us": (gathered - start) * 1e6, "serialize_write_time_us": (written - gathered) * 1e6,
-                     "fsync_time_us": (durable - written) * 1e6}
+            parts = {
+                "gather_time_us": (gathered - start) * 1e6,
+                "serialize_write_time_us": (written - gathered) * 1e6,
+                "fsync_time_us": (durable - written) * 1e6,
+            }
         del full
-        world.barrier()   # the others wait for rank 0's file, as a trainer's ranks do
+        world.barrier()  # the others wait for rank 0's file, as a trainer's ranks do
         return time.perf_counter() - start, parts
 
     def _write(self, full: dict[str, Any], path: str) -> tuple[float, float]:
@@ -143,17 +152,18 @@ class FullState:
 
                 handle.write(save(full, metadata={"objects": json.dumps(objects)}))
             written = time.perf_counter()
-            handle.close()    # the last part's upload and the multipart completion
+            handle.close()  # the last part's upload and the multipart completion
         except Exception as exc:
-            raise RunError(f"full state dict save to s3://{path} failed: {type(exc).__name__}: "
-                           f"{str(exc).strip()[:200]}") from None
+            raise RunError(
+                f"full state dict save to s3://{path} failed: {type(exc).__name__}: {str(exc).strip()[:200]}"
+            ) from None
         return written, time.perf_counter()
 
     # ------------------------------------------------------------------ load
     def prepare_load(self) -> None:
         self.dest_state = self.probe._make_state(fill=False)
         self.dest = self._module(self.dest_state)
-        self.probe.dest = self.dest_state   # the probe's check counts wrong elements in it
+        self.probe.dest = self.dest_state  # the probe's check counts wrong elements in it
 
     def load(self) -> tuple[float, dict[str, Any]]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -195,12 +205,13 @@ class FullState:
                 return saved["tensors"], saved["objects"]
             from safetensors.torch import load
 
-            header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+            header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
             return load(data), json.loads(header["__metadata__"]["objects"])
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             where = path if local else f"s3://{path}"
-            raise RunError(f"full state dict load from {where} failed: {type(exc).__name__}: "
-                           f"{str(exc).strip()[:200]}") from None
+            raise RunError(
+                f"full state dict load from {where} failed: {type(exc).__name__}: {str(exc).strip()[:200]}"
+            ) from None
 
 
 def _name(index: int) -> str:

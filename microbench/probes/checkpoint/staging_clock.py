@@ -23,7 +23,7 @@ class StagingClock:
 
     def __enter__(self) -> "StagingClock":
         stage = getattr(self.writer, "stage", None)
-        if stage is None:    # DCP's own stager then: not timed
+        if stage is None:  # DCP's own stager then: not timed
             return self
         self.writer.stage = self._timed("stage", stage)
         try:
@@ -48,4 +48,5 @@ class StagingClock:
                 return fn(*args, **kwargs)
             finally:
                 self.spent[key] = self.spent.get(key, 0.0) + time.perf_counter() - begin
+
         return timed

@@ -22,9 +22,9 @@ KINDS = ("shard", "replicate", "object")
 
 @dataclass(frozen=True)
 class Item:
-    group: str                  # the top-level key holding it ("model", "optim"): dcp.load sorts these
-    kind: str                   # "shard": DTensor Shard(0) over every rank; "replicate": the same plain
-                                # tensor on every rank (AdamW's step); "object": a non-tensor value
+    group: str  # the top-level key holding it ("model", "optim"): dcp.load sorts these
+    kind: str  # "shard": DTensor Shard(0) over every rank; "replicate": the same plain
+    # tensor on every rank (AdamW's step); "object": a non-tensor value
     shape: tuple[int, ...] = ()  # global shape for "shard"
     dtype: str = "float32"
 

@@ -12,7 +12,7 @@ from .config import ROW_ELEMS, Config, layout
 from .dcp_errors import _local
 from .state_layout import Item, shard_rows, tensor_count
 
-PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
+PATTERN_PERIOD = 251  # values 0..250 are exact in float32, bfloat16 and float16
 
 
 class SyntheticState:
@@ -38,7 +38,8 @@ class SyntheticState:
         head: list[tuple[str | None, str, Item]] = [(None, "step", Item("", "object"))]
         return head + [
             (None, f"layers.{i:0{width}d}.weight", Item("", "shard", (r * self.n, ROW_ELEMS), self.config.dtype))
-            for i, r in enumerate(rows)]
+            for i, r in enumerate(rows)
+        ]
 
     def _pattern(self, index: int, first: int, count: int, dtype: Any) -> Any:
         """Element e of entry `index` (global flat position first + e) holds
@@ -47,7 +48,7 @@ class SyntheticState:
         torch = self.torch
         offset = (first + 7 * index) % PATTERN_PERIOD
         period = torch.arange(PATTERN_PERIOD, dtype=torch.float32).to(dtype)
-        tiled = period.repeat(-(-(count + offset) // PATTERN_PERIOD))[offset:offset + count]
+        tiled = period.repeat(-(-(count + offset) // PATTERN_PERIOD))[offset : offset + count]
         # clone: its own storage, exactly the shard (a view would carry the whole tiled buffer).
         return tiled.clone().to(self.device)
 
@@ -64,13 +65,15 @@ class SyntheticState:
             start, rows = shard_rows(item.shape[0], self.n, self.rank)
             inner = math.prod(item.shape[1:])
             count, first, shape = rows * inner, start * inner, (rows, *item.shape[1:])
-        local = (self._pattern(index, first, count, dtype) if fill
-                 else torch.zeros(count, dtype=dtype, device=self.device)).view(shape)
+        local = (
+            self._pattern(index, first, count, dtype) if fill else torch.zeros(count, dtype=dtype, device=self.device)
+        ).view(shape)
         if item.kind == "replicate":
             return local
-        stride = tuple(math.prod(item.shape[d + 1:]) for d in range(len(item.shape)))
-        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False,
-                                  shape=torch.Size(item.shape), stride=stride)
+        stride = tuple(math.prod(item.shape[d + 1 :]) for d in range(len(item.shape)))
+        return DTensor.from_local(
+            local, self.mesh, [Shard(0)], run_check=False, shape=torch.Size(item.shape), stride=stride
+        )
 
     def _make_state(self, fill: bool) -> dict[str, Any]:
         state: dict[str, Any] = {}

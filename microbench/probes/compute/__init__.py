@@ -34,22 +34,22 @@ from .config import CPU_TOKENS, Config, _device_resolved, _shape, matmul_shapes,
 
 class _ComputeRequired(ProbeRow):
     dtype: str
-    per_block: float                # times per transformer block
+    per_block: float  # times per transformer block
 
 
 class ComputeRow(_ComputeRequired, total=False):
-    cls: str                        # matmul | attention | memory (kernel cases; matmul before them)
+    cls: str  # matmul | attention | memory (kernel cases; matmul before them)
     m: int
     n: int
     k: int
-    flops: int                      # per matmul or attention pass
+    flops: int  # per matmul or attention pass
     tflops: float
     operand_gbps: float
-    seq_len: int                    # attention
+    seq_len: int  # attention
     head_dim: int
     heads: int
     causal: bool
-    bytes: int                      # memory-bound: bytes as the composer counts them
+    bytes: int  # memory-bound: bytes as the composer counts them
     gbps: float
 
 
@@ -72,9 +72,11 @@ class ComputeProbe(Probe):
             from .kernel_cases import kernel_cases
 
             self._model = _shape(config)
-            assert config.seq_len is not None   # validate sets both
-            self._kernels = {c.op: c for c in kernel_cases(self._model, config.micro_batch, config.seq_len,
-                                                           config.activation_checkpointing)}
+            assert config.seq_len is not None  # validate sets both
+            self._kernels = {
+                c.op: c
+                for c in kernel_cases(self._model, config.micro_batch, config.seq_len, config.activation_checkpointing)
+            }
             self._shapes = {c.op: (c.m, c.n, c.k, c.per_block) for c in self._kernels.values() if c.cls == "matmul"}
         else:
             self._shapes = {op: (m, n, k, w) for op, m, n, k, w in matmul_shapes(config)}
@@ -103,10 +105,12 @@ class ComputeProbe(Probe):
         return info
 
     def cases(self) -> list[Case]:
-        assert self.config.dtype is not None   # resolved by validate
+        assert self.config.dtype is not None  # resolved by validate
         esize = DTYPE_BYTES[self.config.dtype]
-        out = [Case(op, (m * k + k * n + m * n) * esize, (("m", m), ("n", n), ("k", k)))
-               for op, (m, n, k, _) in self._shapes.items()]
+        out = [
+            Case(op, (m * k + k * n + m * n) * esize, (("m", m), ("n", n), ("k", k)))
+            for op, (m, n, k, _) in self._shapes.items()
+        ]
         for c in self._kernels.values():
             if c.cls == "attention":
                 out.append(Case(c.op, int(c.flops), (("seq_len", c.seq_len), ("head_dim", c.head_dim))))
@@ -119,17 +123,30 @@ class ComputeProbe(Probe):
         if c is not None and c.cls != "matmul":
             fields: dict[str, Any] = {"cls": c.cls, "dtype": self.config.dtype, "per_block": c.per_block}
             if c.cls == "attention":
-                return {**fields, "flops": int(c.flops), "seq_len": c.seq_len, "head_dim": c.head_dim,
-                        "heads": c.heads, "causal": c.causal}
+                return {
+                    **fields,
+                    "flops": int(c.flops),
+                    "seq_len": c.seq_len,
+                    "head_dim": c.head_dim,
+                    "heads": c.heads,
+                    "causal": c.causal,
+                }
             return {**fields, "bytes": int(c.bytes)}
         m, n, k, per_block = self._shapes[case.op]
-        return {"cls": "matmul", "m": m, "n": n, "k": k, "dtype": self.config.dtype, "flops": 2 * m * n * k,
-                "per_block": per_block}
+        return {
+            "cls": "matmul",
+            "m": m,
+            "n": n,
+            "k": k,
+            "dtype": self.config.dtype,
+            "flops": 2 * m * n * k,
+            "per_block": per_block,
+        }
 
     def prepare(self, case: Case) -> None:
         import torch
 
-        assert self.config.dtype is not None   # resolved by validate
+        assert self.config.dtype is not None  # resolved by validate
         c = self._kernels.get(case.op)
         if c is not None and c.cls != "matmul":
             from .kernel_cases import runner
@@ -139,7 +156,7 @@ class ComputeProbe(Probe):
         m, n, k, _ = self._shapes[case.op]
         gen = torch.Generator().manual_seed(0)
         dtype = getattr(torch, self.config.dtype)
-        a = (torch.randn(m, k, generator=gen) / k ** 0.5).to(self.config.device, dtype)
+        a = (torch.randn(m, k, generator=gen) / k**0.5).to(self.config.device, dtype)
         b = torch.randn(k, n, generator=gen).to(self.config.device, dtype)
         self._ab = (a, b)
 
@@ -167,7 +184,7 @@ class ComputeProbe(Probe):
         import torch
 
         if self._run is not None:
-            return 0    # attention and memory-bound kernels: timed, not checked element by element
+            return 0  # attention and memory-bound kernels: timed, not checked element by element
         assert self._ab is not None
         a, b = self._ab
         rows = min(4, a.shape[0])
@@ -194,8 +211,11 @@ class ComputeProbe(Probe):
         matmuls = [r for r in rows if r.get("cls", "matmul") == "matmul"]
         out = {"achieved_tflops": achieved_tflops(matmuls), "model": self.config.model, "tokens": self.config.tokens}
         if self.config.micro_batch:
-            out.update(micro_batch=self.config.micro_batch, seq_len=self.config.seq_len,
-                       activation_checkpointing=self.config.activation_checkpointing)
+            out.update(
+                micro_batch=self.config.micro_batch,
+                seq_len=self.config.seq_len,
+                activation_checkpointing=self.config.activation_checkpointing,
+            )
         return out
 
 
@@ -217,17 +237,33 @@ def print_report(outcome: Any, config: Config) -> None:
             return f"{format_number(r['gbps'])} GB/s"
         return f"{format_number(r['tflops'])} TFLOP/s"
 
-    table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
-              float(r["per_block"])) for r in outcome.rows]
-    print(text_table(table, headers=["kernel", "class", "shape (m x n x k)", "time p50", "rate", "per block"],
-                     tablefmt="simple"))
+    table = [
+        (
+            r["op"],
+            r.get("cls", "matmul"),
+            shape(r),
+            format_time(r["time_us"]["p50"] * 1e-6),
+            rate(r),
+            float(r["per_block"]),
+        )
+        for r in outcome.rows
+    ]
+    print(
+        text_table(
+            table, headers=["kernel", "class", "shape (m x n x k)", "time p50", "rate", "per block"], tablefmt="simple"
+        )
+    )
     impl = outcome.record["implementation"]
     achieved = outcome.record["summary"]["achieved_tflops"]
     if config.micro_batch:
-        print(f"# one training step's kernels at micro-batch {config.micro_batch} x {config.seq_len} tokens, "
-              f"activation checkpointing {config.activation_checkpointing} (per block: how often a step runs each)")
-    print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
-          f"({impl['library']}): {format_number(achieved)} TFLOP/s weighted by a step's mix")
+        print(
+            f"# one training step's kernels at micro-batch {config.micro_batch} x {config.seq_len} tokens, "
+            f"activation checkpointing {config.activation_checkpointing} (per block: how often a step runs each)"
+        )
+    print(
+        f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
+        f"({impl['library']}): {format_number(achieved)} TFLOP/s weighted by a step's mix"
+    )
     if config.why_cpu:
         print(f"# {config.why_cpu}")
     if config.device == "cpu" and not config.tokens_given and not config.micro_batch:
@@ -236,12 +272,21 @@ def print_report(outcome: Any, config: Config) -> None:
 
 
 SPEC = ProbeSpec(
-    name="compute", command=("compute",), order=70,
+    name="compute",
+    command=("compute",),
+    order=70,
     help="matmul TFLOP/s at a model's shapes (cuBLAS bf16 on a GPU, CPU float32 elsewhere)",
-    metrics=("tflops", "operand_gbps"), config=Config, build=lambda config, context=None: ComputeProbe(config),
-    row_schema=ComputeRow, validate=validate, printer=print_report,
-    sweep=SweepDefaults(warmup=2, iters=10), needs=Needs(), aliases=(),
-    case_keys=("dtype",), feeds=("compute",),
+    metrics=("tflops", "operand_gbps"),
+    config=Config,
+    build=lambda config, context=None: ComputeProbe(config),
+    row_schema=ComputeRow,
+    validate=validate,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10),
+    needs=Needs(),
+    aliases=(),
+    case_keys=("dtype",),
+    feeds=("compute",),
     # In the suite so that every node's records carry its matmul rate: a GPU (or CPU) short of
     # its peers is what `microbench fleet` names. Three timed replays: the rate, not a sweep.
     suite=(SuiteStep("compute", ("--iters", "3", "--warmup", "1")),),

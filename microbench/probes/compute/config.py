@@ -20,14 +20,19 @@ DEFAULT_MODEL = "llama-3.1-8b"
 @dataclass
 class Config:
     model: str | None = option(None, shown=DEFAULT_MODEL, help="a composer preset whose shapes to time")
-    model_config: str | None = option(None, metavar="FILE", record=False,
-                                      help="a Hugging Face config.json instead of --model")
-    tokens: int | None = option(None, parse=positive_int, shown="",
-                         help=f"tokens per matmul (micro-batch x sequence; default {GPU_TOKENS} on a GPU, "
-                              f"{CPU_TOKENS} on a CPU)")
+    model_config: str | None = option(
+        None, metavar="FILE", record=False, help="a Hugging Face config.json instead of --model"
+    )
+    tokens: int | None = option(
+        None,
+        parse=positive_int,
+        shown="",
+        help=f"tokens per matmul (micro-batch x sequence; default {GPU_TOKENS} on a GPU, {CPU_TOKENS} on a CPU)",
+    )
     device: str = option("auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when torch sees a GPU, else cpu")
-    dtype: str | None = option(None, choices=tuple(sorted(DTYPE_BYTES)), shown="",
-                               help="default bfloat16 on a GPU, float32 on a CPU")
+    dtype: str | None = option(
+        None, choices=tuple(sorted(DTYPE_BYTES)), shown="", help="default bfloat16 on a GPU, float32 on a CPU"
+    )
     # The model's shapes, from --model or --model-config (validate), or given by a caller.
     hidden: int = 0
     q_dim: int = 0
@@ -37,14 +42,20 @@ class Config:
     layers: int = 0
     experts: int = 1
     top_k: int = 1
-    backward: bool = False           # also time backward's two matmuls per projection
-    micro_batch: int | None = option(None, parse=positive_int, shown="",
-                                     help="time one training step's kernels (matmuls, attention, memory-bound) at "
-                                          "this micro-batch x --seq-len, e.g. --micro-batch 2 --seq-len 8192")
+    backward: bool = False  # also time backward's two matmuls per projection
+    micro_batch: int | None = option(
+        None,
+        parse=positive_int,
+        shown="",
+        help="time one training step's kernels (matmuls, attention, memory-bound) at "
+        "this micro-batch x --seq-len, e.g. --micro-batch 2 --seq-len 8192",
+    )
     seq_len: int | None = option(None, parse=positive_int, shown="", help="tokens per sequence (with --micro-batch)")
-    activation_checkpointing: str = option("none", metavar="MODE",
-                                           help="none, full, blocks:F or ops: what the step recomputes (the "
-                                                "kernels' weights in the step), e.g. ops")
+    activation_checkpointing: str = option(
+        "none",
+        metavar="MODE",
+        help="none, full, blocks:F or ops: what the step recomputes (the kernels' weights in the step), e.g. ops",
+    )
     # Why a CPU is timed (no GPU visible), for the printout; and whether --tokens was given.
     why_cpu: str | None = field(default=None, metadata={"record": False})
     tokens_given: bool = field(default=True, metadata={"record": False})
@@ -66,8 +77,10 @@ def validate(config: Config) -> Config:
     from ...compose.model import CrudeModel, from_hf_config, preset
 
     if config.model is not None and config.model_config is not None:
-        raise UsageError(f"--model {config.model!r} and --model-config {config.model_config!r} both name the model "
-                         f"to time; give one, e.g. --model-config {config.model_config}")
+        raise UsageError(
+            f"--model {config.model!r} and --model-config {config.model_config!r} both name the model "
+            f"to time; give one, e.g. --model-config {config.model_config}"
+        )
     shape = from_hf_config(config.model_config) if config.model_config else preset(config.model or DEFAULT_MODEL)
     if isinstance(shape, CrudeModel):  # pragma: no cover - presets always have shapes
         raise UsageError("compute needs real shapes: --model NAME or --model-config FILE")
@@ -79,26 +92,43 @@ def validate(config: Config) -> Config:
 
     if config.device == "cuda" and not cuda_usable():
         raise ProbeUnavailable("compute: --device cuda but no CUDA device is visible to torch")
-    resolved = _device_resolved(config)   # device and dtype, as a library caller gets them
-    why_cpu = ("no CUDA device visible to torch: timing the CPU in float32"
-               if config.device == "auto" and resolved.device == "cpu" else None)
+    resolved = _device_resolved(config)  # device and dtype, as a library caller gets them
+    why_cpu = (
+        "no CUDA device visible to torch: timing the CPU in float32"
+        if config.device == "auto" and resolved.device == "cpu"
+        else None
+    )
     tokens = config.tokens or (GPU_TOKENS if resolved.device == "cuda" else CPU_TOKENS)
     kernel_mode = config.micro_batch is not None or config.seq_len is not None
     if kernel_mode:
         from ...compose.kernels import parse_checkpointing
 
         if config.tokens is not None:
-            raise UsageError("--tokens and --micro-batch/--seq-len both set the shapes; give one, e.g. "
-                             "--micro-batch 1 --seq-len 2048")
+            raise UsageError(
+                "--tokens and --micro-batch/--seq-len both set the shapes; give one, e.g. "
+                "--micro-batch 1 --seq-len 2048"
+            )
         parse_checkpointing(config.activation_checkpointing)
         micro_batch, seq_len = config.micro_batch or 1, config.seq_len or 4096
         config = replace(config, micro_batch=micro_batch, seq_len=seq_len)
         tokens = micro_batch * seq_len
-    resolved = replace(resolved, micro_batch=config.micro_batch, seq_len=config.seq_len, model=shape.name,
-                       hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
-                       kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, why_cpu=why_cpu,
-                       tokens_given=config.tokens is not None)
+    resolved = replace(
+        resolved,
+        micro_batch=config.micro_batch,
+        seq_len=config.seq_len,
+        model=shape.name,
+        hidden=shape.hidden,
+        q_dim=shape.heads * shape.head_dim,
+        kv_dim=shape.kv_heads * shape.head_dim,
+        ffn=shape.ffn,
+        vocab=shape.vocab,
+        layers=shape.layers,
+        experts=shape.experts,
+        top_k=shape.top_k,
+        tokens=tokens,
+        why_cpu=why_cpu,
+        tokens_given=config.tokens is not None,
+    )
     if not kernel_mode:
         _check_memory(resolved)
     return resolved
@@ -110,15 +140,17 @@ def _check_memory(config: Config) -> None:
     from ...core.units import memory_shortfall
     from ...world.policy import free_memory_bytes
 
-    assert config.dtype is not None   # resolved by validate
+    assert config.dtype is not None  # resolved by validate
     esize = DTYPE_BYTES[config.dtype]
     op, m, n, k, _ = max(matmul_shapes(config), key=lambda s: s[1] * s[3] + s[3] * s[2] + s[1] * s[2])
     need = (m * k + k * n) * 4 + ((m * k + k * n + m * n) * esize if config.device == "cpu" else 0)
     shortfall = memory_shortfall(need, free_memory_bytes("cpu"), "host memory")
     if shortfall:
-        raise UsageError(f"invalid --tokens {config.tokens}: the {op} matmul ({m} x {k} by {k} x {n}) {shortfall}; "
-                         f"use fewer --tokens, "
-                         f"e.g. --tokens {CPU_TOKENS if config.device == 'cpu' else GPU_TOKENS}")
+        raise UsageError(
+            f"invalid --tokens {config.tokens}: the {op} matmul ({m} x {k} by {k} x {n}) {shortfall}; "
+            f"use fewer --tokens, "
+            f"e.g. --tokens {CPU_TOKENS if config.device == 'cpu' else GPU_TOKENS}"
+        )
 
 
 def _shape(config: Config) -> Any:
@@ -138,7 +170,7 @@ def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
     """(op, m, n, k, times per block) for one block plus the head; with `backward`, each
     projection's two backward matmuls after it."""
     t, h = cfg.tokens, cfg.hidden
-    assert t is not None   # resolved by validate
+    assert t is not None  # resolved by validate
     expert_tokens = max(1, round(t * cfg.top_k / cfg.experts)) if cfg.experts > 1 else t
     forward = [
         ("qkv", t, cfg.q_dim + 2 * cfg.kv_dim, h, 1.0),

@@ -17,8 +17,8 @@ from ...compose.kernels import blocks, recompute
 @dataclass(frozen=True)
 class KernelCase:
     op: str
-    cls: str                    # matmul | attention | memory
-    per_block: float            # times per block and micro-batch (the root's: 1 / layers)
+    cls: str  # matmul | attention | memory
+    per_block: float  # times per block and micro-batch (the root's: 1 / layers)
     m: int = 0
     n: int = 0
     k: int = 0
@@ -31,7 +31,7 @@ class KernelCase:
     batch: int = 0
     causal: bool = True
     pass_: str = "fwd"
-    elements: int = 0           # memory-bound: elements of the tensor it reads
+    elements: int = 0  # memory-bound: elements of the tensor it reads
 
 
 def kernel_cases(model: Any, micro_batch: int, seq_len: int, checkpointing: str) -> list[KernelCase]:
@@ -57,13 +57,26 @@ def kernel_cases(model: Any, micro_batch: int, seq_len: int, checkpointing: str)
                     if b.cls == "matmul":
                         add(KernelCase(b.name, "matmul", b.count * weight, b.m, b.n, b.k, b.flops, pass_="bwd"))
             elif k.cls == "attention":
-                common = dict(seq_len=k.seq_len, head_dim=k.head_dim, heads=model.heads, kv_heads=model.kv_heads,
-                              batch=micro_batch, causal=k.causal)
+                common = dict(
+                    seq_len=k.seq_len,
+                    head_dim=k.head_dim,
+                    heads=model.heads,
+                    kv_heads=model.kv_heads,
+                    batch=micro_batch,
+                    causal=k.causal,
+                )
                 add(KernelCase("attention.fwd", "attention", (1 + extra) * weight, flops=k.flops, **common))
                 add(KernelCase("attention.bwd", "attention", weight, flops=2.5 * k.flops, pass_="bwd", **common))
             else:
-                add(KernelCase(k.name, "memory", (k.count + extra) * weight, bytes=k.bytes,
-                               elements=int(k.bytes // (14 if k.name == "loss" else blocks.ACT_BYTES))))
+                add(
+                    KernelCase(
+                        k.name,
+                        "memory",
+                        (k.count + extra) * weight,
+                        bytes=k.bytes,
+                        elements=int(k.bytes // (14 if k.name == "loss" else blocks.ACT_BYTES)),
+                    )
+                )
     return list(out.values())
 
 
@@ -89,21 +102,42 @@ def runner(case: KernelCase, model: Any, device: str, dtype_name: str) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=case.causal, enable_gqa=gqa)
 
         if case.pass_ == "fwd":
+
             def run() -> None:
                 with torch.no_grad():
                     forward()
+
             return run
         out, grad = forward(), rand(b, case.heads, s, d)
 
         def run_bwd() -> None:
             torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
         return run_bwd
     tokens = case.elements
-    width = {"norm": model.hidden, "residual": model.hidden, "embedding": model.hidden, "positions": model.hidden,
-             "rotary": None, "qk_norm": None, "swiglu": model.ffn, "gelu": model.ffn, "loss": model.vocab}
+    width = {
+        "norm": model.hidden,
+        "residual": model.hidden,
+        "embedding": model.hidden,
+        "positions": model.hidden,
+        "rotary": None,
+        "qk_norm": None,
+        "swiglu": model.ffn,
+        "gelu": model.ffn,
+        "loss": model.vocab,
+    }
     # rows: the tensor's first dimension, from the elements the composer counts for the op
-    moved = {"norm": 2, "qk_norm": 2, "rotary": 2, "residual": 3, "embedding": 2, "positions": 3, "swiglu": 3,
-             "gelu": 2, "loss": 1}.get(case.op, 2)
+    moved = {
+        "norm": 2,
+        "qk_norm": 2,
+        "rotary": 2,
+        "residual": 3,
+        "embedding": 2,
+        "positions": 3,
+        "swiglu": 3,
+        "gelu": 2,
+        "loss": 1,
+    }.get(case.op, 2)
     cols = width.get(case.op) or (model.heads + model.kv_heads) * model.head_dim
     rows = max(1, tokens // (moved * cols))
     if case.op in ("norm", "qk_norm"):

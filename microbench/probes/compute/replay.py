@@ -30,7 +30,7 @@ class StepReplay:
         if cfg.experts > 1:
             raise ValueError("the step replay covers dense models")
         self.cfg, self.heads, self.kv_heads = cfg, heads, kv_heads
-        assert cfg.dtype is not None and cfg.tokens is not None   # resolved by validate
+        assert cfg.dtype is not None and cfg.tokens is not None  # resolved by validate
         dtype = getattr(torch, cfg.dtype)
         gen = torch.Generator().manual_seed(0)
 
@@ -42,13 +42,15 @@ class StepReplay:
         for _ in range(cfg.layers):
             ops = []
             for op, m, n, k, _w in shapes:
-                ops.append((op, rand(m, k), rand(k, n), rand(m, n)))   # x, w, dy
+                ops.append((op, rand(m, k), rand(k, n), rand(m, n)))  # x, w, dy
             self.layers.append(ops)
         t, h = cfg.tokens, cfg.hidden
         self.head = (rand(t, h), rand(h, cfg.vocab), rand(t, cfg.vocab))
         hd = cfg.q_dim // heads
-        self.attn = [(rand(1, heads, t, hd), rand(1, kv_heads, t, hd), rand(1, kv_heads, t, hd), rand(1, heads, t, hd))
-                     for _ in range(cfg.layers)]
+        self.attn = [
+            (rand(1, heads, t, hd), rand(1, kv_heads, t, hd), rand(1, kv_heads, t, hd), rand(1, heads, t, hd))
+            for _ in range(cfg.layers)
+        ]
 
     def run(self) -> None:
         import torch

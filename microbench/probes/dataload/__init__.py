@@ -56,29 +56,49 @@ def nonneg(text: Any, flag: str) -> float:
 
 @dataclass
 class Config:
-    path: str | None = option(None, shown="the temp dir", help="directory (any mount) to write the dataset under, "
-                              "in a unique directory removed afterwards")
-    target: str | None = option(None, shown="", help="s3://bucket/prefix to stream from over the S3 API "
-                                "(or a directory, as --path)")
+    path: str | None = option(
+        None,
+        shown="the temp dir",
+        help="directory (any mount) to write the dataset under, in a unique directory removed afterwards",
+    )
+    target: str | None = option(
+        None, shown="", help="s3://bucket/prefix to stream from over the S3 API (or a directory, as --path)"
+    )
     layout: str = option("shards", parse=choice(LAYOUTS), help="shards (WebDataset tar) or files (one per sample)")
     samples: int = option(10000, parse=positive_int, help="samples in the dataset (all ranks together)")
-    sample_size: list[int] = option([16 << 10, 16 << 10], parse=size_or_range, shown="16K",
-                                    help="bytes per sample, fixed (16K) or a range (8K-64K)")
-    shard_size: int = option(256 << 20, parse=nbytes, shown="256M",
-                             help="bytes per tar shard at most (smaller for small datasets)")
-    workers: list[int] = option([0, 2, 4], parse=worker_counts, shown="0,2,4",
-                                help="DataLoader num_workers values to sweep")
+    sample_size: list[int] = option(
+        [16 << 10, 16 << 10], parse=size_or_range, shown="16K", help="bytes per sample, fixed (16K) or a range (8K-64K)"
+    )
+    shard_size: int = option(
+        256 << 20, parse=nbytes, shown="256M", help="bytes per tar shard at most (smaller for small datasets)"
+    )
+    workers: list[int] = option(
+        [0, 2, 4], parse=worker_counts, shown="0,2,4", help="DataLoader num_workers values to sweep"
+    )
     batch_size: int = option(32, parse=positive_int, help="samples per batch")
     prefetch_factor: int = option(2, parse=positive_int, help="batches each worker loads ahead")
-    decode_us: float = option(0.0, parse=nonneg, shown="0",
-                              help="CPU time per sample in the worker, as a decode would take")
-    nproc: int = option(1, parse=positive_int, record=False,
-                        help="local ranks to spawn when not launched by torchrun/srun/mpirun")
-    endpoint: str | None = option(None, record=False, shown="embedded server", metavar="URL",
-                                  help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
+    decode_us: float = option(
+        0.0, parse=nonneg, shown="0", help="CPU time per sample in the worker, as a decode would take"
+    )
+    nproc: int = option(
+        1, parse=positive_int, record=False, help="local ranks to spawn when not launched by torchrun/srun/mpirun"
+    )
+    endpoint: str | None = option(
+        None,
+        record=False,
+        shown="embedded server",
+        metavar="URL",
+        help="S3 endpoint for s3:// targets (AWS credentials from the environment)",
+    )
     keep: bool = option(False, switch=True, help="keep the dataset afterwards")
-    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
-                              help="seconds before a silent peer, or an S3 request unfinished, fails the run")
+    timeout_s: float = option(
+        300.0,
+        parse=timeout,
+        flag="--timeout",
+        record=False,
+        shown="300",
+        help="seconds before a silent peer, or an S3 request unfinished, fails the run",
+    )
     ranks: int = 1
     device: str = "cpu"
 
@@ -90,8 +110,10 @@ def validate(config: Config) -> Config:
     from ...world.launch import detect_world
 
     if config.path is not None and config.target is not None:
-        raise UsageError(f"--path {config.path!r} and --target {config.target!r} both name the dataset's place; "
-                         f"give one, e.g. --path /data or --target s3://bucket/prefix")
+        raise UsageError(
+            f"--path {config.path!r} and --target {config.target!r} both name the dataset's place; "
+            f"give one, e.g. --path /data or --target s3://bucket/prefix"
+        )
     where = config.target if config.target is not None else (config.path or tempfile.gettempdir())
     target = ct.parse_target(where)
     if target.kind == "local":
@@ -128,9 +150,11 @@ def _check_space(config: Config, path: str, data_bytes: int) -> None:
 
     need, free = data_bytes + (16 << 20), free_bytes(path)
     if need > free:
-        raise UsageError(f"not enough free space for {config.samples} samples of {_sizes(config.sample_size)} in "
-                         f"{config.layout}: needs about {format_bytes_human(need)} but {path} has "
-                         f"{format_bytes_human(free)} free; use fewer --samples or another --path")
+        raise UsageError(
+            f"not enough free space for {config.samples} samples of {_sizes(config.sample_size)} in "
+            f"{config.layout}: needs about {format_bytes_human(need)} but {path} has "
+            f"{format_bytes_human(free)} free; use fewer --samples or another --path"
+        )
 
 
 def _sizes(pair: list[int]) -> str:
@@ -155,7 +179,7 @@ class _DataloadRequired(ProbeRow):
 class DataloadRow(_DataloadRequired, total=False):
     shards: int
     shard_bytes: int
-    s3_requests: float             # GETs per pass (median over iterations)
+    s3_requests: float  # GETs per pass (median over iterations)
 
 
 class DataloadProbe(Probe):
@@ -194,9 +218,14 @@ class DataloadProbe(Probe):
         return [Case(self.config.layout, self.plan.total_bytes, (("workers", w),)) for w in self.config.workers]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        fields = {"layout": self.config.layout, "batch_size": self.config.batch_size,
-                  "samples": self.plan.samples, "sample_bytes_mean": self.plan.total_bytes / self.plan.samples,
-                  "ranks": self.ranks, "served_from_memory": self.data.memory_backed}
+        fields = {
+            "layout": self.config.layout,
+            "batch_size": self.config.batch_size,
+            "samples": self.plan.samples,
+            "sample_bytes_mean": self.plan.total_bytes / self.plan.samples,
+            "ranks": self.ranks,
+            "served_from_memory": self.data.memory_backed,
+        }
         if self.plan.shards:
             fields.update(shards=len(self.plan.shards), shard_bytes=self.plan.shard_bytes)
         return fields
@@ -211,11 +240,21 @@ class DataloadProbe(Probe):
             self.world.barrier()
         self.epoch += 1
         try:
-            result = one_pass(lambda: loader(
-                self.data.source, self.plan, workers=workers, batch_size=self.config.batch_size,
-                prefetch_factor=self.config.prefetch_factor, decode_us=self.config.decode_us, rank=self.rank,
-                ranks=self.ranks, pin_memory=self.config.device == "cuda", epoch=self.epoch),
-                pin=self.config.device == "cuda")
+            result = one_pass(
+                lambda: loader(
+                    self.data.source,
+                    self.plan,
+                    workers=workers,
+                    batch_size=self.config.batch_size,
+                    prefetch_factor=self.config.prefetch_factor,
+                    decode_us=self.config.decode_us,
+                    rank=self.rank,
+                    ranks=self.ranks,
+                    pin_memory=self.config.device == "cuda",
+                    epoch=self.epoch,
+                ),
+                pin=self.config.device == "cuda",
+            )
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
@@ -227,13 +266,23 @@ class DataloadProbe(Probe):
         from ...core.stats import percentile
 
         waits = result.waits_s or [0.0]
-        mine = (result.samples, result.bytes, result.wrong, result.requests, result.first_batch_s,
-                percentile(waits, 50), percentile(waits, 99))
+        mine = (
+            result.samples,
+            result.bytes,
+            result.wrong,
+            result.requests,
+            result.first_batch_s,
+            percentile(waits, 50),
+            percentile(waits, 99),
+        )
         every = self.world.all_gather_object(mine) if self.world is not None else [mine]
         self.last_wrong = result.wrong
         self.last = {"samples": sum(e[0] for e in every), "bytes": sum(e[1] for e in every)}
-        extra = {"first_batch_s": max(e[4] for e in every), "batch_wait_us_p50": max(e[5] for e in every) * 1e6,
-                 "batch_wait_us_p99": max(e[6] for e in every) * 1e6}
+        extra = {
+            "first_batch_s": max(e[4] for e in every),
+            "batch_wait_us_p50": max(e[5] for e in every) * 1e6,
+            "batch_wait_us_p99": max(e[6] for e in every) * 1e6,
+        }
         if self.data.source.is_s3:
             extra["s3_requests"] = sum(e[3] for e in every)
         return Timed(result.time_s, extra)
@@ -261,20 +310,32 @@ def _failure(exc: BaseException) -> str:
     return f"DataLoader failed: {type(exc).__name__}: {lines[0][:200]}"
 
 
-
 SPEC = ProbeSpec(
-    name="dataload", command=("dataload",), order=62,
+    name="dataload",
+    command=("dataload",),
+    order=62,
     help="training-batch streaming through torch DataLoader: files or WebDataset shards, local or S3",
     description="Write a synthetic dataset (one file per sample, or WebDataset tar shards) to a directory or an "
-                "s3:// prefix, drop its cached pages, and read it through torch.utils.data.DataLoader as a trainer "
-                "does, for each --workers count; every sample is checked. samples/s and GB/s are all ranks' samples "
-                "over the slowest rank's pass.",
-    metrics=("samples_per_s", "read_gbps"), config=Config,
+    "s3:// prefix, drop its cached pages, and read it through torch.utils.data.DataLoader as a trainer "
+    "does, for each --workers count; every sample is checked. samples/s and GB/s are all ranks' samples "
+    "over the slowest rank's pass.",
+    metrics=("samples_per_s", "read_gbps"),
+    config=Config,
     build=lambda config, context: DataloadProbe(config, context.world, context.run_dir),
-    row_schema=DataloadRow, validate=validate, run=run, printer=print_report,
+    row_schema=DataloadRow,
+    validate=validate,
+    run=run,
+    printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
-    needs=Needs(world=True, target=True, s3=True), case_keys=("workers", "layout"),
-    identity_keys=("layout",), feeds=("dataload",),
-    suite=(SuiteStep("dataload", ("--path", "{path}", "--samples", "2000", "--sample-size", "16K",
-                                  "--workers", "0,2"), ops=("shards",)),),
+    needs=Needs(world=True, target=True, s3=True),
+    case_keys=("workers", "layout"),
+    identity_keys=("layout",),
+    feeds=("dataload",),
+    suite=(
+        SuiteStep(
+            "dataload",
+            ("--path", "{path}", "--samples", "2000", "--sample-size", "16K", "--workers", "0,2"),
+            ops=("shards",),
+        ),
+    ),
 )

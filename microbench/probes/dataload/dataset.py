@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 SEED = 20240521
-SPAN = 65536                 # sample starts move through this many bytes of the random buffer
-STRIDE = 4099                # prime: neighbouring samples start far apart
+SPAN = 65536  # sample starts move through this many bytes of the random buffer
+STRIDE = 4099  # prime: neighbouring samples start far apart
 HEADER = 8
-EXT = "bin"                  # the one member extension (WebDataset groups members by key)
-FILES_PER_DIR = 1000         # an image folder's class directories
+EXT = "bin"  # the one member extension (WebDataset groups members by key)
+FILES_PER_DIR = 1000  # an image folder's class directories
 TAR_BLOCK = 512
 
 
@@ -50,7 +50,7 @@ def base_buffer(high: int) -> bytes:
 def sample_bytes(index: int, size: int, high: int) -> bytes:
     head = index.to_bytes(HEADER, "little")[:size]
     start = (index * STRIDE) % SPAN + len(head)
-    return head + base_buffer(high)[start:start + size - len(head)]
+    return head + base_buffer(high)[start : start + size - len(head)]
 
 
 def wrong(index: int, data: Any, high: int, size: int) -> int:
@@ -114,7 +114,7 @@ class Plan:
     samples: int
     low: int
     high: int
-    shards: tuple[tuple[int, int], ...] = ()   # (first index, end index) per shard
+    shards: tuple[tuple[int, int], ...] = ()  # (first index, end index) per shard
 
     def size(self, index: int) -> int:
         return sample_size(index, self.low, self.high)
@@ -142,10 +142,19 @@ class Plan:
             per = lambda i: -(-self.size(i) // block) * block
         else:
             per = lambda i: tar_bytes(self.size(i))
-        total = self.samples * (per(0) if self.low == self.high else
-                                -(-self.high // block) * block if self.layout == "files" else tar_bytes(self.high)) \
-            if fixed else sum(per(i) for i in range(self.samples))
-        return total + len(self.shards) * 20 * TAR_BLOCK   # end blocks and record padding
+        total = (
+            self.samples
+            * (
+                per(0)
+                if self.low == self.high
+                else -(-self.high // block) * block
+                if self.layout == "files"
+                else tar_bytes(self.high)
+            )
+            if fixed
+            else sum(per(i) for i in range(self.samples))
+        )
+        return total + len(self.shards) * 20 * TAR_BLOCK  # end blocks and record padding
 
     @property
     def shard_bytes(self) -> int:
@@ -212,6 +221,7 @@ def write_local(p: Plan, root: str) -> list[str]:
 
 def write_s3(p: Plan, client: Any, bucket: str, prefix: str, threads: int = 8) -> int:
     """PUT every object under `prefix/`; returns the number of objects."""
+
     def put(k: int) -> None:
         if p.layout == "files":
             client.put_object(Bucket=bucket, Key=f"{prefix}/{file_key(k)}", Body=sample_bytes(k, p.size(k), p.high))
@@ -233,5 +243,5 @@ def tar_members(stream: Any) -> Iterator[tuple[str, bytes]]:
         for info in tar:
             if info.isfile():
                 member = tar.extractfile(info)
-                assert member is not None   # a regular file's entry always has its contents
+                assert member is not None  # a regular file's entry always has its contents
                 yield info.name, member.read()

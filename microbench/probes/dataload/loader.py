@@ -20,7 +20,7 @@ from typing import Any
 
 from . import dataset as ds
 
-PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Source:
     root: str | None = None
     bucket: str | None = None
     prefix: str = ""
-    s3: Any = None                      # s3client.Target
+    s3: Any = None  # s3client.Target
     paths: list[str] | None = field(default=None, repr=False)
     _clients: dict[int, Any] = field(default_factory=dict, repr=False)
 
@@ -67,7 +67,7 @@ class Source:
         return open(self._local(key), "rb")
 
     def _local(self, key: str) -> str:
-        assert self.root is not None   # not S3: a directory
+        assert self.root is not None  # not S3: a directory
         return os.path.join(self.root, key)
 
 
@@ -92,9 +92,9 @@ def datasets(torch: Any) -> tuple[type, type]:
     class FileSamples(Dataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float):
             self.source, self.plan, self.decode_us = source, plan, decode_us
-            self.paths = source.paths   # listed once (Source.index): an open and a read a sample
+            self.paths = source.paths  # listed once (Source.index): an open and a read a sample
             self.check, self.check_args = ds.sample_check(plan)
-            self.requests = 1 if source.is_s3 else 0   # a GET a sample
+            self.requests = 1 if source.is_s3 else 0  # a GET a sample
 
         def __len__(self) -> int:
             return self.plan.samples
@@ -113,11 +113,11 @@ def datasets(torch: Any) -> tuple[type, type]:
     class ShardSamples(IterableDataset):
         def __init__(self, source: Source, plan: ds.Plan, decode_us: float, rank: int, ranks: int):
             self.source, self.plan, self.decode_us = source, plan, decode_us
-            self.mine = list(range(len(plan.shards)))[rank::ranks]   # the rank's shards
+            self.mine = list(range(len(plan.shards)))[rank::ranks]  # the rank's shards
 
         def __iter__(self) -> Any:
             info = torch.utils.data.get_worker_info()
-            shards = self.mine if info is None else self.mine[info.id::info.num_workers]
+            shards = self.mine if info is None else self.mine[info.id :: info.num_workers]
             check, (low, high, base, span, stride) = ds.sample_check(self.plan)
             for shard in shards:
                 stream = self.source.open_shard(self.plan.shard_key(shard))
@@ -128,7 +128,7 @@ def datasets(torch: Any) -> tuple[type, type]:
                         if self.decode_us:
                             _decode(self.decode_us)
                         yield Flagged((data, bad, requests)) if bad or requests else data
-                        requests = 0   # the shard's one GET, counted with its first sample
+                        requests = 0  # the shard's one GET, counted with its first sample
                 finally:
                     stream.close()
 
@@ -170,8 +170,19 @@ class PassResult:
     requests: int
 
 
-def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, prefetch_factor: int,
-           decode_us: float, rank: int, ranks: int, pin_memory: bool, epoch: int) -> Any:
+def loader(
+    source: Source,
+    plan: ds.Plan,
+    *,
+    workers: int,
+    batch_size: int,
+    prefetch_factor: int,
+    decode_us: float,
+    rank: int,
+    ranks: int,
+    pin_memory: bool,
+    epoch: int,
+) -> Any:
     import warnings
 
     import torch
@@ -179,21 +190,31 @@ def loader(source: Source, plan: ds.Plan, *, workers: int, batch_size: int, pref
 
     # More workers than cores is what the sweep asks for on purpose (a trainer's setting measured
     # as it would run here); the report says it once instead of torch warning on every pass.
-    warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
-                            category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes", category=UserWarning)
     files, shards = datasets(torch)
-    extra: dict[str, Any] = {"prefetch_factor": prefetch_factor,
-                             "worker_init_fn": functools.partial(die_with_parent, os.getpid())} if workers > 0 else {}
+    extra: dict[str, Any] = (
+        {"prefetch_factor": prefetch_factor, "worker_init_fn": functools.partial(die_with_parent, os.getpid())}
+        if workers > 0
+        else {}
+    )
     if plan.layout == "files":
         data = files(source, plan, decode_us)
         if ranks == 1:
             # One process shuffles with a seeded RandomSampler, as a trainer's
             # `shuffle=sampler is None` does: DistributedSampler's list cost 0.5 us a sample more.
             order = torch.Generator().manual_seed(ds.SEED + epoch)
-            return DataLoader(data, batch_size=batch_size, shuffle=True, generator=order, num_workers=workers,
-                              collate_fn=collate, **extra)
-        sampler: DistributedSampler[int] = DistributedSampler(data, num_replicas=ranks, rank=rank, shuffle=True,
-                                                              seed=ds.SEED, drop_last=False)
+            return DataLoader(
+                data,
+                batch_size=batch_size,
+                shuffle=True,
+                generator=order,
+                num_workers=workers,
+                collate_fn=collate,
+                **extra,
+            )
+        sampler: DistributedSampler[int] = DistributedSampler(
+            data, num_replicas=ranks, rank=rank, shuffle=True, seed=ds.SEED, drop_last=False
+        )
         sampler.set_epoch(epoch)
         return DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, collate_fn=collate, **extra
@@ -213,8 +234,8 @@ def die_with_parent(parent: int, _worker_id: int) -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
-        return   # not Linux: torch's own watchdog is all there is
-    if os.getppid() != parent:   # the rank died before the signal was asked for
+        return  # not Linux: torch's own watchdog is all there is
+    if os.getppid() != parent:  # the rank died before the signal was asked for
         os._exit(1)
 
 
@@ -244,5 +265,5 @@ def one_pass(make: Any, pin: bool = False) -> PassResult:
             requests += reqs
         elapsed = time.perf_counter() - start
     finally:
-        del it   # shuts the workers down (untimed)
+        del it  # shuts the workers down (untimed)
     return PassResult(elapsed, first or 0.0, waits, samples, nbytes, bad, requests)

@@ -29,7 +29,7 @@ class Dataset:
 
     plan: ds.Plan
     source: Source
-    cache_paths: list[str]                 # files whose pages are dropped before each pass
+    cache_paths: list[str]  # files whose pages are dropped before each pass
     memory_backed: bool
     facts: dict[str, Any] = field(default_factory=dict)
 
@@ -42,8 +42,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     plan = ds.plan_for(config)
     outcomes: list[RunOutcome] = []
     with contextlib.ExitStack() as stack:
-        server, env = provision.embedded_s3_for_ranks(stack, target, config.endpoint, plan.disk_bytes(),
-                                                      "fewer --samples")
+        server, env = provision.embedded_s3_for_ranks(
+            stack, target, config.endpoint, plan.disk_bytes(), "fewer --samples"
+        )
 
         def body(world: World) -> int:
             outcome = _body(spec, world, config, target, plan, server, inv)
@@ -55,8 +56,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
     return outcomes[0] if outcomes else None
 
 
-def _body(spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan, server: Any,
-          inv: Any) -> RunOutcome | None:
+def _body(
+    spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan, server: Any, inv: Any
+) -> RunOutcome | None:
     rank = world.rank if world is not None else 0
     bcast = world.broadcast_object if world is not None else (lambda obj: obj)
     name = bcast(f"microbench-dataload-{uuid.uuid4().hex[:12]}" if rank == 0 else None)
@@ -81,29 +83,41 @@ def _body(spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan
         source = Source(bucket=target.bucket, prefix=prefix, s3=s3)
         cache = [os.path.join(server_root, target.bucket, prefix, key) for key in plan.keys()] if server_root else []
         fs = mount_of(server_root)["fstype"] if server_root else "remote"
-        facts = {"target_kind": "s3", "s3": s3.describe(), "dataset_prefix": f"s3://{target.bucket}/{prefix}",
-                 "filesystem": fs}
+        facts = {
+            "target_kind": "s3",
+            "s3": s3.describe(),
+            "dataset_prefix": f"s3://{target.bucket}/{prefix}",
+            "filesystem": fs,
+        }
 
         def write() -> None:
             preflight(s3, target.bucket)
             created.append(prefix)
             ds.write_s3(plan, s3.client(pool=8), target.bucket, prefix)
-            os.sync()   # the embedded server's files, so their pages can be dropped
+            os.sync()  # the embedded server's files, so their pages can be dropped
 
     memory = fs in MEMORY_FILESYSTEMS
-    facts["cache_drop"] = ("posix_fadvise(DONTNEED) on every file before each pass" if cache else
-                           "not dropped (remote S3 server: its cache is out of reach)")
+    facts["cache_drop"] = (
+        "posix_fadvise(DONTNEED) on every file before each pass"
+        if cache
+        else "not dropped (remote S3 server: its cache is out of reach)"
+    )
     if memory:
         facts["cache_drop"] += f"; but {fs} is memory, so every read is served from memory"
-    facts.update(samples=plan.samples, total_bytes=plan.total_bytes, shards=len(plan.shards),
-                 sample_bytes_range=[plan.low, plan.high])
+    facts.update(
+        samples=plan.samples,
+        total_bytes=plan.total_bytes,
+        shards=len(plan.shards),
+        sample_bytes_range=[plan.low, plan.high],
+    )
     data = Dataset(plan, source, cache, memory, facts)
     try:
         provision.on_rank0(world, write)
         source.index(plan)
         probe = spec.build(config, provision.Context(world=world, run_dir=data))
-        outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
-                            results_dir=inv.results_dir)
+        outcome = run_probe(
+            probe, inv.settings, config=config, world=world, json_path=inv.json_path, results_dir=inv.results_dir
+        )
     finally:
         if rank == 0 and created and not config.keep:
             _remove(target, source, created[0])
@@ -129,8 +143,10 @@ def _crowded(rows: list[dict[str, Any]]) -> str | None:
     most = max((row["workers"] * row["ranks"] for row in rows), default=0)
     if most <= cpus:
         return None
-    return (f"# up to {most} worker processes (workers x ranks) on {cpus} CPUs: past {cpus} they share cores, "
-            f"so those rows measure this machine's contention as a trainer here would meet it")
+    return (
+        f"# up to {most} worker processes (workers x ranks) on {cpus} CPUs: past {cpus} they share cores, "
+        f"so those rows measure this machine's contention as a trainer here would meet it"
+    )
 
 
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
@@ -139,21 +155,49 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     record = outcome.record
     impl = record["implementation"]
     where = impl.get("dataset_prefix") or impl.get("dataset_dir")
-    print(f"# microbench dataload: {impl['samples']} samples of {_sizes(config)} as {config.layout}"
-          f"{' (' + str(impl['shards']) + ' shards)' if impl.get('shards') else ''} at {where} "
-          f"({impl['filesystem']}); {impl['engine']}, {impl['sampler']}")
+    print(
+        f"# microbench dataload: {impl['samples']} samples of {_sizes(config)} as {config.layout}"
+        f"{' (' + str(impl['shards']) + ' shards)' if impl.get('shards') else ''} at {where} "
+        f"({impl['filesystem']}); {impl['engine']}, {impl['sampler']}"
+    )
     s3 = any("s3_requests" in row for row in outcome.rows)
     table = []
     for row in outcome.rows:
         mem = " (memory!)" if row.get("served_from_memory") else ""
-        table.append((row["op"], row["workers"], row["ranks"], row["batch_size"], f"{row['samples_per_s']:.0f}{mem}",
-                      f"{row['read_gbps']:.3f}{mem}", f"{row['first_batch_s']:.3f}", f"{row['batch_wait_us_p50']:.0f}",
-                      f"{row['batch_wait_us_p99']:.0f}")
-                     + ((f"{row['s3_requests']:.0f}" if "s3_requests" in row else "-",) if s3 else ())
-                     + ("N/A" if row.get("nwrong") is None else row["nwrong"],))
-    print(text_table(table, headers=["layout", "workers", "ranks", "batch", "samples/s", "GB/s", "first batch (s)",
-                                   "wait p50 (us)", "wait p99 (us)"] + (["S3 GETs"] if s3 else []) + ["#wrong"],
-                   tablefmt="simple"))
+        table.append(
+            (
+                row["op"],
+                row["workers"],
+                row["ranks"],
+                row["batch_size"],
+                f"{row['samples_per_s']:.0f}{mem}",
+                f"{row['read_gbps']:.3f}{mem}",
+                f"{row['first_batch_s']:.3f}",
+                f"{row['batch_wait_us_p50']:.0f}",
+                f"{row['batch_wait_us_p99']:.0f}",
+            )
+            + ((f"{row['s3_requests']:.0f}" if "s3_requests" in row else "-",) if s3 else ())
+            + ("N/A" if row.get("nwrong") is None else row["nwrong"],)
+        )
+    print(
+        text_table(
+            table,
+            headers=[
+                "layout",
+                "workers",
+                "ranks",
+                "batch",
+                "samples/s",
+                "GB/s",
+                "first batch (s)",
+                "wait p50 (us)",
+                "wait p99 (us)",
+            ]
+            + (["S3 GETs"] if s3 else [])
+            + ["#wrong"],
+            tablefmt="simple",
+        )
+    )
     print(f"# page cache: {impl['cache_drop']}; rate = all ranks' samples / slowest rank's pass")
     crowded = _crowded(outcome.rows)
     if crowded:
@@ -169,4 +213,3 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
 def _sizes(config: Any) -> str:
     low, high = config.sample_size
     return format_size(low) if low == high else f"{format_size(low)}-{format_size(high)}"
-

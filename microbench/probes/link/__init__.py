@@ -57,23 +57,34 @@ def _expected(text: Any, flag: str) -> dict[str, Any] | None:
 
 @dataclass
 class Config:
-    lab: str | None = option(None, metavar="NAME", record=False,
-                             help="run between two hosts of this lab (see `microbench lab`)")
+    lab: str | None = option(
+        None, metavar="NAME", record=False, help="run between two hosts of this lab (see `microbench lab`)"
+    )
     # Parsed by validate, after the check that it comes with --lab (the more useful message).
-    pair: list[int] | str | None = option(None, parse=text, record=False, shown="0,1",
-                                    help="with --lab: the two host indices, e.g. 0,1")
+    pair: list[int] | str | None = option(
+        None, parse=text, record=False, shown="0,1", help="with --lab: the two host indices, e.g. 0,1"
+    )
     streams: int = option(1, parse=positive_int, help="parallel TCP connections for uni/bidir")
-    sizes: list[int] = option(parse_sizes("1M-64M"), parse=sweep, shown="1M-64M",
-                              help="message sizes for uni/bidir, binary units")
-    lat_sizes: list[int] = option(parse_sizes("8,512,4K,64K,1M"), parse=sweep, shown="8,512,4K,64K,1M",
-                                  help="message sizes for rtt")
+    sizes: list[int] = option(
+        parse_sizes("1M-64M"), parse=sweep, shown="1M-64M", help="message sizes for uni/bidir, binary units"
+    )
+    lat_sizes: list[int] = option(
+        parse_sizes("8,512,4K,64K,1M"), parse=sweep, shown="8,512,4K,64K,1M", help="message sizes for rtt"
+    )
     ops: list[str] = option(list(OPS), parse=one_of(OPS), shown="all", help=f"some of {','.join(OPS)}")
-    timeout_s: float = option(60.0, parse=timeout, flag="--timeout", shown="60",
-                              help="seconds without progress before the run fails")
-    expected: dict | None = option(None, parse=_expected, metavar="RATE", record=False, shown="",
-                                   help="the one-way bandwidth this hardware should reach, overriding what "
-                                        "sysfs/NVML say, with a unit: e.g. 24GB/s or 200Gbit (results then show "
-                                        "%% of it)")
+    timeout_s: float = option(
+        60.0, parse=timeout, flag="--timeout", shown="60", help="seconds without progress before the run fails"
+    )
+    expected: dict | None = option(
+        None,
+        parse=_expected,
+        metavar="RATE",
+        record=False,
+        shown="",
+        help="the one-way bandwidth this hardware should reach, overriding what "
+        "sysfs/NVML say, with a unit: e.g. 24GB/s or 200Gbit (results then show "
+        "%% of it)",
+    )
     hosts: list[str] = field(default_factory=list)  # lab host (or hostname) of each rank, for messages
 
 
@@ -81,8 +92,10 @@ def validate(config: Config) -> Config:
     from dataclasses import replace
 
     if config.pair is not None and not config.lab:
-        raise UsageError(f"--pair {config.pair!r} needs --lab NAME: it picks two hosts of a lab; "
-                         f"without --lab both ends run on this machine (e.g. --lab default --pair 0,1)")
+        raise UsageError(
+            f"--pair {config.pair!r} needs --lab NAME: it picks two hosts of a lab; "
+            f"without --lab both ends run on this machine (e.g. --lab default --pair 0,1)"
+        )
     if config.streams > MAX_STREAMS:
         raise UsageError(f"invalid --streams {str(config.streams)!r}: at most {MAX_STREAMS}, e.g. --streams 4")
     pair = _pair(config.pair, "--pair") if isinstance(config.pair, str) else config.pair
@@ -97,15 +110,15 @@ def rtt_batch(size_bytes: int) -> int:
 
 class _LinkRequired(ProbeRow):
     streams: int
-    batch: int                      # round trips timed as one iteration (rtt), else 1
+    batch: int  # round trips timed as one iteration (rtt), else 1
 
 
 class LinkRow(_LinkRequired, total=False):
-    bw_gbps: float                  # uni, bidir: one direction
+    bw_gbps: float  # uni, bidir: one direction
     bw_gbit_s: float
-    total_gbps: float               # bidir: both directions
+    total_gbps: float  # bidir: both directions
     bw_pct_of_expected: float
-    rtt_us_p50: float               # rtt
+    rtt_us_p50: float  # rtt
     rtt_us_p99: float
     rtt_samples: int
 
@@ -115,12 +128,14 @@ class LinkProbe(Probe):
 
     def __init__(self, config: Config, world: World):
         if world.size != 2:
-            raise UsageError(f"the link probe runs between exactly 2 ranks, this world has {world.size}; "
-                             f"launch 2 ranks (e.g. --nproc 2) or use --lab NAME --pair 0,1")
+            raise UsageError(
+                f"the link probe runs between exactly 2 ranks, this world has {world.size}; "
+                f"launch 2 ranks (e.g. --nproc 2) or use --lab NAME --pair 0,1"
+            )
         if not 1 <= config.streams <= MAX_STREAMS:
             raise UsageError(f"invalid --streams {config.streams!r}: expected 1 to {MAX_STREAMS}, e.g. --streams 4")
         self.config, self.world, self.rank = config, world, world.rank
-        self.diagnose: Callable[[], str | None] | None = None   # after a failure: whose fault, if known
+        self.diagnose: Callable[[], str | None] | None = None  # after a failure: whose fault, if known
         self.socks: list[socket.socket] = []
         self.samples: dict[tuple[str, int], list[float]] = {}
         self._connect()
@@ -139,8 +154,9 @@ class LinkProbe(Probe):
                 for _ in range(self.config.streams):
                     self.socks.append(listener.accept()[0])
             except OSError as exc:
-                raise RunError(f"rank 1 ({self.peer}) did not connect to the link probe within "
-                               f"{timeout:g} s (--timeout): {exc}") from None
+                raise RunError(
+                    f"rank 1 ({self.peer}) did not connect to the link probe within {timeout:g} s (--timeout): {exc}"
+                ) from None
             finally:
                 listener.close()
         else:
@@ -150,8 +166,9 @@ class LinkProbe(Probe):
                 try:
                     self.socks.append(socket.create_connection((addr, port), timeout=timeout))
                 except OSError as exc:
-                    raise RunError(f"rank 1 ({self.host(1)}) could not connect to rank 0 ({self.host(0)}) at "
-                                   f"{addr}:{port}: {exc}") from None
+                    raise RunError(
+                        f"rank 1 ({self.host(1)}) could not connect to rank 0 ({self.host(0)}) at {addr}:{port}: {exc}"
+                    ) from None
         # The listener was the last step that needed a rendezvous: only then is every
         # connection in the accept order both ranks agree on (stream i is the i-th accepted).
         self.world.barrier()
@@ -167,8 +184,12 @@ class LinkProbe(Probe):
         return self.host(1 - self.rank)
 
     def implementation(self) -> dict[str, Any]:
-        return {"engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
-                "transport": "tcp", "streams": self.config.streams, "hosts": self.config.hosts}
+        return {
+            "engine": "tcp_link (native, poll loop)" if native.available() else "python sockets (fallback)",
+            "transport": "tcp",
+            "streams": self.config.streams,
+            "hosts": self.config.hosts,
+        }
 
     def cases(self) -> list[Case]:
         out = []
@@ -200,8 +221,9 @@ class LinkProbe(Probe):
             what = f"no data moved for {self.config.timeout_s:g} s (--timeout)"
         else:
             what = os.strerror(exc.errno) if exc.errno else str(exc)
-        return (f"link between {self.host(0)} and {self.host(1)} failed during {case.label}: {what}; "
-                f"{self._whose_fault()}")
+        return (
+            f"link between {self.host(0)} and {self.host(1)} failed during {case.label}: {what}; {self._whose_fault()}"
+        )
 
     def _whose_fault(self) -> str:
         # `diagnose` is given by whoever placed the ranks (the lab knows which of its hosts has
@@ -212,8 +234,11 @@ class LinkProbe(Probe):
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
         if case.op == "rtt":
             samples = self.samples.get((case.op, case.size_bytes)) or [time_s]
-            return {"rtt_us_p50": percentile(samples, 50) * 1e6, "rtt_us_p99": percentile(samples, 99) * 1e6,
-                    "rtt_samples": len(samples)}
+            return {
+                "rtt_us_p50": percentile(samples, 50) * 1e6,
+                "rtt_us_p99": percentile(samples, 99) * 1e6,
+                "rtt_samples": len(samples),
+            }
         bw = case.size_bytes / time_s / 1e9
         out = {"bw_gbps": bw, "bw_gbit_s": bw * 8}
         expected = getattr(self, "expected", None)  # set by the link command (expectations.py)

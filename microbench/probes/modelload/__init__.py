@@ -41,8 +41,9 @@ def modes(text: Any, flag: str) -> list[str]:
     out: list[str] = []
     for item in (part.strip() for part in str(text).split(",")):
         if item not in MODES:
-            raise UsageError(f"invalid {flag} {item!r}: expected one or more of {', '.join(MODES)}, "
-                             f"e.g. {flag} rank0-broadcast")
+            raise UsageError(
+                f"invalid {flag} {item!r}: expected one or more of {', '.join(MODES)}, e.g. {flag} rank0-broadcast"
+            )
         if item not in out:
             out.append(item)
     return out
@@ -50,25 +51,47 @@ def modes(text: Any, flag: str) -> list[str]:
 
 @dataclass
 class Config:
-    path: str | None = option(None, shown="the temp dir", help="directory (any mount) to write the model under, in "
-                              "a unique directory removed afterwards")
-    target: str | None = option(None, shown="", help="s3://bucket/prefix to write the model under and load it from "
-                                "over the S3 API (or a directory, as --path)")
-    endpoint: str | None = option(None, record=False, shown="embedded server", metavar="URL",
-                                  help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
+    path: str | None = option(
+        None,
+        shown="the temp dir",
+        help="directory (any mount) to write the model under, in a unique directory removed afterwards",
+    )
+    target: str | None = option(
+        None,
+        shown="",
+        help="s3://bucket/prefix to write the model under and load it from over the S3 API (or a directory, as --path)",
+    )
+    endpoint: str | None = option(
+        None,
+        record=False,
+        shown="embedded server",
+        metavar="URL",
+        help="S3 endpoint for s3:// targets (AWS credentials from the environment)",
+    )
     size_bytes: int = option(
         1 << 30, parse=nbytes, flag="--size", shown="1G", help="model bytes (ignored with --model)"
     )
-    model: str | None = option(None, shown="", help="a composer preset whose weights to write (e.g. gemma-3-12b), "
-                               "capped by free space and memory")
+    model: str | None = option(
+        None,
+        shown="",
+        help="a composer preset whose weights to write (e.g. gemma-3-12b), capped by free space and memory",
+    )
     dtype: str = option("bfloat16", parse=choice(DTYPES), help=f"one of {', '.join(DTYPES)}")
-    mode: list[str] = option(["every-rank"], parse=modes, shown="every-rank",
-                             help="every-rank, rank0-broadcast or both")
-    nproc: int = option(1, parse=positive_int, record=False,
-                        help="local ranks to spawn when not launched by torchrun/srun/mpirun")
+    mode: list[str] = option(
+        ["every-rank"], parse=modes, shown="every-rank", help="every-rank, rank0-broadcast or both"
+    )
+    nproc: int = option(
+        1, parse=positive_int, record=False, help="local ranks to spawn when not launched by torchrun/srun/mpirun"
+    )
     keep: bool = option(False, switch=True, help="keep the model directory afterwards")
-    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
-                              help="seconds before a silent peer, or an S3 request unfinished, fails the run")
+    timeout_s: float = option(
+        300.0,
+        parse=timeout,
+        flag="--timeout",
+        record=False,
+        shown="300",
+        help="seconds before a silent peer, or an S3 request unfinished, fails the run",
+    )
     ranks: int = 1
     capped_from_bytes: int | None = None
     device: str = "cpu"
@@ -85,8 +108,10 @@ def validate(config: Config) -> Config:
     from ...world.policy import free_memory_bytes
 
     if config.path is not None and config.target is not None:
-        raise UsageError(f"--path {config.path!r} and --target {config.target!r} both name the model's place; "
-                         f"give one, e.g. --path /models or --target s3://bucket/prefix")
+        raise UsageError(
+            f"--path {config.path!r} and --target {config.target!r} both name the model's place; "
+            f"give one, e.g. --path /models or --target s3://bucket/prefix"
+        )
     target = ct.parse_target(config.target if config.target is not None else (config.path or tempfile.gettempdir()))
     if config.endpoint is not None and target.kind != "s3":
         raise UsageError(f"--endpoint only applies to s3:// targets; the model goes to {target.path!r}")
@@ -111,15 +136,19 @@ def validate(config: Config) -> Config:
         if size_bytes > room:
             size_bytes, capped = max(room, md.COLUMNS * elem), size_bytes
     if size_bytes < md.COLUMNS * elem:
-        raise UsageError(f"invalid --size {format_size_exact(size_bytes)}: below one {md.COLUMNS}-element row of "
-                         f"{config.dtype} ({md.COLUMNS * elem} bytes); e.g. --size 1G")
+        raise UsageError(
+            f"invalid --size {format_size_exact(size_bytes)}: below one {md.COLUMNS}-element row of "
+            f"{config.dtype} ({md.COLUMNS * elem} bytes); e.g. --size 1G"
+        )
     if target.kind == "local" or config.endpoint is None:
         ct.check_free_space(base, size_bytes + (16 << 20), f"a {format_bytes_human(size_bytes)} model")
-    need = ranks * (size_bytes + 3 * md.TENSOR_BYTES)   # every rank's loaded copy, and a check's pattern
+    need = ranks * (size_bytes + 3 * md.TENSOR_BYTES)  # every rank's loaded copy, and a check's pattern
     shortfall = memory_shortfall(need, free_mem, "host memory")
     if shortfall:
-        raise UsageError(f"--size {format_size(size_bytes)} loaded by {ranks} rank(s) {shortfall}; "
-                         f"use a smaller --size or fewer ranks")
+        raise UsageError(
+            f"--size {format_size(size_bytes)} loaded by {ranks} rank(s) {shortfall}; "
+            f"use a smaller --size or fewer ranks"
+        )
     chosen = backends.choose("auto")
     return replace(
         config,
@@ -144,7 +173,7 @@ class ModelloadRow(_ModelloadRequired, total=False):
     load_gbps: float
     load_s: float
     raw_read_gbps: float
-    aggregate_read_gbps: float    # every-rank: all ranks' bytes read / the slowest rank's time
+    aggregate_read_gbps: float  # every-rank: all ranks' bytes read / the slowest rank's time
 
 
 class ModelloadProbe(Probe):
@@ -168,16 +197,24 @@ class ModelloadProbe(Probe):
         import safetensors
 
         engine = "load_file" if self.model.facts.get("target_kind") == "local" else "load (the fetched bytes)"
-        return {"engine": f"safetensors.torch.{engine} (safetensors {safetensors.__version__})",
-                "device": self.device, "backend": self.config.backend if self.world is not None else None,
-                "broadcast": "torch.distributed.broadcast per tensor from rank 0", **self.model.facts}
+        return {
+            "engine": f"safetensors.torch.{engine} (safetensors {safetensors.__version__})",
+            "device": self.device,
+            "backend": self.config.backend if self.world is not None else None,
+            "broadcast": "torch.distributed.broadcast per tensor from rank 0",
+            **self.model.facts,
+        }
 
     def cases(self) -> list[Case]:
         return [Case(op, self.layout.total_bytes) for op in ("raw_read", *self.config.mode)]
 
     def row_fields(self, case: Case) -> dict[str, Any]:
-        return {"ranks": self.ranks, "dtype": self.config.dtype, "shards": self.layout.shards,
-                "tensors": len(self.layout.tensors)}
+        return {
+            "ranks": self.ranks,
+            "dtype": self.config.dtype,
+            "shards": self.layout.shards,
+            "tensors": len(self.layout.tensors),
+        }
 
     def _cold(self) -> None:
         # Every rank's pages on this node dropped by its first rank, then all start together.
@@ -193,8 +230,10 @@ class ModelloadProbe(Probe):
             # tensors over an mmap of the file, read only when touched: without this copy a
             # "load" would read almost nothing.
             dtype = getattr(self.torch, self.layout.dtype)
-            self.params = {t.name: self.torch.empty((t.rows, md.COLUMNS), dtype=dtype, device=self.device)
-                           for t in self.layout.tensors}
+            self.params = {
+                t.name: self.torch.empty((t.rows, md.COLUMNS), dtype=dtype, device=self.device)
+                for t in self.layout.tensors
+            }
         if self.params is not None:
             for value in self.params.values():
                 value.zero_()
@@ -214,7 +253,7 @@ class ModelloadProbe(Probe):
 
     def _load(self) -> None:
         assert self.params is not None
-        for shard in self.model.shards():   # from_pretrained's loop: one shard after another
+        for shard in self.model.shards():  # from_pretrained's loop: one shard after another
             for name, tensor in shard.items():
                 self.params[name].copy_(tensor)
 
@@ -245,7 +284,6 @@ class ModelloadProbe(Probe):
         if case.op == "every-rank":
             out["aggregate_read_gbps"] = gbps * self.ranks
         return out
-
 
 
 SPEC = ProbeSpec(

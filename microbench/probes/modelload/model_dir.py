@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-SHARD_BYTES = 5 * 10**9          # what HF's save_pretrained writes (max_shard_size="5GB")
-MIN_SHARDS = 5                   # a 12B bf16 model's count: smaller totals get smaller shards
-TENSOR_BYTES = 64 << 20          # the order of one large transformer weight
+SHARD_BYTES = 5 * 10**9  # what HF's save_pretrained writes (max_shard_size="5GB")
+MIN_SHARDS = 5  # a 12B bf16 model's count: smaller totals get smaller shards
+TENSOR_BYTES = 64 << 20  # the order of one large transformer weight
 COLUMNS = 1024
-PERIOD = 251                     # 0..250 are exact in float32, bfloat16 and float16
+PERIOD = 251  # 0..250 are exact in float32, bfloat16 and float16
 INDEX = "model.safetensors.index.json"
 
 
@@ -66,7 +66,7 @@ def pattern(torch: Any, index: int, tensor: Tensor, dtype: Any) -> Any:
     count = tensor.rows * COLUMNS
     offset = (7 * index) % PERIOD
     period = torch.arange(PERIOD, dtype=torch.float32).to(dtype)
-    return period.repeat(-(-(count + offset) // PERIOD))[offset:offset + count].clone().view(tensor.rows, COLUMNS)
+    return period.repeat(-(-(count + offset) // PERIOD))[offset : offset + count].clone().view(tensor.rows, COLUMNS)
 
 
 def write(torch: Any, lay: Layout, root: str) -> list[str]:

@@ -37,8 +37,9 @@ def upload(client: Any, bucket: str, key: str, body: bytes) -> None:
 
     def put(item: tuple[int, tuple[int, int]]) -> dict[str, Any]:
         number, (off, n) = item
-        got = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
-                                 Body=bytes(view[off:off + n]))
+        got = client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=bytes(view[off : off + n])
+        )
         return {"PartNumber": number, "ETag": got["ETag"]}
 
     try:
@@ -67,7 +68,7 @@ def fetch(client: Any, bucket: str, key: str, keep: bool = True) -> tuple[int, b
             if not chunk:
                 break
             if buf is not None:
-                buf[off + got:off + got + len(chunk)] = chunk
+                buf[off + got : off + got + len(chunk)] = chunk
             got += len(chunk)
         if got != n:
             raise OSError(f"s3://{bucket}/{key}: range {off}+{n} returned {got} bytes")
@@ -98,7 +99,7 @@ class LocalModel:
     def shards(self) -> Iterator[dict[str, Any]]:
         from safetensors.torch import load_file
 
-        for path in self.paths:   # from_pretrained's loop: one shard after another
+        for path in self.paths:  # from_pretrained's loop: one shard after another
             yield load_file(path)
 
     def drop_cache(self) -> None:
@@ -111,10 +112,10 @@ class LocalModel:
 @dataclass
 class S3Model:
     layout: md.Layout
-    target: Any                     # targets.s3client.Target
+    target: Any  # targets.s3client.Target
     bucket: str
     prefix: str
-    server_root: str | None         # the embedded server's data directory, for the cache drop
+    server_root: str | None  # the embedded server's data directory, for the cache drop
     facts: dict[str, Any] = field(default_factory=dict)
     _client: Any = None
 
@@ -149,8 +150,9 @@ class S3Model:
             upload(self.client(), self.bucket, key, body)
             del body
         index = {"metadata": {"total_size": self.layout.total_bytes}, "weight_map": weight_map}
-        self.client().put_object(Bucket=self.bucket, Key=f"{self.prefix}/{md.INDEX}",
-                                 Body=json.dumps(index, indent=2).encode())
+        self.client().put_object(
+            Bucket=self.bucket, Key=f"{self.prefix}/{md.INDEX}", Body=json.dumps(index, indent=2).encode()
+        )
         os.sync()
 
     def raw_read(self) -> int:
@@ -162,8 +164,8 @@ class S3Model:
 
         for key in self.keys:
             _, buf = fetch(self.client(), self.bucket, key)
-            assert buf is not None   # fetched with keep=True
-            yield load(bytes(buf))   # safetensors parses bytes: the copy is the loader's too
+            assert buf is not None  # fetched with keep=True
+            yield load(bytes(buf))  # safetensors parses bytes: the copy is the loader's too
             del buf
 
     @property
@@ -180,5 +182,5 @@ class S3Model:
 
         try:
             delete_prefix(self.client(), self.bucket, self.prefix + "/")
-        except Exception:   # best effort: the run's result stands; a leftover prefix is named in the record
+        except Exception:  # best effort: the run's result stands; a leftover prefix is named in the record
             pass

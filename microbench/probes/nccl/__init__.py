@@ -42,22 +42,20 @@ from .run import print_outcome, run as run_command
 
 
 class _NcclRequired(ProbeRow):
-    placement: str                  # "out" (out-of-place) or "in" (in-place), as nccl-tests
-    count: int                      # elements per rank buffer (size_bytes / element size)
+    placement: str  # "out" (out-of-place) or "in" (in-place), as nccl-tests
+    count: int  # elements per rank buffer (size_bytes / element size)
     dtype: str
-    redop: str                      # "sum", or "none" for data movement
-    root: int                       # -1 where the op has no root
+    redop: str  # "sum", or "none" for data movement
+    root: int  # -1 where the op has no root
     ranks: int
-    algbw_gbps: float               # size_bytes / time_us.p50
-    busbw_gbps: float               # algbw_gbps x the op's bus factor (module docstring)
+    algbw_gbps: float  # size_bytes / time_us.p50
+    busbw_gbps: float  # algbw_gbps x the op's bus factor (module docstring)
 
 
 class NcclRow(_NcclRequired, total=False):
-    busbw_pct_of_expected: float    # when this hardware's expectation is known
-    group: str                      # world, node or cross (--groups); a record without it: world
-    groups_at_once: int             # node and cross: how many such groups ran at once
-
-
+    busbw_pct_of_expected: float  # when this hardware's expectation is known
+    group: str  # world, node or cross (--groups); a record without it: world
+    groups_at_once: int  # node and cross: how many such groups ran at once
 
 
 def expected_segments(op: str, count: int, n: int, rank: int) -> list[Segment]:
@@ -119,7 +117,7 @@ class CollectiveProbe(Probe):
             from ...world.environment import host_label
 
             self.hosts = world.all_gather_object(host_label())[:: self.topology.ranks_per_node]
-        assert config.dtype is not None   # resolved by validate
+        assert config.dtype is not None  # resolved by validate
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
@@ -139,16 +137,26 @@ class CollectiveProbe(Probe):
             for name in config.ops:
                 op = OPS[name]
                 root = group.members[op.root] if op.root >= 0 else -1
-                group.ops[name] = (op.ring_call(ring) if ring is not None and op.ring_call is not None
-                                   else op.torch_call(dist, group.pg, root))
+                group.ops[name] = (
+                    op.ring_call(ring)
+                    if ring is not None and op.ring_call is not None
+                    else op.torch_call(dist, group.pg, root)
+                )
 
     def implementation(self) -> dict[str, Any]:
-        engine = (f"microbench ring over torch.distributed send/recv ({self.config.backend})"
-                  if self.config.algo == "ring" else f"torch.distributed/{self.config.backend}")
-        return {"engine": engine, "algo": self.config.algo, "backend": self.config.backend,
-                "device": self.config.device,
-                **({"cpu_threads_per_rank": self.cpu_threads} if self.cpu_threads else {}),
-                **(self._transport() if self._transport else {})}
+        engine = (
+            f"microbench ring over torch.distributed send/recv ({self.config.backend})"
+            if self.config.algo == "ring"
+            else f"torch.distributed/{self.config.backend}"
+        )
+        return {
+            "engine": engine,
+            "algo": self.config.algo,
+            "backend": self.config.backend,
+            "device": self.config.device,
+            **({"cpu_threads_per_rank": self.cpu_threads} if self.cpu_threads else {}),
+            **(self._transport() if self._transport else {}),
+        }
 
     def cases(self) -> list[Case]:
         """Every op, group, size and placement of the sweep, but those the memory plan skips
@@ -160,8 +168,9 @@ class CollectiveProbe(Probe):
             for group in self.groups.values():
                 seen = set()
                 for requested in self.config.sizes:
-                    size = effective_size(op, requested, group.size, self.elem,
-                                          chunked=op.chunked or self.config.algo == "ring")
+                    size = effective_size(
+                        op, requested, group.size, self.elem, chunked=op.chunked or self.config.algo == "ring"
+                    )
                     if size in seen:
                         continue
                     seen.add(size)
@@ -175,10 +184,15 @@ class CollectiveProbe(Probe):
 
     def row_fields(self, case: Case) -> dict[str, Any]:
         op, group = OPS[case.op], self._group(case)
-        return {"count": case.size_bytes // self.elem, "dtype": self.config.dtype, "redop": op.redop,
-                "root": op.root, "ranks": group.size,
-                # How many groups of this kind ran at once (node: one per node; cross: one per local rank).
-                **({"groups_at_once": group.concurrent} if group.name != "world" else {})}
+        return {
+            "count": case.size_bytes // self.elem,
+            "dtype": self.config.dtype,
+            "redop": op.redop,
+            "root": op.root,
+            "ranks": group.size,
+            # How many groups of this kind ran at once (node: one per node; cross: one per local rank).
+            **({"groups_at_once": group.concurrent} if group.name != "world" else {}),
+        }
 
     # ------------------------------------------------------------------ buffers and the op
     def _buffer(self, case: Case, role: str, count: int) -> Any:
@@ -190,8 +204,13 @@ class CollectiveProbe(Probe):
         buf = self._arena.get(role)
         if buf is None or buf.numel() < count:
             group = self._group(case)
-            capacity = max([count] + [role_bytes(c.op, c.size_bytes, group.size, c.param("placement")).get(role, 0)
-                                      // self.elem for c in self._cases_of(case.op, case.param("group"))])
+            capacity = max(
+                [count]
+                + [
+                    role_bytes(c.op, c.size_bytes, group.size, c.param("placement")).get(role, 0) // self.elem
+                    for c in self._cases_of(case.op, case.param("group"))
+                ]
+            )
             buf = self._arena[role] = self.torch.empty(capacity, dtype=self.dtype, device=self.device)
         return buf[:count]
 
@@ -202,9 +221,13 @@ class CollectiveProbe(Probe):
 
     def prepare(self, case: Case) -> None:
         group = self._group(case)
-        send, recv = OPS[case.op].buffers(lambda role, count: self._buffer(case, role, count),
-                                          case.size_bytes // self.elem, group.size, group.rank,
-                                          case.param("placement") or "out")
+        send, recv = OPS[case.op].buffers(
+            lambda role, count: self._buffer(case, role, count),
+            case.size_bytes // self.elem,
+            group.size,
+            group.rank,
+            case.param("placement") or "out",
+        )
         self._buffers = {"send": send, "recv": recv}
 
     def run_once(self, case: Case) -> None:
@@ -228,8 +251,9 @@ class CollectiveProbe(Probe):
             self.run_once(case)
             self.sync()
         group = self._group(case)
-        return count_wrong(self._buffers["recv"], expected_segments(case.op, case.size_bytes // self.elem,
-                                                                     group.size, group.rank))
+        return count_wrong(
+            self._buffers["recv"], expected_segments(case.op, case.size_bytes // self.elem, group.size, group.rank)
+        )
 
     def release(self, case: Case) -> None:
         self._buffers = {}
@@ -238,8 +262,11 @@ class CollectiveProbe(Probe):
     def metrics(self, case: Case, time_s: float) -> dict[str, Any]:
         algbw = case.size_bytes / time_s / 1e9
         busbw = algbw * OPS[case.op].factor(self._group(case).size)
-        return {"algbw_gbps": algbw, "busbw_gbps": busbw,
-                **_pct("busbw", busbw, self._expected(case.op, case.param("group")))}
+        return {
+            "algbw_gbps": algbw,
+            "busbw_gbps": busbw,
+            **_pct("busbw", busbw, self._expected(case.op, case.param("group"))),
+        }
 
     def _expected(self, op: str, group: str | None = "world") -> dict[str, Any] | None:
         # Set by the command (run.py) before the sweep; absent in library use.
@@ -269,12 +296,16 @@ class CollectiveProbe(Probe):
         plan = getattr(self, "memory_plan", None)
         if plan is not None and plan.skipped:
             # Not rows: every reader of rows (fits, compose, compare, plots) reads a measured time.
-            summary["skipped"] = {"reason": f"does not fit in memory: {plan.why()}",
-                                  "cases": [one.to_dict() for one in plan.skipped]}
+            summary["skipped"] = {
+                "reason": f"does not fit in memory: {plan.why()}",
+                "cases": [one.to_dict() for one in plan.skipped],
+            }
         if self.topology is not None:
             summary["topology"] = {**self.topology.to_dict(), "hosts": self.hosts}
-            summary["groups"] = {g.name: {"ranks": g.size, "groups_at_once": g.concurrent, "fits": per_group[g.name]}
-                                 for g in self.groups.values()}
+            summary["groups"] = {
+                g.name: {"ranks": g.size, "groups_at_once": g.concurrent, "fits": per_group[g.name]}
+                for g in self.groups.values()
+            }
         return summary
 
 

@@ -25,12 +25,16 @@ WORLD = "world"
 def check_groups(groups: list[str], topo: Topology) -> None:
     """Refuse a group this world cannot form (exit 2), naming the numbers."""
     if "cross" in groups and topo.nodes < 2:
-        raise UsageError(f"invalid --groups cross: this world of {topo.nodes * topo.ranks_per_node} ranks is one node "
-                         f"({topo.ranks_per_node} ranks per node, from {topo.source}), and a cross-node group needs "
-                         f"2 or more nodes; drop cross, e.g. --groups world,node, or run on 2 or more nodes")
+        raise UsageError(
+            f"invalid --groups cross: this world of {topo.nodes * topo.ranks_per_node} ranks is one node "
+            f"({topo.ranks_per_node} ranks per node, from {topo.source}), and a cross-node group needs "
+            f"2 or more nodes; drop cross, e.g. --groups world,node, or run on 2 or more nodes"
+        )
     if "node" in groups and topo.ranks_per_node < 2:
-        raise UsageError(f"invalid --groups node: each of the {topo.nodes} nodes runs 1 rank (from {topo.source}), "
-                         f"and a node group needs 2 or more ranks; drop node, e.g. --groups world,cross")
+        raise UsageError(
+            f"invalid --groups node: each of the {topo.nodes} nodes runs 1 rank (from {topo.source}), "
+            f"and a node group needs 2 or more ranks; drop node, e.g. --groups world,cross"
+        )
 
 
 @dataclass
@@ -70,15 +74,18 @@ def make_groups(dist: Any, names: list[str], world: RankGroup, topo: Topology | 
     return out
 
 
-def expected_for_group(facts: dict[str, Any], op: str, group: str, topo: Topology, device: str,
-                       transport: str) -> dict[str, Any]:
+def expected_for_group(
+    facts: dict[str, Any], op: str, group: str, topo: Topology, device: str, transport: str
+) -> dict[str, Any]:
     """What one group of this kind should reach while all groups of its kind run at once."""
     per_node = topo.ranks_per_node
     layout = {"group": group, "nodes": topo.nodes, "ranks_per_node": per_node, "device": device, "op": op}
     if group == "node":
         if facts.get("lab"):
-            out = unknown("the ranks of one lab host talk over its own loopback, unshaped, which has no line "
-                          "rate (the lab's links are between hosts)")
+            out = unknown(
+                "the ranks of one lab host talk over its own loopback, unshaped, which has no line "
+                "rate (the lab's links are between hosts)"
+            )
         else:
             out = expected_busbw(facts, op, nodes=1, ranks_per_node=per_node, device=device, transport=transport)
         return {**out, "layout": layout}
@@ -86,7 +93,12 @@ def expected_for_group(facts: dict[str, Any], op: str, group: str, topo: Topolog
     whole = lab_link(facts) if facts.get("lab") else inter_node_gbps(facts, device, per_node, transport)
     if whole["gbps"] is None:
         return {**whole, "layout": layout}
-    share = known(whole["gbps"] / per_node, f"({whole['formula']}) / ranks_per_node (the node's cross groups "
-                  f"share its {'link' if facts.get('lab') else 'NICs'})", whole["limit"], **whole["inputs"],
-                  ranks_per_node=per_node)
+    share = known(
+        whole["gbps"] / per_node,
+        f"({whole['formula']}) / ranks_per_node (the node's cross groups "
+        f"share its {'link' if facts.get('lab') else 'NICs'})",
+        whole["limit"],
+        **whole["inputs"],
+        ranks_per_node=per_node,
+    )
     return {**share, "layout": layout}

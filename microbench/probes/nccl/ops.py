@@ -24,7 +24,7 @@ from ...core.units import bus_factor
 # (start, length, tile): elements start..start+length-1 of the receive buffer must equal
 # tile[k mod 3] (probes/nccl/pattern.py says why three values suffice).
 Segment = tuple[int, int, tuple[int, int, int]]
-Call = Callable[[Any, Any], None]        # (send, recv): one run of the collective on this rank
+Call = Callable[[Any, Any], None]  # (send, recv): one run of the collective on this rank
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ def tile(first: int, ranks: range | list[int]) -> tuple[int, int, int]:
 @dataclass(frozen=True)
 class CollOp:
     name: str
-    redop: str                       # "sum", or "none" for data movement
-    root: int                        # -1 where the op has no root
-    placements: tuple[str, ...]      # "out" (out-of-place) and/or "in" (in-place)
-    chunked: bool                    # S must split into n equal chunks
-    counts: Callable[[int, int], Counts]                       # (count, n)
-    expected: Callable[[int, int, int], list[Segment]]        # (count, n, rank): the receive buffer
-    torch_call: Callable[[Any, Any, int], Call]                # (torch.distributed, group, root's global rank)
-    ring_call: Callable[[Any], Call] | None = None             # (a ring.Ring): microbench's own, --algo ring
+    redop: str  # "sum", or "none" for data movement
+    root: int  # -1 where the op has no root
+    placements: tuple[str, ...]  # "out" (out-of-place) and/or "in" (in-place)
+    chunked: bool  # S must split into n equal chunks
+    counts: Callable[[int, int], Counts]  # (count, n)
+    expected: Callable[[int, int, int], list[Segment]]  # (count, n, rank): the receive buffer
+    torch_call: Callable[[Any, Any, int], Call]  # (torch.distributed, group, root's global rank)
+    ring_call: Callable[[Any], Call] | None = None  # (a ring.Ring): microbench's own, --algo ring
     # The receive buffer is zeroed before each case: a gathered chunk that never arrives then
     # reads as wrong instead of as the previous case's values in the same arena.
     zero_recv: bool = False
@@ -73,8 +73,9 @@ class CollOp:
         unit = elem * (n if (self.chunked if chunked is None else chunked) else 1)
         return max(unit, size_bytes // unit * unit)
 
-    def buffers(self, arena: Callable[[str, int], Any], count: int, n: int, rank: int,
-                placement: str) -> tuple[Any, Any]:
+    def buffers(
+        self, arena: Callable[[str, int], Any], count: int, n: int, rank: int, placement: str
+    ) -> tuple[Any, Any]:
         """(send, recv) views of this rank's arena (`arena(role, elements)`), the send view filled
         with this rank's pattern. In place the op's one buffer is its larger side's ("send" on a tie)."""
         from .pattern import fill_pattern
@@ -85,8 +86,8 @@ class CollOp:
             whole = arena(role, max(c.send, c.recv))
             if self.zero_recv:
                 whole.zero_()
-            send = whole[c.send_in_place * rank:c.send_in_place * rank + c.send]
-            recv = whole[c.recv_in_place * rank:c.recv_in_place * rank + c.recv]
+            send = whole[c.send_in_place * rank : c.send_in_place * rank + c.send]
+            recv = whole[c.recv_in_place * rank : c.recv_in_place * rank + c.recv]
         else:
             recv = arena("recv", c.recv)
             if self.zero_recv:
@@ -124,30 +125,73 @@ def _ag_call(dist: Any, pg: Any, root: int) -> Call:
     return lambda send, recv: all_gather(recv, send, group=pg)
 
 
-BROADCAST_ROOT = 0   # the group rank whose buffer a broadcast sends
+BROADCAST_ROOT = 0  # the group rank whose buffer a broadcast sends
 
 # Sums: whole cycles of three ranks add up to zero, so only the first n mod 3 ranks' patterns
 # remain. Chunked ops hold count // n elements per rank.
-OPS: dict[str, CollOp] = {op.name: op for op in (
-    CollOp("reduce_scatter", "sum", -1, ("out", "in"), True, _scatter,
-           lambda count, n, rank: [(0, count // n, tile(rank * (count // n), range(n % 3)))],
-           _rs_call, lambda ring: lambda send, recv: ring.reduce_scatter(recv, send), feeds_back=("in",)),
-    CollOp("all_gather", "none", -1, ("out", "in"), True, _gather,
-           lambda count, n, rank: [(r * (count // n), count // n, tile(0, [r])) for r in range(n)],
-           _ag_call, lambda ring: lambda send, recv: ring.all_gather(recv, send), zero_recv=True),
-    # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
-    CollOp("all_reduce", "sum", -1, ("in",), False, _same,
-           lambda count, n, rank: [(0, count, tile(0, range(n % 3)))],
-           lambda dist, pg, root: lambda send, recv: dist.all_reduce(recv, group=pg),
-           lambda ring: lambda send, recv: ring.all_reduce(recv), feeds_back=("in",)),
-    CollOp("broadcast", "none", BROADCAST_ROOT, ("in",), False, _same,
-           lambda count, n, rank: [(0, count, tile(0, [BROADCAST_ROOT]))],
-           lambda dist, pg, root: lambda send, recv: dist.broadcast(recv, src=root, group=pg)),
-    CollOp("all_to_all", "none", -1, ("out",), True, _same,
-           lambda count, n, rank: [(r * (count // n), count // n, tile(rank * (count // n), [r])) for r in range(n)],
-           lambda dist, pg, root: lambda send, recv: dist.all_to_all_single(recv, send, group=pg)),
-)}
-DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")   # the ones FSDP uses
+OPS: dict[str, CollOp] = {
+    op.name: op
+    for op in (
+        CollOp(
+            "reduce_scatter",
+            "sum",
+            -1,
+            ("out", "in"),
+            True,
+            _scatter,
+            lambda count, n, rank: [(0, count // n, tile(rank * (count // n), range(n % 3)))],
+            _rs_call,
+            lambda ring: lambda send, recv: ring.reduce_scatter(recv, send),
+            feeds_back=("in",),
+        ),
+        CollOp(
+            "all_gather",
+            "none",
+            -1,
+            ("out", "in"),
+            True,
+            _gather,
+            lambda count, n, rank: [(r * (count // n), count // n, tile(0, [r])) for r in range(n)],
+            _ag_call,
+            lambda ring: lambda send, recv: ring.all_gather(recv, send),
+            zero_recv=True,
+        ),
+        # torch.distributed.all_reduce and broadcast work in place only: no out-of-place column.
+        CollOp(
+            "all_reduce",
+            "sum",
+            -1,
+            ("in",),
+            False,
+            _same,
+            lambda count, n, rank: [(0, count, tile(0, range(n % 3)))],
+            lambda dist, pg, root: lambda send, recv: dist.all_reduce(recv, group=pg),
+            lambda ring: lambda send, recv: ring.all_reduce(recv),
+            feeds_back=("in",),
+        ),
+        CollOp(
+            "broadcast",
+            "none",
+            BROADCAST_ROOT,
+            ("in",),
+            False,
+            _same,
+            lambda count, n, rank: [(0, count, tile(0, [BROADCAST_ROOT]))],
+            lambda dist, pg, root: lambda send, recv: dist.broadcast(recv, src=root, group=pg),
+        ),
+        CollOp(
+            "all_to_all",
+            "none",
+            -1,
+            ("out",),
+            True,
+            _same,
+            lambda count, n, rank: [(r * (count // n), count // n, tile(rank * (count // n), [r])) for r in range(n)],
+            lambda dist, pg, root: lambda send, recv: dist.all_to_all_single(recv, send, group=pg),
+        ),
+    )
+}
+DEFAULT_OPS = ("reduce_scatter", "all_gather", "all_reduce")  # the ones FSDP uses
 # microbench's own rings over send/recv (--algo ring) exist for these
 RING_OPS = tuple(name for name, op in OPS.items() if op.ring_call is not None)
 ALGOS = ("torch", "ring")
@@ -185,5 +229,7 @@ def check_algo(algo: str, ops: list[str]) -> None:
     if algo == "ring":
         other = [op for op in ops if op not in RING_OPS]
         if other:
-            raise UsageError(f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
-                             f"e.g. --algo ring --ops {','.join(RING_OPS)}")
+            raise UsageError(
+                f"--algo ring covers {', '.join(RING_OPS)}, not {', '.join(other)}; "
+                f"e.g. --algo ring --ops {','.join(RING_OPS)}"
+            )

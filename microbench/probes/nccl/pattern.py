@@ -29,7 +29,7 @@ def fill_tiled(buf: Any, tile: Any) -> Any:
     if full:
         buf[:full].view(-1, 3).copy_(tile.expand(full // 3, 3))
     if count > full:
-        buf[full:].copy_(tile[:count - full])
+        buf[full:].copy_(tile[: count - full])
     return buf
 
 
@@ -40,15 +40,16 @@ def pattern(count: int, rank: int, offset: int = 0, *, dtype: Any = None, device
     return fill_pattern(torch.empty(count, dtype=dtype, device=device), rank, offset)
 
 
-def segments_tensor(segments: list[tuple[int, int, tuple[int, int, int]]], *, dtype: Any = None,
-                    device: Any = "cpu") -> Any:
+def segments_tensor(
+    segments: list[tuple[int, int, tuple[int, int, int]]], *, dtype: Any = None, device: Any = "cpu"
+) -> Any:
     """The expected output as a tensor (for tests and small checks; the probe compares segment by
     segment without building it)."""
     import torch
 
     out = torch.empty(sum(length for _, length, _ in segments), dtype=dtype, device=device)
     for start, length, values in segments:
-        fill_tiled(out[start:start + length], torch.tensor(values, dtype=dtype, device=device))
+        fill_tiled(out[start : start + length], torch.tensor(values, dtype=dtype, device=device))
     return out
 
 
@@ -59,11 +60,11 @@ def count_wrong(got: Any, segments: list[tuple[int, int, tuple[int, int, int]]])
 
     wrong = 0
     for start, length, values in segments:
-        seg = got[start:start + length]
+        seg = got[start : start + length]
         tile = torch.tensor(values, dtype=got.dtype, device=got.device)
         full = length // 3 * 3
         head, tail = seg[:full].view(-1, 3), seg[full:]
-        expected_head, expected_tail = tile.expand(full // 3, 3), tile[:length - full]
+        expected_head, expected_tail = tile.expand(full // 3, 3), tile[: length - full]
         if torch.equal(head, expected_head) and torch.equal(tail, expected_tail):
             continue
         wrong += int((head != tile).sum().item()) + int((tail != expected_tail).sum().item())

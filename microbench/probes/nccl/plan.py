@@ -34,8 +34,9 @@ def role_bytes(name: str, size_bytes: int, n: int, placement: str) -> dict[str, 
     return {"send": c.send, "recv": c.recv}
 
 
-def op_peak_bytes(name: str, cases: list[tuple[int, str]], n: int, backend: str,
-                  process_bytes: int = PROCESS_BYTES) -> int:
+def op_peak_bytes(
+    name: str, cases: list[tuple[int, str]], n: int, backend: str, process_bytes: int = PROCESS_BYTES
+) -> int:
     """One rank's peak while `name` runs these (size, placement) cases: each role's arena at its
     largest case, the staging copy of the largest size, the process."""
     arenas: dict[str, int] = {}
@@ -60,24 +61,30 @@ def bytes_needed_per_rank(ops: list[str], size_bytes: int, n: int, backend: str 
 @dataclass(frozen=True)
 class Skipped:
     op: str
-    size_bytes: int        # the size as requested (--sizes), before rounding to whole chunks
+    size_bytes: int  # the size as requested (--sizes), before rounding to whole chunks
     placement: str
-    need_bytes: int        # the op's peak with this case, over the ranks that share the memory
+    need_bytes: int  # the op's peak with this case, over the ranks that share the memory
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "size_bytes": self.size_bytes, "placement": self.placement,
-                "need_bytes": self.need_bytes}
+        return {
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "placement": self.placement,
+            "need_bytes": self.need_bytes,
+        }
 
     def words(self) -> str:
-        return (f"{self.op} {PLACEMENT_WORDS.get(self.placement, self.placement)} "
-                f"{format_size_exact(self.size_bytes)} needs {format_bytes_human(self.need_bytes)}")
+        return (
+            f"{self.op} {PLACEMENT_WORDS.get(self.placement, self.placement)} "
+            f"{format_size_exact(self.size_bytes)} needs {format_bytes_human(self.need_bytes)}"
+        )
 
 
 @dataclass
 class MemoryPlan:
-    where: str                     # "host memory for 2 rank(s)", "GPU memory of rank 1"
+    where: str  # "host memory for 2 rank(s)", "GPU memory of rank 1"
     free_bytes: int
-    cases: int                     # (op, size, placement) requested
+    cases: int  # (op, size, placement) requested
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
@@ -88,13 +95,22 @@ class MemoryPlan:
         return any(s.op == op and s.size_bytes == size_bytes and s.placement == placement for s in self.skipped)
 
     def why(self) -> str:
-        return (f"{format_bytes_human(self.allowed_bytes)} of {self.where} may be taken "
-                f"({MEMORY_SHARE:.0%} of the {format_bytes_human(self.free_bytes)} free)")
+        return (
+            f"{format_bytes_human(self.allowed_bytes)} of {self.where} may be taken "
+            f"({MEMORY_SHARE:.0%} of the {format_bytes_human(self.free_bytes)} free)"
+        )
 
 
-
-def plan_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: int, where: str,
-                backend: str | None = None, process_bytes: int = PROCESS_BYTES, world: int | None = None) -> MemoryPlan:
+def plan_memory(
+    ops: list[str],
+    sizes: list[int],
+    ranks_here: int,
+    free_bytes: int,
+    where: str,
+    backend: str | None = None,
+    process_bytes: int = PROCESS_BYTES,
+    world: int | None = None,
+) -> MemoryPlan:
     """The cases to run and to skip (module docstring); UsageError when none fits. `ranks_here`
     ranks share `free_bytes` (a host's CPU ranks; 1 for a rank's own GPU); `world`: the ranks a
     collective spans, which sets its chunk (S/world), default `ranks_here`."""
@@ -117,17 +133,22 @@ def plan_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: i
         smallest = min(plan.skipped, key=lambda s: s.need_bytes)
         largest = _largest_fitting(ops, ranks_here, n, plan.allowed_bytes, backend, process_bytes)
         hint = f"e.g. --sizes 1M-{format_size_exact(largest)}" if largest else "fewer ranks"
-        raise UsageError(f"no size of --sizes fits in {plan.where}: the smallest case, {smallest.words()}, more "
-                         f"than the {plan.why()}; use {hint}")
+        raise UsageError(
+            f"no size of --sizes fits in {plan.where}: the smallest case, {smallest.words()}, more "
+            f"than the {plan.why()}; use {hint}"
+        )
     return plan
 
 
-def _largest_fitting(ops: list[str], ranks_here: int, n: int, allowed: float, backend: str,
-                     process_bytes: int) -> int | None:
+def _largest_fitting(
+    ops: list[str], ranks_here: int, n: int, allowed: float, backend: str, process_bytes: int
+) -> int | None:
     """The largest power-of-two size from 1M at which every op's every placement fits."""
     size, found = 1 << 20, None
     while size <= 1 << 50 and all(
-            op_peak_bytes(name, [(size, p) for p in OPS[name].placements], n, backend,
-                          process_bytes) * ranks_here <= allowed for name in ops):
+        op_peak_bytes(name, [(size, p) for p in OPS[name].placements], n, backend, process_bytes) * ranks_here
+        <= allowed
+        for name in ops
+    ):
         found, size = size, size * 2
     return found

@@ -48,16 +48,23 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
         probe = spec.build(
             config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir))
         )
-        probe.memory_plan = plan   # before anything asks for its cases
-        expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
-                                              transport=choice.transport)
+        probe.memory_plan = plan  # before anything asks for its cases
+        expect = expectations.for_collectives(
+            world, config.ops, choice.device, config.expected, transport=choice.transport
+        )
         probe.expected = expect["expected"]
         if probe.topology is not None:
             # Every rank derives the same from the facts rank 0 broadcast.
             expect["expected_groups"] = probe.expected_groups = {
-                g: {op: expected_for_group(expect["expected_facts"], op, g, probe.topology, choice.device,
-                                           choice.transport) for op in config.ops}
-                for g in probe.groups if g != "world"}
+                g: {
+                    op: expected_for_group(
+                        expect["expected_facts"], op, g, probe.topology, choice.device, choice.transport
+                    )
+                    for op in config.ops
+                }
+                for g in probe.groups
+                if g != "world"
+            }
         with inv.named(world):
             ceiling = measure_link_gbps(world, config.timeout_s) if config.measure_link else link_gbps
             # Piped or under srun there is no progress bar: print each size as it finishes instead.
@@ -66,22 +73,46 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 start_impl = {**native.implementation(), **probe.implementation()}
                 transport_at_start = start_impl.get("transport_used")
                 print(header_line(world.size, start_impl, config), flush=True)
-                stream = CollectiveStream([(c.op, c.size_bytes, c.param("placement"), c.param("group"))
-                                           for c in probe.cases()],
-                                          element_size(config.dtype), emit=_emit, link_gbps=ceiling,
-                                          expected=expect["expected"], expected_groups=expect.get("expected_groups"),
-                                          titles=group_titles(probe), skipped=skipped_cells(probe))
+                stream = CollectiveStream(
+                    [(c.op, c.size_bytes, c.param("placement"), c.param("group")) for c in probe.cases()],
+                    element_size(config.dtype),
+                    emit=_emit,
+                    link_gbps=ceiling,
+                    expected=expect["expected"],
+                    expected_groups=expect.get("expected_groups"),
+                    titles=group_titles(probe),
+                    skipped=skipped_cells(probe),
+                )
             # The table's own lines are the progress here; the generic per-case lines would repeat them.
             settings = dataclasses.replace(inv.settings, progress=False) if stream else inv.settings
-            outcome = run_probe(probe, settings, config=config, world=world, json_path=inv.json_path,
-                                on_row=stream.on_row if stream else None, results_dir=inv.results_dir,
-                                extra_implementation={"backend_reason": choice.reason, **inv.facts},
-                                extra_summary={**expect, **({"link_gbps": ceiling,
-                                               "link_from": "measured in this run" if config.measure_link
-                                               else config.link_result} if ceiling else {})})
+            outcome = run_probe(
+                probe,
+                settings,
+                config=config,
+                world=world,
+                json_path=inv.json_path,
+                on_row=stream.on_row if stream else None,
+                results_dir=inv.results_dir,
+                extra_implementation={"backend_reason": choice.reason, **inv.facts},
+                extra_summary={
+                    **expect,
+                    **(
+                        {
+                            "link_gbps": ceiling,
+                            "link_from": "measured in this run" if config.measure_link else config.link_result,
+                        }
+                        if ceiling
+                        else {}
+                    ),
+                },
+            )
         if world.rank == 0:
-            outcome.notes.update(streamed=stream is not None, transport_at_start=transport_at_start,
-                                 link_gbps=ceiling, skipped_cells=skipped_cells(probe))
+            outcome.notes.update(
+                streamed=stream is not None,
+                transport_at_start=transport_at_start,
+                link_gbps=ceiling,
+                skipped_cells=skipped_cells(probe),
+            )
             outcomes.append(outcome)
         return 0
 
@@ -111,14 +142,24 @@ def topology_before_launch(nproc: int, placement: Any) -> Topology:
 
 def group_titles(probe: Any) -> dict[str, str]:
     """What each group's table is called: how many ranks, how many groups at once."""
-    return {g.name: (f"group world ({g.size} ranks)" if g.name == "world" else
-                     f"group {g.name} ({g.concurrent} groups of {g.size} ranks at once, "
-                     f"{'within each node' if g.name == 'node' else 'one rank per node'})")
-            for g in probe.groups.values()} if probe.topology is not None else {}
+    return (
+        {
+            g.name: (
+                f"group world ({g.size} ranks)"
+                if g.name == "world"
+                else f"group {g.name} ({g.concurrent} groups of {g.size} ranks at once, "
+                f"{'within each node' if g.name == 'node' else 'one rank per node'})"
+            )
+            for g in probe.groups.values()
+        }
+        if probe.topology is not None
+        else {}
+    )
 
 
-def launcher_memory_check(config: Any, device: str, nproc: int,
-                          gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context) -> None:
+def launcher_memory_check(
+    config: Any, device: str, nproc: int, gpu_free: Callable[[int], list[int] | None] = gpu_free_bytes_without_context
+) -> None:
     """Before any rank starts (exit 2): refuse a sweep of which nothing fits; which cases fit is
     planned by the ranks (rank_memory_plan). CPU ranks share this host's memory: nproc times one
     rank's need. GPU ranks each have their own GPU: one rank's need against each GPU, read
@@ -127,8 +168,9 @@ def launcher_memory_check(config: Any, device: str, nproc: int,
         plan_memory(config.ops, config.sizes, nproc, free_memory_bytes(device), "host memory", backend=config.backend)
         return
     for index, free in enumerate(gpu_free(nproc) or []):
-        plan_memory(config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend,
-                    world=nproc)
+        plan_memory(
+            config.ops, config.sizes, 1, free, f"GPU memory on GPU {index}", backend=config.backend, world=nproc
+        )
 
 
 def rank_memory_plan(config: Any, device: str, world: World) -> MemoryPlan:
@@ -137,15 +179,24 @@ def rank_memory_plan(config: Any, device: str, world: World) -> MemoryPlan:
     in its collective) and refuses alike. The same need as the launcher's check, processes
     included, though they already run: a margin of a few hundred MiB, and a plan that never
     keeps what the launcher would refuse."""
-    facts = world.all_gather_object((free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda"
-                                                       else device), machine_ranks()))
+    facts = world.all_gather_object(
+        (free_memory_bytes(f"cuda:{torch_current_device()}" if device == "cuda" else device), machine_ranks())
+    )
     free = min(f for f, _ in facts)
     if device != "cuda":
-        return plan_memory(config.ops, config.sizes, max(local for _, local in facts), free, "host memory",
-                           backend=config.backend, world=world.size)
+        return plan_memory(
+            config.ops,
+            config.sizes,
+            max(local for _, local in facts),
+            free,
+            "host memory",
+            backend=config.backend,
+            world=world.size,
+        )
     rank = min(range(len(facts)), key=lambda r: facts[r][0])
-    return plan_memory(config.ops, config.sizes, 1, free, f"GPU memory of rank {rank}", backend=config.backend,
-                       world=world.size)
+    return plan_memory(
+        config.ops, config.sizes, 1, free, f"GPU memory of rank {rank}", backend=config.backend, world=world.size
+    )
 
 
 def skipped_cells(probe: Any) -> dict[tuple[str, int], dict[str, str]]:
@@ -157,10 +208,12 @@ def skipped_cells(probe: Any) -> dict[tuple[str, int], dict[str, str]]:
     for one in plan.skipped:
         op = OPS[one.op]
         for group in probe.groups.values():
-            size = effective_size(op, one.size_bytes, group.size, probe.elem,
-                                  chunked=op.chunked or probe.config.algo == "ring")
-            out.setdefault((one.op, size), {})[one.placement] = (f"needs {format_bytes_human(one.need_bytes)}; "
-                                                                   f"{plan.why()}")
+            size = effective_size(
+                op, one.size_bytes, group.size, probe.elem, chunked=op.chunked or probe.config.algo == "ring"
+            )
+            out.setdefault((one.op, size), {})[one.placement] = (
+                f"needs {format_bytes_human(one.need_bytes)}; {plan.why()}"
+            )
     return out
 
 
@@ -184,8 +237,10 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
     print(f"# results: {outcome.path}")
     wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
     if wrong:
-        return (f"{wrong} wrong element(s) in the results (see the #wrong columns); "
-                f"the fabric or the collective library corrupted data")
+        return (
+            f"{wrong} wrong element(s) in the results (see the #wrong columns); "
+            f"the fabric or the collective library corrupted data"
+        )
     return None
 
 
@@ -205,8 +260,10 @@ def measure_link_gbps(world: World, timeout_s: float) -> float:
     from .. import link
 
     if world.size != 2:
-        raise UsageError(f"--measure-link needs exactly 2 ranks (this world has {world.size}); measure the "
-                         f"link once with `microbench link` and pass it with --link-result FILE")
+        raise UsageError(
+            f"--measure-link needs exactly 2 ranks (this world has {world.size}); measure the "
+            f"link once with `microbench link` and pass it with --link-result FILE"
+        )
     probe = link.LinkProbe(link.Config(sizes=[64 << 20], ops=["uni"], timeout_s=timeout_s), world)
     try:
         (case,) = probe.cases()
@@ -221,10 +278,17 @@ def link_gbps_from(path: str) -> float:
     record = load_json(path, what="--link-result", expected="a record written by `microbench link`")
     summary = record.get("summary") if isinstance(record, dict) else None
     gbps = summary.get("link_gbps") if isinstance(summary, dict) else None
-    if (record.get("kind") if isinstance(record, dict) else None) != "link" or isinstance(gbps, bool) \
-            or not isinstance(gbps, (int, float)) or not math.isfinite(gbps) or gbps <= 0:
-        raise UsageError(f"--link-result {path!r} is not a finished `microbench link` record with a uni "
-                         f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`")
+    if (
+        (record.get("kind") if isinstance(record, dict) else None) != "link"
+        or isinstance(gbps, bool)
+        or not isinstance(gbps, (int, float))
+        or not math.isfinite(gbps)
+        or gbps <= 0
+    ):
+        raise UsageError(
+            f"--link-result {path!r} is not a finished `microbench link` record with a uni "
+            f"bandwidth; run e.g. `microbench link --lab NAME --ops uni --json link.json`"
+        )
     return float(gbps)
 
 
@@ -239,39 +303,58 @@ def _nccl_log(choice: backends.BackendChoice) -> tuple[backends.BackendChoice, s
         if "NCCL_DEBUG" in os.environ:
             return choice, None
         log_dir = tempfile.mkdtemp(prefix="microbench-nccl-")
-    env = {**choice.env, NCCL_LOG_DIR_ENV: log_dir, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-           "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%h.%p.log")}
+    env = {
+        **choice.env,
+        NCCL_LOG_DIR_ENV: log_dir,
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%h.%p.log"),
+    }
     return dataclasses.replace(choice, env=env), log_dir
 
 
 def header_line(ranks: int, impl: dict, config: Any) -> str:
-    return (f"# microbench nccl: {ranks} ranks, backend {impl['backend']} on {impl['device']}, "
-            f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
-            f"implementation {impl['name']}")
+    return (
+        f"# microbench nccl: {ranks} ranks, backend {impl['backend']} on {impl['device']}, "
+        f"transport {impl.get('transport_used', 'unknown')}, dtype {config.dtype}, algo {config.algo}, "
+        f"implementation {impl['name']}"
+    )
 
 
 def _emit(text: str) -> None:
     print(text, flush=True)
 
 
-def print_report(record: dict, config: Any, link_gbps: float | None = None,
-                 skipped: dict[tuple[str, int], dict[str, str]] | None = None) -> None:
+def print_report(
+    record: dict,
+    config: Any,
+    link_gbps: float | None = None,
+    skipped: dict[tuple[str, int], dict[str, str]] | None = None,
+) -> None:
     print(header_line(record["config"]["world"]["size"], record["implementation"], config))
     summary = record["summary"]
     groups = summary.get("groups")
     for op in config.ops:
-        for group in (groups or {"world": {}}):
+        for group in groups or {"world": {}}:
             rows = [r for r in record["rows"] if r["op"] == op and r.get("group", "world") == group]
             if not rows:
                 continue
             fits = groups[group]["fits"] if groups else summary.get("fits", {})
-            expected = (summary.get("expected", {}) if group == "world"
-                        else summary.get("expected_groups", {}).get(group, {}))
+            expected = (
+                summary.get("expected", {}) if group == "world" else summary.get("expected_groups", {}).get(group, {})
+            )
             title = None if not groups else f"{op}, group {group} ({_group_words(group, groups[group])})"
-            print(collective_table(op, rows, fits.get(op), link_gbps=link_gbps if group == "world" else None,
-                                   expected=expected.get(op), title=title,
-                                   skipped={size: cells for (name, size), cells in (skipped or {}).items()
-                                            if name == op}))
+            print(
+                collective_table(
+                    op,
+                    rows,
+                    fits.get(op),
+                    link_gbps=link_gbps if group == "world" else None,
+                    expected=expected.get(op),
+                    title=title,
+                    skipped={size: cells for (name, size), cells in (skipped or {}).items() if name == op},
+                )
+            )
             print()
     if groups:
         print(groups_side_by_side(record["rows"], summary))

@@ -37,8 +37,9 @@ class CollectiveLayout:
     @classmethod
     def for_rows(cls, rows: list[dict[str, Any]], expected: dict[str, Any] | None = None) -> "CollectiveLayout":
         """Widths for these rows; a skipped size's key row (no time) sizes the key columns only."""
-        layout = cls(max((r["size_bytes"] for r in rows), default=0), max((r["count"] for r in rows), default=0),
-                     expected)
+        layout = cls(
+            max((r["size_bytes"] for r in rows), default=0), max((r["count"] for r in rows), default=0), expected
+        )
         for row in rows:
             for index, text in enumerate(_cell_texts(row) if "time_us" in row else ()):
                 layout.cell[index] = max(layout.cell[index], len(text) + 1)
@@ -95,15 +96,27 @@ def skipped_rows(rows: list[dict[str, Any]], skipped: dict[int, dict[str, str]])
     have = {r["size_bytes"] for r in rows}
     like = rows[0]
     elem = max(like["size_bytes"] // max(like["count"], 1), 1)
-    return [{"size_bytes": size, "count": size // elem, "dtype": like["dtype"], "redop": like["redop"],
-             "root": like["root"], "placement": next(iter(cells))}
-            for size, cells in sorted(skipped.items()) if size not in have]
+    return [
+        {
+            "size_bytes": size,
+            "count": size // elem,
+            "dtype": like["dtype"],
+            "redop": like["redop"],
+            "root": like["root"],
+            "placement": next(iter(cells)),
+        }
+        for size, cells in sorted(skipped.items())
+        if size not in have
+    ]
 
 
 def skipped_note(skipped: dict[int, dict[str, str]]) -> list[str]:
     """Under a table: what was skipped and why."""
-    return [f"# skipped {'out-of-place' if placement == 'out' else 'in-place'} at {size} B: {why}"
-            for size, cells in sorted(skipped.items()) for placement, why in sorted(cells.items(), reverse=True)]
+    return [
+        f"# skipped {'out-of-place' if placement == 'out' else 'in-place'} at {size} B: {why}"
+        for size, cells in sorted(skipped.items())
+        for placement, why in sorted(cells.items(), reverse=True)
+    ]
 
 
 def _key_texts(row: dict[str, Any]) -> tuple[str, ...]:
@@ -128,14 +141,18 @@ def _by_size(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]
     return dict(sorted(by_size.items()))
 
 
-def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
-              expected: dict[str, Any] | None = None) -> list[str]:
+def fit_lines(
+    fit: dict[str, Any] | None, link_gbps: float | None = None, expected: dict[str, Any] | None = None
+) -> list[str]:
     tail = [f"# {describe_expected(expected)}"] if expected else []
     if not fit or not fit.get("points"):
         return tail
     if expected and expected.get("gbps") and fit.get("fitted", True):
-        tail.insert(0, f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
-                       f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected")
+        tail.insert(
+            0,
+            f"# fit peak busbw {fit['peak_busbw_gbps']:.2f} GB/s = "
+            f"{100 * fit['peak_busbw_gbps'] / expected['gbps']:.0f}% of expected",
+        )
     if fit.get("fitted") is False:
         # A model more than core/fit's tolerance off the measured busbw at some size is worse
         # than none: say so, with why, and what was measured.
@@ -150,18 +167,28 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
         ]
     avg = fit["avg_busbw_bw_bound_gbps"]
     share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
-    latency = (f"latency {fit['latency_us']:.1f} us, " if fit["latency_us"] > 0
-               else "latency 0 (times proportional to size), ")
-    return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): {latency}"
-            f"peak busbw {'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, "
-            f"half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}",
-            f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
-            f"{avg:.2f} GB/s{share}", *tail]
+    latency = (
+        f"latency {fit['latency_us']:.1f} us, " if fit["latency_us"] > 0 else "latency 0 (times proportional to size), "
+    )
+    return [
+        f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): {latency}"
+        f"peak busbw {'>= ' if fit.get('peak_is_lower_bound') else ''}{fit['peak_busbw_gbps']:.2f} GB/s, "
+        f"half of peak at {format_bytes_human(fit['half_peak_size_bytes'])}",
+        f"# avg busbw over bandwidth-bound sizes ({fit['bw_bound_basis']}, {fit['bw_bound_sizes']}): "
+        f"{avg:.2f} GB/s{share}",
+        *tail,
+    ]
 
 
-def collective_table(op: str, rows: list[dict[str, Any]], fit: dict[str, Any] | None,
-                     link_gbps: float | None = None, expected: dict[str, Any] | None = None,
-                     title: str | None = None, skipped: dict[int, dict[str, str]] | None = None) -> str:
+def collective_table(
+    op: str,
+    rows: list[dict[str, Any]],
+    fit: dict[str, Any] | None,
+    link_gbps: float | None = None,
+    expected: dict[str, Any] | None = None,
+    title: str | None = None,
+    skipped: dict[int, dict[str, str]] | None = None,
+) -> str:
     """One op's table; `skipped`: size -> {placement: why} for the cases the memory plan skipped."""
     skipped = skipped or {}
     every = rows + skipped_rows(rows, skipped)
@@ -177,18 +204,26 @@ class CollectiveStream:
     `cases` is the sweep's (op, size_bytes, placement, group) in the order they run; each op
     and group (--groups) is one table, titled from `titles` (group -> words)."""
 
-    def __init__(self, cases: list[tuple[Any, ...]], elem_bytes: int, emit: Any = print,
-                 link_gbps: float | None = None, expected: dict[str, dict[str, Any]] | None = None,
-                 expected_groups: dict[str, dict[str, dict[str, Any]]] | None = None,
-                 titles: dict[str, str] | None = None, skipped: dict[tuple[str, int], dict[str, str]] | None = None):
+    def __init__(
+        self,
+        cases: list[tuple[Any, ...]],
+        elem_bytes: int,
+        emit: Any = print,
+        link_gbps: float | None = None,
+        expected: dict[str, dict[str, Any]] | None = None,
+        expected_groups: dict[str, dict[str, dict[str, Any]]] | None = None,
+        titles: dict[str, str] | None = None,
+        skipped: dict[tuple[str, int], dict[str, str]] | None = None,
+    ):
         self._per_curve_expected = {(op, "world"): e for op, e in (expected or {}).items()}
-        self._per_curve_expected.update({(op, g): e for g, per_op in (expected_groups or {}).items()
-                                         for op, e in per_op.items()})
+        self._per_curve_expected.update(
+            {(op, g): e for g, per_op in (expected_groups or {}).items() for op, e in per_op.items()}
+        )
         self._titles = titles or {}
-        self._skipped = skipped or {}      # (op, size) -> {placement: why}: the memory plan's
+        self._skipped = skipped or {}  # (op, size) -> {placement: why}: the memory plan's
         self._expected: dict[tuple[str, str, int], set[str]] = {}
         self._last_size: dict[tuple[str, str], int] = {}
-        for op, size, placement, *group_of in cases:   # (op, size, placement) alone: the world's
+        for op, size, placement, *group_of in cases:  # (op, size, placement) alone: the world's
             group = group_of[0] if group_of else None
             self._expected.setdefault((op, group or "world", size), set()).add(placement)
             self._last_size[(op, group or "world")] = size
@@ -218,10 +253,17 @@ class CollectiveStream:
                 link = self._link_gbps if curve[1] == "world" else None
                 mine = {s: cells for (name, s), cells in self._skipped.items() if name == op}
                 # Sizes skipped in every placement come after the last that ran: their lines now.
-                self._emit("\n".join([self._layouts[curve].line({r["placement"]: r}, mine[r["size_bytes"]])
-                                      for r in skipped_rows(self._rows[curve], mine)] + skipped_note(mine)
-                                     + fit_lines(fit_latency_bandwidth(self._rows[curve]), link,
-                                                 self._per_curve_expected.get(curve)) + [""]))
+                self._emit(
+                    "\n".join(
+                        [
+                            self._layouts[curve].line({r["placement"]: r}, mine[r["size_bytes"]])
+                            for r in skipped_rows(self._rows[curve], mine)
+                        ]
+                        + skipped_note(mine)
+                        + fit_lines(fit_latency_bandwidth(self._rows[curve]), link, self._per_curve_expected.get(curve))
+                        + [""]
+                    )
+                )
 
 
 def groups_side_by_side(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
@@ -229,8 +271,10 @@ def groups_side_by_side(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
     ran at once over the same NICs, so their sum is what the nodes' NICs carried)."""
     groups = list(summary.get("groups", {}))
     topo = summary.get("topology", {})
-    lines = [f"# busbw (GB/s) by group, {topo.get('nodes')} nodes x {topo.get('ranks_per_node')} ranks "
-             f"(from {topo.get('from')}); node and cross: one group's busbw, all groups of the kind at once"]
+    lines = [
+        f"# busbw (GB/s) by group, {topo.get('nodes')} nodes x {topo.get('ranks_per_node')} ranks "
+        f"(from {topo.get('from')}); node and cross: one group's busbw, all groups of the kind at once"
+    ]
     cross = summary["groups"].get("cross")
     heads = [*groups, *(["cross x" + str(cross["groups_at_once"])] if cross else [])]
     lines.append(f"#{'op':>15}{'size':>10}" + "".join(f"{h:>12}" for h in heads))
@@ -244,8 +288,10 @@ def groups_side_by_side(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
             if cross:
                 one = by_group.get("cross")
                 cells.append(None if one is None else one * cross["groups_at_once"])
-            lines.append(f" {op:>15}{format_size(size):>10}" + "".join(f"{c:>12.3f}" if c is not None else f"{'-':>12}"
-                                                                     for c in cells))
+            lines.append(
+                f" {op:>15}{format_size(size):>10}"
+                + "".join(f"{c:>12.3f}" if c is not None else f"{'-':>12}" for c in cells)
+            )
     return "\n".join(lines)
 
 

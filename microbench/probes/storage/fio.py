@@ -26,8 +26,13 @@ def _run(spec: Any, config: Workload, inv: Any) -> Any:
 
 # The same workload, rows and metrics as storage posix, through another engine.
 SPEC = replace(
-    POSIX_SPEC, name="storage_fio", command=("storage", "fio"), order=45,
+    POSIX_SPEC,
+    name="storage_fio",
+    command=("storage", "fio"),
+    order=45,
     help="the same file workload through fio (subprocess, JSON output)",
     description="Run fio on a test file with the posix subcommand's workload flags.",
-    config=Workload, run=_run, suite=(),
+    config=Workload,
+    run=_run,
+    suite=(),
 )

@@ -44,18 +44,35 @@ def fio_version() -> str | None:
     return out.stdout.strip() or None
 
 
-def fio_args(path: str, *, write: bool, bs: int, size: int, threads: int, qd: int, direct: bool,
-             random_order: bool, engine: str) -> list[str]:
+def fio_args(
+    path: str, *, write: bool, bs: int, size: int, threads: int, qd: int, direct: bool, random_order: bool, engine: str
+) -> list[str]:
     uring = engine == "io_uring"
     jobs = threads if uring else threads * qd
     slice_bytes = size // jobs // bs * bs
     rw = ("rand" if random_order else "") + ("write" if write else "read")
-    args = [f"--name=microbench-{rw}", f"--filename={path}", f"--rw={rw}", f"--bs={bs}", f"--size={slice_bytes}",
-            f"--offset_increment={slice_bytes}", f"--numjobs={jobs}", f"--iodepth={qd if uring else 1}",
-            f"--ioengine={'io_uring' if uring else 'psync'}", f"--direct={int(direct)}", "--thread",
-            "--group_reporting", "--output-format=json", "--invalidate=1", "--lat_percentiles=1",
-            "--percentile_list=50:99:99.9", "--randrepeat=0", "--allow_file_create=0", "--fallocate=none",
-            "--overwrite=1" if write else "--overwrite=0"]
+    args = [
+        f"--name=microbench-{rw}",
+        f"--filename={path}",
+        f"--rw={rw}",
+        f"--bs={bs}",
+        f"--size={slice_bytes}",
+        f"--offset_increment={slice_bytes}",
+        f"--numjobs={jobs}",
+        f"--iodepth={qd if uring else 1}",
+        f"--ioengine={'io_uring' if uring else 'psync'}",
+        f"--direct={int(direct)}",
+        "--thread",
+        "--group_reporting",
+        "--output-format=json",
+        "--invalidate=1",
+        "--lat_percentiles=1",
+        "--percentile_list=50:99:99.9",
+        "--randrepeat=0",
+        "--allow_file_create=0",
+        "--fallocate=none",
+        "--overwrite=1" if write else "--overwrite=0",
+    ]
     if write:
         args.append("--end_fsync=1")
     return args
@@ -99,24 +116,51 @@ def summarize_fio(doc: dict[str, Any], write: bool) -> dict[str, Any]:
     if io_bytes <= 0 or bw <= 0:
         raise RunError(f"fio moved no bytes ({'write' if write else 'read'} io_bytes={io_bytes})")
     lat = side.get("lat_ns") if (side.get("lat_ns") or {}).get("percentile") else side.get("clat_ns", {})
-    return {"bytes": io_bytes, "seconds": io_bytes / bw, "iops": float(side.get("iops", 0.0)),
-            "lat_p50_us": _percentile(lat, "50"), "lat_p99_us": _percentile(lat, "99"),
-            "lat_p999_us": _percentile(lat, "99.9"), "lat_max_us": float(lat.get("max", 0)) / 1e3,
-            "engine": f"fio {job.get('job options', {}).get('ioengine', '')}".strip()}
+    return {
+        "bytes": io_bytes,
+        "seconds": io_bytes / bw,
+        "iops": float(side.get("iops", 0.0)),
+        "lat_p50_us": _percentile(lat, "50"),
+        "lat_p99_us": _percentile(lat, "99"),
+        "lat_p999_us": _percentile(lat, "99.9"),
+        "lat_max_us": float(lat.get("max", 0)) / 1e3,
+        "engine": f"fio {job.get('job options', {}).get('ioengine', '')}".strip(),
+    }
 
 
-def run_fio(path: str, *, write: bool, bs: int, size: int, threads: int, qd: int, direct: bool,
-            random_order: bool, engine: str, timeout_s: float = 3600) -> dict[str, Any]:
+def run_fio(
+    path: str,
+    *,
+    write: bool,
+    bs: int,
+    size: int,
+    threads: int,
+    qd: int,
+    direct: bool,
+    random_order: bool,
+    engine: str,
+    timeout_s: float = 3600,
+) -> dict[str, Any]:
     exe = fio_binary()
     if exe is None:
         raise ProbeUnavailable(fio_unavailable_reason() or "fio is not installed")
-    args = fio_args(path, write=write, bs=bs, size=size, threads=threads, qd=qd, direct=direct,
-                    random_order=random_order, engine=engine)
+    args = fio_args(
+        path,
+        write=write,
+        bs=bs,
+        size=size,
+        threads=threads,
+        qd=qd,
+        direct=direct,
+        random_order=random_order,
+        engine=engine,
+    )
     try:
         out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise RunError(f"fio did not finish within {timeout_s:.0f} s ({'write' if write else 'read'} "
-                       f"{format_size(bs)} blocks)") from None
+        raise RunError(
+            f"fio did not finish within {timeout_s:.0f} s ({'write' if write else 'read'} {format_size(bs)} blocks)"
+        ) from None
     if out.returncode != 0:
         lines = [
             ln

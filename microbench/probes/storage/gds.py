@@ -33,17 +33,22 @@ OPS = ("write", "read")
 
 @dataclass
 class Config:
-    base: str = option(flag="--path", metavar="PATH", record=False,
-                       help="directory to test; the run writes only inside a unique directory it creates there "
-                            "and removes afterwards")
-    sizes: list[int] = option([1 << 30], parse=size_range, flag="--size", shown="1G",
-                              help="bytes per transfer, e.g. 1G or 256M,1G")
+    base: str = option(
+        flag="--path",
+        metavar="PATH",
+        record=False,
+        help="directory to test; the run writes only inside a unique directory it creates there and removes afterwards",
+    )
+    sizes: list[int] = option(
+        [1 << 30], parse=size_range, flag="--size", shown="1G", help="bytes per transfer, e.g. 1G or 256M,1G"
+    )
     ops: list[str] = option(list(OPS), parse=one_of(OPS), flag="--rw", shown="write,read", help="write, read or both")
-    task_bytes: int = option(16 << 20, parse=nbytes, flag="--bs", shown="16M",
-                             help="kvikio task size: bytes per pread/pwrite")   # one pread/pwrite per task
+    task_bytes: int = option(
+        16 << 20, parse=nbytes, flag="--bs", shown="16M", help="kvikio task size: bytes per pread/pwrite"
+    )  # one pread/pwrite per task
     threads: int = option(4, parse=positive_int, help="kvikio thread pool size")
     keep: bool = option(False, switch=True, record=False, help="keep the data file")
-    path: str = ""                  # the run's own directory (created and removed by the run)
+    path: str = ""  # the run's own directory (created and removed by the run)
 
 
 def libcuda_present() -> bool:
@@ -55,7 +60,7 @@ def libcuda_present() -> bool:
 
 
 class GdsRow(ProbeRow, total=False):
-    write_gbps: float               # by op
+    write_gbps: float  # by op
     read_gbps: float
 
 
@@ -96,7 +101,7 @@ def io_path(kvikio: Any) -> dict[str, Any]:
     DMA; kvikio returns False there when the driver raised (cufile_driver.pyx), so False means
     "cuFile's own compatibility mode", not necessarily "GDS absent"."""
     defaults = kvikio.defaults
-    if hasattr(defaults, "get"):            # kvikio 25.02+: defaults.get("compat_mode") -> CompatMode
+    if hasattr(defaults, "get"):  # kvikio 25.02+: defaults.get("compat_mode") -> CompatMode
         mode = defaults.get("compat_mode")
     else:
         mode = defaults.compat_mode()
@@ -131,9 +136,15 @@ def io_path(kvikio: Any) -> dict[str, Any]:
         served = "cuFile compatibility mode (cuFile loaded, GDS not available)"
     else:
         served = "cuFile (GDS availability unknown: this kvikio does not report driver properties)"
-    return {"kvikio_compat_mode": str(getattr(mode, "name", mode)), "kvikio_compat_mode_preferred": compat,
-            "compat_answer_from": answered_by, "gds_available": gds_available, "served_by": served,
-            "real_gds": bool(gds_available and not compat), "gds_driver_note": reason}
+    return {
+        "kvikio_compat_mode": str(getattr(mode, "name", mode)),
+        "kvikio_compat_mode_preferred": compat,
+        "compat_answer_from": answered_by,
+        "gds_available": gds_available,
+        "served_by": served,
+        "real_gds": bool(gds_available and not compat),
+        "gds_driver_note": reason,
+    }
 
 
 def _is_on(mode: Any) -> bool:
@@ -162,16 +173,20 @@ class GdsProbe(Probe):
                 raise ProbeUnavailable(reason)
             self._kvikio = _import_kvikio()
             defaults = self._kvikio.defaults
-            if hasattr(defaults, "num_threads_reset"):      # kvikio 24-25
+            if hasattr(defaults, "num_threads_reset"):  # kvikio 24-25
                 defaults.num_threads_reset(self.config.threads)
-            elif hasattr(defaults, "set"):                  # kvikio 26
+            elif hasattr(defaults, "set"):  # kvikio 26
                 defaults.set("num_threads", self.config.threads)
         return self._kvikio
 
     def implementation(self) -> dict[str, Any]:
         kv = self._kv()
-        return {"engine": f"kvikio {getattr(kv, '__version__', '?')} CuFile pread/pwrite",
-                "task_bytes": self.config.task_bytes, "threads": self.config.threads, **io_path(kv)}
+        return {
+            "engine": f"kvikio {getattr(kv, '__version__', '?')} CuFile pread/pwrite",
+            "task_bytes": self.config.task_bytes,
+            "threads": self.config.threads,
+            **io_path(kv),
+        }
 
     def cases(self) -> list[Case]:
         # Reads need the file the write of the same size left behind: write first.
@@ -253,7 +268,7 @@ def fill_pattern(buf: Any) -> Any:
     if full:
         buf[:full].view(-1, PATTERN_PERIOD).copy_(tile.expand(full // PATTERN_PERIOD, PATTERN_PERIOD))
     if count > full:
-        buf[full:].copy_(tile[:count - full])
+        buf[full:].copy_(tile[: count - full])
     return buf
 
 
@@ -263,12 +278,12 @@ def count_pattern_mismatches(data: Any) -> int:
     tile = _tile(data.device)
     wrong = 0
     for start in range(0, data.numel(), CHECK_CHUNK_BYTES):
-        chunk = data[start:start + CHECK_CHUNK_BYTES]
+        chunk = data[start : start + CHECK_CHUNK_BYTES]
         full = chunk.numel() // PATTERN_PERIOD * PATTERN_PERIOD
         if full:
             wrong += int((chunk[:full].view(-1, PATTERN_PERIOD) != tile).sum().item())
         if chunk.numel() > full:
-            wrong += int((chunk[full:] != tile[:chunk.numel() - full]).sum().item())
+            wrong += int((chunk[full:] != tile[: chunk.numel() - full]).sum().item())
     return wrong
 
 
@@ -307,20 +322,29 @@ def run(spec: Any, config: Config, inv: Any) -> Any:
 
     reason = unavailable_reason()
     if reason:
-        skip(GdsProbe.name, f"storage gds: {reason}", replace(config, path=config.base), inv.settings,
-             json_path=inv.json_path, results_dir=inv.results_dir)
+        skip(
+            GdsProbe.name,
+            f"storage gds: {reason}",
+            replace(config, path=config.base),
+            inv.settings,
+            json_path=inv.json_path,
+            results_dir=inv.results_dir,
+        )
     target = ct.parse_target(config.base)
     if target.kind != "local":
-        raise UsageError(f"invalid --path {config.base!r}: GDS needs a local or mounted file system path, "
-                         f"e.g. /mnt/nvme")
+        raise UsageError(
+            f"invalid --path {config.base!r}: GDS needs a local or mounted file system path, e.g. /mnt/nvme"
+        )
     run_dir = ct.RunDir(target, ct.unique_name().replace("ckpt", "gds"))
     run_dir.create()
     try:
-        ct.check_free_space(run_dir.root, max(config.sizes) + ct.SPACE_MARGIN_BYTES,
-                            f"a {format_bytes_human(max(config.sizes))} file")
+        ct.check_free_space(
+            run_dir.root, max(config.sizes) + ct.SPACE_MARGIN_BYTES, f"a {format_bytes_human(max(config.sizes))} file"
+        )
         config = replace(config, path=run_dir.root)
-        return run_probe(GdsProbe(config), inv.settings, config=config, json_path=inv.json_path,
-                         results_dir=inv.results_dir)
+        return run_probe(
+            GdsProbe(config), inv.settings, config=config, json_path=inv.json_path, results_dir=inv.results_dir
+        )
     finally:
         if not config.keep:
             run_dir.remove()
@@ -331,9 +355,17 @@ def print_report(outcome: Any, config: Config) -> str | None:
     from ...core.units import format_size
 
     impl = outcome.record["implementation"]
-    table = [(r["op"], format_size(r["size_bytes"]), r["iters"], f"{r['time_us']['p50'] / 1e3:.1f}",
-              f"{r.get('write_gbps', r.get('read_gbps')):.2f}", "N/A" if r["nwrong"] is None else r["nwrong"])
-             for r in outcome.rows]
+    table = [
+        (
+            r["op"],
+            format_size(r["size_bytes"]),
+            r["iters"],
+            f"{r['time_us']['p50'] / 1e3:.1f}",
+            f"{r.get('write_gbps', r.get('read_gbps')):.2f}",
+            "N/A" if r["nwrong"] is None else r["nwrong"],
+        )
+        for r in outcome.rows
+    ]
     print(f"# microbench storage gds: {impl['engine']}, served by {impl['served_by']}")
     print(text_table(table, headers=["op", "size", "iters", "time p50 (ms)", "GB/s", "#wrong"], tablefmt="simple"))
     print(f"# results: {outcome.path}")
@@ -342,14 +374,21 @@ def print_report(outcome: Any, config: Config) -> str | None:
 
 
 SPEC = ProbeSpec(
-    name="storage_gds", command=("storage", "gds"), order=55,
+    name="storage_gds",
+    command=("storage", "gds"),
+    order=55,
     help="GPUDirect Storage file <-> GPU memory through kvikio (cuFile)",
     description="Write and read a file from GPU memory with kvikio's CuFile; the record says whether real GDS or a "
-                "compatibility mode served the bytes.",
-    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context=None: GdsProbe(config),
-    row_schema=GdsRow, run=run, printer=print_report,
+    "compatibility mode served the bytes.",
+    metrics=("write_gbps", "read_gbps"),
+    config=Config,
+    build=lambda config, context=None: GdsProbe(config),
+    row_schema=GdsRow,
+    run=run,
+    printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=10.0, check=True, check_flag=True),
-    needs=Needs(target=True, gpu=True), aliases=(),
+    needs=Needs(target=True, gpu=True),
+    aliases=(),
     feeds=("tier",),
     suite=(),
 )

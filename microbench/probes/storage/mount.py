@@ -29,27 +29,39 @@ from ...targets.mount.request import MODES, check_cache_dir, check_mode
 
 @dataclass
 class Config:
-    modes: list[str] = option(["direct", "cached"], parse=one_of(MODES), flag="--mode",
-                              help="direct (writes stream to the bucket) and/or cached (rclone's VFS cache)")
+    modes: list[str] = option(
+        ["direct", "cached"],
+        parse=one_of(MODES),
+        flag="--mode",
+        help="direct (writes stream to the bucket) and/or cached (rclone's VFS cache)",
+    )
     size: int = option(256 << 20, parse=nbytes, shown="256M", help="bytes written per save (one file)")
     bs: int = option(16 << 20, parse=nbytes, shown="16M", help="write() size")
-    write_back_s: float = option(1.0, parse=positive, flag="--write-back", shown="1",
-                                 help="cached: seconds after close before rclone uploads")
+    write_back_s: float = option(
+        1.0, parse=positive, flag="--write-back", shown="1", help="cached: seconds after close before rclone uploads"
+    )
     cache_dir: str | None = option(None, help="cached: local directory for the cache", shown="the state directory")
-    endpoint: str | None = option(None, record=False, shown="", help="S3 endpoint URL (standard AWS credentials); "
-                                  "default: the embedded server")
+    endpoint: str | None = option(
+        None, record=False, shown="", help="S3 endpoint URL (standard AWS credentials); default: the embedded server"
+    )
     bucket: str | None = option(None, shown="microbench", help="bucket to mount")
-    timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
-                              help="seconds to wait for the store to hold a save")
+    timeout_s: float = option(
+        300.0,
+        parse=timeout,
+        flag="--timeout",
+        record=False,
+        shown="300",
+        help="seconds to wait for the store to hold a save",
+    )
 
 
 class MountRow(ProbeRow):
     mode: str
     bs_bytes: int
-    write_gbps: float               # bytes / blocked time (what the application sees)
+    write_gbps: float  # bytes / blocked time (what the application sees)
     blocked_time_us: float
     durable_time_us: float
-    durable_gbps: float             # bytes / durable time
+    durable_gbps: float  # bytes / durable time
     blocked_is_durable: bool
 
 
@@ -78,12 +90,18 @@ class MountProbe(Probe):
     def prepare(self, case: Case) -> None:
         c = self.config
         mode = case.param("mode")
-        req = mountmod.MountRequest(name=self.name_, mode=mode, cache_dir=c.cache_dir if mode == "cached" else None,
-                                    write_back_s=c.write_back_s, endpoint=c.endpoint, bucket=c.bucket)
+        req = mountmod.MountRequest(
+            name=self.name_,
+            mode=mode,
+            cache_dir=c.cache_dir if mode == "cached" else None,
+            write_back_s=c.write_back_s,
+            endpoint=c.endpoint,
+            bucket=c.bucket,
+        )
         self.state, _ = mountmod.up(req)
         facts = mount_facts.facts_for_path(self.state.path) or {}
         self.facts[mode] = facts
-        mount_facts.store_client(self.state.path)   # made before the timed drains
+        mount_facts.store_client(self.state.path)  # made before the timed drains
 
     def run_once(self, case: Case) -> Timed:
         assert self.state is not None
@@ -97,19 +115,27 @@ class MountProbe(Probe):
             try:
                 left = self.config.size
                 while left > 0:
-                    left -= os.write(fd, block[:min(left, len(block))])
+                    left -= os.write(fd, block[: min(left, len(block))])
                 os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise RunError(f"writing {format_size(self.config.size)} through the {case.param('mode')} mount at "
-                           f"{self.state.path} failed: {exc.strerror or exc}") from None
+            raise RunError(
+                f"writing {format_size(self.config.size)} through the {case.param('mode')} mount at "
+                f"{self.state.path} failed: {exc.strerror or exc}"
+            ) from None
         blocked = time.perf_counter() - start
         durable = mount_facts.wait_durable(directory, started_at=start, timeout_s=self.config.timeout_s)
         _remove(directory)
-        return Timed(blocked, {"blocked_time_us": blocked * 1e6, "durable_time_us": durable.seconds * 1e6,
-                               "durable_gbps": self.config.size / durable.seconds / 1e9,
-                               "blocked_is_durable": case.param("mode") == "direct"})
+        return Timed(
+            blocked,
+            {
+                "blocked_time_us": blocked * 1e6,
+                "durable_time_us": durable.seconds * 1e6,
+                "durable_gbps": self.config.size / durable.seconds / 1e9,
+                "blocked_is_durable": case.param("mode") == "direct",
+            },
+        )
 
     def release(self, case: Case) -> None:
         if self.state is not None:
@@ -141,12 +167,27 @@ def _print(outcome: Any, config: Config) -> None:
 
     rows = outcome.rows
     first: dict[str, Any] = next(iter(outcome.record["implementation"].get("mounts", {}).values()), {})
-    print(f"# microbench storage mount: {format_size(config.size)} per save, write() of {format_size(config.bs)}, "
-          f"on {first.get('backing_store', '?')}; rclone {first.get('rclone_version', '?')}")
-    print(text_table([(r["mode"], f"{r['blocked_time_us'] / 1e3:.1f}", f"{r['durable_time_us'] / 1e3:.1f}",
-                     f"{r['write_gbps']:.3f}", f"{r['durable_gbps']:.3f}", r["iters"]) for r in rows],
-                   headers=["mode", "blocked (ms)", "durable (ms)", "blocked GB/s", "durable GB/s", "iters"],
-                   tablefmt="simple"))
+    print(
+        f"# microbench storage mount: {format_size(config.size)} per save, write() of {format_size(config.bs)}, "
+        f"on {first.get('backing_store', '?')}; rclone {first.get('rclone_version', '?')}"
+    )
+    print(
+        text_table(
+            [
+                (
+                    r["mode"],
+                    f"{r['blocked_time_us'] / 1e3:.1f}",
+                    f"{r['durable_time_us'] / 1e3:.1f}",
+                    f"{r['write_gbps']:.3f}",
+                    f"{r['durable_gbps']:.3f}",
+                    r["iters"],
+                )
+                for r in rows
+            ],
+            headers=["mode", "blocked (ms)", "durable (ms)", "blocked GB/s", "durable GB/s", "iters"],
+            tablefmt="simple",
+        )
+    )
     print(
         f"# blocked = write+fsync+close returned; durable = the store held every byte (polled over S3); cached "
         f"uploads start {format_number(config.write_back_s, 6)} s after close; direct: close returns after the upload"
@@ -155,13 +196,22 @@ def _print(outcome: Any, config: Config) -> None:
 
 
 SPEC = ProbeSpec(
-    name="storage_mount", command=("storage", "mount"), order=45,
+    name="storage_mount",
+    command=("storage", "mount"),
+    order=45,
     help="writes through an rclone bucket mount (direct, cached): blocked time and time until durable",
     description="Mount a bucket with rclone (the embedded S3 server by default), write one file per save through "
-                "it and time until close returns (blocked) and until the store holds every byte (durable).",
-    metrics=("write_gbps", "durable_gbps"), config=Config, build=lambda config, context=None: MountProbe(config),
-    row_schema=MountRow, validate=validate, printer=_print,
-    sweep=SweepDefaults(warmup=0, iters=2, budget_s=2.0, check=False), needs=Needs(), aliases=(),
-    case_keys=("mode",), feeds=("tier",),
+    "it and time until close returns (blocked) and until the store holds every byte (durable).",
+    metrics=("write_gbps", "durable_gbps"),
+    config=Config,
+    build=lambda config, context=None: MountProbe(config),
+    row_schema=MountRow,
+    validate=validate,
+    printer=_print,
+    sweep=SweepDefaults(warmup=0, iters=2, budget_s=2.0, check=False),
+    needs=Needs(),
+    aliases=(),
+    case_keys=("mode",),
+    feeds=("tier",),
     suite=(SuiteStep("storage mount", ("--size", "64M"), ops=("write",)),),
 )

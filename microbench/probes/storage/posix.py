@@ -40,12 +40,16 @@ STREAM_BS = 16 << 20
 
 # The engines (native, fio, python) name latencies lat_p50_us; a row's names follow the metric
 # naming rule of results/schema.py, the unit before the statistic.
-ENGINE_TO_ROW = {"lat_p50_us": "lat_us_p50", "lat_p99_us": "lat_us_p99", "lat_p999_us": "lat_us_p999",
-                 "lat_max_us": "lat_us_max"}
+ENGINE_TO_ROW = {
+    "lat_p50_us": "lat_us_p50",
+    "lat_p99_us": "lat_us_p99",
+    "lat_p999_us": "lat_us_p999",
+    "lat_max_us": "lat_us_max",
+}
 
 
 class _StorageRequired(ProbeRow):
-    tool: str                       # "posix" (microbench's engine) or "fio"
+    tool: str  # "posix" (microbench's engine) or "fio"
     bs_bytes: int
     file_size_bytes: int
     threads: int
@@ -59,11 +63,11 @@ class _StorageRequired(ProbeRow):
 
 
 class _StreamRow(_StorageRequired, total=False):
-    stream: str                     # "single": the single-stream case (compose's single-writer bandwidth)
+    stream: str  # "single": the single-stream case (compose's single-writer bandwidth)
 
 
 class StorageRow(_StreamRow, total=False):
-    write_gbps: float               # by op
+    write_gbps: float  # by op
     read_gbps: float
     # The engine's own figures, medians over iterations.
     iops: float
@@ -89,8 +93,10 @@ class Target:
         try:
             ok, reason = self.workdir.probe_direct()
             if config.direct and not ok:
-                raise UsageError(f"--direct asked for O_DIRECT but {reason}; use --buffered (reads then come from "
-                                 f"memory and are flagged so)")
+                raise UsageError(
+                    f"--direct asked for O_DIRECT but {reason}; use --buffered (reads then come from "
+                    f"memory and are flagged so)"
+                )
             self.direct = bool(ok and config.direct is not False)
             self.direct_note = None if self.direct or config.direct is False else f"{reason}; ran buffered"
             try:
@@ -112,18 +118,31 @@ class Target:
         """Fill the file with incompressible bytes so reads read real blocks, not holes."""
         bs = max(self.config.bs)
         try:
-            native.io_run(str(self.data), True, bs, self.config.size, threads=1, qd=1,
-                          direct=self.direct and bs % direct_alignment(self.config.path) == 0)
+            native.io_run(
+                str(self.data),
+                True,
+                bs,
+                self.config.size,
+                threads=1,
+                qd=1,
+                direct=self.direct and bs % direct_alignment(self.config.path) == 0,
+            )
         except OSError as exc:
             raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(
                 exc
             ) from None
 
     def facts(self) -> dict[str, Any]:
-        return {**self.workdir.facts(), "data_file": str(self.data), "direct_requested": self.config.direct,
-                "direct_in_effect": self.direct, "direct_note": self.direct_note,
-                "memory_ceiling_gbps": self.ceiling_gbps, "memory_plain_copy_gbps": self.plain_copy_gbps,
-                "cache_drop": "O_DIRECT" if self.direct else "posix_fadvise(DONTNEED) before each read"}
+        return {
+            **self.workdir.facts(),
+            "data_file": str(self.data),
+            "direct_requested": self.config.direct,
+            "direct_in_effect": self.direct,
+            "direct_note": self.direct_note,
+            "memory_ceiling_gbps": self.ceiling_gbps,
+            "memory_plain_copy_gbps": self.plain_copy_gbps,
+            "cache_drop": "O_DIRECT" if self.direct else "posix_fadvise(DONTNEED) before each read",
+        }
 
     def cleanup(self) -> None:
         self.workdir.cleanup()
@@ -186,10 +205,23 @@ class PosixProbe(Probe):
     def row_fields(self, case: Case) -> dict[str, Any]:
         c = self.config
         if case.param("stream") == "single":
-            return {"bs_bytes": case.size_bytes, "file_size_bytes": c.size, "threads": 1, "qd": 1, "pattern": "seq",
-                    "direct": False, "stream": "single"}
-        return {"bs_bytes": case.size_bytes, "file_size_bytes": c.size, "threads": c.threads, "qd": c.qd,
-                "pattern": c.pattern, "direct": self.target.direct}
+            return {
+                "bs_bytes": case.size_bytes,
+                "file_size_bytes": c.size,
+                "threads": 1,
+                "qd": 1,
+                "pattern": "seq",
+                "direct": False,
+                "stream": "single",
+            }
+        return {
+            "bs_bytes": case.size_bytes,
+            "file_size_bytes": c.size,
+            "threads": c.threads,
+            "qd": c.qd,
+            "pattern": c.pattern,
+            "direct": self.target.direct,
+        }
 
     def run_once(self, case: Case) -> Timed:
         c = self.config
@@ -197,28 +229,58 @@ class PosixProbe(Probe):
         if case.param("tool") == "fio":
             from .fio_engine import run_fio
 
-            result = run_fio(str(self.target.data), write=write, bs=case.size_bytes, size=c.size, threads=c.threads,
-                             qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
-                             engine=expected_engine(c))
+            result = run_fio(
+                str(self.target.data),
+                write=write,
+                bs=case.size_bytes,
+                size=c.size,
+                threads=c.threads,
+                qd=c.qd,
+                direct=self.target.direct,
+                random_order=c.pattern == "rand",
+                engine=expected_engine(c),
+            )
         elif case.param("stream") == "single":
             try:
-                result = native.io_run(str(self.target.data), True, case.size_bytes, c.size, threads=1, qd=1,
-                                       direct=False, engine="threads", fsync=True)
+                result = native.io_run(
+                    str(self.target.data),
+                    True,
+                    case.size_bytes,
+                    c.size,
+                    threads=1,
+                    qd=1,
+                    direct=False,
+                    engine="threads",
+                    fsync=True,
+                )
             except OSError as exc:
-                raise IOFailure(f"single-stream write of {format_size(case.size_bytes)} blocks on "
-                                f"{self.target.data}").error(exc) from None
+                raise IOFailure(
+                    f"single-stream write of {format_size(case.size_bytes)} blocks on {self.target.data}"
+                ).error(exc) from None
         else:
             try:
-                result = native.io_run(str(self.target.data), write, case.size_bytes, c.size, threads=c.threads,
-                                       qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
-                                       engine=c.engine, seed=os.getpid())
+                result = native.io_run(
+                    str(self.target.data),
+                    write,
+                    case.size_bytes,
+                    c.size,
+                    threads=c.threads,
+                    qd=c.qd,
+                    direct=self.target.direct,
+                    random_order=c.pattern == "rand",
+                    engine=c.engine,
+                    seed=os.getpid(),
+                )
             except OSError as exc:
                 raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(
                     exc
                 ) from None
         self._bytes[case] = int(result["bytes"])
-        extra = {ENGINE_TO_ROW.get(k, k): result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us",
-                                                             "lat_max_us", "engine", "workers") if k in result}
+        extra = {
+            ENGINE_TO_ROW.get(k, k): result[k]
+            for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_max_us", "engine", "workers")
+            if k in result
+        }
         extra["total_bytes"] = int(result["bytes"])
         return Timed(float(result["seconds"]), extra)
 
@@ -233,19 +295,34 @@ class PosixProbe(Probe):
         if self.target.memory_backed:
             note = "memory-backed filesystem: measures memory, not a disk"
         elif above or cached:
-            note = (f"{gbps:.2f} GB/s is {'above' if above else f'at least {CEILING_FRACTION:.0%} of'} memcpy "
-                    f"({ceiling if above else plain:.2f} GB/s): served from memory, not disk speed")
-        return {f"{case.op}_gbps": gbps, "memory_ceiling_gbps": ceiling, "above_memory_ceiling": above,
-                "served_from_memory": note is not None, "note": note}
+            note = (
+                f"{gbps:.2f} GB/s is {'above' if above else f'at least {CEILING_FRACTION:.0%} of'} memcpy "
+                f"({ceiling if above else plain:.2f} GB/s): served from memory, not disk speed"
+            )
+        return {
+            f"{case.op}_gbps": gbps,
+            "memory_ceiling_gbps": ceiling,
+            "above_memory_ceiling": above,
+            "served_from_memory": note is not None,
+            "note": note,
+        }
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """fio vs posix ratio per (rw, bs) when both ran: posix GB/s / fio GB/s."""
         by: dict[tuple[str, int], dict[str, float]] = {}
         for row in rows:
             by.setdefault((row["op"], row["size_bytes"]), {})[row["tool"]] = row[f"{row['op']}_gbps"]
-        ratios = [{"op": op, "bs_bytes": bs, "posix_gbps": v["posix"], "fio_gbps": v["fio"],
-                   "ratio_posix_over_fio": v["posix"] / v["fio"] if v["fio"] else None}
-                  for (op, bs), v in by.items() if "posix" in v and "fio" in v]
+        ratios = [
+            {
+                "op": op,
+                "bs_bytes": bs,
+                "posix_gbps": v["posix"],
+                "fio_gbps": v["fio"],
+                "ratio_posix_over_fio": v["posix"] / v["fio"] if v["fio"] else None,
+            }
+            for (op, bs), v in by.items()
+            if "posix" in v and "fio" in v
+        ]
         return {"vs_fio": ratios} if ratios else {}
 
 
@@ -266,14 +343,24 @@ def case_words(key: str, row: dict[str, Any]) -> str | None:
 
 
 SPEC = ProbeSpec(
-    name="storage_posix", command=("storage", "posix"), order=40,
+    name="storage_posix",
+    command=("storage", "posix"),
+    order=40,
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
     description="Read and write one test file with the native engine; fsync is inside the timed write, cached "
-                "pages are dropped before reads.",
+    "pages are dropped before reads.",
     # No build: _run makes the probe inside its target (run_storage), which a context cannot.
-    metrics=("write_gbps", "read_gbps", "iops"), config=Config,
-    row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
-    sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
-    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), case_words=case_words, feeds=("tier",),
+    metrics=("write_gbps", "read_gbps", "iops"),
+    config=Config,
+    row_schema=StorageRow,
+    validate=validate,
+    run=_run,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False),
+    needs=Needs(target=True),
+    aliases=(),
+    case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"),
+    case_words=case_words,
+    feeds=("tier",),
     suite=(SuiteStep("storage posix", ("--path", "{path}", "--size", "256M"), ops=RW),),
 )

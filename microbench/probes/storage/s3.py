@@ -39,23 +39,21 @@ from .s3_run import print_report, run_s3
 READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
 
 
-
-
 class _S3Required(ProbeRow):
     part_size_bytes: int
     concurrency: int
     objects: int
     bytes_per_iter: int
-    upload: str | None              # put: "single" or "multipart"
+    upload: str | None  # put: "single" or "multipart"
     throughput_gbps: float
-    requests: float                 # medians over iterations
+    requests: float  # medians over iterations
     request_ms_p50: float
     request_ms_p99: float
 
 
 class S3Row(_S3Required, total=False):
-    stream: str                     # put "single": one object, its parts one after another (s3_parts.py)
-    ttfb_ms_p50: float              # get
+    stream: str  # put "single": one object, its parts one after another (s3_parts.py)
+    ttfb_ms_p50: float  # get
     ttfb_ms_p99: float
 
 
@@ -116,11 +114,21 @@ class StorageS3Probe(Probe):
     def row_fields(self, case: Case) -> dict[str, Any]:
         c = self.config
         if case.param("stream") == "single":
-            return {"part_size_bytes": c.part_size, "concurrency": 1, "objects": 1, "bytes_per_iter": c.object_size,
-                    "upload": "multipart" if c.object_size > c.part_size else "single", "stream": "single"}
-        return {"part_size_bytes": c.part_size, "concurrency": c.concurrency, "objects": c.objects,
-                "bytes_per_iter": c.objects * c.object_size,
-                "upload": ("multipart" if c.object_size > c.part_size else "single") if case.op == "put" else None}
+            return {
+                "part_size_bytes": c.part_size,
+                "concurrency": 1,
+                "objects": 1,
+                "bytes_per_iter": c.object_size,
+                "upload": "multipart" if c.object_size > c.part_size else "single",
+                "stream": "single",
+            }
+        return {
+            "part_size_bytes": c.part_size,
+            "concurrency": c.concurrency,
+            "objects": c.objects,
+            "bytes_per_iter": c.objects * c.object_size,
+            "upload": ("multipart" if c.object_size > c.part_size else "single") if case.op == "put" else None,
+        }
 
     def prepare(self, case: Case) -> None:
         # Made here, once: made lazily by the first requests, each of the pool's threads finds
@@ -143,8 +151,11 @@ class StorageS3Probe(Probe):
         elapsed = time.perf_counter() - start
         self._latencies.setdefault(_key(case.op, single), []).append(lat)
         req = [r for r, _ in lat]
-        extra: dict[str, Any] = {"requests": len(req), "request_ms_p50": percentile(req, 50) * 1e3,
-                                 "request_ms_p99": percentile(req, 99) * 1e3}
+        extra: dict[str, Any] = {
+            "requests": len(req),
+            "request_ms_p50": percentile(req, 50) * 1e3,
+            "request_ms_p99": percentile(req, 99) * 1e3,
+        }
         ttfb = [t for _, t in lat if t is not None]
         if ttfb:
             extra.update(ttfb_ms_p50=percentile(ttfb, 50) * 1e3, ttfb_ms_p99=percentile(ttfb, 99) * 1e3)
@@ -161,8 +172,9 @@ class StorageS3Probe(Probe):
 
     def _put_part(self, key: str, upload_id: str, number: int, length: int) -> tuple[dict, float]:
         t0 = time.perf_counter()
-        out = self.client.upload_part(Bucket=self.config.bucket, Key=key, UploadId=upload_id,
-                                      PartNumber=number, Body=self._body(length))
+        out = self.client.upload_part(
+            Bucket=self.config.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=self._body(length)
+        )
         return {"ETag": out["ETag"], "PartNumber": number}, time.perf_counter() - t0
 
     def _put_single(self, key: str) -> float:
@@ -181,12 +193,17 @@ class StorageS3Probe(Probe):
             for key, uid in zip(keys, self._gather([self._submit(self._create, key) for key in keys]), strict=False):
                 self._open_uploads[key] = uid
             plan = part_plan(c.object_size, c.part_size)
-            futures = [self._submit(self._put_part, key, self._open_uploads[key], n + 1, length)
-                       for key in keys for n, (_, length) in enumerate(plan)]
+            futures = [
+                self._submit(self._put_part, key, self._open_uploads[key], n + 1, length)
+                for key in keys
+                for n, (_, length) in enumerate(plan)
+            ]
             results = self._gather(futures)
             lat: list[tuple[float, float | None]] = [(t, None) for _, t in results]
-            done = [self._submit(self._complete, key, [p for p, _ in results[i * len(plan):(i + 1) * len(plan)]])
-                    for i, key in enumerate(keys)]
+            done = [
+                self._submit(self._complete, key, [p for p, _ in results[i * len(plan) : (i + 1) * len(plan)]])
+                for i, key in enumerate(keys)
+            ]
             self._gather(done)
             self._stored = True
             return lat
@@ -199,8 +216,9 @@ class StorageS3Probe(Probe):
 
     def _complete(self, key: str, parts: list[dict]) -> None:
         uid = self._open_uploads[key]
-        self.client.complete_multipart_upload(Bucket=self.config.bucket, Key=key, UploadId=uid,
-                                              MultipartUpload={"Parts": parts})
+        self.client.complete_multipart_upload(
+            Bucket=self.config.bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": parts}
+        )
         self._open_uploads.pop(key, None)
 
     def abort_uploads(self) -> None:
@@ -241,8 +259,9 @@ class StorageS3Probe(Probe):
     def _get_all(self, verify: bool = False) -> list[tuple[float, float | None]]:
         plan = part_plan(self.config.object_size, self.config.part_size)
         try:
-            results = self._gather([self._submit(self._get_range, key, off, length, verify)
-                                    for key in self.keys() for off, length in plan])
+            results = self._gather(
+                [self._submit(self._get_range, key, off, length, verify) for key in self.keys() for off, length in plan]
+            )
         except BaseException as exc:
             raise self._error(exc, "downloading") from None
         self._wrong = sum(w for _, _, w in results)
@@ -267,7 +286,7 @@ class StorageS3Probe(Probe):
     def _error(self, exc: BaseException, doing: str) -> BaseException:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             return exc
-        assert self.config.bucket is not None   # resolved by validate
+        assert self.config.bucket is not None  # resolved by validate
         return translate(exc, self.target, self.config.bucket, self.cred_source, doing)
 
     def check(self, case: Case) -> int:
@@ -298,7 +317,7 @@ class StorageS3Probe(Probe):
         self.abort_uploads()
         if self.config.keep or self._client is None:
             return 0
-        assert self.config.bucket is not None   # resolved by validate
+        assert self.config.bucket is not None  # resolved by validate
         try:
             return delete_prefix(self.client, self.config.bucket, self.config.prefix)
         except Exception as exc:  # noqa: BLE001

@@ -45,8 +45,10 @@ def put_single_stream(probe: Any) -> list[tuple[float, float | None]]:
             probe.client.put_object(Bucket=c.bucket, Key=key, Body=probe._body(c.object_size))
             return [(time.perf_counter() - start, None)]
         probe._open_uploads[key] = probe._create(key)
-        results = [probe._put_part(key, probe._open_uploads[key], n + 1, length)
-                   for n, (_, length) in enumerate(part_plan(c.object_size, c.part_size))]
+        results = [
+            probe._put_part(key, probe._open_uploads[key], n + 1, length)
+            for n, (_, length) in enumerate(part_plan(c.object_size, c.part_size))
+        ]
         probe._complete(key, [part for part, _ in results])
         return [(t, None) for _, t in results]
     except BaseException as exc:
@@ -59,12 +61,16 @@ def pooled_latencies(probe: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for row in rows:
         key = "put_single_stream" if row.get("stream") == "single" else row["op"]
-        timed = probe._latencies.get(key, [])[-row["iters"]:] if row["iters"] else []
+        timed = probe._latencies.get(key, [])[-row["iters"] :] if row["iters"] else []
         pooled = [x for it in timed for x in it]
         req = [r for r, _ in pooled]
         ttfb = [t for _, t in pooled if t is not None]
-        entry = {"requests": len(req), "request_ms_p50": percentile(req, 50) * 1e3,
-                 "request_ms_p99": percentile(req, 99) * 1e3, "throughput_gbps": row["throughput_gbps"]}
+        entry = {
+            "requests": len(req),
+            "request_ms_p50": percentile(req, 50) * 1e3,
+            "request_ms_p99": percentile(req, 99) * 1e3,
+            "throughput_gbps": row["throughput_gbps"],
+        }
         if ttfb:
             entry.update(ttfb_ms_p50=percentile(ttfb, 50) * 1e3, ttfb_ms_p99=percentile(ttfb, 99) * 1e3)
         out[key] = entry

@@ -17,8 +17,9 @@ def run_s3(spec: Any, config: Any, inv: Any) -> RunOutcome:
     with contextlib.ExitStack() as stack:
         if config.endpoint is None:
             # A multipart upload briefly keeps a temporary copy of the object beside the others.
-            server = provision.embedded_s3(stack, config.bucket, (config.objects + 1) * config.object_size,
-                                           "smaller --object-size/--objects")
+            server = provision.embedded_s3(
+                stack, config.bucket, (config.objects + 1) * config.object_size, "smaller --object-size/--objects"
+            )
             target = Target.for_embedded(server)
         else:
             target = Target(config.endpoint, region=config.region, addressing_style=config.addressing_style)
@@ -27,8 +28,14 @@ def run_s3(spec: Any, config: Any, inv: Any) -> RunOutcome:
         probe = spec.build(config, provision.Context(s3=target, cred_source=source))
         expect = expectations.for_s3(target.endpoint_url, config.endpoint is None, config.expected)
         try:
-            outcome = run_probe(probe, inv.settings, config=config, json_path=inv.json_path,
-                                results_dir=inv.results_dir, extra_summary=expect)
+            outcome = run_probe(
+                probe,
+                inv.settings,
+                config=config,
+                json_path=inv.json_path,
+                results_dir=inv.results_dir,
+                extra_summary=expect,
+            )
         except BaseException:
             with contextlib.suppress(Exception):
                 probe.close()  # the run's own error is the one worth reporting
@@ -47,8 +54,10 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
         target = f"embedded {impl['server']} {impl.get('server_version') or ''} at {impl['endpoint']}"
     else:
         target = impl["endpoint"]
-    print(f"# microbench storage s3: {target}, bucket {config.bucket}, credentials: "
-          f"{impl['credentials_source']}; {impl['engine']} (botocore {impl['botocore']})")
+    print(
+        f"# microbench storage s3: {target}, bucket {config.bucket}, credentials: "
+        f"{impl['credentials_source']}; {impl['engine']} (botocore {impl['botocore']})"
+    )
     summary = record["summary"]
     expected = summary.get("expected")
     known = bool(expected and expected.get("gbps"))
@@ -74,22 +83,48 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
             )
             + ((expectations.pct_cell(row["throughput_gbps"], expected),) if known else ())
         )
-    print(text_table(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
-                                   "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"]
-                   + (["% of expected"] if known else []), tablefmt="simple"))
+    print(
+        text_table(
+            table,
+            headers=[
+                "op",
+                "object",
+                "part",
+                "conc",
+                "objects",
+                "iters",
+                "GB/s",
+                "MiB/s",
+                "req p50 ms",
+                "req p99 ms",
+                "ttfb p50 ms",
+                "ttfb p99 ms",
+                "#wrong",
+            ]
+            + (["% of expected"] if known else []),
+            tablefmt="simple",
+        )
+    )
     if any(row.get("stream") == "single" for row in record["rows"]):
-        print("# put 1 stream: one object, its parts uploaded one after another by one thread, then completed (how "
-              "torch.save through s3fs writes a full state dict); `microbench compose` takes it as the single-stream "
-              "bandwidth")
+        print(
+            "# put 1 stream: one object, its parts uploaded one after another by one thread, then completed (how "
+            "torch.save through s3fs writes a full state dict); `microbench compose` takes it as the single-stream "
+            "bandwidth"
+        )
     if expected:
         print(f"# {expectations.describe(expected)}")
     if "peak_rss_bytes" in summary:
         grown = summary["peak_rss_bytes"] - summary.get("peak_rss_before_first_request_bytes", 0)
-        print(f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])}, {format_bytes_human(grown)} above the "
-              f"peak before the first request (bound: concurrency x part size + 200 MiB = "
-              f"{format_bytes_human(summary['memory_bound_bytes'])})")
-    where = (f"kept under s3://{config.bucket}/{config.prefix}" if config.keep
-             else f"deleted {outcome.notes.get('deleted')} object(s) under the run's prefix")
+        print(
+            f"# peak RSS {format_bytes_human(summary['peak_rss_bytes'])}, {format_bytes_human(grown)} above the "
+            f"peak before the first request (bound: concurrency x part size + 200 MiB = "
+            f"{format_bytes_human(summary['memory_bound_bytes'])})"
+        )
+    where = (
+        f"kept under s3://{config.bucket}/{config.prefix}"
+        if config.keep
+        else f"deleted {outcome.notes.get('deleted')} object(s) under the run's prefix"
+    )
     print(f"# {where}; results: {outcome.path}")
     wrong = sum(r["nwrong"] or 0 for r in outcome.rows)
     return f"{wrong} wrong object(s)/chunk(s) read back (see #wrong)" if wrong else None

@@ -33,7 +33,7 @@ from . import system as sysm
 from .request import MountRequest, MountState, check_name, validate
 
 DEVNAME_PREFIX = "microbench-"
-REMOTE = "MBS3"          # rclone remote name, configured only through the environment
+REMOTE = "MBS3"  # rclone remote name, configured only through the environment
 
 
 def state_dir(name: str) -> Path:
@@ -55,17 +55,21 @@ def up(req: MountRequest) -> tuple[MountState, list[str]]:
     if reason:
         raise RunError(f"cannot mount: {reason}")
     binary = sysm.rclone_or_fail()
-    with exclusive(sysm.state_root() / "locks" / f"mount-{req.name}",
-                   f"mount {req.name!r} is being set up by another `microbench mount up --name {req.name}`; wait "
-                   f"for it, then see `microbench mount status --name {req.name}`, or pick another --name"):
+    with exclusive(
+        sysm.state_root() / "locks" / f"mount-{req.name}",
+        f"mount {req.name!r} is being set up by another `microbench mount up --name {req.name}`; wait "
+        f"for it, then see `microbench mount status --name {req.name}`, or pick another --name",
+    ):
         return _claimed_up(req, binary)
 
 
 def _claimed_up(req: MountRequest, binary: str) -> tuple[MountState, list[str]]:
     existing = read_state(req.name)
     if existing is not None and sysm.mount_at(existing.path) is not None and sysm.alive(existing.rclone_pid):
-        raise UsageError(f"mount {req.name!r} is already up at {existing.path!r} ({existing.mode}); run "
-                         f"`microbench mount down --name {req.name}` first or pick another --name")
+        raise UsageError(
+            f"mount {req.name!r} is already up at {existing.path!r} ({existing.mode}); run "
+            f"`microbench mount down --name {req.name}` first or pick another --name"
+        )
     leftovers = down(req.name)
     home = state_dir(req.name)
     home.mkdir(mode=0o700, parents=True)
@@ -82,17 +86,23 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
     from ..s3server import DEFAULT_BUCKET, EmbeddedS3, rclone_version
 
     bucket = req.bucket or DEFAULT_BUCKET
-    env = {**os.environ, "RCLONE_CONFIG": os.devnull, f"RCLONE_CONFIG_{REMOTE}_TYPE": "s3",
-           f"RCLONE_CONFIG_{REMOTE}_PROVIDER": "Other", f"RCLONE_CONFIG_{REMOTE}_FORCE_PATH_STYLE": "true",
-           f"RCLONE_CONFIG_{REMOTE}_NO_CHECK_BUCKET": "true",
-           # Parts as large and as many in flight as the S3 probe's defaults, so a mount and the
-           # API are compared on the same upload (rclone's own default: 5 MiB parts).
-           f"RCLONE_CONFIG_{REMOTE}_CHUNK_SIZE": "16M", f"RCLONE_CONFIG_{REMOTE}_UPLOAD_CONCURRENCY": "4"}
+    env = {
+        **os.environ,
+        "RCLONE_CONFIG": os.devnull,
+        f"RCLONE_CONFIG_{REMOTE}_TYPE": "s3",
+        f"RCLONE_CONFIG_{REMOTE}_PROVIDER": "Other",
+        f"RCLONE_CONFIG_{REMOTE}_FORCE_PATH_STYLE": "true",
+        f"RCLONE_CONFIG_{REMOTE}_NO_CHECK_BUCKET": "true",
+        # Parts as large and as many in flight as the S3 probe's defaults, so a mount and the
+        # API are compared on the same upload (rclone's own default: 5 MiB parts).
+        f"RCLONE_CONFIG_{REMOTE}_CHUNK_SIZE": "16M",
+        f"RCLONE_CONFIG_{REMOTE}_UPLOAD_CONCURRENCY": "4",
+    }
     key = secret = None
     server = None
     if req.endpoint:
         target = Target(check_endpoint(req.endpoint))
-        preflight(target, bucket, timeout_s=min(req.timeout_s, 10))   # unreachable, credentials: exit 1 here
+        preflight(target, bucket, timeout_s=min(req.timeout_s, 10))  # unreachable, credentials: exit 1 here
         env.update({f"RCLONE_CONFIG_{REMOTE}_ENDPOINT": req.endpoint, f"RCLONE_CONFIG_{REMOTE}_ENV_AUTH": "true"})
         region = target.session().get_config_variable("region")
         if region:
@@ -118,17 +128,30 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
     if created:
         os.makedirs(path, mode=0o755)
         started["path"] = path
-    argv = [binary, "mount", f"{REMOTE}:{bucket}", path, "--devname", devname(req.name, bucket),
-            "--log-file", str(home / "mount.log"), "--log-level", "NOTICE",
-            # Uploads in the S3 probe's parts (16 MiB, 4 in flight), not rclone's 5 MiB: the same
-            # requests the probe's PUT makes, so the two compare like for like.
-            "--s3-chunk-size", "16M", "--s3-upload-concurrency", "4"]
+    argv = [
+        binary,
+        "mount",
+        f"{REMOTE}:{bucket}",
+        path,
+        "--devname",
+        devname(req.name, bucket),
+        "--log-file",
+        str(home / "mount.log"),
+        "--log-level",
+        "NOTICE",
+        # Uploads in the S3 probe's parts (16 MiB, 4 in flight), not rclone's 5 MiB: the same
+        # requests the probe's PUT makes, so the two compare like for like.
+        "--s3-chunk-size",
+        "16M",
+        "--s3-upload-concurrency",
+        "4",
+    ]
     cache = None
     if req.mode == "cached":
         base = Path(req.cache_dir) if req.cache_dir else home
         cache = str(base / f"microbench-mount-{req.name}-cache")
         if os.path.exists(cache):
-            shutil.rmtree(cache)   # ours by its name: a crashed run's cache
+            shutil.rmtree(cache)  # ours by its name: a crashed run's cache
         started["cache"] = cache
         # Not --write-back-cache: it makes the blocked write slower (docs/BENCHMARKS.md has the
         # figures).
@@ -136,16 +159,27 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
     else:
         argv += ["--vfs-cache-mode", "off"]
     with open(home / "mount.out", "ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True)
     started["rclone"] = proc.pid
     _wait_mounted(proc, path, home, req.timeout_s)
-    state = MountState(name=req.name, path=path, mode=req.mode, bucket=bucket, endpoint=endpoint,
-                       embedded=server is not None, write_back_s=req.write_back_s if req.mode == "cached" else None,
-                       cache_dir=cache, rclone_pid=proc.pid, rclone_version=rclone_version(binary),
-                       created_path=created, server_pid=server.pid if server else None,
-                       server_root=str(server.root) if server else None, key=key, secret=secret,
-                       started_at=time.time())
+    state = MountState(
+        name=req.name,
+        path=path,
+        mode=req.mode,
+        bucket=bucket,
+        endpoint=endpoint,
+        embedded=server is not None,
+        write_back_s=req.write_back_s if req.mode == "cached" else None,
+        cache_dir=cache,
+        rclone_pid=proc.pid,
+        rclone_version=rclone_version(binary),
+        created_path=created,
+        server_pid=server.pid if server else None,
+        server_root=str(server.root) if server else None,
+        key=key,
+        secret=secret,
+        started_at=time.time(),
+    )
     sysm.write_private_json(home / "state.json", asdict(state))
     return state
 
@@ -154,14 +188,18 @@ def _wait_mounted(proc: subprocess.Popen, path: str, home: Path, timeout_s: floa
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RunError(f"rclone mount exited with status {proc.returncode} before {path!r} was mounted: "
-                           f"{sysm.log_tail(home / 'mount.log', home / 'mount.out')}")
+            raise RunError(
+                f"rclone mount exited with status {proc.returncode} before {path!r} was mounted: "
+                f"{sysm.log_tail(home / 'mount.log', home / 'mount.out')}"
+            )
         info = sysm.mount_at(path)
         if info is not None and info["fstype"].startswith("fuse.rclone"):
             return
         time.sleep(0.05)
-    raise RunError(f"rclone mount did not mount {path!r} within {timeout_s:g} s: "
-                   f"{sysm.log_tail(home / 'mount.log', home / 'mount.out')}")
+    raise RunError(
+        f"rclone mount did not mount {path!r} within {timeout_s:g} s: "
+        f"{sysm.log_tail(home / 'mount.log', home / 'mount.out')}"
+    )
 
 
 def _undo(name: str, started: dict[str, Any]) -> None:
@@ -199,10 +237,10 @@ def names() -> list[str]:
     found = set()
     root = sysm.state_root()
     if root.is_dir():
-        found |= {p.name[len("mount-"):] for p in root.iterdir() if p.name.startswith("mount-")}
+        found |= {p.name[len("mount-") :] for p in root.iterdir() if p.name.startswith("mount-")}
     for info in sysm.mounts():
         if info["source"].startswith(DEVNAME_PREFIX) and info["fstype"].startswith("fuse.rclone"):
-            found.add(info["source"][len(DEVNAME_PREFIX):].split(":", 1)[0])
+            found.add(info["source"][len(DEVNAME_PREFIX) :].split(":", 1)[0])
     return sorted(found)
 
 
@@ -213,8 +251,11 @@ def down(name: str) -> list[str]:
     removed: list[str] = []
     state = read_state(name)
     home = state_dir(name)
-    points = {info["mount_point"] for info in sysm.mounts()
-              if info["source"].startswith(f"{DEVNAME_PREFIX}{name}:") and info["fstype"].startswith("fuse.rclone")}
+    points = {
+        info["mount_point"]
+        for info in sysm.mounts()
+        if info["source"].startswith(f"{DEVNAME_PREFIX}{name}:") and info["fstype"].startswith("fuse.rclone")
+    }
     if state is not None and sysm.mount_at(state.path) is not None:
         points.add(state.path)
     for point in sorted(points, key=len, reverse=True):
@@ -252,18 +293,18 @@ def status(name: str | None = None) -> list[dict[str, Any]]:
     machine carries is a UsageError, not a leftover."""
     out = []
     if name and check_name(name) not in names():
-        raise UsageError(f"no mount named {name!r} on this machine (none is up or left over); "
-                         f"`microbench mount status` lists them, `microbench mount up --name {name}` makes one")
-    for each in ([name] if name else names()):
+        raise UsageError(
+            f"no mount named {name!r} on this machine (none is up or left over); "
+            f"`microbench mount status` lists them, `microbench mount up --name {name}` makes one"
+        )
+    for each in [name] if name else names():
         state = read_state(each)
         if state is None:
-            out.append({"name": each, "state": "leftover (no state file): run `microbench mount down --name "
-                                                f"{each}`"})
+            out.append({"name": each, "state": f"leftover (no state file): run `microbench mount down --name {each}`"})
             continue
         info = sysm.mount_at(state.path)
         healthy = info is not None and sysm.alive(state.rclone_pid) and sysm.responsive(state.path)
-        row = {**state.public(), "state": "up" if healthy else "broken: run `microbench mount down --name "
-                                                               f"{each}`"}
+        row = {**state.public(), "state": "up" if healthy else f"broken: run `microbench mount down --name {each}`"}
         if state.cache_dir:
             row["cache_bytes"] = sysm.tree_bytes(state.cache_dir)
         out.append(row)

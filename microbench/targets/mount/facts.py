@@ -45,8 +45,11 @@ def check_alive(path: str) -> None:
     reason = sysm.dead_reason(info["mount_point"])
     if reason:
         state = _state_for(info["mount_point"])
-        fix = (f"run `microbench mount down --name {state.name}`" if state is not None
-               else f"unmount it (fusermount3 -uz {info['mount_point']})")
+        fix = (
+            f"run `microbench mount down --name {state.name}`"
+            if state is not None
+            else f"unmount it (fusermount3 -uz {info['mount_point']})"
+        )
         raise RunError(f"the {info['fstype']} mount at {info['mount_point']!r} {reason}; {fix}")
 
 
@@ -57,22 +60,38 @@ def facts_for_path(path: str) -> dict[str, Any] | None:
         return None
     check_alive(path)
     state = _state_for(info["mount_point"])
-    out: dict[str, Any] = {"on_mount": True, "mount_point": info["mount_point"], "mount_fstype": info["fstype"],
-                           "mount_source": info["source"]}
+    out: dict[str, Any] = {
+        "on_mount": True,
+        "mount_point": info["mount_point"],
+        "mount_fstype": info["fstype"],
+        "mount_source": info["source"],
+    }
     if state is None:
         from ..s3server import rclone_binary, rclone_version
 
         binary = rclone_binary()
-        out.update(mount_mode="unknown (not mounted by `microbench mount up`)", mount_name=None,
-                   backing_store="unknown", rclone_version=rclone_version(binary) if binary else None,
-                   durable_when="unknown: no store access for a mount microbench did not make")
+        out.update(
+            mount_mode="unknown (not mounted by `microbench mount up`)",
+            mount_name=None,
+            backing_store="unknown",
+            rclone_version=rclone_version(binary) if binary else None,
+            durable_when="unknown: no store access for a mount microbench did not make",
+        )
         return out
-    out.update(mount_mode=state.mode, mount_name=state.name, backing_store=state.backing(),
-               rclone_version=state.rclone_version, write_back_s=state.write_back_s, cache_dir=state.cache_dir,
-               durable_when=("close returns once the object is uploaded (direct mount): blocked = durable, "
-                             "checked over the S3 API" if state.mode == "direct" else
-                             f"the store holds every byte, polled over the S3 API after close (cached mount, "
-                             f"upload {format_number(state.write_back_s, 6)} s after close)"))
+    out.update(
+        mount_mode=state.mode,
+        mount_name=state.name,
+        backing_store=state.backing(),
+        rclone_version=state.rclone_version,
+        write_back_s=state.write_back_s,
+        cache_dir=state.cache_dir,
+        durable_when=(
+            "close returns once the object is uploaded (direct mount): blocked = durable, checked over the S3 API"
+            if state.mode == "direct"
+            else f"the store holds every byte, polled over the S3 API after close (cached mount, "
+            f"upload {format_number(state.write_back_s, 6)} s after close)"
+        ),
+    )
     return out
 
 
@@ -90,7 +109,7 @@ def store_client(mount_point: str) -> tuple[Any, str]:
     state = _state_for(mount_point)
     if state is None:
         raise RunError(f"no `microbench mount up` state for the mount at {mount_point!r}: cannot reach its store")
-    key = f"{mount_point} {state.endpoint} {state.started_at}"   # a later mount at the same point is another store
+    key = f"{mount_point} {state.endpoint} {state.started_at}"  # a later mount at the same point is another store
     if key in _CLIENTS:
         return _CLIENTS[key]
     if state.embedded:
@@ -103,7 +122,7 @@ def store_client(mount_point: str) -> tuple[Any, str]:
 
 @dataclass
 class Durable:
-    seconds: float          # from `started_at` until the store held every byte
+    seconds: float  # from `started_at` until the store held every byte
     total_bytes: int
     durable_bytes: int
     files: int
@@ -153,10 +172,14 @@ def wait_durable(directory: str, *, started_at: float, timeout_s: float) -> Dura
             if held == total:
                 return Durable(time.perf_counter() - started_at, total, held, len(expected))
             if time.perf_counter() > deadline:
-                raise RunError(f"not durable within --timeout {format_number(timeout_s, 6)} s: the store held "
-                               f"{format_bytes_human(held)} of {format_bytes_human(total)} written to {directory}; "
-                               f"the rest is still in the mount's cache (`microbench mount status`)")
+                raise RunError(
+                    f"not durable within --timeout {format_number(timeout_s, 6)} s: the store held "
+                    f"{format_bytes_human(held)} of {format_bytes_human(total)} written to {directory}; "
+                    f"the rest is still in the mount's cache (`microbench mount status`)"
+                )
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted while the mount's cache drained: {held} of {total} bytes "
-                          f"({format_bytes_human(held)} of {format_bytes_human(total)}) were durable") from None
+        raise Interrupted(
+            f"interrupted while the mount's cache drained: {held} of {total} bytes "
+            f"({format_bytes_human(held)} of {format_bytes_human(total)}) were durable"
+        ) from None

@@ -21,10 +21,10 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,15}$")
 class MountRequest:
     name: str
     mode: str
-    path: str | None = None            # default: <state dir>/mnt
-    cache_dir: str | None = None       # cached: the local disk for the cache (default: the state dir)
+    path: str | None = None  # default: <state dir>/mnt
+    cache_dir: str | None = None  # cached: the local disk for the cache (default: the state dir)
     write_back_s: float = DEFAULT_WRITE_BACK_S
-    endpoint: str | None = None        # None: the embedded server
+    endpoint: str | None = None  # None: the embedded server
     bucket: str | None = None
     timeout_s: float = READY_TIMEOUT_S
 
@@ -40,7 +40,7 @@ class MountState:
     endpoint: str
     embedded: bool
     write_back_s: float | None
-    cache_dir: str | None              # rclone's --cache-dir: ours, removed by down
+    cache_dir: str | None  # rclone's --cache-dir: ours, removed by down
     rclone_pid: int
     rclone_version: str | None
     created_path: bool = False
@@ -63,8 +63,10 @@ class MountState:
 
 def check_name(name: str) -> str:
     if not _NAME_RE.match(str(name)):
-        raise UsageError(f"invalid --name {name!r}: expected 1-16 of a-z, 0-9, '-' and '_', starting with a letter "
-                         f"or digit, e.g. --name m")
+        raise UsageError(
+            f"invalid --name {name!r}: expected 1-16 of a-z, 0-9, '-' and '_', starting with a letter "
+            f"or digit, e.g. --name m"
+        )
     return name
 
 
@@ -93,30 +95,41 @@ def validate(req: MountRequest) -> MountRequest:
         parent = os.path.dirname(path)
         if not os.path.exists(path) and not os.path.isdir(parent):
             # up makes the mount point itself, not a tree of directories a typo would grow.
-            raise UsageError(f"mount point {req.path!r}: directory {parent!r} does not exist; give a mount point "
-                             f"in an existing directory, e.g. --path /mnt/bucket")
+            raise UsageError(
+                f"mount point {req.path!r}: directory {parent!r} does not exist; give a mount point "
+                f"in an existing directory, e.g. --path /mnt/bucket"
+            )
         if sysm.mount_at(path) is not None:
-            raise UsageError(f"mount point {req.path!r} is already mounted; give an empty directory that is not a "
-                             f"mount point, e.g. --path /mnt/bucket")
+            raise UsageError(
+                f"mount point {req.path!r} is already mounted; give an empty directory that is not a "
+                f"mount point, e.g. --path /mnt/bucket"
+            )
         if os.path.exists(path):
             if not os.path.isdir(path):
-                raise UsageError(f"mount point {req.path!r} is not a directory; give an empty directory, "
-                                 f"e.g. --path /mnt/bucket")
+                raise UsageError(
+                    f"mount point {req.path!r} is not a directory; give an empty directory, e.g. --path /mnt/bucket"
+                )
             if os.listdir(path):
-                raise UsageError(f"mount point {req.path!r} is not empty: a mount would hide what is there; give an "
-                                 f"empty directory, e.g. --path /mnt/bucket")
+                raise UsageError(
+                    f"mount point {req.path!r} is not empty: a mount would hide what is there; give an "
+                    f"empty directory, e.g. --path /mnt/bucket"
+                )
         if req.cache_dir is not None:
             cache = os.path.realpath(req.cache_dir)
             if cache == path or cache.startswith(path.rstrip("/") + "/"):
-                raise UsageError(f"--cache-dir {req.cache_dir!r} is on the mount {req.path!r} itself: the cache must "
-                                 f"be a local disk, e.g. --cache-dir /var/tmp")
+                raise UsageError(
+                    f"--cache-dir {req.cache_dir!r} is on the mount {req.path!r} itself: the cache must "
+                    f"be a local disk, e.g. --cache-dir /var/tmp"
+                )
     if req.cache_dir is not None:
         check_cache_dir(req.cache_dir)
         cache = os.path.realpath(req.cache_dir)
         holder = sysm.mount_of(cache)
         if holder and holder["fstype"].startswith("fuse.rclone"):
-            raise UsageError(f"--cache-dir {req.cache_dir!r} is on the rclone mount at {holder['mount_point']!r}: "
-                             f"the cache must be a local disk, e.g. --cache-dir /var/tmp")
+            raise UsageError(
+                f"--cache-dir {req.cache_dir!r} is on the rclone mount at {holder['mount_point']!r}: "
+                f"the cache must be a local disk, e.g. --cache-dir /var/tmp"
+            )
     return req
 
 
@@ -132,10 +145,14 @@ def check_cache_dir(text: str) -> str:
     while not os.path.exists(place) and os.path.dirname(place) != place:
         place = os.path.dirname(place)
     if not os.path.isdir(place):
-        raise UsageError(f"invalid --cache-dir {text!r}: {place!r} is not a directory; give a local directory, "
-                         f"e.g. --cache-dir /var/tmp")
+        raise UsageError(
+            f"invalid --cache-dir {text!r}: {place!r} is not a directory; give a local directory, "
+            f"e.g. --cache-dir /var/tmp"
+        )
     why = why_unwritable(place)
     if why:
-        raise UsageError(f"invalid --cache-dir {text!r}: {why}; give a local directory this user can write, "
-                         f"e.g. --cache-dir /var/tmp")
+        raise UsageError(
+            f"invalid --cache-dir {text!r}: {why}; give a local directory this user can write, "
+            f"e.g. --cache-dir /var/tmp"
+        )
     return text

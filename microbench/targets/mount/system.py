@@ -60,8 +60,14 @@ def mounts() -> list[dict[str, str]]:
                 fields, rest = left.split(), right.split()
                 if len(fields) < 5 or len(rest) < 2:
                     continue
-                out.append({"mount_point": _unescape(fields[4]), "fstype": rest[0], "source": _unescape(rest[1]),
-                            "options": fields[5] if len(fields) > 5 else ""})
+                out.append(
+                    {
+                        "mount_point": _unescape(fields[4]),
+                        "fstype": rest[0],
+                        "source": _unescape(rest[1]),
+                        "options": fields[5] if len(fields) > 5 else "",
+                    }
+                )
     except OSError:
         pass
     return out
@@ -217,7 +223,7 @@ def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
 
 def _reap(pid: int) -> None:
     try:
-        os.waitpid(pid, os.WNOHANG)   # our own child (a failed up) would stay a zombie
+        os.waitpid(pid, os.WNOHANG)  # our own child (a failed up) would stay a zombie
     except ChildProcessError:
         pass
 

@@ -112,8 +112,9 @@ def _scatter_alone(world: World, model: Any, optim: Any, dev: str) -> float:
     return time.perf_counter() - start
 
 
-def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
-                    reps: int) -> dict[str, Any]:
+def run_full_target(
+    world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str, reps: int
+) -> dict[str, Any]:
     import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -121,9 +122,20 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
     layout = ckl.state_layout({"model": msd, "optim": osd})
     del msd, osd
     nbytes = ckl.layout_bytes(layout, world.size)
-    probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32", device=dev,
-                                         backend=backend, items=tuple(layout), state_dict="full",
-                                         save_format="torch"), world, run_dir)
+    probe = ck.CheckpointProbe(
+        ck.Config(
+            size_bytes=nbytes,
+            target=run_dir.display,
+            dtype="float32",
+            device=dev,
+            backend=backend,
+            items=tuple(layout),
+            state_dict="full",
+            save_format="torch",
+        ),
+        world,
+        run_dir,
+    )
     save_case, load_case = probe.cases()
     probe_parts: list[tuple[float, float, float]] = []
     probe_loads, probe_reads, saves, gathers, writes, loads, reads, wrong = [], [], [], [], [], [], [], 0
@@ -131,12 +143,17 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
-            collector.young()   # between repetitions, outside every clock (collector.py)
+            collector.young()  # between repetitions, outside every clock (collector.py)
             probe._fresh_step()
-            assert probe.full is not None   # the probe was made for a full state dict
+            assert probe.full is not None  # the probe was made for a full state dict
             _, parts = probe.full.save()
-            probe_parts.append((parts.get("gather_time_us", 0.0) / 1e6, parts.get("serialize_write_time_us", 0.0) / 1e6,
-                                parts.get("fsync_time_us", 0.0) / 1e6))
+            probe_parts.append(
+                (
+                    parts.get("gather_time_us", 0.0) / 1e6,
+                    parts.get("serialize_write_time_us", 0.0) / 1e6,
+                    parts.get("fsync_time_us", 0.0) / 1e6,
+                )
+            )
             probe.prepare(load_case)
             timed = probe.run_once(load_case)
             probe_loads.append(timed.time_s)
@@ -159,7 +176,7 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
             reads.append(read_s)
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
     except BaseException:
-        probe.abandon(load_case)   # no collective: a peer may be inside any of the above
+        probe.abandon(load_case)  # no collective: a peer may be inside any of the above
         raise
     probe.release(load_case)
     # The first of each warms up. The probe's parts are rank 0's (the writer); times the slowest rank's.
@@ -167,8 +184,9 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
     gather_in = percentile([p[0] for p in parts], 50)
     serialize_in = percentile([p[1] for p in parts], 50)
     durable_in = percentile([p[1] + p[2] for p in parts], 50)
-    per_rank = world.all_gather_object((saves[1:], gathers[1:], writes[1:], loads[1:], probe_loads[1:], reads[1:],
-                                        probe_reads[1:], scatters[1:]))
+    per_rank = world.all_gather_object(
+        (saves[1:], gathers[1:], writes[1:], loads[1:], probe_loads[1:], reads[1:], probe_reads[1:], scatters[1:])
+    )
 
     def slowest(k: int) -> list[float]:
         return [max(r[k][i] for r in per_rank) for i in range(reps)]
@@ -177,9 +195,17 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
 
     def composed(gather_s: float, serialize_s: float, durable_s: float) -> Any:
         """The composer's full save from the probe's gather, serialize+write and write+fsync times."""
-        return full_save(label, probe.size, gather_time_s=gather_s, host_link_gbps=None,
-                         serialize_gbps=probe.size / serialize_s / 1e9, stream_gbps=probe.size / durable_s / 1e9,
-                         aggregate_gbps=probe.size / durable_s / 1e9, nodes=1, aggregate_is_job=False)
+        return full_save(
+            label,
+            probe.size,
+            gather_time_s=gather_s,
+            host_link_gbps=None,
+            serialize_gbps=probe.size / serialize_s / 1e9,
+            stream_gbps=probe.size / durable_s / 1e9,
+            aggregate_gbps=probe.size / durable_s / 1e9,
+            nodes=1,
+            aggregate_is_job=False,
+        )
 
     pred = composed(gather_in, serialize_in, durable_in)
     # The load: the probe's read on rank 0 (the storage and torch.load) and this model's own
@@ -192,10 +218,12 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
     load_each = [r + c for r, c in zip(probe_read_t, scatter_t, strict=False)]
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     wrong = sum(world.all_gather_object(wrong))
-    source = (f"checkpoint probe --state-dict full on {label} in this run: {format(probe.size, ',')} bytes in "
-              f"{probe.tensors} synthetic tensors in this state's layout, one probe save and load right before each "
-              f"real one, medians: gather {gather_in:.3f} s, serialize+write {probe.size / serialize_in / 1e9:.3f} "
-              f"GB/s, with fsync {probe.size / durable_in / 1e9:.3f} GB/s")
+    source = (
+        f"checkpoint probe --state-dict full on {label} in this run: {format(probe.size, ',')} bytes in "
+        f"{probe.tensors} synthetic tensors in this state's layout, one probe save and load right before each "
+        f"real one, medians: gather {gather_in:.3f} s, serialize+write {probe.size / serialize_in / 1e9:.3f} "
+        f"GB/s, with fsync {probe.size / durable_in / 1e9:.3f} GB/s"
+    )
     return {
         "kind": "checkpoint",
         "target": f"{label} full",

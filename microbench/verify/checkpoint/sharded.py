@@ -46,8 +46,9 @@ def _checksum(model: Any) -> float:
     return float(sum(p.to_local().double().sum().item() for p in model.parameters()))
 
 
-def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str,
-               reps: int) -> dict[str, Any]:
+def run_target(
+    world: World, run_dir: ct.RunDir, label: str, model: Any, optim: Any, dev: str, backend: str, reps: int
+) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -64,15 +65,20 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
     # fsync'd). One probe save and load right before each
     # real save and load: the page cache's flush and other work on the machine move a save by
     # tens of percent from one minute to the next, and alternating puts that into both sides.
-    probe = ck.CheckpointProbe(ck.Config(size_bytes=nbytes, target=run_dir.display, dtype="float32",
-                                         device=dev, backend=backend, items=tuple(layout)), world, run_dir)
+    probe = ck.CheckpointProbe(
+        ck.Config(
+            size_bytes=nbytes, target=run_dir.display, dtype="float32", device=dev, backend=backend, items=tuple(layout)
+        ),
+        world,
+        run_dir,
+    )
     save_case, load_case = probe.cases()
     probe_saves, probe_loads, converts = [], [], []
     saves, loads, wrong = [], [], 0
     saved_sum = _checksum(model)
     try:
         for i in range(reps + 1):
-            collector.young()   # between repetitions, outside every clock (collector.py)
+            collector.young()  # between repetitions, outside every clock (collector.py)
             # The real load is get_state_dict, dcp.load, set_state_dict; the probe times the
             # storage part only. The state-dict conversion around it, timed here on this model
             # with its own state (no load), is the other input: a sizeable share of a small
@@ -118,7 +124,7 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
             wrong += int(abs(_checksum(model) - saved_sum) > 1e-6 * (abs(saved_sum) + 1))
         written = written_bytes(world, run_dir, f"verify-step-{reps}")
     except BaseException:
-        probe.abandon(load_case)   # no collective: a peer may be inside any of the above
+        probe.abandon(load_case)  # no collective: a peer may be inside any of the above
         raise
     probe.release(load_case)
     # the first of each (probe and real) warms up; each value is the slowest rank's
@@ -131,20 +137,24 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
     read_gbps = probe.size / percentile(probe_load_t, 50) / 1e9
     pred = predict_tier(label, probe.size, write_gbps, read_gbps)
     pred_load_s = (pred.load_s or 0.0) + convert_s
-    per_rank = world.all_gather_object((saves[1:], loads[1:]))   # the first of each warms up
+    per_rank = world.all_gather_object((saves[1:], loads[1:]))  # the first of each warms up
     save_t = [max(r[0][i] for r in per_rank) for i in range(reps)]
     load_t = [max(r[1][i] for r in per_rank) for i in range(reps)]
     wrong = sum(world.all_gather_object(wrong))
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     # Each real save and load against the composer's prediction from the probe save and load
     # (and the state-dict conversion) timed right before it.
-    each = [predict_tier(label, probe.size, probe.size / ps / 1e9, probe.size / pl / 1e9)
-            for ps, pl in zip(probe_save_t, probe_load_t, strict=False)]
+    each = [
+        predict_tier(label, probe.size, probe.size / ps / 1e9, probe.size / pl / 1e9)
+        for ps, pl in zip(probe_save_t, probe_load_t, strict=False)
+    ]
     save_each = [p.save_s for p in each]
     load_each = [(p.load_s or 0.0) + c for p, c in zip(each, convert_t, strict=False)]
-    source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {probe.tensors} "
-              f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
-              f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
+    source = (
+        f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {probe.tensors} "
+        f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
+        f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s"
+    )
     return {
         "kind": "checkpoint",
         "target": label,
@@ -229,7 +239,7 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
     model = fm.shard(fm.build(shape, device), precision, mesh=hybrid.mesh(layout, device) if layout.hybrid else None)
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, 64, device, seed=world.rank)
-    fm.step(model, optim, ids, targets)     # optimizer state exists only after a step
+    fm.step(model, optim, ids, targets)  # optimizer state exists only after a step
     # A full state dict of an HSDP model is the same gather as full sharding's: only the sharded save differs.
     state_dicts = (spec.state_dicts or ["sharded"]) if not layout.hybrid else ["sharded"]
     for label, target_text in spec.targets:
@@ -240,8 +250,13 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
 
             from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
-            access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),
-                                 embedded=True, root_dir=os.environ.get(ENV_ROOT))
+            access = ct.S3Access(
+                os.environ[ENV_ENDPOINT],
+                os.environ.get(ENV_KEY),
+                os.environ.get(ENV_SECRET),
+                embedded=True,
+                root_dir=os.environ.get(ENV_ROOT),
+            )
         name = world.broadcast_object(ct.unique_name() if world.rank == 0 else None)
         run_dir = ct.RunDir(target, name, access)
         if world.rank == 0:
@@ -254,9 +269,14 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                     from .full import run_full_target as run_one
                 else:
                     run_one = run_target
-                rows.append(guarded(world, record, f"the {state_dict} checkpoint to {label}",
-                                    functools.partial(run_one, world, run_dir, label, model, optim, dev, backend,
-                                                      spec.reps)))
+                rows.append(
+                    guarded(
+                        world,
+                        record,
+                        f"the {state_dict} checkpoint to {label}",
+                        functools.partial(run_one, world, run_dir, label, model, optim, dev, backend, spec.reps),
+                    )
+                )
                 world.barrier()
         finally:
             if world.rank == 0:
@@ -269,14 +289,24 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                 row["replicas"] = layout.topo.nodes
             if record is not None:
                 record.add_rows([row])
+
                 def shown(op: dict[str, Any]) -> str:
-                    return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
-                                   for name, p in (op.get("parts") or {}).items())
+                    return "".join(
+                        f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
+                        for name, p in (op.get("parts") or {}).items()
+                    )
+
                 where = row["target"] + (f" {sharding}" if sharding != "full" else "")
-                stored = (f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
-                          if row.get("replicas") and row.get("written_bytes") is not None else "")
-                print(f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
-                      f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
-                      f"({row['save']['error_pct']:+.1f}%){shown(row['save'])}; load predicted "
-                      f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
-                      f"({row['load']['error_pct']:+.1f}%){shown(row['load'])}", flush=True)
+                stored = (
+                    f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
+                    if row.get("replicas") and row.get("written_bytes") is not None
+                    else ""
+                )
+                print(
+                    f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
+                    f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
+                    f"({row['save']['error_pct']:+.1f}%){shown(row['save'])}; load predicted "
+                    f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
+                    f"({row['load']['error_pct']:+.1f}%){shown(row['load'])}",
+                    flush=True,
+                )

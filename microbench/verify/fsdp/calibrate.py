@@ -61,12 +61,27 @@ def compute_efficiency(world: World, device: Any, precision: fm.Precision, dev: 
     replays, real = measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
     replay_s, measured = percentile(replays, 50), percentile(real, 50)
     ratios = [a / b for a, b in zip(replays, real, strict=False)]
-    return {"compute_efficiency": percentile(ratios, 50), "replay_s": replay_s, "measured_s": measured,
-            "replay_samples_s": replays, "measured_samples_s": real, "ratios": ratios}
+    return {
+        "compute_efficiency": percentile(ratios, 50),
+        "replay_s": replay_s,
+        "measured_s": measured,
+        "replay_samples_s": replays,
+        "measured_samples_s": real,
+        "ratios": ratios,
+    }
 
 
-def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, backend: str, efficiency: float,
-                 unit_overhead_s: float, reps: int = 9, layout: Any = None) -> dict[str, Any]:
+def fsdp_overlap(
+    world: World,
+    device: Any,
+    precision: fm.Precision,
+    dev: str,
+    backend: str,
+    efficiency: float,
+    unit_overhead_s: float,
+    reps: int = 9,
+    layout: Any = None,
+) -> dict[str, Any]:
     # The compute replay, the collective probe and AdamW right before each step, as verify's rows read them.
     sample = paired.inputs_sampler(world, CAL_SHAPE, CAL_TOKENS, device, dev, backend, precision, layout)
     steps, samples = measure_interleaved(world, CAL_SHAPE, CAL_TOKENS, device, precision, reps, 2, sample, layout)
@@ -75,8 +90,10 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
 
     def bounds(inputs: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> tuple[float, float]:
         """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
-        return tuple(vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, *inputs,
-                                replace(cal, overlap=o))["step_s"] for o in (0.0, 1.0))
+        return tuple(
+            vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, *inputs, replace(cal, overlap=o))["step_s"]
+            for o in (0.0, 1.0)
+        )
 
     # The hideable span (serial - pipelined) is a tenth of a CPU step: one step's noise moves the
     # overlap by more than its whole range. Each step is read against the inputs sampled right
@@ -88,11 +105,20 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
     # What each step took beyond its serial prediction: a diagnostic of the compute inside a fully_shard step.
     serial_each = [b[0] for b in each]
     beyond = [s - p for s, p in zip(steps, serial_each, strict=False)]
-    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
-            "beyond_serial_s": percentile(beyond, 50), "predicted_serial_per_step_s": serial_each,
-            "raw_iqr": [percentile(raws, 25), percentile(raws, 75)], "measured_s": percentile(steps, 50),
-            "steps_s": steps, "predicted_serial_s": serial, "predicted_pipelined_s": pipelined,
-            "model": CAL_SHAPE.name, "tokens": CAL_TOKENS}
+    return {
+        "overlap": min(1.0, max(0.0, value)),
+        "raw": value,
+        "raw_per_step": raws,
+        "beyond_serial_s": percentile(beyond, 50),
+        "predicted_serial_per_step_s": serial_each,
+        "raw_iqr": [percentile(raws, 25), percentile(raws, 75)],
+        "measured_s": percentile(steps, 50),
+        "steps_s": steps,
+        "predicted_serial_s": serial,
+        "predicted_pipelined_s": pipelined,
+        "model": CAL_SHAPE.name,
+        "tokens": CAL_TOKENS,
+    }
 
 
 def _overlap_of(serial: float, pipelined: float, measured: float) -> float:
@@ -135,7 +161,7 @@ def backend_overlap(world: World, device: Any, precision: fm.Precision, reps: in
         timed(gather), timed(lambda: matmuls(1))
     one_mm = vf.slowest(world, percentile([timed(lambda: matmuls(1)) for _ in range(3)], 50))
     one_ag = vf.slowest(world, percentile([timed(gather) for _ in range(3)], 50))
-    k = max(1, round(one_ag / max(one_mm, 1e-9)))   # as much compute as communication
+    k = max(1, round(one_ag / max(one_mm, 1e-9)))  # as much compute as communication
 
     def together() -> None:
         work = all_gather(full, shard, async_op=True)
@@ -150,54 +176,87 @@ def backend_overlap(world: World, device: Any, precision: fm.Precision, reps: in
     c, m, t = (vf.slowest(world, percentile(x, 50)) for x in (c_alone, m_alone, both))
     # A world of one gathers nothing: no communication to hide, so nothing to measure.
     value = (c + m - t) / min(c, m) if world.size > 1 and min(c, m) > 0 else 0.0
-    return {"overlap": min(1.0, max(0.0, value)), "raw": value, "compute_alone_s": c, "comm_alone_s": m,
-            "together_s": t, "matmuls": k, "unit_bytes": count * precision.bytes}
+    return {
+        "overlap": min(1.0, max(0.0, value)),
+        "raw": value,
+        "compute_alone_s": c,
+        "comm_alone_s": m,
+        "together_s": t,
+        "matmuls": k,
+        "unit_bytes": count * precision.bytes,
+    }
 
 
-def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int = 15,
-                  layout: Any = None) -> dict[str, Any]:
+def unit_overhead(
+    world: World, device: Any, precision: fm.Precision, reps: int = 15, layout: Any = None
+) -> dict[str, Any]:
     shape, tokens = UNIT_SHAPE, UNIT_TOKENS
     # The plain forward+backward, the collectives alone and the AdamW probe at the shard size,
     # right before each fully_shard step, so the difference is not a drift of the machine between them.
-    compute, comm = (compute_alone_sampler(world, shape, tokens, device, precision),
-                     comm_alone_sampler(world, shape, precision, device, layout))
+    compute, comm = (
+        compute_alone_sampler(world, shape, tokens, device, precision),
+        comm_alone_sampler(world, shape, precision, device, layout),
+    )
     optimizer, _ = vf.optimizer_sampler(world, shape, device, layout)
-    fsdp, parts = measure_interleaved(world, shape, tokens, device, precision, reps, 2,
-                                         lambda: (compute(), comm(), optimizer()), layout)
+    fsdp, parts = measure_interleaved(
+        world, shape, tokens, device, precision, reps, 2, lambda: (compute(), comm(), optimizer()), layout
+    )
     units = shape.layers + 1
     # Each step less the samples taken right before it, then the median: a difference of
     # medians carries every part's noise, and an optimizer probe timed once, apart from the
     # steps, moved the per-unit cost between runs with the machine's drift (docs/verify.md).
     left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts, strict=False)], 50)
     per_unit = max(0.0, left_s / (2 * units))
-    return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": percentile(fsdp, 50),
-            "compute_alone_s": percentile([c for c, _, _ in parts], 50),
-            "comm_alone_s": percentile([m for _, m, _ in parts], 50),
-            "optimizer_s": percentile([o for _, _, o in parts], 50), "units": units, "model": shape.name,
-            "tokens": tokens, "fsdp_steps_s": fsdp, "samples_s": parts}
+    return {
+        "unit_overhead_s": per_unit,
+        "left_s": left_s,
+        "fsdp_step_s": percentile(fsdp, 50),
+        "compute_alone_s": percentile([c for c, _, _ in parts], 50),
+        "comm_alone_s": percentile([m for _, m, _ in parts], 50),
+        "optimizer_s": percentile([o for _, _, o in parts], 50),
+        "units": units,
+        "model": shape.name,
+        "tokens": tokens,
+        "fsdp_steps_s": fsdp,
+        "samples_s": parts,
+    }
 
 
-def calibrate(world: World, device: Any, precision: fm.Precision, dev: str, backend: str,
-              layout: Any = None, reps: int | None = None) -> dict[str, Any]:
+def calibrate(
+    world: World,
+    device: Any,
+    precision: fm.Precision,
+    dev: str,
+    backend: str,
+    layout: Any = None,
+    reps: int | None = None,
+) -> dict[str, Any]:
     """Every rank runs this; the result (same on every rank) is summary.calibration's form. With
     a hybrid layout, its overlap and unit cost are HSDP's (calibrated on its own configuration).
     reps (--cal-reps): timed steps or pairs for each of the three numbers instead of their defaults."""
     n = {} if reps is None else {"reps": reps}
     eff = compute_efficiency(world, device, precision, dev, **n)
     uo = unit_overhead(world, device, precision, layout=layout, **n)
-    ov = fsdp_overlap(world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"],
-                      layout=layout, **n)
+    ov = fsdp_overlap(
+        world, device, precision, dev, backend, eff["compute_efficiency"], uo["unit_overhead_s"], layout=layout, **n
+    )
     # FSDP2 overlaps its collectives with compute only on a GPU (its own streams); on a CPU it
     # issues them synchronously, so a step there hides nothing, and an overlap read from its
     # steps would only carry their noise into every prediction.
     overlaps = dev != "cpu"
     could = backend_overlap(world, device, precision)
-    return {"overlap": ov["overlap"] if overlaps else 0.0, "unit_overhead_s": uo["unit_overhead_s"],
-            "compute_efficiency": eff["compute_efficiency"], "backend": backend, "device": dev,
-            "ranks": world.size, "param_dtype": precision.param_dtype,
-            "sharding": layout.sharding if layout is not None else "full",
-            "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
-            "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff}}
+    return {
+        "overlap": ov["overlap"] if overlaps else 0.0,
+        "unit_overhead_s": uo["unit_overhead_s"],
+        "compute_efficiency": eff["compute_efficiency"],
+        "backend": backend,
+        "device": dev,
+        "ranks": world.size,
+        "param_dtype": precision.param_dtype,
+        "sharding": layout.sharding if layout is not None else "full",
+        "model": {"family": fm.FAMILY, "name": CAL_SHAPE.name, "tokens": CAL_TOKENS},
+        "details": {"overlap": ov, "backend_overlap": could, "unit_overhead": uo, "compute_efficiency": eff},
+    }
 
 
 def as_calibration(cal: dict[str, Any], source: str) -> Calibration:

@@ -59,67 +59,99 @@ def mesh(layout: Layout, device: Any) -> Any:
 
     topo = layout.topo
     assert topo is not None
-    return init_device_mesh(getattr(device, "type", str(device)), (topo.nodes, topo.ranks_per_node),
-                            mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(
+        getattr(device, "type", str(device)), (topo.nodes, topo.ranks_per_node), mesh_dim_names=("replicate", "shard")
+    )
 
 
 KEEP = ("op", "group", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
 
 
-def collective_cases(world: World, precision: fm.Precision, device: str, backend: str,
-                     sizes: dict[str, int]) -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
+def collective_cases(
+    world: World, precision: fm.Precision, device: str, backend: str, sizes: dict[str, int]
+) -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     """Within each node: AllGather and ReduceScatter at the unit sizes (`sizes`, steps.unit_sizes);
     across nodes: the all-reduce at the gradient shards' sizes (a unit's reduced bytes / shard).
     The probes (their groups made once) and their cases, to measure as often as needed."""
     topo = topology(world.size)
     g = topo.ranks_per_node
     cases = []
-    plan = (("all_gather", precision.param_dtype, "node", sorted({sizes["block_ag"], sizes["root_ag"]})),
-            ("reduce_scatter", precision.reduce_dtype, "node", sorted({sizes["block_rs"], sizes["root_rs"]})),
-            ("all_reduce", precision.reduce_dtype, "cross", sorted({max(4, sizes["block_rs"] // g),
-                                                                    max(4, sizes["root_rs"] // g)})))
+    plan = (
+        ("all_gather", precision.param_dtype, "node", sorted({sizes["block_ag"], sizes["root_ag"]})),
+        ("reduce_scatter", precision.reduce_dtype, "node", sorted({sizes["block_rs"], sizes["root_rs"]})),
+        (
+            "all_reduce",
+            precision.reduce_dtype,
+            "cross",
+            sorted({max(4, sizes["block_rs"] // g), max(4, sizes["root_rs"] // g)}),
+        ),
+    )
     for op, dtype, group, op_sizes in plan:
         config = coll.Config(sizes=op_sizes, ops=[op], dtype=dtype, backend=backend, device=device, groups=[group])
         probe = coll.CollectiveProbe(config, world)
         placement = "in" if op == "all_reduce" else "out"
         cases += [(probe, case) for case in probe.cases() if case.param("placement") == placement]
-    return cases, {"topology": topo.to_dict(),
-                   "probe": "collectives within each node at the unit sizes and the all-reduce across nodes at the "
-                            "gradient shards' sizes, every group at once"}
+    return cases, {
+        "topology": topo.to_dict(),
+        "probe": "collectives within each node at the unit sizes and the all-reduce across nodes at the "
+        "gradient shards' sizes, every group at once",
+    }
 
 
 def levels(collectives: dict[str, Any], backend: str, device: str) -> Levels:
     """The two networks as the composer takes them, from this run's group rows."""
     rows = collectives["rows"]
     node = {"rows": [dict(r, group="world") for r in rows if r["group"] == "node"]}
-    intra = Network("intra (node groups)", Curve.from_record(node, "all_gather", "measured in this run"),
-                    Curve.from_record(node, "reduce_scatter", "measured in this run"), "measured in this run",
-                    backend, device)
+    intra = Network(
+        "intra (node groups)",
+        Curve.from_record(node, "all_gather", "measured in this run"),
+        Curve.from_record(node, "reduce_scatter", "measured in this run"),
+        "measured in this run",
+        backend,
+        device,
+    )
     cross = {"rows": [dict(r, group="world") for r in rows if r["group"] == "cross"]}
     # The inter level's AllGather and ReduceScatter, which this layout never runs across nodes,
     # stand in as the all-reduce's halves (what a ring all-reduce is made of).
-    halves = {"rows": [dict(r, group="world", time_us={"p50": r["time_us"]["p50"] / 2}, op=op,
-                            busbw_gbps=r["busbw_gbps"])
-                       for r in rows if r["group"] == "cross" for op in ("all_gather", "reduce_scatter")]}
-    inter = Network("inter (cross groups)", Curve.from_record(halves, "all_gather", "measured in this run"),
-                    Curve.from_record(halves, "reduce_scatter", "measured in this run"), "measured in this run",
-                    backend, device)
+    halves = {
+        "rows": [
+            dict(r, group="world", time_us={"p50": r["time_us"]["p50"] / 2}, op=op, busbw_gbps=r["busbw_gbps"])
+            for r in rows
+            if r["group"] == "cross"
+            for op in ("all_gather", "reduce_scatter")
+        ]
+    }
+    inter = Network(
+        "inter (cross groups)",
+        Curve.from_record(halves, "all_gather", "measured in this run"),
+        Curve.from_record(halves, "reduce_scatter", "measured in this run"),
+        "measured in this run",
+        backend,
+        device,
+    )
     per_node = collectives["topology"]["ranks_per_node"]
-    return Levels(intra, inter, per_node, "node and cross groups measured in this run",
-                  Curve.from_record(cross, "all_reduce", "measured in this run"))
+    return Levels(
+        intra,
+        inter,
+        per_node,
+        "node and cross groups measured in this run",
+        Curve.from_record(cross, "all_reduce", "measured in this run"),
+    )
 
 
 def predict(shape: Any, train: Any, collectives: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
     """The hybrid step (compose/sharding.predict_sharding) in predict()'s dict form."""
     per_node = collectives["topology"]["ranks_per_node"]
-    out = predict_sharding(shape, train, levels(collectives, backend, device), ranks_per_node=per_node,
-                           shard_ranks=per_node).as_dict()
+    out = predict_sharding(
+        shape, train, levels(collectives, backend, device), ranks_per_node=per_node, shard_ranks=per_node
+    ).as_dict()
     out["notes"] = list(out["notes"])
     return out
 
 
-def comm_plan(world: World, shape: Any, precision: fm.Precision, device: Any, sizes: dict[str, int],
-              topo: Topology) -> Callable[[], None]:
+def comm_plan(
+    world: World, shape: Any, precision: fm.Precision, device: Any, sizes: dict[str, int], topo: Topology
+) -> Callable[[], None]:
     """The hybrid step's collectives back to back: root and blocks gathered in the node for
     forward, blocks again for backward with each unit's ReduceScatter in the node and its
     gradient shard's all-reduce across nodes."""
@@ -155,8 +187,13 @@ def comm_plan(world: World, shape: Any, precision: fm.Precision, device: Any, si
     return once
 
 
-def timed_sampler(world: World, device: Any, run: Callable[[], None], sync: Callable[[Any], None],
-                  slowest: Callable[[Any, float], float]) -> Callable[[], float]:
+def timed_sampler(
+    world: World,
+    device: Any,
+    run: Callable[[], None],
+    sync: Callable[[Any], None],
+    slowest: Callable[[Any, float], float],
+) -> Callable[[], float]:
     def once() -> float:
         world.barrier()
         start = time.perf_counter()

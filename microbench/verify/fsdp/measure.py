@@ -20,15 +20,31 @@ from . import hybrid
 from .steps import slowest, sync, unit_sizes
 
 
-def measure_steps(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                  steps: int, warmup: int, layout: Any = None) -> list[float]:
+def measure_steps(
+    world: World,
+    shape: ModelShape,
+    tokens: int,
+    device: Any,
+    precision: fm.Precision,
+    steps: int,
+    warmup: int,
+    layout: Any = None,
+) -> list[float]:
     """The slowest rank's time for each timed step of the fully_shard model."""
     return measure_interleaved(world, shape, tokens, device, precision, steps, warmup, None, layout)[0]
 
 
-def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                        steps: int, warmup: int, before_each: Callable[[], Any] | None,
-                        layout: Any = None) -> tuple[list[float], list[Any]]:
+def measure_interleaved(
+    world: World,
+    shape: ModelShape,
+    tokens: int,
+    device: Any,
+    precision: fm.Precision,
+    steps: int,
+    warmup: int,
+    before_each: Callable[[], Any] | None,
+    layout: Any = None,
+) -> tuple[list[float], list[Any]]:
     """Timed steps of the fully_shard model (the slowest rank's time each), with `before_each`
     (a probe sample) run right before each one: on a shared machine its speed drifts by tens of
     percent within a minute, and alternating puts the same drift into the prediction's input
@@ -36,8 +52,11 @@ def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: An
     import torch
 
     torch.manual_seed(0)
-    model = fm.shard(fm.build(shape, device), precision,
-                     mesh=hybrid.mesh(layout, device) if layout is not None and layout.hybrid else None)
+    model = fm.shard(
+        fm.build(shape, device),
+        precision,
+        mesh=hybrid.mesh(layout, device) if layout is not None and layout.hybrid else None,
+    )
     optim = fm.optimizer(model)
     ids, targets = fm.batch(shape, tokens, device, seed=world.rank)
     times, samples = [], []
@@ -55,8 +74,9 @@ def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: An
     return [max(step) for step in zip(*per_rank, strict=False)], samples
 
 
-def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: Any,
-                          precision: fm.Precision) -> Callable[[], float]:
+def compute_alone_sampler(
+    world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision
+) -> Callable[[], float]:
     """One forward+backward of the unsharded model per call, every rank at once, no
     communication: the slowest rank's seconds."""
     import torch
@@ -79,15 +99,17 @@ def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: 
     return once
 
 
-def measure_compute_alone(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          reps: int = 5) -> float:
+def measure_compute_alone(
+    world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision, reps: int = 5
+) -> float:
     once = compute_alone_sampler(world, shape, tokens, device, precision)
     once()
     return percentile([once() for _ in range(reps)], 50)
 
 
-def measure_compute_pairs(world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision,
-                          probe: StepReplay, reps: int) -> tuple[list[float], list[float]]:
+def measure_compute_pairs(
+    world: World, shape: ModelShape, tokens: int, device: Any, precision: fm.Precision, probe: StepReplay, reps: int
+) -> tuple[list[float], list[float]]:
     """(replay times, the unsharded model's forward+backward times), alternating, every rank at once."""
     model = compute_alone_sampler(world, shape, tokens, device, precision)
     replays, real = [], []
@@ -99,8 +121,9 @@ def measure_compute_pairs(world: World, shape: ModelShape, tokens: int, device: 
     return replays, real
 
 
-def comm_alone_sampler(world: World, shape: ModelShape, precision: fm.Precision, device: Any,
-                       layout: Any = None) -> Callable[[], float]:
+def comm_alone_sampler(
+    world: World, shape: ModelShape, precision: fm.Precision, device: Any, layout: Any = None
+) -> Callable[[], float]:
     """The step's collectives back to back per call, nothing else: root and every block gathered
     for forward, blocks gathered again for backward, every unit's gradients reduce-scattered
     (hybrid: in the node, then all-reduced across nodes)."""
@@ -140,8 +163,9 @@ def comm_alone_sampler(world: World, shape: ModelShape, precision: fm.Precision,
     return once
 
 
-def measure_comm_alone(world: World, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2,
-                       layout: Any = None) -> float:
+def measure_comm_alone(
+    world: World, shape: ModelShape, precision: fm.Precision, device: Any, reps: int = 2, layout: Any = None
+) -> float:
     once = comm_alone_sampler(world, shape, precision, device, layout)
     once()
     return percentile([once() for _ in range(reps)], 50)

@@ -24,14 +24,20 @@ def median_collectives(samples: list[dict[str, Any]]) -> dict[str, Any]:
     for i, row in enumerate(samples[0]["rows"]):
         each = [s["rows"][i] for s in samples]
         p50s = [r["time_us"]["p50"] for r in each]
-        rows.append({**row, "busbw_gbps": percentile([r["busbw_gbps"] for r in each], 50),
-                     "time_us": {"p50": percentile(p50s, 50), "samples_p50": p50s}})
+        rows.append(
+            {
+                **row,
+                "busbw_gbps": percentile([r["busbw_gbps"] for r in each], 50),
+                "time_us": {"p50": percentile(p50s, 50), "samples_p50": p50s},
+            }
+        )
     return {**samples[0], "rows": rows}
 
 
 @dataclass(frozen=True)
 class Inputs:
     """The composer's measured inputs for one step, read together right before it."""
+
     replay_s: float
     collectives: dict[str, Any]
     optimizer: dict[str, Any]
@@ -41,8 +47,16 @@ class Inputs:
         return vf.compute_input(shape, tokens, [self.replay_s]), self.collectives, self.optimizer
 
 
-def inputs_sampler(world: World, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str,
-                   precision: fm.Precision, layout: Any = None) -> Callable[[], Inputs]:
+def inputs_sampler(
+    world: World,
+    shape: ModelShape,
+    tokens: int,
+    device: Any,
+    dev: str,
+    backend: str,
+    precision: fm.Precision,
+    layout: Any = None,
+) -> Callable[[], Inputs]:
     """One call: the compute replay, the collective probe (a steps.PAIRED reading) and one AdamW step."""
     probe = vf.replay(shape, tokens, dev, precision.param_dtype)
     comm = vf.collectives_sampler(world, shape, precision, dev, backend, layout)
@@ -50,11 +64,15 @@ def inputs_sampler(world: World, shape: ModelShape, tokens: int, device: Any, de
     return lambda: Inputs(probe.time_once(world), comm(vf.PAIRED), vf.optimizer_input(optimizer(), n))
 
 
-def median_inputs(shape: ModelShape, tokens: int,
-                  samples: list[Inputs]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def median_inputs(
+    shape: ModelShape, tokens: int, samples: list[Inputs]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(compute, collectives, optimizer) over every sample: the medians predict() takes for the row."""
     n = samples[0].optimizer["shard_params"]
     optimizer = vf.optimizer_input(percentile([s.optimizer["time_s"] for s in samples], 50), n)
     optimizer["samples_s"] = [s.optimizer["time_s"] for s in samples]
-    return (vf.compute_input(shape, tokens, [s.replay_s for s in samples]),
-            median_collectives([s.collectives for s in samples]), optimizer)
+    return (
+        vf.compute_input(shape, tokens, [s.replay_s for s in samples]),
+        median_collectives([s.collectives for s in samples]),
+        optimizer,
+    )

@@ -58,15 +58,17 @@ def guarded(world: World, record: RecordWriter | None, what: str, fn: Callable[[
     except Exception as exc:
         if os.environ.get("MICROBENCH_DEBUG"):
             traceback.print_exc()
-        if interrupts.pending():   # a peer that got the same signal left first and broke our collective
+        if interrupts.pending():  # a peer that got the same signal left first and broke our collective
             return guarded(world, record, what, _raise_interrupt)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         world.note_failure(first)
         missing = world.missing_ranks()
         notes = {} if missing else world.peer_notes()
         if missing:
-            reason = (f"rank {', '.join(map(str, missing))} died or stopped responding during {what} "
-                      f"(no heartbeat, no error reported)")
+            reason = (
+                f"rank {', '.join(map(str, missing))} died or stopped responding during {what} "
+                f"(no heartbeat, no error reported)"
+            )
         else:
             reason = f"{what} failed: {type(exc).__name__}: {first}"
             # What the others saw: where a peer failed first, its own error says more than the
@@ -82,8 +84,21 @@ def guarded(world: World, record: RecordWriter | None, what: str, fn: Callable[[
 
 # --------------------------------------------------------------------------- steps
 
-def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str, backend: str, precision: fm.Precision,
-             cal: vf.Calibration, steps: int, warmup: int, profile: str, layout: Any = None) -> dict[str, Any]:
+
+def step_row(
+    world: World,
+    shape: ModelShape,
+    tokens: int,
+    device: Any,
+    dev: str,
+    backend: str,
+    precision: fm.Precision,
+    cal: vf.Calibration,
+    steps: int,
+    warmup: int,
+    profile: str,
+    layout: Any = None,
+) -> dict[str, Any]:
     # The compute replay (the step's kernels at its shapes), the collective probe at the unit sizes
     # and AdamW at the shard size run right before each step (paired.py): each step is predicted
     # from the inputs read at its own moment, and the row from their medians.
@@ -96,10 +111,19 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
     compute_alone = measure_compute_alone(world, shape, tokens, device, precision)
     comm_alone = measure_comm_alone(world, shape, precision, device, layout=layout)
     measured = percentile(times, 50)
-    pred_each = [vf.predict(shape, tokens, world.size, precision, *s.for_predict(shape, tokens), cal)["step_s"]
-                 for s in samples]
-    pipelined = vf.predict(shape, tokens, world.size, precision, compute, collectives, optimizer,
-                           vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
+    pred_each = [
+        vf.predict(shape, tokens, world.size, precision, *s.for_predict(shape, tokens), cal)["step_s"] for s in samples
+    ]
+    pipelined = vf.predict(
+        shape,
+        tokens,
+        world.size,
+        precision,
+        compute,
+        collectives,
+        optimizer,
+        vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source),
+    )["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
     parts["overlap"]["used"] = cal.overlap
     return {
@@ -173,8 +197,12 @@ def _run_steps(world: World, spec: StepsSpec) -> int:
     if given is not None:
         cal_dict, source = given, spec.calibration_source or "--calibration"
     else:
-        cal_dict = guarded(world, record, f"the calibration ({key})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend, layout, spec.cal_reps))
+        cal_dict = guarded(
+            world,
+            record,
+            f"the calibration ({key})",
+            lambda: vc.calibrate(world, device, precision, dev, backend, layout, spec.cal_reps),
+        )
         source = f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {key}"
         if record is not None:
             record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(key, cal_dict))
@@ -182,14 +210,35 @@ def _run_steps(world: World, spec: StepsSpec) -> int:
         return 0
     cal = vc.as_calibration(cal_dict, source)
     for model_name, tokens in spec.configs:
-        collector.young()   # between configurations, outside every clock
+        collector.young()  # between configurations, outside every clock
         shape = fm.shape_from_args(**spec.shapes[model_name])
         label = f"{key} {shape.name} {tokens} tokens"
-        row = guarded(world, record, label, functools.partial(step_row, world, shape, tokens, device, dev, backend,
-                                                              precision, cal, spec.steps, spec.warmup, profile, layout))
+        row = guarded(
+            world,
+            record,
+            label,
+            functools.partial(
+                step_row,
+                world,
+                shape,
+                tokens,
+                device,
+                dev,
+                backend,
+                precision,
+                cal,
+                spec.steps,
+                spec.warmup,
+                profile,
+                layout,
+            ),
+        )
         if record is not None:
             record.add_rows([row])
-            print(f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
-                  f"measured {row['measured_s'] * 1e3:.1f} ms (spread {row['spread_pct']:.0f}%), "
-                  f"error {row['error_pct']:+.1f}%", flush=True)
+            print(
+                f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "
+                f"measured {row['measured_s'] * 1e3:.1f} ms (spread {row['spread_pct']:.0f}%), "
+                f"error {row['error_pct']:+.1f}%",
+                flush=True,
+            )
     return 0

@@ -22,23 +22,28 @@ def shardings(text: str | None) -> list[str]:
     items = [p.strip() for p in str(text or "full").split(",") if p.strip()]
     bad = [p for p in items if p not in ("full", "hybrid")]
     if bad or not items:
-        raise UsageError(f"invalid --sharding {text!r}: expected full, hybrid or full,hybrid (HSDP: sharded within "
-                         f"a node, replicated across nodes), e.g. --sharding full,hybrid")
+        raise UsageError(
+            f"invalid --sharding {text!r}: expected full, hybrid or full,hybrid (HSDP: sharded within "
+            f"a node, replicated across nodes), e.g. --sharding full,hybrid"
+        )
     return list(dict.fromkeys(items))
 
 
 def check_hybrid(shardings_: list[str], nodes: int, per_node: int) -> None:
     """Hybrid sharding needs nodes to replicate over and ranks in a node to shard over (exit 2)."""
     if "hybrid" in shardings_ and (nodes < 2 or per_node < 2):
-        raise UsageError(f"invalid --sharding hybrid with {nodes} node(s) x {per_node} rank(s): HSDP shards within a "
-                         f"node and replicates across nodes, so it needs 2 or more of each; e.g. a lab with "
-                         f"`microbench lab up --hosts 2 --ranks-per-host 2` and --lab")
+        raise UsageError(
+            f"invalid --sharding hybrid with {nodes} node(s) x {per_node} rank(s): HSDP shards within a "
+            f"node and replicates across nodes, so it needs 2 or more of each; e.g. a lab with "
+            f"`microbench lab up --hosts 2 --ranks-per-host 2` and --lab"
+        )
 
 
 @dataclass
 class VerifyOptions:
     """What verify fsdp runs, resolved from its flags (fsdp/options.py builds it; fsdp/run.run_fsdp takes it)."""
-    shapes: dict[str, dict[str, Any]]       # name -> the keyword arguments of model.shape_from_args
+
+    shapes: dict[str, dict[str, Any]]  # name -> the keyword arguments of model.shape_from_args
     tokens: list[int]
     steps: int
     warmup: int
@@ -49,24 +54,25 @@ class VerifyOptions:
     profiles: list[tuple[str, int | None]]  # (label, egress rate in bit/s or None for unshaped)
     backend: str = "auto"
     lab: str | None = None
-    nproc: int | None = None                # as given: checked against the lab's hosts, else local ranks
-    calibration: str | None = None          # a calibration record's path
+    nproc: int | None = None  # as given: checked against the lab's hosts, else local ranks
+    calibration: str | None = None  # a calibration record's path
     calibrate_only: bool = False
     checkpoint: bool = False
     ckpt_dir: str | None = None
-    state_dicts: list[str] = field(default_factory=lambda: ["sharded"])   # with checkpoint: sharded, full
+    state_dicts: list[str] = field(default_factory=lambda: ["sharded"])  # with checkpoint: sharded, full
     json: str | None = None
     results_dir: str = "results"
-    shardings: list[str] = field(default_factory=lambda: ["full"])   # full and/or hybrid (HSDP)
-    cal_reps: int | None = None             # timed steps per calibration number (None: each one's default)
+    shardings: list[str] = field(default_factory=lambda: ["full"])  # full and/or hybrid (HSDP)
+    cal_reps: int | None = None  # timed steps per calibration number (None: each one's default)
 
 
 def ints(text: str, what: str, example: str) -> list[int]:
     return [parse_positive_int(t, what=what, example=example) for t in str(text).split(",") if t.strip()]
 
 
-def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
-           matrix: bool) -> dict[str, dict[str, Any]]:
+def shapes(
+    model: str | None, models: str | None, dims: dict[str, int | None], matrix: bool
+) -> dict[str, dict[str, Any]]:
     """name -> the keyword arguments that rebuild the shape on every rank. dims: --hidden,
     --layers, --heads, --vocab as parsed (None where not given)."""
     explicit = {k: v for k in ("hidden", "layers", "heads", "vocab") if (v := dims.get(k)) is not None}
@@ -75,8 +81,14 @@ def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
             raise UsageError(
                 "--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one"
             )
-        kwargs: dict[str, Any] = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None,
-                                  **explicit}
+        kwargs: dict[str, Any] = {
+            "model": None,
+            "hidden": None,
+            "layers": None,
+            "heads": None,
+            "vocab": None,
+            **explicit,
+        }
         shape = fm.shape_from_args(**kwargs)
         return {shape.name: kwargs}
     names = models or model or (DEFAULT_MODELS if matrix else "small")
@@ -93,17 +105,23 @@ def calibration_from(path: str, backend: str, device: str) -> dict[str, Any]:
     record = load_record(path)
     cal = (record.get("summary") or {}).get("calibration") if isinstance(record.get("summary"), dict) else None
     if not isinstance(cal, dict) or not isinstance(cal.get("overlap"), (int, float)):
-        raise UsageError(f"--calibration {path!r} is a {record.get('kind')!r} record without summary.calibration; "
-                         f"expected one from `microbench verify fsdp --calibrate-only --json cal.json`")
+        raise UsageError(
+            f"--calibration {path!r} is a {record.get('kind')!r} record without summary.calibration; "
+            f"expected one from `microbench verify fsdp --calibrate-only --json cal.json`"
+        )
     if cal.get("backend") != backend or cal.get("device", device) != device:
-        raise UsageError(f"--calibration {path!r} was measured with {cal.get('backend')} on {cal.get('device')}; "
-                         f"this run uses {backend} on {device}: calibrate here, e.g. `microbench verify fsdp "
-                         f"--calibrate-only --json cal.json`")
+        raise UsageError(
+            f"--calibration {path!r} was measured with {cal.get('backend')} on {cal.get('device')}; "
+            f"this run uses {backend} on {device}: calibrate here, e.g. `microbench verify fsdp "
+            f"--calibrate-only --json cal.json`"
+        )
     family = (cal.get("model") or {}).get("family") if isinstance(cal.get("model"), dict) else None
     if family != fm.FAMILY:
-        raise UsageError(f"--calibration {path!r} was measured on another model ({family or 'unnamed'}); "
-                         f"verify builds a {fm.FAMILY}: calibrate it, e.g. `microbench verify fsdp "
-                         f"--calibrate-only --json cal.json`")
+        raise UsageError(
+            f"--calibration {path!r} was measured on another model ({family or 'unnamed'}); "
+            f"verify builds a {fm.FAMILY}: calibrate it, e.g. `microbench verify fsdp "
+            f"--calibrate-only --json cal.json`"
+        )
     checked(cal)
     return cal
 
@@ -115,8 +133,14 @@ def memory_need_bytes(shape: Any, tokens: int, ranks: int, precision: fm.Precisi
     it is for bf16 on a GPU and doubles for fp32 on the CPU."""
     from ...compose.fsdp import TrainSpec, memory_check
 
-    train = TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens, flops_per_rank=1.0,
-                      param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype)
+    train = TrainSpec(
+        ranks=ranks,
+        micro_batch=1,
+        seq_len=tokens,
+        flops_per_rank=1.0,
+        param_dtype=precision.param_dtype,
+        reduce_dtype=precision.reduce_dtype,
+    )
     check = memory_check(shape, train, None)
     scale = precision.bytes / element_size("bfloat16")
     replica = shape.total_params * (precision.bytes * 2) + (check.activation_bytes or 0) * scale
@@ -140,6 +164,8 @@ def check_memory(shape_kwargs: dict[str, dict[str, Any]], tokens: list[int], ran
         shape = fm.shape_from_args(**kwargs)
         need = memory_need_bytes(shape, max(tokens), ranks, precision) * here
         if need > free * 0.8:
-            raise UsageError(f"model {shape.name!r} ({shape.total_params / 1e9:.2f} B parameters) needs about "
-                             f"{need / 2**30:.1f} GiB of {where} for {ranks} rank(s) at {max(tokens)} tokens, but "
-                             f"{free / 2**30:.1f} GiB is free; use a smaller model, e.g. --model small")
+            raise UsageError(
+                f"model {shape.name!r} ({shape.total_params / 1e9:.2f} B parameters) needs about "
+                f"{need / 2**30:.1f} GiB of {where} for {ranks} rank(s) at {max(tokens)} tokens, but "
+                f"{free / 2**30:.1f} GiB is free; use a smaller model, e.g. --model small"
+            )

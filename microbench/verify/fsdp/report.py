@@ -10,8 +10,9 @@ from ...compose.report import format_time
 from .. import noise
 
 
-def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,
-               loads: dict[str, Any] | None = None) -> list[tuple[int, str | None, noise.Judgement]]:
+def judgements(
+    rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float, loads: dict[str, Any] | None = None
+) -> list[tuple[int, str | None, noise.Judgement]]:
     """(row index, part: None for a step, save or load for a checkpoint, its judgement): each
     row's error against its tolerance with the noise of its paired readings and the load its
     phase saw (verify/noise.py)."""
@@ -29,8 +30,9 @@ def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_
     return out
 
 
-def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,
-            loads: dict[str, Any] | None = None) -> dict[str, Any]:
+def verdict(
+    rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float, loads: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Every row judged: `outside` names each configuration the measurement shows beyond its
     tolerance (FAIL), `inconclusive` each one that noise alone could have moved across it."""
     outside, unsure, checked = [], [], 0
@@ -51,18 +53,27 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct
             copies = _copies_stored(row)
             if copies is not None and copies > 1.1:
                 checked += 1
-                outside.append(f"checkpoint save to {row['target']} {row.get('sharding')}: the {row['replicas']} "
-                               f"replicas' shards stored {copies:.2f} times, not once")
+                outside.append(
+                    f"checkpoint save to {row['target']} {row.get('sharding')}: the {row['replicas']} "
+                    f"replicas' shards stored {copies:.2f} times, not once"
+                )
             for op in ("save", "load"):
                 checked += 1
                 count(by_row[(i, op)], f"checkpoint {op} to {row['target']}", ckpt_tolerance_pct)
                 if op == "load" and row.get("wrong_loads"):
                     outside.append(f"checkpoint load from {row['target']} returned other values than were saved")
-    return {"tolerance_pct": tolerance_pct, "ckpt_tolerance_pct": ckpt_tolerance_pct, "checked": checked,
-            "outside": outside, "inconclusive": unsure, "pass": not outside and not unsure and checked > 0,
-            "verdict": noise.FAIL if outside or not checked else noise.INCONCLUSIVE if unsure else noise.PASS,
-            "rule": noise.RULE, "clean": noise.how_to_get_clean([j for _, _, j in judged]) if unsure else None,
-            "rows": [{"row": i, "part": part, **j.as_dict()} for i, part, j in judged]}
+    return {
+        "tolerance_pct": tolerance_pct,
+        "ckpt_tolerance_pct": ckpt_tolerance_pct,
+        "checked": checked,
+        "outside": outside,
+        "inconclusive": unsure,
+        "pass": not outside and not unsure and checked > 0,
+        "verdict": noise.FAIL if outside or not checked else noise.INCONCLUSIVE if unsure else noise.PASS,
+        "rule": noise.RULE,
+        "clean": noise.how_to_get_clean([j for _, _, j in judged]) if unsure else None,
+        "rows": [{"row": i, "part": part, **j.as_dict()} for i, part, j in judged],
+    }
 
 
 def _copies_stored(row: dict[str, Any]) -> float | None:
@@ -87,15 +98,43 @@ def step_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
     for r in rows:
         p = r["parts"]
         shown, band = noise.cells(r, tolerance_pct)
-        table.append((_where(r), r["model"], r["tokens"], _ms(r["predicted_s"]), _ms(r["measured_s"]),
-                      f"{r['spread_pct']:.0f}%", f"{r['error_pct']:+.1f}%", band, shown,
-                      f"{p['compute']['error_pct']:+.0f}%",
-                      "-" if p["collectives"]["error_pct"] is None else f"{p['collectives']['error_pct']:+.0f}%",
-                      "-" if p["overlap"]["implied_by_step"] is None
-                      else f"{p['overlap']['used']:.2f}/{p['overlap']['implied_by_step']:.2f}"))
-    return tabulate(table, headers=["profile", "model", "tokens", "predicted", "measured p50", "spread", "error",
-                                    "with noise", "verdict", "compute err", "comm err", "overlap used/implied"],
-                    tablefmt="simple", disable_numparse=True)
+        table.append(
+            (
+                _where(r),
+                r["model"],
+                r["tokens"],
+                _ms(r["predicted_s"]),
+                _ms(r["measured_s"]),
+                f"{r['spread_pct']:.0f}%",
+                f"{r['error_pct']:+.1f}%",
+                band,
+                shown,
+                f"{p['compute']['error_pct']:+.0f}%",
+                "-" if p["collectives"]["error_pct"] is None else f"{p['collectives']['error_pct']:+.0f}%",
+                "-"
+                if p["overlap"]["implied_by_step"] is None
+                else f"{p['overlap']['used']:.2f}/{p['overlap']['implied_by_step']:.2f}",
+            )
+        )
+    return tabulate(
+        table,
+        headers=[
+            "profile",
+            "model",
+            "tokens",
+            "predicted",
+            "measured p50",
+            "spread",
+            "error",
+            "with noise",
+            "verdict",
+            "compute err",
+            "comm err",
+            "overlap used/implied",
+        ],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
 
 
 def overlap_note(rows: list[dict[str, Any]]) -> str | None:
@@ -110,13 +149,17 @@ def overlap_note(rows: list[dict[str, Any]]) -> str | None:
     if not implied:
         return None
     low, high = min(implied), max(implied)
-    note = ("# overlap used/implied: implied = the share of the hideable time the real step hid, "
-            "(compute alone + collectives alone + optimizer + overhead - step) / (serial bound - pipelined step); "
-            "0 = nothing hidden, 1 = as much as the composer's pipeline hides")
+    note = (
+        "# overlap used/implied: implied = the share of the hideable time the real step hid, "
+        "(compute alone + collectives alone + optimizer + overhead - step) / (serial bound - pipelined step); "
+        "0 = nothing hidden, 1 = as much as the composer's pipeline hides"
+    )
     if low < 0:
-        note += (f"; below 0 ({low:.2f}) the step took longer than its parts run one after another: they "
-                 f"slowed each other down (contention, e.g. gloo's threads and the matmuls sharing CPU cores), "
-                 f"so nothing was hidden and time was lost besides")
+        note += (
+            f"; below 0 ({low:.2f}) the step took longer than its parts run one after another: they "
+            f"slowed each other down (contention, e.g. gloo's threads and the matmuls sharing CPU cores), "
+            f"so nothing was hidden and time was lost besides"
+        )
     if high > 1:
         note += f"; above 1 ({high:.2f}) the step hid more than the composer's pipeline can"
     return note
@@ -130,13 +173,25 @@ def checkpoint_table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
             copies = _copies_stored(r)
             stored = f" (stored x{copies:.2f})" if copies is not None and op == "save" else ""
             shown, band = noise.cells(part, tolerance_pct)
-            table.append((_where({"profile": r["target"], "sharding": r.get("sharding", "full")}), op,
-                          f"{r['bytes'] / 1e6:.1f} MB{stored}", _ms(part["predicted_s"]),
-                          _ms(part["measured_s"]), f"{part['spread_pct']:.0f}%", f"{part['error_pct']:+.1f}%",
-                          band, shown))
-    return tabulate(table, headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error",
-                                    "with noise", "verdict"],
-                    tablefmt="simple", disable_numparse=True)
+            table.append(
+                (
+                    _where({"profile": r["target"], "sharding": r.get("sharding", "full")}),
+                    op,
+                    f"{r['bytes'] / 1e6:.1f} MB{stored}",
+                    _ms(part["predicted_s"]),
+                    _ms(part["measured_s"]),
+                    f"{part['spread_pct']:.0f}%",
+                    f"{part['error_pct']:+.1f}%",
+                    band,
+                    shown,
+                )
+            )
+    return tabulate(
+        table,
+        headers=["target", "op", "bytes", "predicted", "measured p50", "spread", "error", "with noise", "verdict"],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
 
 
 def _overlap_range(cal: dict[str, Any]) -> str:
@@ -171,24 +226,33 @@ def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
         note = overlap_note(steps)
         if note:
             print(note)
-        print("# inputs, each read right before every step (a step against its own, the row from their medians): "
-              "compute = the step's kernels (matmuls forward and backward, attention) replayed / calibrated "
-              "efficiency; collectives = the probe at the unit sizes; optimizer = AdamW at the shard size")
+        print(
+            "# inputs, each read right before every step (a step against its own, the row from their medians): "
+            "compute = the step's kernels (matmuls forward and backward, attention) replayed / calibrated "
+            "efficiency; collectives = the probe at the unit sizes; optimizer = AdamW at the shard size"
+        )
     if ckpts:
         print(checkpoint_table(ckpts, verdict_.get("ckpt_tolerance_pct", 15)))
-        print("# checkpoint inputs: the checkpoint probe on each target in this run (synthetic values in the "
-              "real state's layout: top-level keys, tensor shapes, sharding, order), a probe save and load "
-              "right before each real one, medians; a sharded load adds get_state_dict + set_state_dict timed "
-              "on the model, a full load is the probe's read on rank 0 plus the model's own scatter "
-              "(set_model/optimizer_state_dict, broadcast_from_rank0) timed without a file")
+        print(
+            "# checkpoint inputs: the checkpoint probe on each target in this run (synthetic values in the "
+            "real state's layout: top-level keys, tensor shapes, sharding, order), a probe save and load "
+            "right before each real one, medians; a sharded load adds get_state_dict + set_state_dict timed "
+            "on the model, a full load is the probe's read on rank 0 plus the model's own scatter "
+            "(set_model/optimizer_state_dict, broadcast_from_rank0) timed without a file"
+        )
     if any("error_of_medians_pct" in r or "error_of_medians_pct" in (r.get("save") or {}) for r in steps + ckpts):
-        print("# error: the median of the pairs' errors, each measured step, save or load against the prediction "
-              "from the probe sample taken right before it (the machine's drift is in both); predicted and "
-              "measured p50 are each side's own median, so their ratio can differ (the record keeps both: "
-              "error_pct, error_of_medians_pct)")
+        print(
+            "# error: the median of the pairs' errors, each measured step, save or load against the prediction "
+            "from the probe sample taken right before it (the machine's drift is in both); predicted and "
+            "measured p50 are each side's own median, so their ratio can differ (the record keeps both: "
+            "error_pct, error_of_medians_pct)"
+        )
     if verdict_:
-        noise.print_verdict(verdict_, f"|step error| <= {verdict_['tolerance_pct']:g}%, "
-                                f"|checkpoint error| <= {verdict_['ckpt_tolerance_pct']:g}%")
+        noise.print_verdict(
+            verdict_,
+            f"|step error| <= {verdict_['tolerance_pct']:g}%, "
+            f"|checkpoint error| <= {verdict_['ckpt_tolerance_pct']:g}%",
+        )
 
 
 def attach(record: dict[str, Any], verdict_: dict[str, Any]) -> None:

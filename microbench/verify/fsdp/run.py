@@ -29,8 +29,13 @@ from .report import attach, print_report, verdict
 def run_fsdp(opts: VerifyOptions) -> int:
     """Launch every phase of a verify run; exit code (RunError when outside the tolerance)."""
     shape_kwargs, tokens, steps, warmup = opts.shapes, opts.tokens, opts.steps, opts.warmup
-    tol, ckpt_tol, ckpt_reps, timeout_s, profs = (opts.tolerance_pct, opts.ckpt_tolerance_pct, opts.ckpt_reps,
-                                                  opts.timeout_s, opts.profiles)
+    tol, ckpt_tol, ckpt_reps, timeout_s, profs = (
+        opts.tolerance_pct,
+        opts.ckpt_tolerance_pct,
+        opts.ckpt_reps,
+        opts.timeout_s,
+        opts.profiles,
+    )
     choice = backends.choose(opts.backend)
     lab = labmod.get(opts.lab) if opts.lab else None
     given = opts.nproc
@@ -40,7 +45,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
         per_node = lab.ranks_per_host
     else:
         nproc = given or local_ranks()
-        per_node = nproc   # microbench's own local ranks: one node
+        per_node = nproc  # microbench's own local ranks: one node
     check_hybrid(opts.shardings, nproc // per_node, per_node)
     cal = calibration_from(opts.calibration, choice.backend, choice.device) if opts.calibration else None
     if opts.calibrate_only and cal is not None:
@@ -52,13 +57,26 @@ def run_fsdp(opts: VerifyOptions) -> int:
     if checkpoint and opts.ckpt_dir:
         check_ckpt_dir(opts.ckpt_dir)
     configs = [(name, t) for name in shape_kwargs for t in tokens]
-    config = {"models": {n: fm.shape_from_args(**k).describe() for n, k in shape_kwargs.items()}, "tokens": tokens,
-              "profiles": [p for p, _ in profs], "lab": opts.lab, "ranks": nproc, "shardings": opts.shardings,
-              "ranks_per_node": per_node, "steps": steps, "warmup": int(warmup),
-              "tolerance_pct": tol, "ckpt_tolerance_pct": ckpt_tol, "checkpoint": checkpoint,
-              "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
-              "device": choice.device, "precision": dataclasses.asdict(fm.precision_for(choice.device))}
-    kind = "calibration" if opts.calibrate_only else "verify"   # the kinds `compose --calibration` takes
+    config = {
+        "models": {n: fm.shape_from_args(**k).describe() for n, k in shape_kwargs.items()},
+        "tokens": tokens,
+        "profiles": [p for p, _ in profs],
+        "lab": opts.lab,
+        "ranks": nproc,
+        "shardings": opts.shardings,
+        "ranks_per_node": per_node,
+        "steps": steps,
+        "warmup": int(warmup),
+        "tolerance_pct": tol,
+        "ckpt_tolerance_pct": ckpt_tol,
+        "checkpoint": checkpoint,
+        "calibration": opts.calibration,
+        "cal_reps": opts.cal_reps,
+        "backend": choice.backend,
+        "device": choice.device,
+        "precision": dataclasses.asdict(fm.precision_for(choice.device)),
+    }
+    kind = "calibration" if opts.calibrate_only else "verify"  # the kinds `compose --calibration` takes
     record = new_record(
         kind,
         config,
@@ -73,9 +91,16 @@ def run_fsdp(opts: VerifyOptions) -> int:
         },
     )
     path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
-    base = RankSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=timeout_s, nproc=nproc,
-                    calibration=cal, cal_reps=opts.cal_reps,
-                    calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
+    base = RankSpec(
+        device=choice.device,
+        backend=choice.backend,
+        record=str(path),
+        timeout_s=timeout_s,
+        nproc=nproc,
+        calibration=cal,
+        cal_reps=opts.cal_reps,
+        calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None,
+    )
     print(
         f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
         f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
@@ -93,16 +118,25 @@ def run_fsdp(opts: VerifyOptions) -> int:
                     key = cal_key(label, sharding)
                     phase_cal = cal
                     if cal is not None and key in (cal.get("profiles") or {}):
-                        phase_cal = {**cal, **cal["profiles"][key]}   # measured under this very profile
-                    spec = StepsSpec(**_fields(base), calibration=phase_cal, shapes=shape_kwargs, configs=configs,
-                                     steps=steps, warmup=int(warmup), calibrate_only=opts.calibrate_only,
-                                     profile=label, sharding=sharding)
+                        phase_cal = {**cal, **cal["profiles"][key]}  # measured under this very profile
+                    spec = StepsSpec(
+                        **_fields(base),
+                        calibration=phase_cal,
+                        shapes=shape_kwargs,
+                        configs=configs,
+                        steps=steps,
+                        warmup=int(warmup),
+                        calibrate_only=opts.calibrate_only,
+                        profile=label,
+                        sharding=sharding,
+                    )
                     code = launch.launch(spec, choice, lab=opts.lab)
                     if code != 0:
                         return launch.left_partial(path, code)
             if checkpoint:
-                code = _checkpoint_phase(opts.ckpt_dir, base, opts.shardings, shape_kwargs, choice, ckpt_reps,
-                                         opts.state_dicts, per_node)
+                code = _checkpoint_phase(
+                    opts.ckpt_dir, base, opts.shardings, shape_kwargs, choice, ckpt_reps, opts.state_dicts, per_node
+                )
                 if code != 0:
                     return launch.left_partial(path, code)
         finally:
@@ -118,8 +152,16 @@ def _fields(spec: RankSpec) -> dict[str, Any]:
     return out
 
 
-def _checkpoint_phase(ckpt_dir: str | None, base: RankSpec, shardings: list[str], shape_kwargs: dict[str, Any],
-                      choice: BackendChoice, reps: int, state_dicts: list[str], per_node: int = 1) -> int:
+def _checkpoint_phase(
+    ckpt_dir: str | None,
+    base: RankSpec,
+    shardings: list[str],
+    shape_kwargs: dict[str, Any],
+    choice: BackendChoice,
+    reps: int,
+    state_dicts: list[str],
+    per_node: int = 1,
+) -> int:
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
     from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
     from ...targets import checkpoint_target as ct
@@ -130,17 +172,32 @@ def _checkpoint_phase(ckpt_dir: str | None, base: RankSpec, shardings: list[str]
         directory = ckpt_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="microbench-verify-ckpt-"))
         ct.preflight_local(ct.parse_target(directory), 64 << 20)
         server = stack.enter_context(EmbeddedS3(bucket="microbench"))
-        env = {ENV_ENDPOINT: server.endpoint_url, ENV_KEY: server.credentials.access_key_id,
-               ENV_SECRET: server.credentials.secret_access_key, ENV_ROOT: str(server.root)}
-        spec = CheckpointSpec(**_fields(base), calibration=base.calibration, shape=shape_kwargs[largest],
-                              shardings=shardings, reps=reps, state_dicts=state_dicts,
-                              targets=[("directory", directory), ("s3", "s3://microbench/verify")])
-        return launch.launch(spec, dataclasses.replace(choice, env={**choice.env, **env}),
-                             per_node=per_node if "hybrid" in shardings else None, helpers=[server.pid])
+        env = {
+            ENV_ENDPOINT: server.endpoint_url,
+            ENV_KEY: server.credentials.access_key_id,
+            ENV_SECRET: server.credentials.secret_access_key,
+            ENV_ROOT: str(server.root),
+        }
+        spec = CheckpointSpec(
+            **_fields(base),
+            calibration=base.calibration,
+            shape=shape_kwargs[largest],
+            shardings=shardings,
+            reps=reps,
+            state_dicts=state_dicts,
+            targets=[("directory", directory), ("s3", "s3://microbench/verify")],
+        )
+        return launch.launch(
+            spec,
+            dataclasses.replace(choice, env={**choice.env, **env}),
+            per_node=per_node if "hybrid" in shardings else None,
+            helpers=[server.pid],
+        )
 
 
 def run_phase(path: str) -> NoReturn:
     """A rank's side: the phase its spec file names."""
+
     def body(world: World, spec: RankSpec) -> int:
         if isinstance(spec, CheckpointSpec):
             from ..checkpoint.sharded import run_checkpoints
@@ -155,18 +212,25 @@ def run_phase(path: str) -> NoReturn:
 
 
 def _finish(path: Path, tol: float, ckpt_tol: float, calibrate_only: bool, given: dict[str, Any] | None) -> int:
-    writer = RecordWriter.resume(path)   # as the phases' rank 0 left it
+    writer = RecordWriter.resume(path)  # as the phases' rank 0 left it
 
     def summarize(record: dict[str, Any]) -> None:
         by_profile = record["summary"].get("calibration_by_profile") or {}
         if given is not None:
-            record["summary"]["calibration"] = given   # what the predictions used, for compose too
+            record["summary"]["calibration"] = given  # what the predictions used, for compose too
         elif by_profile:
             first = next(iter(by_profile.values()))
-            record["summary"]["calibration"] = {**first, "profiles": {k: {"overlap": v["overlap"],
-                                                "unit_overhead_s": v["unit_overhead_s"],
-                                                "compute_efficiency": v["compute_efficiency"]}
-                                                for k, v in by_profile.items()}}
+            record["summary"]["calibration"] = {
+                **first,
+                "profiles": {
+                    k: {
+                        "overlap": v["overlap"],
+                        "unit_overhead_s": v["unit_overhead_s"],
+                        "compute_efficiency": v["compute_efficiency"],
+                    }
+                    for k, v in by_profile.items()
+                },
+            }
         if not calibrate_only:
             judged = verdict(record["rows"], tol, ckpt_tol, record["summary"].get("load_by_phase"))
             record["summary"]["verdict"] = judged

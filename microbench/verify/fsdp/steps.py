@@ -53,6 +53,7 @@ def _settings(budget_s: float = 0.4, iters: int = 6) -> SweepSettings:
 
 # --------------------------------------------------------------------------- probes (inputs)
 
+
 def step_flops(shape: ModelShape, tokens: int) -> float:
     """The composer's FLOPs for one rank's forward+backward (what its compute term divides by the rate)."""
     c = compute_times(shape, TrainSpec(ranks=1, micro_batch=1, seq_len=tokens, flops_per_rank=1.0))
@@ -61,10 +62,21 @@ def step_flops(shape: ModelShape, tokens: int) -> float:
 
 def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> StepReplay:
     """`microbench compute`'s kernels at this model's shapes, forward and backward, in step order."""
-    config = cm.Config(model=shape.name, hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
-                       kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
-                       experts=shape.experts, top_k=shape.top_k, tokens=tokens, device=device, dtype=dtype,
-                       backward=True)
+    config = cm.Config(
+        model=shape.name,
+        hidden=shape.hidden,
+        q_dim=shape.heads * shape.head_dim,
+        kv_dim=shape.kv_heads * shape.head_dim,
+        ffn=shape.ffn,
+        vocab=shape.vocab,
+        layers=shape.layers,
+        experts=shape.experts,
+        top_k=shape.top_k,
+        tokens=tokens,
+        device=device,
+        dtype=dtype,
+        backward=True,
+    )
     return StepReplay(config, shape.heads, shape.kv_heads)
 
 
@@ -73,18 +85,28 @@ def compute_input(shape: ModelShape, tokens: int, samples_s: list[float]) -> dic
     time, so its compute term is the replay's time (the calibration scales it for the rest)."""
     median = percentile(samples_s, 50)
     rate = step_flops(shape, tokens) / median
-    return {"flops_per_rank": rate, "tflops": rate / 1e12, "replay_s": median, "samples_s": list(samples_s),
-            "spread_pct": spread_pct(samples_s),
-            "probe": "compute: matmuls and attention at the step's shapes, forward and backward, every rank at once"}
+    return {
+        "flops_per_rank": rate,
+        "tflops": rate / 1e12,
+        "replay_s": median,
+        "samples_s": list(samples_s),
+        "spread_pct": spread_pct(samples_s),
+        "probe": "compute: matmuls and attention at the step's shapes, forward and backward, every rank at once",
+    }
 
 
 def unit_sizes(shape: ModelShape, precision: fm.Precision) -> dict[str, int]:
     """Bytes of one unsharded unit as the collectives move it (nccl-tests size convention)."""
+
     def size(unit: str, op: str) -> int:
         return unit_bytes(shape, unit, op, precision.param_dtype, precision.reduce_dtype)
 
-    return {"block_ag": size("block", "all_gather"), "root_ag": size("root", "all_gather"),
-            "block_rs": size("block", "reduce_scatter"), "root_rs": size("root", "reduce_scatter")}
+    return {
+        "block_ag": size("block", "all_gather"),
+        "root_ag": size("root", "all_gather"),
+        "block_rs": size("block", "reduce_scatter"),
+        "root_rs": size("root", "reduce_scatter"),
+    }
 
 
 # One reading of the collective probe taken right before a step: every case once more, few
@@ -93,8 +115,9 @@ PAIRED = SweepSettings(warmup=1, iters=3, budget_s_per_case=0.2, min_iters=3, ch
 KEEP = ("op", "size_bytes", "dtype", "ranks", "busbw_gbps", "time_us")
 
 
-def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
-                        layout: Any = None) -> Callable[[SweepSettings], dict[str, Any]]:
+def collectives_sampler(
+    world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str, layout: Any = None
+) -> Callable[[SweepSettings], dict[str, Any]]:
     """The collective probe at the unit sizes (hybrid: within each node, and the all-reduce across
     nodes), built once: its groups and buffers. Each call measures every case again with the
     settings given and returns the collectives input predict() takes."""
@@ -106,10 +129,13 @@ def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision
         extra = {**extra, "backend": backend, "device": device}
     else:
         cases, keep = [], KEEP
-        for op, dtype, keys in (("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
-                                ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs"))):
-            config = coll.Config(sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend,
-                                 device=device)
+        for op, dtype, keys in (
+            ("all_gather", precision.param_dtype, ("block_ag", "root_ag")),
+            ("reduce_scatter", precision.reduce_dtype, ("block_rs", "root_rs")),
+        ):
+            config = coll.Config(
+                sizes=sorted({sizes[k] for k in keys}), ops=[op], dtype=dtype, backend=backend, device=device
+            )
             probe = coll.CollectiveProbe(config, world)
             cases += [(probe, case) for case in probe.cases() if case.param("placement") == "out"]
         extra = {"probe": "collectives at the unit sizes (out of place)"}
@@ -121,15 +147,18 @@ def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision
     return once
 
 
-def probe_collectives(world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str,
-                      layout: Any = None) -> dict[str, Any]:
+def probe_collectives(
+    world: World, shape: ModelShape, precision: fm.Precision, device: str, backend: str, layout: Any = None
+) -> dict[str, Any]:
     return collectives_sampler(world, shape, precision, device, backend, layout)(_settings(budget_s=0.6))
 
 
 def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
     record = {"rows": collectives["rows"], "config": {"world": {"size": ranks}}}
-    return (Curve.from_record(record, "all_gather", "measured in this run"),
-            Curve.from_record(record, "reduce_scatter", "measured in this run"))
+    return (
+        Curve.from_record(record, "all_gather", "measured in this run"),
+        Curve.from_record(record, "reduce_scatter", "measured in this run"),
+    )
 
 
 def optimizer_sampler(
@@ -159,8 +188,12 @@ def optimizer_sampler(
 
 def optimizer_input(time_s: float, shard_params: int) -> dict[str, Any]:
     """AdamW's time over the shard as the composer takes it: bytes moved per second."""
-    return {"memory_gbps": shard_params * ADAMW_BYTES_MOVED_PER_PARAM / time_s / 1e9, "shard_params": shard_params,
-            "time_s": time_s, "probe": "AdamW over a flat tensor of the shard's size"}
+    return {
+        "memory_gbps": shard_params * ADAMW_BYTES_MOVED_PER_PARAM / time_s / 1e9,
+        "shard_params": shard_params,
+        "time_s": time_s,
+        "probe": "AdamW over a flat tensor of the shard's size",
+    }
 
 
 def probe_optimizer(world: World, shape: ModelShape, device: Any, layout: Any = None) -> dict[str, Any]:
@@ -171,19 +204,42 @@ def probe_optimizer(world: World, shape: ModelShape, device: Any, layout: Any = 
 
 # --------------------------------------------------------------------------- prediction
 
-def train_spec(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
-               optimizer: dict[str, Any], cal: Calibration) -> TrainSpec:
-    assert cal.overlap is not None and cal.unit_overhead_s is not None   # verify calibrates both first
-    return TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens,
-                     flops_per_rank=compute["flops_per_rank"] * cal.compute_efficiency,
-                     param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
-                     overlap=cal.overlap, unit_overhead_s=cal.unit_overhead_s, memory_gbps=optimizer["memory_gbps"])
+
+def train_spec(
+    shape: ModelShape,
+    tokens: int,
+    ranks: int,
+    precision: fm.Precision,
+    compute: dict[str, Any],
+    optimizer: dict[str, Any],
+    cal: Calibration,
+) -> TrainSpec:
+    assert cal.overlap is not None and cal.unit_overhead_s is not None  # verify calibrates both first
+    return TrainSpec(
+        ranks=ranks,
+        micro_batch=1,
+        seq_len=tokens,
+        flops_per_rank=compute["flops_per_rank"] * cal.compute_efficiency,
+        param_dtype=precision.param_dtype,
+        reduce_dtype=precision.reduce_dtype,
+        overlap=cal.overlap,
+        unit_overhead_s=cal.unit_overhead_s,
+        memory_gbps=optimizer["memory_gbps"],
+    )
 
 
-def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
-            collectives: dict[str, Any], optimizer: dict[str, Any], cal: Calibration) -> dict[str, Any]:
+def predict(
+    shape: ModelShape,
+    tokens: int,
+    ranks: int,
+    precision: fm.Precision,
+    compute: dict[str, Any],
+    collectives: dict[str, Any],
+    optimizer: dict[str, Any],
+    cal: Calibration,
+) -> dict[str, Any]:
     train = train_spec(shape, tokens, ranks, precision, compute, optimizer, cal)
-    if "topology" in collectives:   # hybrid: the composer's HSDP step over the two levels measured
+    if "topology" in collectives:  # hybrid: the composer's HSDP step over the two levels measured
         return hybrid.predict(shape, train, collectives, collectives["backend"], collectives["device"])
     ag, rs = curves(collectives, ranks)
     out = predict_step(shape, train, ag, rs).as_dict()
@@ -193,8 +249,10 @@ def predict(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision,
 
 # --------------------------------------------------------------------------- predicted vs measured
 
-def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float,
-          comm_alone_s: float) -> dict[str, Any]:
+
+def parts(
+    pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_alone_s: float, comm_alone_s: float
+) -> dict[str, Any]:
     """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
     the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
     most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
@@ -204,13 +262,25 @@ def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_a
     rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
     hideable = pred["no_overlap_s"] - pipelined_s
     hidden = compute_alone_s + comm_alone_s + rest - measured_s
-    return {"compute": {"predicted_s": pred["compute_s"], "measured_alone_s": compute_alone_s,
-                        "error_pct": error_pct(pred["compute_s"], compute_alone_s)},
-            "collectives": {"predicted_s": comm_pred, "measured_alone_s": comm_alone_s,
-                            "error_pct": error_pct(comm_pred, comm_alone_s) if comm_alone_s > 0 else None},
-            "overlap": {"used": None, "implied_by_step": hidden / hideable if hideable > 0 else None,
-                        "hidden_s": hidden, "hideable_s": hideable},
-            "rest": {"optimizer_s": pred["optimizer_s"], "fsdp_overhead_s": pred["fsdp_overhead_s"]}}
+    return {
+        "compute": {
+            "predicted_s": pred["compute_s"],
+            "measured_alone_s": compute_alone_s,
+            "error_pct": error_pct(pred["compute_s"], compute_alone_s),
+        },
+        "collectives": {
+            "predicted_s": comm_pred,
+            "measured_alone_s": comm_alone_s,
+            "error_pct": error_pct(comm_pred, comm_alone_s) if comm_alone_s > 0 else None,
+        },
+        "overlap": {
+            "used": None,
+            "implied_by_step": hidden / hideable if hideable > 0 else None,
+            "hidden_s": hidden,
+            "hideable_s": hideable,
+        },
+        "rest": {"optimizer_s": pred["optimizer_s"], "fsdp_overhead_s": pred["fsdp_overhead_s"]},
+    }
 
 
 def error_pct(predicted: float, measured: float) -> float:

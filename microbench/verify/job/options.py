@@ -25,16 +25,23 @@ class Job:
     model: str = option("small", help=f"a verify preset ({', '.join(fm.PRESETS)})")
     tokens: int = option(256, parse=whole("256"), help="tokens per rank per step")
     steps: int = option(12, parse=lambda text, flag: plan.steps(text), help="training steps")
-    ckpt_every: int | None = option(4, parse=_ckpt_every,
-                                    help="steps between checkpoints, or none for the final save only (the last "
-                                         "step's save is the final one)")
+    ckpt_every: int | None = option(
+        4,
+        parse=_ckpt_every,
+        help="steps between checkpoints, or none for the final save only (the last step's save is the final one)",
+    )
     async_ckpt: bool = option(False, switch=True, shown="off", help="checkpoint with dcp.async_save")
-    tolerance_pct: float = option(15, flag="--tolerance", metavar="PCT", parse=tolerance("15"),
-                                  help="largest |error| in percent of the total")
-    matrix: bool = option(False, switch=True, shown="off",
-                          help="every assignment of the matrix (all dir; data and model from s3 with checkpoints to "
-                               "a cached mount) x the link profiles unlimited,1gbit (on --lab, or a two-host lab "
-                               "made and removed by the run)")
+    tolerance_pct: float = option(
+        15, flag="--tolerance", metavar="PCT", parse=tolerance("15"), help="largest |error| in percent of the total"
+    )
+    matrix: bool = option(
+        False,
+        switch=True,
+        shown="off",
+        help="every assignment of the matrix (all dir; data and model from s3 with checkpoints to "
+        "a cached mount) x the link profiles unlimited,1gbit (on --lab, or a two-host lab "
+        "made and removed by the run)",
+    )
 
 
 @dataclass
@@ -55,14 +62,21 @@ class Data:
 @dataclass
 class Storage:
     TITLE: ClassVar[str] = "storage"
-    DESCRIPTION: ClassVar[str] = ("the tier of each phase's bytes: dir (a local directory), s3 (the embedded S3 "
-                                  "server) or mount (its bucket through a cached rclone mount)")
+    DESCRIPTION: ClassVar[str] = (
+        "the tier of each phase's bytes: dir (a local directory), s3 (the embedded S3 "
+        "server) or mount (its bucket through a cached rclone mount)"
+    )
     data: str | None = option(None, metavar="TIER", shown="dir", help="where batches come from: dir, s3 or mount")
     model_from: str | None = option(None, metavar="TIER", shown="dir", help="where the model is loaded from")
     ckpt_to: str | None = option(None, metavar="TIER", shown="dir", help="where checkpoints go")
-    write_back_s: float = option(1.0, flag="--write-back", metavar="DURATION", shown="1s",
-                                 parse=lambda text, flag: parse_duration_s(text, what=flag, example="1s"),
-                                 help="mount tier: rclone's write-back delay")
+    write_back_s: float = option(
+        1.0,
+        flag="--write-back",
+        metavar="DURATION",
+        shown="1s",
+        parse=lambda text, flag: parse_duration_s(text, what=flag, example="1s"),
+        help="mount tier: rclone's write-back delay",
+    )
     base_dir: str | None = option(
         None, flag="--dir", metavar="DIR", shown="the temp dir", help="where the dir tier's files go"
     )
@@ -102,9 +116,27 @@ def resolve(flags: JobFlags) -> plan.JobOptions:
         # A directory no step could write is misuse, refused before calibration and the job run.
         check_base(s.base_dir, writable=True, flag="--dir")
     return plan.JobOptions(
-        shape=shape, tokens=j.tokens, steps=j.steps, ckpt_every=j.ckpt_every, async_ckpt=j.async_ckpt,
-        assignments=chosen, profiles=profiles, tolerance_pct=j.tolerance_pct, batch_size=d.batch_size,
-        sample_bytes=d.sample_bytes, workers=d.workers, write_back_s=s.write_back_s, timeout_s=r.timeout_s,
-        backend=r.backend, lab=r.lab, matrix=j.matrix, nproc=r.nproc, calibration=flags.calibration.calibration,
-        cal_reps=flags.calibration.cal_reps, base_dir=s.base_dir, json=flags.output.json,
-        results_dir=flags.output.results_dir, notes=notes)
+        shape=shape,
+        tokens=j.tokens,
+        steps=j.steps,
+        ckpt_every=j.ckpt_every,
+        async_ckpt=j.async_ckpt,
+        assignments=chosen,
+        profiles=profiles,
+        tolerance_pct=j.tolerance_pct,
+        batch_size=d.batch_size,
+        sample_bytes=d.sample_bytes,
+        workers=d.workers,
+        write_back_s=s.write_back_s,
+        timeout_s=r.timeout_s,
+        backend=r.backend,
+        lab=r.lab,
+        matrix=j.matrix,
+        nproc=r.nproc,
+        calibration=flags.calibration.calibration,
+        cal_reps=flags.calibration.cal_reps,
+        base_dir=s.base_dir,
+        json=flags.output.json,
+        results_dir=flags.output.results_dir,
+        notes=notes,
+    )

@@ -29,7 +29,8 @@ MATRIX_PROFILES = "unlimited,1gbit"
 @dataclass
 class JobOptions:
     """What verify job runs, resolved from its flags (job/options.py builds it; job/run.run_job takes it)."""
-    shape: dict[str, Any]                    # the keyword arguments of model.shape_from_args
+
+    shape: dict[str, Any]  # the keyword arguments of model.shape_from_args
     tokens: int
     steps: int
     ckpt_every: int | None
@@ -47,7 +48,7 @@ class JobOptions:
     matrix: bool = False
     nproc: int | None = None
     calibration: str | None = None
-    cal_reps: int | None = None             # timed steps per calibration number (None: each one's default)
+    cal_reps: int | None = None  # timed steps per calibration number (None: each one's default)
     base_dir: str | None = None
     json: str | None = None
     results_dir: str = "results"
@@ -57,9 +58,11 @@ class JobOptions:
 def tier(text: str | None, flag: str) -> str:
     value = (text or "dir").strip().lower()
     if value not in TIERS:
-        raise UsageError(f"unknown tier {text!r} for {flag}: expected one of {', '.join(TIERS)} (dir: a local "
-                         f"directory, s3: the embedded S3 server, mount: its bucket through a cached rclone "
-                         f"mount), e.g. {flag} s3")
+        raise UsageError(
+            f"unknown tier {text!r} for {flag}: expected one of {', '.join(TIERS)} (dir: a local "
+            f"directory, s3: the embedded S3 server, mount: its bucket through a cached rclone "
+            f"mount), e.g. {flag} s3"
+        )
     return value
 
 
@@ -87,13 +90,16 @@ def workers(text: str) -> int:
 def check_tokens_fit(tokens: int, batch_size: int, sample_size: int) -> None:
     """A step's ids come from its batch's bytes: the batch must hold tokens + 1 of them."""
     if batch_size * sample_size < tokens + 1:
-        raise UsageError(f"--batch-size {batch_size} x --sample-size {sample_size} bytes is less than the "
-                         f"{tokens + 1} token ids a step of --tokens {tokens} takes from its batch; use a larger "
-                         f"--sample-size, e.g. --sample-size {max(4096, tokens + 1)}")
+        raise UsageError(
+            f"--batch-size {batch_size} x --sample-size {sample_size} bytes is less than the "
+            f"{tokens + 1} token ids a step of --tokens {tokens} takes from its batch; use a larger "
+            f"--sample-size, e.g. --sample-size {max(4096, tokens + 1)}"
+        )
 
 
-def assignments(data: str | None, model: str | None, ckpt: str | None, matrix: bool,
-                fuse_reason: str | None) -> tuple[list[Assignment], list[str]]:
+def assignments(
+    data: str | None, model: str | None, ckpt: str | None, matrix: bool, fuse_reason: str | None
+) -> tuple[list[Assignment], list[str]]:
     """The assignments to run and notes for the record. --matrix with tier flags is misuse."""
     given = [flag for flag, value in zip(PHASE_FLAGS.values(), (data, model, ckpt), strict=False) if value is not None]
     if matrix:

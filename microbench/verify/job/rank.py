@@ -44,14 +44,26 @@ def data_plan(ranks: int, batch_size: int, steps: int, workers: int, sample_byte
     count = 4 * ranks * w
     per = math.ceil(batch_size * math.ceil(steps / w) / 4) + batch_size
     samples = per * count
-    return ds.Plan("shards", samples, sample_bytes, sample_bytes,
-                   tuple((a, min(a + per, samples)) for a in range(0, samples, per)))
+    return ds.Plan(
+        "shards", samples, sample_bytes, sample_bytes, tuple((a, min(a + per, samples)) for a in range(0, samples, per))
+    )
 
 
-def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: dict[str, Any],
-            ckpt: dict[str, Any], batch_size: int, workers: int) -> tuple[Any, dict[str, Any]]:
-    rate = DataRate(f"dataload probe ({data['workers']} workers)", data["samples_per_s"] / data["ranks"],
-                    workers > 0, data["source"])
+def predict(
+    plan: JobPlan,
+    step: dict[str, Any],
+    model: dict[str, Any],
+    data: dict[str, Any],
+    ckpt: dict[str, Any],
+    batch_size: int,
+    workers: int,
+) -> tuple[Any, dict[str, Any]]:
+    rate = DataRate(
+        f"dataload probe ({data['workers']} workers)",
+        data["samples_per_s"] / data["ranks"],
+        workers > 0,
+        data["source"],
+    )
     stall = data_stall(rate, batch_size, step["step_s"])
     # The first batch waits for the workers to start and the first shard to arrive (the probe's
     # first_batch_s); every later one only for what prefetching does not hide.
@@ -71,9 +83,24 @@ def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: di
     return timeline(plan, costs), stall.as_dict()
 
 
-def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, plan: JobPlan, model_place: Place,
-            keys: list[str], expected_sum: float, data_place: Place, dplan: Any, workers: int, batch_size: int,
-            run_dir: Any, progress: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def run_job(
+    world: World,
+    shape: Any,
+    tokens: int,
+    device: Any,
+    precision: Any,
+    plan: JobPlan,
+    model_place: Place,
+    keys: list[str],
+    expected_sum: float,
+    data_place: Place,
+    dplan: Any,
+    workers: int,
+    batch_size: int,
+    run_dir: Any,
+    progress: dict[str, Any],
+    timeout_s: float,
+) -> dict[str, Any]:
     """The job, timed. `progress` (rank 0) holds every finished phase as it finishes."""
     import torch
     import torch.distributed.checkpoint as dcp
@@ -82,7 +109,7 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
     from ...probes.dataload.loader import as_tensor, loader
 
     rank, ranks = world.rank, world.size
-    torch.manual_seed(1)   # other values than the files hold, so the load is seen to happen
+    torch.manual_seed(1)  # other values than the files hold, so the load is seen to happen
     model = fm.shard(fm.build(shape, device), precision)
     optim = fm.optimizer(model)
     params = dict(model.named_parameters())
@@ -125,8 +152,8 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
                 if local.numel() and rank < len(chunks):
                     local.copy_(chunks[rank].reshape(local.shape))
     sync(device)
-    threads_settled(threads)   # the fetch pool's threads gone before the DataLoader forks
-    world.barrier()   # the load ends when the last rank has its shards
+    threads_settled(threads)  # the fetch pool's threads gone before the DataLoader forks
+    world.barrier()  # the load ends when the last rank has its shards
     spent["model_load"] = time.perf_counter() - t0
     local_sum = float(sum(p.to_local().double().sum().item() for p in model.parameters()))
     progress["model_load_s"] = spent["model_load"]
@@ -134,18 +161,30 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
     # -- steps, with the data stall and the checkpoints
     saves = 0
     future = None
-    saves_s: list[float] = []     # each periodic save's blocking time
-    state_s: list[float] = []     # of which get_state_dict
+    saves_s: list[float] = []  # each periodic save's blocking time
+    state_s: list[float] = []  # of which get_state_dict
 
     def state() -> dict[str, Any]:
         msd, osd = get_state_dict(model, optim)
         return {"model": msd, "optim": osd}
 
     start = time.perf_counter()
-    it = iter(loader(data_place.data_source(), dplan, workers=workers, batch_size=batch_size, prefetch_factor=2,
-                     decode_us=0.0, rank=rank, ranks=ranks, pin_memory=False, epoch=1))
-    starting = time.perf_counter() - start   # the workers' start, counted with the first batch
-    waits_s: list[float] = []     # each batch's wait, until every rank had its own
+    it = iter(
+        loader(
+            data_place.data_source(),
+            dplan,
+            workers=workers,
+            batch_size=batch_size,
+            prefetch_factor=2,
+            decode_us=0.0,
+            rank=rank,
+            ranks=ranks,
+            pin_memory=False,
+            epoch=1,
+        )
+    )
+    starting = time.perf_counter() - start  # the workers' start, counted with the first batch
+    waits_s: list[float] = []  # each batch's wait, until every rank had its own
     data_wrong = 0
     try:
         marks = set(range(plan.ckpt_every, plan.steps, plan.ckpt_every)) if plan.ckpt_every else set()
@@ -159,14 +198,14 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
             waits_s.append(time.perf_counter() - start + (starting if i == 1 else 0.0))
             spent["data_stall"] += waits_s[-1]
             data_wrong += wrong
-            ids = (batch.reshape(-1)[:tokens + 1].long() % shape.vocab).view(1, -1).to(device)
+            ids = (batch.reshape(-1)[: tokens + 1].long() % shape.vocab).view(1, -1).to(device)
             start = time.perf_counter()
             fm.step(model, optim, ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
             sync(device)
             steps_s.append(time.perf_counter() - start)
             spent["train"] += steps_s[-1]
             if i % collector.EVERY_STEPS == 0:
-                collector.young()   # counted as time outside the phases, as in a trainer's loop
+                collector.young()  # counted as time outside the phases, as in a trainer's loop
             if i in marks:
                 saves += 1
                 if plan.async_ckpt and future is not None:
@@ -220,16 +259,20 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
     waits = [min(e[7][j] for e in every) for j in range(plan.steps)]
     measured["train"], measured["data_stall"] = sum(steps), sum(waits)
     loaded_sum = sum(e[3] for e in every)
-    return {"phases_s": measured, "total_s": max(e[1] for e in every),
-            "per_rank_total_s": [e[1] for e in every],
-            "steps_s": steps,
-            "checkpoints": saves + 1, "durable": durable,
-            "gc": collector.NOTE,
-            "saves_s": [max(e[5][j] for e in every) for j in range(saves)],
-            "get_state_dict_s": [max(e[6][j] for e in every) for j in range(saves)],
-            "data_waits_s": waits,
-            "model_wrong": int(abs(loaded_sum - expected_sum) > 1e-6 * (abs(expected_sum) + 1)),
-            "data_wrong": sum(e[4] for e in every)}
+    return {
+        "phases_s": measured,
+        "total_s": max(e[1] for e in every),
+        "per_rank_total_s": [e[1] for e in every],
+        "steps_s": steps,
+        "checkpoints": saves + 1,
+        "durable": durable,
+        "gc": collector.NOTE,
+        "saves_s": [max(e[5][j] for e in every) for j in range(saves)],
+        "get_state_dict_s": [max(e[6][j] for e in every) for j in range(saves)],
+        "data_waits_s": waits,
+        "model_wrong": int(abs(loaded_sum - expected_sum) > 1e-6 * (abs(expected_sum) + 1)),
+        "data_wrong": sum(e[4] for e in every),
+    }
 
 
 def _wait_durable(world: World, run_dir: Any, started: float, timeout_s: float) -> str:
@@ -252,14 +295,21 @@ def compare(tl: Any, measured: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     phases = {}
     for kind in KINDS:
         if kind == "ckpt_drain":
-            continue   # overlapped with training: no time of its own on the critical path
+            continue  # overlapped with training: no time of its own on the critical path
         p, m = predicted[kind], measured["phases_s"][kind]
-        phases[kind] = {"predicted_s": p, "measured_s": m, "error_pct": error_pct(p, m) if m > 0 else None,
-                        "share_measured": m / measured["total_s"] if measured["total_s"] > 0 else 0.0}
+        phases[kind] = {
+            "predicted_s": p,
+            "measured_s": m,
+            "error_pct": error_pct(p, m) if m > 0 else None,
+            "share_measured": m / measured["total_s"] if measured["total_s"] > 0 else 0.0,
+        }
     accounted = sum(measured["phases_s"][k] for k in KINDS if k != "ckpt_drain")
-    total = {"predicted_s": tl.total_s, "measured_s": measured["total_s"],
-             "error_pct": error_pct(tl.total_s, measured["total_s"]),
-             "unaccounted_s": measured["total_s"] - accounted}
+    total = {
+        "predicted_s": tl.total_s,
+        "measured_s": measured["total_s"],
+        "error_pct": error_pct(tl.total_s, measured["total_s"]),
+        "unaccounted_s": measured["total_s"] - accounted,
+    }
     return phases, total
 
 
@@ -269,4 +319,3 @@ def model_bytes(state: dict[str, Any]) -> int:
 
 def checksum(state: dict[str, Any]) -> float:
     return float(sum(t.double().sum().item() for t in state.values()))
-

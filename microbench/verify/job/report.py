@@ -10,8 +10,14 @@ from tabulate import tabulate
 from ...compose.report import format_time
 from .. import noise
 
-NAMES = {"model_load": "model load", "train": "train", "data_stall": "data stall", "ckpt_blocking": "ckpt blocking",
-         "ckpt_wait": "ckpt wait", "final_save": "final save (durable)"}
+NAMES = {
+    "model_load": "model load",
+    "train": "train",
+    "data_stall": "data stall",
+    "ckpt_blocking": "ckpt blocking",
+    "ckpt_wait": "ckpt wait",
+    "final_save": "final save (durable)",
+}
 
 
 def _relative(readings: list[float]) -> tuple[float, float, float] | None:
@@ -49,8 +55,9 @@ def judge_job(row: dict[str, Any], tolerance_pct: float, load: dict[str, Any] | 
         )
     used = [(side, w, r) for side, parts in sides.items() for w, r in parts if r is not None and w > 0]
     if not used:
-        return noise.judge_interval(total["error_pct"], total["error_pct"], total["error_pct"], 0.0, 1,
-                                    tolerance_pct, load)
+        return noise.judge_interval(
+            total["error_pct"], total["error_pct"], total["error_pct"], 0.0, 1, tolerance_pct, load
+        )
 
     def scale(side: str, end: int) -> float:
         return 1 + sum(w * r[end] for s, w, r in used if s == side)
@@ -58,10 +65,15 @@ def judge_job(row: dict[str, Any], tolerance_pct: float, load: dict[str, Any] | 
     ratio = 1 + total["error_pct"] / 100
     low = 100 * (ratio * scale("predicted", 0) / scale("measured", 1) - 1)
     high = 100 * (ratio * scale("predicted", 1) / scale("measured", 0) - 1)
-    readings = len(step.get("replay_before_s") or []) + len(step.get("replay_after_s") or []) + \
-        len(measured.get("steps_s") or []) + len(measured.get("saves_s") or [])
-    return noise.judge_interval(total["error_pct"], low, high, min(r[2] for _, _, r in used), readings,
-                                tolerance_pct, load)
+    readings = (
+        len(step.get("replay_before_s") or [])
+        + len(step.get("replay_after_s") or [])
+        + len(measured.get("steps_s") or [])
+        + len(measured.get("saves_s") or [])
+    )
+    return noise.judge_interval(
+        total["error_pct"], low, high, min(r[2] for _, _, r in used), readings, tolerance_pct, load
+    )
 
 
 def verdict(rows: list[dict[str, Any]], tolerance_pct: float, loads: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -85,13 +97,18 @@ def verdict(rows: list[dict[str, Any]], tolerance_pct: float, loads: dict[str, A
         if row["measured"].get("data_wrong"):
             outside.append(f"{name}: {row['measured']['data_wrong']} sample(s) read back wrong")
     checked = len(judged)
-    return {"tolerance_pct": tolerance_pct, "checked": checked, "outside": outside, "inconclusive": unsure,
-            "pass": not outside and not unsure and checked > 0,
-            "verdict": noise.FAIL if outside or not checked else noise.INCONCLUSIVE if unsure else noise.PASS,
-            "rule": noise.RULE + "; a job's readings: the compute replays, the real steps and the periodic saves, "
-                                 "each by its phase's share of the total",
-            "clean": noise.how_to_get_clean([j for _, j in judged]) if unsure else None,
-            "rows": [{"row": i, "part": "total", **j.as_dict()} for i, j in judged]}
+    return {
+        "tolerance_pct": tolerance_pct,
+        "checked": checked,
+        "outside": outside,
+        "inconclusive": unsure,
+        "pass": not outside and not unsure and checked > 0,
+        "verdict": noise.FAIL if outside or not checked else noise.INCONCLUSIVE if unsure else noise.PASS,
+        "rule": noise.RULE + "; a job's readings: the compute replays, the real steps and the periodic saves, "
+        "each by its phase's share of the total",
+        "clean": noise.how_to_get_clean([j for _, j in judged]) if unsure else None,
+        "rows": [{"row": i, "part": "total", **j.as_dict()} for i, j in judged],
+    }
 
 
 def attach(record: dict[str, Any], verdict_: dict[str, Any]) -> None:
@@ -113,33 +130,63 @@ def table(rows: list[dict[str, Any]], tolerance_pct: float) -> str:
         for kind, p in r["phases"].items():
             if p["predicted_s"] == 0 and p["measured_s"] == 0:
                 continue
-            out.append((config, NAMES.get(kind, kind), format_time(p["predicted_s"]), format_time(p["measured_s"]),
-                        _err(p["error_pct"]), f"{100 * p['share_measured']:.0f}%", "", ""))
+            out.append(
+                (
+                    config,
+                    NAMES.get(kind, kind),
+                    format_time(p["predicted_s"]),
+                    format_time(p["measured_s"]),
+                    _err(p["error_pct"]),
+                    f"{100 * p['share_measured']:.0f}%",
+                    "",
+                    "",
+                )
+            )
             config = ""
         t = r["total"]
         shown, band = noise.cells(t, tolerance_pct)
-        out.append(("", "TOTAL", format_time(t["predicted_s"]), format_time(t["measured_s"]), _err(t["error_pct"]),
-                    "100%", band, shown))
-    return tabulate(out, headers=["configuration", "phase", "predicted", "measured", "error", "share", "with noise",
-                                  "verdict"],
-                    tablefmt="simple", disable_numparse=True)
+        out.append(
+            (
+                "",
+                "TOTAL",
+                format_time(t["predicted_s"]),
+                format_time(t["measured_s"]),
+                _err(t["error_pct"]),
+                "100%",
+                band,
+                shown,
+            )
+        )
+    return tabulate(
+        out,
+        headers=["configuration", "phase", "predicted", "measured", "error", "share", "with noise", "verdict"],
+        tablefmt="simple",
+        disable_numparse=True,
+    )
 
 
 def print_report(record: dict[str, Any]) -> None:
     summary = record.get("summary") or {}
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
-        print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
-              f"{cal['overlap']:.2f}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
-              f"{cal['compute_efficiency']:.2f}")
+        print(
+            f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
+            f"{cal['overlap']:.2f}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
+            f"{cal['compute_efficiency']:.2f}"
+        )
     verdict_ = summary.get("verdict") or {}
     rows = record["rows"]
     if rows:
         print(table(rows, verdict_.get("tolerance_pct", 15)))
         unaccounted = [r["total"]["unaccounted_s"] for r in rows if r.get("kind") == "job" and "total" in r]
-        print("# prediction: compose/job.timeline over costs from probes run in this run on each configuration's "
-              "tiers (modelload, dataload, checkpoint) and verify fsdp's step prediction (compute, collectives, "
-              "AdamW probes + the calibration); phases are the slowest rank's sums, share = of the measured total"
-              + (f"; time outside the phases (loop, batch to ids): up to {format_time(max(unaccounted))}"
-                 if unaccounted else ""))
+        print(
+            "# prediction: compose/job.timeline over costs from probes run in this run on each configuration's "
+            "tiers (modelload, dataload, checkpoint) and verify fsdp's step prediction (compute, collectives, "
+            "AdamW probes + the calibration); phases are the slowest rank's sums, share = of the measured total"
+            + (
+                f"; time outside the phases (loop, batch to ids): up to {format_time(max(unaccounted))}"
+                if unaccounted
+                else ""
+            )
+        )
     if verdict_:
         noise.print_verdict(verdict_, f"|total error| <= {verdict_['tolerance_pct']:g}%", "configuration(s) checked")

@@ -52,9 +52,13 @@ def _own_lab(stack: contextlib.ExitStack, opts: JobOptions) -> JobOptions:
     except MicrobenchError as exc:
         return dataclasses.replace(opts, notes=[*opts.notes, f"one link profile only (loopback): no lab ({exc})"])
     profiles = [(label.strip(), parse_link_rate(label.strip())) for label in MATRIX_PROFILES.split(",")]
-    return dataclasses.replace(opts, lab=name, nproc=opts.nproc or 2, profiles=profiles,
-                               notes=[*opts.notes, f"the link profiles run on lab {name} (2 hosts), made and "
-                                                   f"removed by this run"])
+    return dataclasses.replace(
+        opts,
+        lab=name,
+        nproc=opts.nproc or 2,
+        profiles=profiles,
+        notes=[*opts.notes, f"the link profiles run on lab {name} (2 hosts), made and removed by this run"],
+    )
 
 
 def _run(opts: JobOptions, choice: BackendChoice) -> int:
@@ -67,21 +71,49 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
     shape = fm.shape_from_args(**opts.shape)
     cal = calibration_from(opts.calibration, choice.backend, choice.device) if opts.calibration else None
     tiers_used = sorted({t for a in opts.assignments for t in a.tiers()})
-    config = {"model": shape.describe(), "tokens": opts.tokens, "steps": opts.steps, "ckpt_every": opts.ckpt_every,
-              "async_ckpt": opts.async_ckpt, "assignments": [a.label for a in opts.assignments],
-              "tiers": tiers_used, "profiles": [p for p, _ in opts.profiles], "lab": opts.lab, "ranks": nproc,
-              "batch_size": opts.batch_size, "sample_bytes": opts.sample_bytes, "workers": opts.workers,
-              "write_back_s": opts.write_back_s, "tolerance_pct": opts.tolerance_pct, "matrix": opts.matrix,
-              "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
-              "device": choice.device, "notes": opts.notes}
-    record = new_record("verify", config, envmod.collect(),
-                        {**native.implementation(), "engine": "a short FSDP2 training job (safetensors load, "
-                         "DataLoader over WebDataset shards, DCP checkpoints) vs compose/job.timeline",
-                         "model": fm.FAMILY, "backend": choice.backend, "device": choice.device})
+    config = {
+        "model": shape.describe(),
+        "tokens": opts.tokens,
+        "steps": opts.steps,
+        "ckpt_every": opts.ckpt_every,
+        "async_ckpt": opts.async_ckpt,
+        "assignments": [a.label for a in opts.assignments],
+        "tiers": tiers_used,
+        "profiles": [p for p, _ in opts.profiles],
+        "lab": opts.lab,
+        "ranks": nproc,
+        "batch_size": opts.batch_size,
+        "sample_bytes": opts.sample_bytes,
+        "workers": opts.workers,
+        "write_back_s": opts.write_back_s,
+        "tolerance_pct": opts.tolerance_pct,
+        "matrix": opts.matrix,
+        "calibration": opts.calibration,
+        "cal_reps": opts.cal_reps,
+        "backend": choice.backend,
+        "device": choice.device,
+        "notes": opts.notes,
+    }
+    record = new_record(
+        "verify",
+        config,
+        envmod.collect(),
+        {
+            **native.implementation(),
+            "engine": "a short FSDP2 training job (safetensors load, "
+            "DataLoader over WebDataset shards, DCP checkpoints) vs compose/job.timeline",
+            "model": fm.FAMILY,
+            "backend": choice.backend,
+            "device": choice.device,
+        },
+    )
     path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
-    print(f"# verify job: {nproc} ranks ({choice.backend}/{choice.device}), {shape.name}, {opts.steps} steps of "
-          f"{opts.tokens} tokens, checkpoint every {opts.ckpt_every or '-'}{' (async)' if opts.async_ckpt else ''}; "
-          f"{len(opts.assignments)} storage assignment(s) x {len(opts.profiles)} profile(s); record {path}", flush=True)
+    print(
+        f"# verify job: {nproc} ranks ({choice.backend}/{choice.device}), {shape.name}, {opts.steps} steps of "
+        f"{opts.tokens} tokens, checkpoint every {opts.ckpt_every or '-'}{' (async)' if opts.async_ckpt else ''}; "
+        f"{len(opts.assignments)} storage assignment(s) x {len(opts.profiles)} profile(s); record {path}",
+        flush=True,
+    )
     for note in opts.notes:
         print(f"# note: {note}")
     with launch.partial_unless_finished(path), contextlib.ExitStack() as stack:
@@ -92,18 +124,33 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
             hosts = [h.netns for h in lab.hosts[:nproc]]
             stack.enter_context(LoopbackRelay(hosts, tiers.ports))
         job_choice = dataclasses.replace(choice, env={**choice.env, **env})
-        base = JobSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=opts.timeout_s,
-                       nproc=nproc, shape=opts.shape, tokens=opts.tokens, steps=opts.steps,
-                       ckpt_every=opts.ckpt_every, async_ckpt=opts.async_ckpt, batch_size=opts.batch_size,
-                       sample_bytes=opts.sample_bytes, workers=opts.workers, tiers=tiers,
-                       assignments=list(opts.assignments), calibration=cal, cal_reps=opts.cal_reps,
-                       calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
+        base = JobSpec(
+            device=choice.device,
+            backend=choice.backend,
+            record=str(path),
+            timeout_s=opts.timeout_s,
+            nproc=nproc,
+            shape=opts.shape,
+            tokens=opts.tokens,
+            steps=opts.steps,
+            ckpt_every=opts.ckpt_every,
+            async_ckpt=opts.async_ckpt,
+            batch_size=opts.batch_size,
+            sample_bytes=opts.sample_bytes,
+            workers=opts.workers,
+            tiers=tiers,
+            assignments=list(opts.assignments),
+            calibration=cal,
+            cal_reps=opts.cal_reps,
+            calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None,
+        )
         try:
             for label, rate in opts.profiles:
                 if lab is not None:
                     labmod.shape(lab.name, rate, lab.delay_ms)
-                code = launch.launch(dataclasses.replace(base, profile=label), job_choice, lab=opts.lab,
-                                     helpers=helpers)
+                code = launch.launch(
+                    dataclasses.replace(base, profile=label), job_choice, lab=opts.lab, helpers=helpers
+                )
                 if code != 0:
                     return launch.left_partial(path, code)
         finally:
@@ -112,8 +159,9 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
     return _finish(path, opts.tolerance_pct)
 
 
-def _tiers(stack: contextlib.ExitStack, used: list[str],
-           opts: JobOptions) -> tuple[JobTiers, dict[str, str], list[int | None]]:
+def _tiers(
+    stack: contextlib.ExitStack, used: list[str], opts: JobOptions
+) -> tuple[JobTiers, dict[str, str], list[int | None]]:
     """Start what the assignments need, and the pids of the servers started (their CPU time is the
     run's, not other processes'); every piece is undone when the stack closes."""
     env: dict[str, str] = {}
@@ -127,10 +175,11 @@ def _tiers(stack: contextlib.ExitStack, used: list[str],
         from ...targets.s3server import EmbeddedS3
 
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
-        assert server.port is not None   # known once it has started
+        assert server.port is not None  # known once it has started
         env.update(embedded_s3_env(server))
-        tiers = dataclasses.replace(tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX},
-                                    ports=[*tiers.ports, server.port])
+        tiers = dataclasses.replace(
+            tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX}, ports=[*tiers.ports, server.port]
+        )
         helpers.append(server.pid)
     if "mount" in used:
         from ...targets import mount as mountmod
@@ -138,11 +187,13 @@ def _tiers(stack: contextlib.ExitStack, used: list[str],
         name = f"vjob-{uuid.uuid4().hex[:8]}"
         # The mount's own state, cache and embedded server go away with it, whatever ends the run.
         stack.callback(mountmod.down, name)
-        state, _ = mountmod.up(mountmod.MountRequest(name=name, mode="cached", write_back_s=opts.write_back_s,
-                                                     timeout_s=30))
+        state, _ = mountmod.up(
+            mountmod.MountRequest(name=name, mode="cached", write_back_s=opts.write_back_s, timeout_s=30)
+        )
         # Rank 0 polls the mount's own server for durability: on a lab host it needs the relay too.
-        tiers = dataclasses.replace(tiers, mount=state.path, mount_name=name,
-                                    ports=[*tiers.ports, int(state.endpoint.rsplit(":", 1)[1])])
+        tiers = dataclasses.replace(
+            tiers, mount=state.path, mount_name=name, ports=[*tiers.ports, int(state.endpoint.rsplit(":", 1)[1])]
+        )
         helpers += [state.rclone_pid, state.server_pid]
     return tiers, env, helpers
 
@@ -159,7 +210,7 @@ def run_phase(path: str) -> NoReturn:
 
 
 def _finish(path: Path, tol: float) -> int:
-    writer = RecordWriter.resume(path)   # as the profiles' rank 0 left it
+    writer = RecordWriter.resume(path)  # as the profiles' rank 0 left it
 
     def judge(record: dict[str, Any]) -> None:
         judged = verdict(record["rows"], tol, record["summary"].get("load_by_phase"))

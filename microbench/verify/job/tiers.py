@@ -63,7 +63,7 @@ class Place:
         return os.path.join(self.root, key)
 
     def client(self) -> Any:
-        pid = os.getpid()   # DataLoader workers are forks: a client per process
+        pid = os.getpid()  # DataLoader workers are forks: a client per process
         if self._client is None or self._client[0] != pid:
             self._client = (pid, self.s3.client(pool=10))
         return self._client[1]
@@ -77,7 +77,7 @@ class Place:
         if self.tier == "s3":
             from ...probes.modelload.store import upload
 
-            upload(self.client(), self.bucket, f"{self.prefix}/{key}", data)   # multipart above 8 MiB
+            upload(self.client(), self.bucket, f"{self.prefix}/{key}", data)  # multipart above 8 MiB
             return
         os.makedirs(os.path.dirname(self.path(key)), exist_ok=True)
         with open(self.path(key), "xb") as handle:
@@ -118,7 +118,7 @@ class Place:
 
             try:
                 delete_prefix(self.client(), self.bucket, self.prefix + "/")
-            except Exception:   # cleanup of a run that already failed: nothing to add
+            except Exception:  # cleanup of a run that already failed: nothing to add
                 pass
         elif self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -133,8 +133,9 @@ class Place:
 
     def run_dir(self) -> ct.RunDir:
         if self.tier == "s3":
-            return ct.RunDir(ct.parse_target(f"s3://{self.bucket}/{self.prefix.rsplit('/', 1)[0]}"), self.name,
-                             self.access)
+            return ct.RunDir(
+                ct.parse_target(f"s3://{self.bucket}/{self.prefix.rsplit('/', 1)[0]}"), self.name, self.access
+            )
         assert self.root is not None
         return ct.RunDir(ct.parse_target(os.path.dirname(self.root)), self.name)
 
@@ -170,4 +171,3 @@ def threads_settled(baseline: int, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while os_threads() > baseline and time.monotonic() < deadline:
         time.sleep(0.001)
-

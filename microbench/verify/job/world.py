@@ -18,7 +18,7 @@ from . import inputs as ji, rank as jr
 from .plan import Assignment
 from .tiers import Place, os_threads, threads_settled
 
-REPLAYS = 3   # compute probe samples on each side of the job
+REPLAYS = 3  # compute probe samples on each side of the job
 
 
 def run_profile(world: World, spec: JobSpec) -> int:
@@ -30,10 +30,16 @@ def run_profile(world: World, spec: JobSpec) -> int:
     if spec.calibration is not None:
         cal_dict, source = spec.calibration, spec.calibration_source or "--calibration"
     else:
-        cal_dict = guarded(world, record, f"the calibration ({profile})",
-                           lambda: vc.calibrate(world, device, precision, dev, backend, reps=spec.cal_reps))
-        source = (f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile} "
-                  f"(another model than the job's)")
+        cal_dict = guarded(
+            world,
+            record,
+            f"the calibration ({profile})",
+            lambda: vc.calibrate(world, device, precision, dev, backend, reps=spec.cal_reps),
+        )
+        source = (
+            f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile} "
+            f"(another model than the job's)"
+        )
         if record is not None:
             record.update(
                 lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(profile, cal_dict)
@@ -50,8 +56,18 @@ def run_profile(world: World, spec: JobSpec) -> int:
             except BaseException:
                 if record is not None and progress:
                     # The phases finished before the failure, as rank 0 saw them (its own times).
-                    record.add_rows([{"kind": "job", "status": "partial", "profile": profile, "assignment": a.label,
-                                      "model": shape.name, "finished_phases_rank0": dict(progress)}])
+                    record.add_rows(
+                        [
+                            {
+                                "kind": "job",
+                                "status": "partial",
+                                "profile": profile,
+                                "assignment": a.label,
+                                "model": shape.name,
+                                "finished_phases_rank0": dict(progress),
+                            }
+                        ]
+                    )
                 raise
 
         row = guarded(world, record, label, attempt)
@@ -66,20 +82,44 @@ def run_profile(world: World, spec: JobSpec) -> int:
     return 0
 
 
-def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: Any, precision: Any, cal: Any,
-               progress: dict[str, Any]) -> dict[str, Any]:
+def one_config(
+    world: World,
+    spec: JobSpec,
+    a: Assignment,
+    shape: Any,
+    device: Any,
+    precision: Any,
+    cal: Any,
+    progress: dict[str, Any],
+) -> dict[str, Any]:
     dev, backend, tiers = spec.device, spec.backend, spec.tiers
     tokens, batch, workers = spec.tokens, spec.batch_size, spec.workers
-    plan = JobPlan(steps=spec.steps, ckpt_every=spec.ckpt_every, async_ckpt=spec.async_ckpt,
-                   tokens_per_step=tokens * world.size)
-    names = world.broadcast_object([Place(t, tiers, w).name for t, w in
-                                    ((a.model_from, "model"), (a.model_from, "modelprobe"), (a.data, "data"),
-                                     (a.ckpt_to, "ckptprobe"), (a.ckpt_to, "ckpt"))] if world.rank == 0 else None)
-    model_place, probe_place, data_place = (Place(a.model_from, tiers, "model", names[0]),
-                                            Place(a.model_from, tiers, "modelprobe", names[1]),
-                                            Place(a.data, tiers, "data", names[2]))
-    probe_dir, job_dir = (Place(a.ckpt_to, tiers, "ckptprobe", names[3]).run_dir(),
-                          Place(a.ckpt_to, tiers, "ckpt", names[4]).run_dir())
+    plan = JobPlan(
+        steps=spec.steps, ckpt_every=spec.ckpt_every, async_ckpt=spec.async_ckpt, tokens_per_step=tokens * world.size
+    )
+    names = world.broadcast_object(
+        [
+            Place(t, tiers, w).name
+            for t, w in (
+                (a.model_from, "model"),
+                (a.model_from, "modelprobe"),
+                (a.data, "data"),
+                (a.ckpt_to, "ckptprobe"),
+                (a.ckpt_to, "ckpt"),
+            )
+        ]
+        if world.rank == 0
+        else None
+    )
+    model_place, probe_place, data_place = (
+        Place(a.model_from, tiers, "model", names[0]),
+        Place(a.model_from, tiers, "modelprobe", names[1]),
+        Place(a.data, tiers, "data", names[2]),
+    )
+    probe_dir, job_dir = (
+        Place(a.ckpt_to, tiers, "ckptprobe", names[3]).run_dir(),
+        Place(a.ckpt_to, tiers, "ckpt", names[4]).run_dir(),
+    )
     dplan = jr.data_plan(world.size, batch, plan.steps, workers, spec.sample_bytes)
     state = ji.model_state(shape)
     keys: list[str] = []
@@ -92,7 +132,7 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
             keys = ji.write_model(model_place, state)
             model_place.settle(spec.timeout_s)
             data_place.create()
-            if data_place.root is not None:   # a local tier: the ranks' files written here
+            if data_place.root is not None:  # a local tier: the ranks' files written here
                 ds.write_local(dplan, data_place.root)
             else:
                 ds.write_s3(dplan, data_place.client(), data_place.bucket, data_place.prefix)
@@ -109,7 +149,7 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
         # system work that spills into whatever runs next (verify/checkpoint/sharded.py saw the same).
         threads = os_threads()
         model_in = ji.probe_model_load(world, probe_place, ji.model_state(shape), dev, backend)
-        threads_settled(threads)   # before the data probe's loader forks its workers
+        threads_settled(threads)  # before the data probe's loader forks its workers
         data_in = ji.probe_data(world, data_place, dplan, workers, batch, dev)
         layout, fresh_in = ji.fresh_model_probe(shape, device, precision, tokens, world)
         ckpt_in = ji.probe_checkpoint(world, probe_dir, layout, plan.async_ckpt, dev, backend)
@@ -117,8 +157,24 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
         before = ji.replay_samples(world, shape, tokens, dev, precision, REPLAYS)
         progress["inputs_done"] = True
         world.barrier()
-        measured = jr.run_job(world, shape, tokens, device, precision, plan, model_place, keys, expected_sum,
-                              data_place, dplan, workers, batch, job_dir, progress, spec.timeout_s)
+        measured = jr.run_job(
+            world,
+            shape,
+            tokens,
+            device,
+            precision,
+            plan,
+            model_place,
+            keys,
+            expected_sum,
+            data_place,
+            dplan,
+            workers,
+            batch,
+            job_dir,
+            progress,
+            spec.timeout_s,
+        )
         after = ji.replay_samples(world, shape, tokens, dev, precision, REPLAYS)
         step_in = ji.predict_step(world, shape, tokens, precision, probes, before, after, cal)
         step_in["first_step_extra_s"] = fresh_in["first_step_extra_s"]
@@ -126,7 +182,7 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
         finished = True
     finally:
         if finished:
-            world.barrier()   # every rank done with the files (after a failure rank 0 cleans up alone)
+            world.barrier()  # every rank done with the files (after a failure rank 0 cleans up alone)
         if world.rank == 0:
             for place in (model_place, probe_place, data_place):
                 place.remove()
