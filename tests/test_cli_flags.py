@@ -47,6 +47,8 @@ CHANGED_ON_PURPOSE = {
                                   "table's rate", "issue 33: a GPU with a kernel table prices compute per kernel"),
     ("compose", "--activation-checkpointing"): (None, "none", "issue 33: a mode (none, full, blocks:F, ops) instead "
                                                 "of a switch; the bare flag still means full"),
+    ("report", "--out"): (None, "a new results/report-<time>.html", "required before; a report without --out "
+                          "goes where records go, under a new name, never overwriting one"),
 }
 
 
