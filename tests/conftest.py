@@ -207,6 +207,13 @@ def browser_dom(page: Path, tmp_path: Path, expression: str) -> Any:
                       .replace("&amp;", "&"))
 
 
+def symlink_loop(where: Path, name: str = "loop") -> Path:
+    """A symlink to itself in `where`: ELOOP on every lookup through it."""
+    link = where / name
+    link.symlink_to(name)
+    return link
+
+
 # --------------------------------------------------------------------------- mounts (root)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+import math
 
-from conftest import last_line
+import pytest
+from conftest import last_line, one_error_line
+
 from microbench.accept.compare import compare, parse_rule
 from microbench.core.errors import UsageError
 from microbench.results import RecordWriter, new_record
@@ -123,3 +126,32 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path):
         assert done.returncode == 2, (name, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected[name] in lines[0], (name, lines)
+
+
+@pytest.mark.parametrize("new_value, how", [(None, "missing in NEW")])
+def test_compare_fail_on_fails_a_missing_value_and_names_it(run_cli, tmp_path, new_value, how):
+    base = write_nccl(tmp_path / "a.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    new = write_nccl(tmp_path / "b.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    record = json.loads(new.read_text())
+    record["rows"][1]["busbw_gbps"] = new_value   # json writes NaN, as Python's own dumps does
+    if new_value is None:
+        del record["rows"][1]["busbw_gbps"]
+    new.write_text(json.dumps(record))
+    done = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "all within" not in done.stdout
+    assert one_error_line(done.stderr) == ("microbench: 1 of 2 compared value(s) broke --fail-on (busbw:-5%); "
+                                           f"worst: nccl all_reduce 16M busbw {how}")
+    assert f"FAIL busbw:-5% ({how})" in done.stdout
+
+
+def test_compare_refuses_a_nan_value_naming_the_file_and_field(run_cli, tmp_path):
+    # A NaN never reaches the gate: the loader refuses the record (core/jsonfile.py).
+    base = write_nccl(tmp_path / "a.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    new = write_nccl(tmp_path / "b.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    record = json.loads(new.read_text())
+    record["rows"][1]["busbw_gbps"] = math.nan   # json writes NaN, as Python's own dumps does
+    new.write_text(json.dumps(record))
+    done = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"results file '{new}' holds NaN at rows[1].busbw_gbps" in one_error_line(done.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import last_line, one_error_line
+from conftest import one_error_line
 from microbench.world import backends, policy as session
 from microbench.expect import formulas as ex, facts as hwfacts
 from microbench.run import runner

@@ -6,10 +6,11 @@ import itertools
 import json
 
 import pytest
+from conftest import last_line, one_error_line
 
-from conftest import last_line
-from microbench.lab import hunt, shaping as labshape
 from microbench.core.errors import UsageError
+from microbench.lab import hunt
+from microbench.lab import shaping as labshape
 
 NAMES = ["h0", "h1", "h2", "h3"]
 
@@ -238,3 +239,19 @@ def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(ru
     assert summary["slow_hosts"] == [] and summary["slow_links"] == [["h1", "h2"]]
     assert summary["decided_by"] == "all pairs" and summary["bisect"][0]["slow_half"] is None
     assert "halving cannot tell the halves apart: all pairs decide" in done.stdout
+
+
+def test_hunt_refuses_a_taken_default_heatmap_before_the_ranks_start(run_cli, tmp_path):
+    (tmp_path / "h.png").write_bytes(b"mine")
+    done = run_cli("hunt", "--lab", "nosuchlab", "--json", "h.json")
+    assert done.returncode == 2
+    assert "the default heatmap 'h.png' (the --json name with .png) already exists" in one_error_line(done.stderr)
+    assert (tmp_path / "h.png").read_bytes() == b"mine" and not (tmp_path / "h.json").exists()
+
+
+def test_a_hunt_record_named_at_run_time_gets_a_free_heatmap_name(tmp_path):
+    from microbench.lab.hunt import free_heatmap
+
+    (tmp_path / "hunt-1.png").write_bytes(b"x")
+    assert free_heatmap(tmp_path / "hunt-1.json") == tmp_path / "hunt-1-1.png"
+    assert free_heatmap(tmp_path / "hunt-2.json") == tmp_path / "hunt-2.png"

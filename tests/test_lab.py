@@ -8,17 +8,14 @@ import subprocess
 import uuid
 
 import pytest
+from conftest import last_line, one_error_line
 
+from microbench.core.errors import UsageError
+from microbench.core.units import format_link_rate, parse_link_rate
 from microbench.lab import namespaces as labmod
 from microbench.lab import parsers as labparse
+from microbench.lab.placement import _without, profiles_table
 from microbench.lab.shaping import parse_shaping, shape_commands, tbf_buckets
-from microbench.core.units import format_link_rate, parse_link_rate
-from microbench.lab.placement import _without
-from microbench.core.errors import UsageError
-from microbench.lab.placement import profiles_table
-
-from conftest import last_line
-
 
 # ---------------------------------------------------------------------- pure logic
 
@@ -212,3 +209,18 @@ def test_nccl_on_lab_places_one_rank_per_host(run_cli, lab, tmp_path):
     record = json.loads((tmp_path / "out.json").read_text())
     assert record["status"] == "complete" and record["config"]["world"]["size"] == 2
     assert record["implementation"]["socket_ifname"] == labmod.IFNAME
+
+
+def _netns() -> str:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else ""
+
+
+@pytest.mark.parametrize("delay", ["nan", "inf", "-1"])
+def test_lab_up_refuses_a_bad_delay_before_creating_anything(run_cli, delay):
+    # No root needed: the delay is checked before any namespace exists.
+    name = "b" + uuid.uuid4().hex[:6]
+    done = run_cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"invalid --delay '{delay}'" in one_error_line(done.stderr)
+    assert name not in _netns()

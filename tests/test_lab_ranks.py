@@ -4,16 +4,17 @@ size, the lab's placement of consecutive ranks per host, and the real lab with h
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 
 import pytest
+from conftest import one_error_line, records, start_nccl_sweep
 
-from conftest import one_error_line, records
 from microbench.core.errors import UsageError
 from microbench.lab import namespaces as labmod
 from microbench.lab import parsers as labparse
 from microbench.lab.placement import lab_ranks
 from microbench.world.topology import machine_ranks, topology
-
 
 # ---------------------------------------------------------------------- pure logic
 
@@ -140,3 +141,33 @@ def test_hunt_takes_the_hosts_of_a_lab_with_two_ranks_per_host(run_cli, lab_name
     (hunted,) = records(tmp_path, "hunt-*.json")
     assert hunted["status"] == "complete" and hunted["config"]["hosts"] == ["h0", "h1", "h2"]
     assert hunted["config"]["ranks_per_host"] == {"h0": 2, "h1": 2, "h2": 2}
+
+
+@pytest.fixture
+def h7b_lab(lab_name):
+    from microbench.lab import namespaces as labmod
+
+    labmod.up(lab_name, 2, None)
+    return lab_name  # lab_name takes it down again
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.parametrize("host", [0, 1])
+def test_a_link_down_in_the_lab_is_blamed_on_its_host(tmp_path, h7b_lab, host):
+    proc = start_nccl_sweep(tmp_path, lab=h7b_lab)
+    subprocess.run(["ip", "link", "set", f"mb-{h7b_lab}-v{host}", "down"], check=True)
+    down_at = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - down_at
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    if host == 0:
+        assert "rank 0 lost its own network link (lab0 is" in line and "rank 1 unreachable" in line
+        assert "rank 1 died" not in line
+    else:
+        assert "rank 1 died or stopped responding" in line
+    assert f"lab host mb-{h7b_lab}-h{host} " in line and "(partial)" in line
+    assert elapsed < 5 + 3, elapsed  # --timeout, a second of heartbeats, the lab's own diagnosis
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial"

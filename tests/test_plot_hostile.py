@@ -5,7 +5,6 @@ plotting library says ever reaches stderr."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

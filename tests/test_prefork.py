@@ -45,12 +45,12 @@ def test_a_warm_launcher_forks_its_ranks_and_the_record_says_so(tmp_path):
 
 
 def test_a_forked_process_exits_as_a_fresh_one_would(tmp_path):
-    code = f"""
+    code = """
 import json, subprocess, sys, tempfile
 import microbench.__main__
 from microbench.world import fork as prefork
 assert prefork.warm()
-out = {{}}
+out = {}
 for name, argv in [("ok", ["memory", "--sizes", "1M", "--iters", "2", "--warmup", "0", "--json", "m.json"]),
                    ("usage", ["memory", "--sizes", "-1M"]), ("argparse", ["memory", "--no-such-option"])]:
     with tempfile.TemporaryFile(mode="w+") as err:

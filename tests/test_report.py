@@ -185,3 +185,15 @@ def test_a_hunt_record_shows_its_verdict_matrix_and_heatmap(tmp_path):
     assert any(h.startswith("Hunt: h") for h in parsed.h2)
     assert "SLOW HOST h2" in text and "0.012 *" in text
     assert [a["alt"] for t, a in parsed.tags if t == "img"] == ["hunt heatmap"]
+
+
+def test_report_out_on_a_read_only_filesystem_exit_2_one_line(run_cli, read_only_dir, tmp_path):
+    made = run_cli("memory", "--sizes", "1M", "--threads", "1", "--warmup", "0", "--iters", "3",
+                   "--json", str(tmp_path / "mem.json"))
+    assert made.returncode == 0, made.stderr
+    done = run_cli("report", str(tmp_path / "mem.json"), "--out", str(read_only_dir / "r.html"))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert last_line(done.stderr) == (f"microbench: invalid --out {str(read_only_dir / 'r.html')!r}: directory "
+                                      f"{str(read_only_dir)!r} is on a read-only filesystem; e.g. --out results/report.html")
+    assert done.stdout == ""

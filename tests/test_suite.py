@@ -1,6 +1,10 @@
 import json
+from pathlib import Path
 
-from conftest import last_line
+import pytest
+from conftest import last_line, symlink_loop
+from conftest import refused as _refused
+
 from microbench.accept.suite import headline
 
 
@@ -105,8 +109,8 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
 
 
 def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
-    from microbench.world.launch import detect_world
     from microbench.accept.suite import step_env
+    from microbench.world.launch import detect_world
 
     srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",
                  "MASTER_ADDR": "node001", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
@@ -115,3 +119,75 @@ def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
     child = step_env(srun_task)
     assert detect_world(child) is None
     assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_suite_pid_ends_its_step_with_a_partial_record(tmp_path, signame):
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "suite", "--only", "nccl"], cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def step_running() -> bool:
+        for path in glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json")):
+            try:
+                data = json.loads(open(path).read())
+            except ValueError:
+                continue
+            return data["status"] == "running" and len(data["rows"]) >= 1
+        return False
+
+    try:
+        from conftest import wait_for
+
+        wait_for(step_running, proc, "the nccl step measuring")
+        proc.send_signal(getattr(signal, signame))   # the suite's PID only, not its process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    (path,) = glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json"))
+    data = json.loads(open(path).read())
+    assert data["status"] == "partial" and "interrupted" in data["status_reason"], data["status_reason"]
+    time.sleep(3)   # an orphaned step would still be measuring, and write "complete" later
+    assert json.loads(open(path).read()) == data
+
+
+def _suite_case(tmp_path: Path, read_only_dir: Path, case: str) -> list[str]:
+    if case == "path-a-file":
+        (tmp_path / "f").write_text("x")
+        return ["--path", "f"]
+    if case == "path-missing":
+        return ["--path", "nowhere"]
+    if case == "path-read-only":
+        return ["--path", str(read_only_dir)]
+    if case == "path-a-loop":
+        symlink_loop(tmp_path)
+        return ["--path", "loop"]
+    if case == "results-dir-a-file":
+        (tmp_path / "f").write_text("x")
+        return ["--results-dir", "f"]
+    return ["--results-dir", str(read_only_dir / "results")]
+
+
+SUITE_SAYS = {"path-a-file": "--path 'f' is not a directory", "path-missing": "--path 'nowhere' does not exist",
+              "path-read-only": "is on a read-only filesystem", "path-a-loop": "--path 'loop' is a symlink loop",
+              "results-dir-a-file": "invalid --results-dir 'f': 'f' is a file, not a directory",
+              "results-dir-read-only": "is on a read-only filesystem"}
+
+
+@pytest.mark.parametrize("case", sorted(SUITE_SAYS))
+def test_suite_refuses_its_paths_before_making_a_results_directory(run_cli, tmp_path, read_only_dir, case):
+    argv = _suite_case(tmp_path, read_only_dir, case)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _refused(run_cli("suite", "--only", "memory", *argv, timeout=120), SUITE_SAYS[case])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before   # no results/suite-* left behind
+    assert list(read_only_dir.iterdir()) == []
