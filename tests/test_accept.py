@@ -86,10 +86,10 @@ def test_pyproject_installs_tomli_where_tomllib_is_missing():
     ('step = "memory"\nop = "memcpy_1t"\nmin = 5\nmax = 1', "min = 5 is above max = 1"),
     ('step = "memory"\nop = "memcpy_1t"\nmni = 1\nmax = 9', "unknown key 'mni' in check #1"),
 ])
-def test_a_thresholds_file_that_cannot_be_met_is_refused_before_the_suite(run_cli, tmp_path, check, needle):
+def test_a_thresholds_file_that_cannot_be_met_is_refused_before_the_suite(cli, tmp_path, check, needle):
     accept = tmp_path / "t.toml"
     accept.write_text(f"[[check]]\n{check}\n")
-    done = run_cli("suite", "--only", "memory", "--accept", str(accept), "--results-dir", str(tmp_path / "r"))
+    done = cli("suite", "--only", "memory", "--accept", str(accept), "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 2
     assert needle in one_error_line(done.stderr)
     assert not (tmp_path / "r").exists() and "# memory ..." not in done.stdout

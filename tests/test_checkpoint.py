@@ -167,11 +167,11 @@ def test_s3_target_on_embedded_server(run_cli, tmp_path):
     (("--nproc", "0"), 2, "invalid --nproc '0'"),
     (("--target", "gs://b/p"), 2, "invalid --target 'gs://b/p'"),
 ])
-def test_bad_input(run_cli, tmp_path, args, code, needle):
+def test_bad_input(cli, tmp_path, args, code, needle):
     base = {"--size": "1M", "--nproc": "2", "--target": str(tmp_path / "ck")}
     for flag, value in zip(args[::2], args[1::2]):
         base[flag] = value
-    proc = run_cli("checkpoint", *[x for kv in base.items() for x in kv], *FAST, timeout=60)
+    proc = cli("checkpoint", *[x for kv in base.items() for x in kv], *FAST, timeout=60)
     assert proc.returncode == code
     assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
@@ -235,9 +235,9 @@ def test_the_async_line_says_what_the_blocking_part_spent_its_time_on():
 
 
 @pytest.mark.parametrize("target", ["loop", "loop/sub"])
-def test_checkpoint_target_through_a_symlink_loop(run_cli, tmp_path, target):
+def test_checkpoint_target_through_a_symlink_loop(cli, tmp_path, target):
     symlink_loop(tmp_path)
-    _refused(run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", target, "--iters", "1", timeout=120),
+    _refused(cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", target, "--iters", "1", timeout=120),
              f"invalid --target '{tmp_path / target}'", f"{tmp_path / 'loop'} is a symlink loop")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
 

@@ -95,10 +95,10 @@ def _write(where: Path, files: dict) -> None:
 
 
 @pytest.mark.parametrize("argv,fragment,files", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_refused_with_exit_2_andone_error_line(run_cli, tmp_path, argv, fragment, files):
+def test_refused_with_exit_2_andone_error_line(cli, tmp_path, argv, fragment, files):
     _write(tmp_path, files)
     before = sorted(p.name for p in tmp_path.iterdir())
-    done = run_cli(*argv, timeout=120)
+    done = cli(*argv, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert fragment in one_error_line(done.stderr)
     # Refused before anything ran: no record, no plot, no scratch; the files given are untouched.

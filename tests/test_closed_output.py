@@ -95,8 +95,8 @@ def test_stdout_on_dev_full_exit_1_one_line(tmp_path, name):
      "microbench: invalid --heatmap 'h.json': the same file as --json 'h.json'; each output needs a file of its "
      "own, e.g. --heatmap h.png"),
 ])
-def test_two_outputs_naming_one_file_are_refused_before_the_work(run_cli, tmp_path, argv, line):
-    done = run_cli(*argv, timeout=60)
+def test_two_outputs_naming_one_file_are_refused_before_the_work(cli, tmp_path, argv, line):
+    done = cli(*argv, timeout=60)
     assert done.returncode == 2 and one_error_line(done.stderr) == line
     assert list(tmp_path.iterdir()) == []
 

@@ -88,10 +88,10 @@ def _nccl_record(busbw_at_4m: float) -> dict:
             "environment": {}, "implementation": {"backend": "nccl", "device": "cuda"}, "rows": rows}
 
 
-def test_compose_refuses_a_nan_busbw_row(run_cli, tmp_path):
+def test_compose_refuses_a_nan_busbw_row(cli, tmp_path):
     (tmp_path / "n.json").write_text(json.dumps(_nccl_record(float("nan"))))
-    _refused(run_cli("compose", "--nccl", "n.json", *GPU, timeout=120),
+    _refused(cli("compose", "--nccl", "n.json", *GPU, timeout=120),
              "'n.json' holds NaN at rows[1].busbw_gbps: every number in it must be finite")
     # The same record with a number there predicts: only the NaN was refused.
     (tmp_path / "ok.json").write_text(json.dumps(_nccl_record(1.0)))
-    assert run_cli("compose", "--nccl", "ok.json", *GPU, "--json", "c.json", timeout=120).returncode == 0
+    assert cli("compose", "--nccl", "ok.json", *GPU, "--json", "c.json", timeout=120).returncode == 0

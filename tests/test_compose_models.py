@@ -109,9 +109,9 @@ HF = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, 
      "num_key_value_heads 3 does not divide num_attention_heads 32; expected a divisor of it, e.g. 2"),
     (json.dumps({**HF, "num_key_value_heads": 64}), "num_key_value_heads 64 does not divide num_attention_heads 32"),
 ], ids=["hidden-nan", "hidden-inf", "kv-heads-3-of-32", "kv-heads-64-of-32"])
-def test_compose_checks_the_numbers_of_a_model_config(run_cli, tmp_path, text, fragment):
+def test_compose_checks_the_numbers_of_a_model_config(cli, tmp_path, text, fragment):
     (tmp_path / "config.json").write_text(text)
-    _refused(run_cli("compose", "--model-config", "config.json", "--net", "ib=40GB/s", *GPU, timeout=120), fragment)
+    _refused(cli("compose", "--model-config", "config.json", "--net", "ib=40GB/s", *GPU, timeout=120), fragment)
     assert not (tmp_path / "results").exists()
 
 

@@ -40,14 +40,14 @@ def test_one_command_times_a_steps_kernels_on_the_cpu_and_says_so(run_cli, tmp_p
     assert rec["summary"]["activation_checkpointing"] == "ops"
 
 
-def test_tokens_and_a_step_shape_together_are_refused(run_cli):
-    done = run_cli("compute", "--model-config", TINY, "--tokens", "64", "--micro-batch", "1", "--seq-len", "64")
+def test_tokens_and_a_step_shape_together_are_refused(cli):
+    done = cli("compute", "--model-config", TINY, "--tokens", "64", "--micro-batch", "1", "--seq-len", "64")
     assert done.returncode == 2
     assert "--tokens and --micro-batch/--seq-len" in one_error_line(done.stderr)
 
 
-def test_a_bad_checkpointing_mode_is_refused_before_any_work(run_cli):
-    done = run_cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
+def test_a_bad_checkpointing_mode_is_refused_before_any_work(cli):
+    done = cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
                    "--activation-checkpointing", "blocks:1.5")
     assert done.returncode == 2
     assert "blocks:1.5" in one_error_line(done.stderr)

@@ -65,6 +65,6 @@ def test_storage_posix_on_a_local_disk_says_why_unknown(run_cli, tmp_path):
 
 @pytest.mark.parametrize("command", ["nccl", "link", "storage posix", "storage s3"])
 @pytest.mark.parametrize("value,needle", [("24", "with a unit"), ("-24GB/s", "positive"), ("0GB/s", "more than 0")])
-def test_expected_override_bad_input(run_cli, command, value, needle):
-    proc = run_cli(*command.split(), f"--expected={value}")
+def test_expected_override_bad_input(cli, command, value, needle):
+    proc = cli(*command.split(), f"--expected={value}")
     assert proc.returncode == 2 and needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1

@@ -134,15 +134,15 @@ def test_htb_plan_sends_only_the_peer_through_the_slow_class():
     (["--lab", "x", "--size", "0"], "--size"),
     (["--lab", "x", "--json", "exists.json"], "invalid --json 'exists.json': it exists"),
 ])
-def test_hunt_bad_input_exit_2_one_line(run_cli, tmp_path, args, needle):
+def test_hunt_bad_input_exit_2_one_line(cli, tmp_path, args, needle):
     (tmp_path / "exists.json").write_text("{}")
-    done = run_cli("hunt", *args)
+    done = cli("hunt", *args)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in last_line(done.stderr), done.stderr
 
 
-def test_hunt_on_two_hosts_says_why_not(run_cli, lab):
-    done = run_cli("hunt", "--lab", lab.name)
+def test_hunt_on_two_hosts_says_why_not(cli, lab):
+    done = cli("hunt", "--lab", lab.name)
     assert done.returncode == 2
     assert "hunt needs at least 3 hosts, lab" in last_line(done.stderr) and len(done.stderr.strip().splitlines()) == 1
 
@@ -241,9 +241,9 @@ def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(ru
     assert "halving cannot tell the halves apart: all pairs decide" in done.stdout
 
 
-def test_hunt_refuses_a_taken_default_heatmap_before_the_ranks_start(run_cli, tmp_path):
+def test_hunt_refuses_a_taken_default_heatmap_before_the_ranks_start(cli, tmp_path):
     (tmp_path / "h.png").write_bytes(b"mine")
-    done = run_cli("hunt", "--lab", "nosuchlab", "--json", "h.json")
+    done = cli("hunt", "--lab", "nosuchlab", "--json", "h.json")
     assert done.returncode == 2
     assert "the default heatmap 'h.png' (the --json name with .png) already exists" in one_error_line(done.stderr)
     assert (tmp_path / "h.png").read_bytes() == b"mine" and not (tmp_path / "h.json").exists()

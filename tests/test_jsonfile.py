@@ -176,8 +176,8 @@ LOADER_CLI = [
 
 
 @pytest.mark.parametrize("argv,kind", LOADER_CLI, ids=[f"{a[0]}-{a[1]}-{k}" for a, k in LOADER_CLI])
-def test_every_json_argument_goes_through_the_loader(run_cli, tmp_path, argv, kind):
+def test_every_json_argument_goes_through_the_loader(cli, tmp_path, argv, kind):
     path = _bad_files(tmp_path)[kind]
-    done = run_cli(*[a.format(f=path.name) for a in argv], timeout=120)
+    done = cli(*[a.format(f=path.name) for a in argv], timeout=120)
     _refused(done, LOADER_SAYS[kind])
     assert not (tmp_path / "results").exists() and not (tmp_path / "r.html").exists()

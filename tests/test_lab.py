@@ -129,8 +129,8 @@ def test_profiles_table_ratio():
     (["--hosts", "2", "--link", "1gbt"], "'1gbt'"),
     (["--hosts", "2", "--name", "Bad-Name"], "--name"),
 ])
-def test_lab_up_bad_input_exit_2_one_line(run_cli, args, needle):
-    proc = run_cli("lab", "up", *args)
+def test_lab_up_bad_input_exit_2_one_line(cli, args, needle):
+    proc = cli("lab", "up", *args)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and needle in last_line(proc.stderr)
 
@@ -197,8 +197,8 @@ def test_lab_reshape_and_read_back(lab):
     assert labmod.find(lab.name).rate == "10gbit"
 
 
-def test_nccl_on_lab_unknown_lab_is_usage_error(run_cli, lab_name):
-    proc = run_cli("nccl", "--lab", lab_name, "--sizes", "1M")
+def test_nccl_on_lab_unknown_lab_is_usage_error(cli, lab_name):
+    proc = cli("nccl", "--lab", lab_name, "--sizes", "1M")
     assert proc.returncode == 2 and f"no lab named '{lab_name}'" in last_line(proc.stderr)
 
 
@@ -217,10 +217,10 @@ def _netns() -> str:
 
 
 @pytest.mark.parametrize("delay", ["nan", "inf", "-1"])
-def test_lab_up_refuses_a_bad_delay_before_creating_anything(run_cli, delay):
+def test_lab_up_refuses_a_bad_delay_before_creating_anything(cli, delay):
     # No root needed: the delay is checked before any namespace exists.
     name = "b" + uuid.uuid4().hex[:6]
-    done = run_cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
+    done = cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"invalid --delay '{delay}'" in one_error_line(done.stderr)
     assert name not in _netns()

@@ -82,8 +82,8 @@ def test_ranks_per_host_parse_refuses_what_this_machine_cannot_run(monkeypatch):
 
 
 @pytest.mark.parametrize("value,needle", [("0", "'0'"), ("abc", "'abc'"), ("10000", "2 hosts x 10000 = 20000 ranks")])
-def test_lab_up_bad_ranks_per_host_exit_2_one_line(run_cli, value, needle):
-    done = run_cli("lab", "up", "--hosts", "2", "--ranks-per-host", value, "--name", "i24never")
+def test_lab_up_bad_ranks_per_host_exit_2_one_line(cli, value, needle):
+    done = cli("lab", "up", "--hosts", "2", "--ranks-per-host", value, "--name", "i24never")
     assert done.returncode == 2
     assert needle in one_error_line(done.stderr)
 

@@ -73,8 +73,8 @@ def test_link_loopback_cli(run_cli, tmp_path, no_native):
 
 @pytest.mark.parametrize("args,needle", [(["--streams", "0"], "--streams"), (["--streams", "65"], "--streams"),
                                          (["--ops", "tx"], "--ops"), (["--lat-sizes", "1Q"], "--lat-sizes")])
-def test_link_bad_input(run_cli, args, needle):
-    proc = run_cli("link", *args)
+def test_link_bad_input(cli, args, needle):
+    proc = cli("link", *args)
     assert proc.returncode == 2 and needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -91,14 +91,14 @@ def test_link_on_lab_and_link_result_feeds_nccl(run_cli, lab, tmp_path):
     assert "% of the measured link" in nccl.stdout
 
 
-def test_nccl_link_result_must_be_a_link_record(run_cli, tmp_path):
+def test_nccl_link_result_must_be_a_link_record(cli, tmp_path):
     (tmp_path / "x.json").write_text(json.dumps({"kind": "nccl", "summary": {}}))
-    proc = run_cli("nccl", "--sizes", "1M", "--link-result", "x.json")
+    proc = cli("nccl", "--sizes", "1M", "--link-result", "x.json")
     assert proc.returncode == 2 and "not a finished `microbench link` record" in last_line(proc.stderr)
 
 
-def test_link_profiles_need_a_lab(run_cli):
-    proc = run_cli("nccl", "--link-profiles", "1gbit,unlimited")
+def test_link_profiles_need_a_lab(cli):
+    proc = cli("nccl", "--link-profiles", "1gbit,unlimited")
     assert proc.returncode == 2 and "needs --lab" in last_line(proc.stderr)
 
 

@@ -77,13 +77,13 @@ def test_dataload_refuses_a_dataset_too_big_before_planning_it(monkeypatch, tmp_
         dataload.validate(dataload.Config(samples=10 ** 12, path=str(tmp_path)))
 
 
-def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(run_cli, tmp_path):
+def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(cli, tmp_path):
     env = {"AWS_PROFILE": "nosuchprofile", "AWS_CONFIG_FILE": str(tmp_path / "none"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
     for argv in (["storage", "s3"], ["modelload", "--target", "s3://microbench/m", "--size", "4M"],
                  ["dataload", "--target", "s3://microbench/d", "--samples", "16"],
                  ["checkpoint", "--target", "s3://microbench/c", "--size", "1M"]):
-        _refused(run_cli(*argv, env=env, timeout=120),
+        _refused(cli(*argv, env=env, timeout=120),
                  "AWS profile 'nosuchprofile' not found in the AWS config files")
     assert list(tmp_path.iterdir()) == []
 

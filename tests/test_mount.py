@@ -80,8 +80,8 @@ def test_up_status_down_leaves_no_mount_process_or_cache(state, run_cli, tmp_pat
     (("--mode", "fast"), "invalid --mode 'fast'"),
     (("--name", "Bad Name"), "invalid --name"),
 ])
-def test_bad_flags_exit_2(state, run_cli, args, words):
-    res = run_cli("mount", "up", *args)
+def test_bad_flags_exit_2(state, cli, args, words):
+    res = cli("mount", "up", *args)
     assert res.returncode == 2 and words in one_error_line(res.stderr)
     assert not _ours_mounted(state)
 

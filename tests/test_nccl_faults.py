@@ -43,8 +43,8 @@ def test_bad_input(run_cli, tmp_path, args, code, fragments):
         assert record["kind"] == "nccl" and record["rows"] == []
 
 
-def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
-    res = run_cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
+def test_sizes_that_do_not_fit_are_refused_before_allocating(cli, tmp_path):
+    res = cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
     assert res.returncode == 2
     line = one_error_line(res.stderr)
     assert "no size of --sizes fits in host memory for 2 rank(s): the smallest case, all_reduce in-place 64G " \

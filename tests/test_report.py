@@ -73,11 +73,11 @@ class _Collect(HTMLParser):
             self.h2[-1] += data
 
 
-def test_report_is_self_contained_with_every_section(run_cli, suites, compose_record, tmp_path):
+def test_report_is_self_contained_with_every_section(cli, suites, compose_record, tmp_path):
     thresholds = tmp_path / "t.toml"
     thresholds.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 4.5\n')
     out = tmp_path / "r.html"
-    done = run_cli("report", *map(str, suites), str(compose_record), "--out", str(out), "--accept", str(thresholds),
+    done = cli("report", *map(str, suites), str(compose_record), "--out", str(out), "--accept", str(thresholds),
                    "--fail-on", "busbw:-5%")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
@@ -107,12 +107,12 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_report_renders_in_headless_chromium(run_cli, suites, compose_record, tmp_path):
+def test_report_renders_in_headless_chromium(cli, suites, compose_record, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
     out = tmp_path / "r.html"
-    done = run_cli("report", *map(str, suites), str(compose_record), "--out", str(out))
+    done = cli("report", *map(str, suites), str(compose_record), "--out", str(out))
     assert done.returncode == 0, done.stderr
     # A copy with a probe script that writes what the browser decoded into the DOM; the report's
     # policy stays as it is except that this one inline script may run.
@@ -145,7 +145,7 @@ def test_report_renders_in_headless_chromium(run_cli, suites, compose_record, tm
     assert shot.stat().st_size > 50_000   # a blank page compresses to a few KiB
 
 
-def test_bad_inputs_exit_2_with_one_line(run_cli, suites, tmp_path):
+def test_bad_inputs_exit_2_with_one_line(cli, suites, tmp_path):
     existing = tmp_path / "exists.html"
     existing.write_text("x")
     (tmp_path / "empty").mkdir()
@@ -157,7 +157,7 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, suites, tmp_path):
         (("report", str(suites[0]), "--out", str(tmp_path / "c.html"), "--fail-on", "busbw"), "invalid --fail-on"),
     ]
     for args, fragment in cases:
-        done = run_cli(*args)
+        done = cli(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and fragment in last_line(done.stderr), done.stderr
     assert not (tmp_path / "a.html").exists() and not (tmp_path / "b.html").exists()

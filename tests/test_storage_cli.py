@@ -111,32 +111,32 @@ def test_fio_subcommand_same_record_format(run_cli, tmp_path):
     (["--threads", "0"], 2, "invalid --threads '0'"),
     (["--size", "1M", "--bs", "1M", "--qd", "4"], 2, "--size 1M is too small"),
 ])
-def test_bad_input_one_line_and_nothing_written(run_cli, tmp_path, args, code, message):
+def test_bad_input_one_line_and_nothing_written(cli, tmp_path, args, code, message):
     target = tmp_path / "target"
     target.mkdir()
-    out = run_cli("storage", "posix", "--path", str(target), *[a for a in SMALL if a not in ("--bs", "1M")], *args)
+    out = cli("storage", "posix", "--path", str(target), *[a for a in SMALL if a not in ("--bs", "1M")], *args)
     assert out.returncode == code
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
     assert _leftovers(target) == []
 
 
-def test_missing_path_is_usage_error(run_cli, tmp_path):
-    out = run_cli("storage", "posix", "--path", str(tmp_path / "nope"), *SMALL)
+def test_missing_path_is_usage_error(cli, tmp_path):
+    out = cli("storage", "posix", "--path", str(tmp_path / "nope"), *SMALL)
     assert out.returncode == 2 and "does not exist" in last_line(out.stderr)
 
 
-def test_read_only_path(run_cli, tmp_path):
+def test_read_only_path(cli, tmp_path):
     with mounted(tmp_path / "ro", "tmpfs", "ro,size=16m") as ro:
-        out = run_cli("storage", "posix", "--path", str(ro), *SMALL)
+        out = cli("storage", "posix", "--path", str(ro), *SMALL)
         assert out.returncode == 2   # found before any work: misuse of the place, as in every probe
         assert len(out.stderr.strip().splitlines()) == 1
         assert f"--path {str(ro)!r}: directory {str(ro)!r} is on a read-only filesystem" in out.stderr
         assert _leftovers(ro) == []
 
 
-def test_refuses_when_free_space_is_short(run_cli, tmp_path):
+def test_refuses_when_free_space_is_short(cli, tmp_path):
     with mounted(tmp_path / "small", "tmpfs", "size=4m") as small:
-        out = run_cli("storage", "posix", "--path", str(small), *SMALL)
+        out = cli("storage", "posix", "--path", str(small), *SMALL)
         assert out.returncode == 2   # found before any work, as checkpoint, dataload and modelload find it
         line = last_line(out.stderr)
         assert "not enough free space" in line and "needs 9.0 MiB" in line and "only 4.0 MiB is free" in line

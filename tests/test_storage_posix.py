@@ -163,9 +163,9 @@ def test_results_served_from_memory_are_flagged_not_reported_as_disk():
     assert probe.summarize(rows)["vs_fio"][0]["ratio_posix_over_fio"] == pytest.approx(0.9)
 
 
-def test_a_queue_depth_the_engine_cannot_take_is_refused_with_the_limit(run_cli, tmp_path):
+def test_a_queue_depth_the_engine_cannot_take_is_refused_with_the_limit(cli, tmp_path):
     (tmp_path / "st").mkdir()
-    line = _refused(run_cli("storage", "posix", "--path", "st", "--bs", "4K", "--qd", "60000", timeout=120),
+    line = _refused(cli("storage", "posix", "--path", "st", "--bs", "4K", "--qd", "60000", timeout=120),
                     "invalid --qd 60000: the native engine takes at most 32768 I/Os in flight per worker")
     assert "alignment" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["st"] and not any((tmp_path / "st").iterdir())

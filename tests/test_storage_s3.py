@@ -186,22 +186,22 @@ def test_wrong_credentials(run_cli, embedded_s3, tmp_path):
     assert objects_under(embedded_s3) == []
 
 
-def test_missing_bucket(run_cli, embedded_s3, tmp_path):
-    proc = run_cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url, "--bucket", "no-such-bucket",
+def test_missing_bucket(cli, embedded_s3, tmp_path):
+    proc = cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url, "--bucket", "no-such-bucket",
                    env=endpoint_env(embedded_s3))
     assert_one_line_error(proc, 2, "bucket 'no-such-bucket' does not exist")
     assert not (tmp_path / "results").exists()
 
 
-def test_unknown_profile(run_cli):
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt",
+def test_unknown_profile(cli):
+    proc = cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt",
                    env={**NO_PROFILE, "AWS_PROFILE": "no-such-profile"})
     assert_one_line_error(proc, 2, "AWS profile 'no-such-profile' not found")
 
 
-def test_no_credentials_for_an_endpoint(run_cli, tmp_path):
+def test_no_credentials_for_an_endpoint(cli, tmp_path):
     env = {**NO_PROFILE, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt", env=env)
+    proc = cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt", env=env)
     assert_one_line_error(proc, 2, "no AWS credentials found")
 
 
@@ -216,8 +216,8 @@ def test_no_credentials_for_an_endpoint(run_cli, tmp_path):
     (["--endpoint", "ftp://host"], "invalid --endpoint 'ftp://host'"),
     (["--endpoint", "http://127.0.0.1:9"], "--endpoint needs --bucket"),
 ])
-def test_bad_input(run_cli, tmp_path, args, words):
-    proc = run_cli("storage", "s3", *args)
+def test_bad_input(cli, tmp_path, args, words):
+    proc = cli("storage", "s3", *args)
     assert_one_line_error(proc, 2, words)
     assert not (tmp_path / "results").exists()
 

@@ -43,8 +43,8 @@ def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     assert last_line(bad.stderr) == "microbench: acceptance failed: 1 of 1 check(s) did not pass"
 
 
-def test_suite_rejects_unknown_steps(run_cli):
-    done = run_cli("suite", "--only", "gpu")
+def test_suite_rejects_unknown_steps(cli):
+    done = cli("suite", "--only", "gpu")
     assert done.returncode == 2
     assert last_line(done.stderr).startswith("microbench: invalid --only 'gpu': expected some of ")
 
@@ -99,8 +99,8 @@ def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     assert all(c.get("classname") == "microbench.accept.memory" for c in cases)
 
 
-def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path):
-    done = run_cli("suite", "--only", "memory", "--junit", str(tmp_path / "no" / "such" / "dir.xml"),
+def test_suite_rejects_an_unwritable_junit_path_before_running(cli, tmp_path):
+    done = cli("suite", "--only", "memory", "--junit", str(tmp_path / "no" / "such" / "dir.xml"),
                    "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
@@ -185,9 +185,9 @@ SUITE_SAYS = {"path-a-file": "--path 'f' is not a directory", "path-missing": "-
 
 
 @pytest.mark.parametrize("case", sorted(SUITE_SAYS))
-def test_suite_refuses_its_paths_before_making_a_results_directory(run_cli, tmp_path, read_only_dir, case):
+def test_suite_refuses_its_paths_before_making_a_results_directory(cli, tmp_path, read_only_dir, case):
     argv = _suite_case(tmp_path, read_only_dir, case)
     before = sorted(p.name for p in tmp_path.iterdir())
-    _refused(run_cli("suite", "--only", "memory", *argv, timeout=120), SUITE_SAYS[case])
+    _refused(cli("suite", "--only", "memory", *argv, timeout=120), SUITE_SAYS[case])
     assert sorted(p.name for p in tmp_path.iterdir()) == before   # no results/suite-* left behind
     assert list(read_only_dir.iterdir()) == []

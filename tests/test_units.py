@@ -145,6 +145,6 @@ def test_parse_timeout_has_a_documented_maximum():
     ["checkpoint", "--size", "1M", "--nproc", "2", "--target", "ck", "--timeout", "1e300"],
     ["storage", "s3", "--endpoint", "http://127.0.0.1:1", "--bucket", "bkt", "--timeout", "1e300"],
 ], ids=["nccl-1e300", "nccl-1e10", "link-1e300", "checkpoint-1e300", "s3-1e300"])
-def test_a_timeout_above_the_maximum_is_refused_naming_it(run_cli, tmp_path, argv):
-    _refused(run_cli(*argv, timeout=120), f"invalid --timeout {argv[-1]!r}: must be at most 86400")
+def test_a_timeout_above_the_maximum_is_refused_naming_it(cli, tmp_path, argv):
+    _refused(cli(*argv, timeout=120), f"invalid --timeout {argv[-1]!r}: must be at most 86400")
     assert sorted(p.name for p in tmp_path.iterdir()) == []

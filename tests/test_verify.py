@@ -266,9 +266,9 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     (("--cal-reps", "2"), "invalid --cal-reps '2': each calibration number is a median"),
     (("--cal-reps", "many"), "invalid --cal-reps 'many': expected a positive whole number"),
 ])
-def test_bad_input(run_cli, args, fragment):
+def test_bad_input(cli, args, fragment):
     start = time.monotonic()
-    done = run_cli("verify", "fsdp", *args, timeout=60)
+    done = cli("verify", "fsdp", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert fragment in one_error_line(done.stderr)
     assert time.monotonic() - start < 30   # refused before any rank starts
@@ -278,9 +278,9 @@ def test_bad_input(run_cli, args, fragment):
     ({"backend": "nccl", "device": "cuda"}, "was measured with nccl on cuda; this run uses gloo on cpu"),
     ({"model": {"family": "mlp stack"}}, "was measured on another model (mlp stack)"),
 ])
-def test_a_calibration_of_another_backend_or_model_is_refused(run_cli, tmp_path, change, fragment):
+def test_a_calibration_of_another_backend_or_model_is_refused(cli, tmp_path, change, fragment):
     cal = calibration_record(tmp_path / "cal.json", **change)
-    done = run_cli(*SHORT, "--calibration", cal, timeout=60)
+    done = cli(*SHORT, "--calibration", cal, timeout=60)
     assert done.returncode == 2
     assert fragment in one_error_line(done.stderr)
     assert last_line(done.stderr).startswith("microbench: --calibration")
@@ -393,10 +393,10 @@ def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys
     assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out
 
 
-def test_verify_checkpoint_into_a_file_is_refused_before_training_naming_ckpt_dir(run_cli, tmp_path):
+def test_verify_checkpoint_into_a_file_is_refused_before_training_naming_ckpt_dir(cli, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
-    done = run_cli("verify", "fsdp", "--checkpoint", "--ckpt-dir", str(afile), "--nproc", "2", timeout=120)
+    done = cli("verify", "fsdp", "--checkpoint", "--ckpt-dir", str(afile), "--nproc", "2", timeout=120)
     assert done.returncode == 2
     line = one_error_line(done.stderr)
     assert f"invalid --ckpt-dir '{afile}'" in line and "--target" not in line

@@ -69,8 +69,8 @@ def test_step_rows_name_their_sharding_old_rows_are_full():
     assert lines[0].startswith("1gbit ") and lines[1].startswith("1gbit hybrid")
 
 
-def test_hybrid_without_a_lab_of_several_ranks_per_host_exit_2(run_cli):
-    done = run_cli("verify", "fsdp", "--sharding", "hybrid", "--model", "tiny", "--nproc", "2")
+def test_hybrid_without_a_lab_of_several_ranks_per_host_exit_2(cli):
+    done = cli("verify", "fsdp", "--sharding", "hybrid", "--model", "tiny", "--nproc", "2")
     assert done.returncode == 2
     assert "1 node(s) x 2 rank(s)" in one_error_line(done.stderr)
 

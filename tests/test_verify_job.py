@@ -103,8 +103,8 @@ def test_an_unknown_tier_is_refused_with_the_choices():
     (("--link-profiles", "unlimited,1gbit"), "--link-profiles needs --lab NAME"),
     (("--cal-reps", "1"), "invalid --cal-reps '1': each calibration number is a median"),
 ])
-def test_bad_input(run_cli, args, fragment):
-    done = run_cli("verify", "job", *args, timeout=60)
+def test_bad_input(cli, args, fragment):
+    done = cli("verify", "job", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert fragment in one_error_line(done.stderr)
 

@@ -128,11 +128,11 @@ def test_local_world_limit_rule(monkeypatch):
 
 @pytest.mark.parametrize("command", [["nccl", "--sizes", "1M"], ["checkpoint", "--size", "1G", "--target", "ck"],
                                      ["verify", "fsdp"]])
-def test_too_many_local_ranks_are_refused_before_any_starts(run_cli, tmp_path, command):
+def test_too_many_local_ranks_are_refused_before_any_starts(cli, tmp_path, command):
     from microbench.world.supervisor import local_world_limit
 
     limit, rule = local_world_limit()
-    proc = run_cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
+    proc = cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
     assert proc.returncode == 2
     line = one_error_line(proc.stderr)
     assert f"invalid --nproc 1000: this machine runs at most {limit} local ranks ({rule})" in line
