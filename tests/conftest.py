@@ -379,3 +379,35 @@ def lab(lab_name):
     return lab
 
 
+
+
+# --------------------------------------------------------------------------- markers, checked
+
+# A test that uses one of these fixtures needs root (network namespaces, mounts) ...
+ROOT_FIXTURES = frozenset({"lab", "lab_name", "read_only_dir"})
+# ... or takes seconds of real work: a lab brought up, a CLI child that imports torch, the
+# embedded S3 server. `pytest -m "not slow"` is the pure-logic run, so these are marked slow.
+SLOW_FIXTURES = frozenset({"lab", "lab_name", "run_cli", "embedded_s3"})
+
+
+def missing_markers(fixtures: set[str] | frozenset[str], markers: set[str]) -> list[str]:
+    """The markers a test with these fixtures lacks, given the markers it has."""
+    missing = []
+    if fixtures & ROOT_FIXTURES and "root" not in markers:
+        missing.append("root")
+    if fixtures & SLOW_FIXTURES and "slow" not in markers:
+        missing.append("slow")
+    return missing
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A test without the markers its fixtures call for is a collection error: `-m "not slow"`
+    and `-m "not root"` must leave out every test they promise to."""
+    wrong = []
+    for item in items:
+        missing = missing_markers(frozenset(getattr(item, "fixturenames", ())), {m.name for m in item.iter_markers()})
+        if missing:
+            wrong.append(f"{item.nodeid}: mark it {' and '.join(missing)}")
+    if wrong:
+        raise pytest.UsageError("tests without the markers their fixtures need (tests/conftest.py, ROOT_FIXTURES, "
+                                "SLOW_FIXTURES):\n  " + "\n  ".join(wrong))

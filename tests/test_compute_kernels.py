@@ -4,6 +4,7 @@ attention forward and backward and the memory-bound kernels, timed on this CPU, 
 import json
 from pathlib import Path
 
+import pytest
 from conftest import one_error_line
 
 from microbench.compose.model import from_hf_config
@@ -24,6 +25,7 @@ def test_kernel_cases_are_the_composers_kernels_weighted_by_the_mode():
     assert full["attention.fwd"].per_block == 2.0 and full["q"].per_block == 2.0
 
 
+@pytest.mark.slow
 def test_one_command_times_a_steps_kernels_on_the_cpu_and_says_so(run_cli, tmp_path):
     done = run_cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
                    "--activation-checkpointing", "ops", "--iters", "2", "--warmup", "1", "--device", "auto",

@@ -170,6 +170,7 @@ def test_two_records_of_one_node_are_repeats_and_said_so(cli, template, tmp_path
     assert "# n1: 2 step(s) with more than one record (memory, storage posix): kept as repeats" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_same_fleet_read_from_s3(cli, template, tmp_path, embedded_s3):
     root = make_fleet(template, tmp_path / "root", NINE, slow_memory("n7", 0.5))
     client = embedded_s3.client()

@@ -141,6 +141,8 @@ def test_hunt_bad_input_exit_2_one_line(cli, tmp_path, args, needle):
     assert len(done.stderr.strip().splitlines()) == 1 and needle in last_line(done.stderr), done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_hunt_on_two_hosts_says_why_not(cli, lab):
     done = cli("hunt", "--lab", lab.name)
     assert done.returncode == 2
@@ -154,6 +156,8 @@ def _hunt(run_cli, name, tmp_path, tag):
     return done, data
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_hunt_names_the_slow_host_then_the_slow_link_and_nothing_else(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
@@ -205,6 +209,8 @@ def test_matrix_table_marks_unmeasured_cells():
     assert hunt.matrix_table(matrix, NAMES[:3], set())[2] == ["h2", ".", ".", "-"]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, lab_name):
     assert run_cli("lab", "up", "--hosts", "3", "--name", lab_name).returncode == 0
     done = run_cli("hunt", "--lab", lab_name, "--bisect")
@@ -212,6 +218,8 @@ def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, lab_na
     assert "hunt --bisect needs at least 4 hosts" in last_line(done.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr

@@ -42,6 +42,7 @@ def test_suite_junit_in_a_directory_that_takes_no_file_is_refused_before_running
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.root
 def test_suite_junit_on_a_read_only_filesystem_exit_2_before_running(cli, read_only_dir, tmp_path):
     done = cli("suite", "--only", "memory", "--junit", str(read_only_dir / "acc.xml"),
                    "--results-dir", str(tmp_path / "r"))

@@ -144,6 +144,8 @@ def system_objects(name: str) -> list[str]:
     return [w for w in (netns + links).replace(":", " ").replace("@", " ").split() if w.startswith(f"mb-{name}-")]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_up_status_down_cli(run_cli, lab_name):
     proc = run_cli("lab", "up", "--hosts", "3", "--link", "100mbit", "--name", lab_name)
     assert proc.returncode == 0, proc.stderr
@@ -161,6 +163,8 @@ def test_lab_up_status_down_cli(run_cli, lab_name):
     assert system_objects(lab_name) == []
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_delay_is_applied_or_refused_cleanly(run_cli, lab_name):
     proc = run_cli("lab", "up", "--hosts", "2", "--link", "1gbit", "--delay", "1", "--name", lab_name)
     if proc.returncode != 0:
@@ -172,6 +176,8 @@ def test_lab_delay_is_applied_or_refused_cleanly(run_cli, lab_name):
         assert info["delay_ms"] == 1.0 and info["rate"] == "1gbit"
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_down_cleans_crash_leftovers_and_nothing_else(run_cli, lab_name):
     bystander = "t" + uuid.uuid4().hex[:7]
     # A half-made lab (as a crash during `up` would leave it) and a neighbour lab's namespace.
@@ -189,6 +195,8 @@ def test_lab_down_cleans_crash_leftovers_and_nothing_else(run_cli, lab_name):
         subprocess.run(["ip", "netns", "del", f"mb-{bystander}-h0"])
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_reshape_and_read_back(lab):
     assert all("tbf" in h.shaping and "1Gbit" in h.shaping for h in lab.hosts)
     labmod.shape(lab.name, None)
@@ -197,11 +205,15 @@ def test_lab_reshape_and_read_back(lab):
     assert labmod.find(lab.name).rate == "10gbit"
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_nccl_on_lab_unknown_lab_is_usage_error(cli, lab_name):
     proc = cli("nccl", "--lab", lab_name, "--sizes", "1M")
     assert proc.returncode == 2 and f"no lab named '{lab_name}'" in last_line(proc.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_nccl_on_lab_places_one_rank_per_host(run_cli, lab, tmp_path):
     proc = run_cli("nccl", "--lab", lab.name, "--sizes", "1M-2M", "--ops", "all_gather", "--warmup", "1",
                    "--iters", "3", "--json", "out.json", timeout=240)

@@ -90,6 +90,7 @@ def _cgroup_dirs(name: str) -> list[str]:
     return [str(p) for c in cgroups.controllers().values() for p in c.root.glob(f"mb-{name}-h*")]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_throttled_hosts_exec_and_down(run_cli, lab_name, tmp_path):
     if not {"cpu", "io"} <= set(cgroups.controllers()):

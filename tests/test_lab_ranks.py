@@ -91,6 +91,8 @@ def test_lab_up_bad_ranks_per_host_exit_2_one_line(cli, value, needle):
 # ---------------------------------------------------------------------- a real lab (root)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "2", "--ranks-per-host", "2", "--link", "1gbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
@@ -131,6 +133,8 @@ def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name
     assert [h.split()[0] for h in linked["config"]["probe"]["hosts"]] == [f"mb-{lab_name}-h0", f"mb-{lab_name}-h1"]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_hunt_takes_the_hosts_of_a_lab_with_two_ranks_per_host(run_cli, lab_name, tmp_path):
     from microbench.core.units import parse_link_rate
 

@@ -57,6 +57,7 @@ def test_native_loop_times_out_when_the_peer_is_silent():
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("no_native", ["0", "1"])
 def test_link_loopback_cli(run_cli, tmp_path, no_native):
     proc = run_cli("link", "--sizes", "1M-2M", "--lat-sizes", "8,4K", "--streams", "2", "--json", "l.json", *QUICK,
@@ -78,6 +79,8 @@ def test_link_bad_input(cli, args, needle):
     assert proc.returncode == 2 and needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_on_lab_and_link_result_feeds_nccl(run_cli, lab, tmp_path):
     proc = run_cli("link", "--lab", lab.name, "--sizes", "1M-4M", "--lat-sizes", "8", "--json", "link.json", *QUICK)
     assert proc.returncode == 0, proc.stderr
@@ -102,6 +105,8 @@ def test_link_profiles_need_a_lab(cli):
     assert proc.returncode == 2 and "needs --lab" in last_line(proc.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_nccl_link_profiles_side_by_side(run_cli, lab):
     proc = run_cli("nccl", "--lab", lab.name, "--link-profiles", "100mbit,unlimited", "--sizes", "1M",
                    "--ops", "all_gather", *QUICK, timeout=300)
@@ -114,6 +119,8 @@ def test_nccl_link_profiles_side_by_side(run_cli, lab):
     assert labmod.find(lab.name).rate == "1gbit"
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_taken_down_mid_sweep_names_the_host_and_keeps_rows(run_cli, lab, tmp_path):
     result = {}
     veth = f"mb-{lab.name}-v1"

@@ -49,17 +49,17 @@ BEFORE_WORK = [
 
 
 @pytest.fixture
-def no_mount_left(run_cli):
+def no_mount_left(cli):
     """Where a build accepts the misuse (the bug these tests catch), the mount it made goes."""
     yield
     for name in ("h2ro", "h2path", "h2t"):
-        run_cli("mount", "down", "--name", name, timeout=60)
+        cli("mount", "down", "--name", name, timeout=60)
 
 
 @pytest.mark.parametrize("argv,fragment", [c[1:] for c in BEFORE_WORK], ids=[c[0] for c in BEFORE_WORK])
 @pytest.mark.usefixtures("no_mount_left")
-def test_misuse_is_refused_before_any_work(run_cli, tmp_path, argv, fragment):
-    _refused(run_cli(*argv, timeout=120), fragment)
+def test_misuse_is_refused_before_any_work(cli, tmp_path, argv, fragment):
+    _refused(cli(*argv, timeout=120), fragment)
     assert list(tmp_path.iterdir()) == []   # no results directory, no record, no dataset
 
 
@@ -105,6 +105,7 @@ def test_a_bad_timeout_is_refused_quoting_it(text, why):
         parse_timeout(text)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_mount_left")
 def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
     # Refused for its --path (checked after the flags), not for '--timeout 8' lacking a unit.
@@ -115,6 +116,7 @@ def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
 # --------------------------------------------------------------------------- read-only targets: exit 2 before work
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv", [
     ["mount", "up", "--name", "h2ro", "--cache-dir", "{ro}"],
@@ -129,6 +131,7 @@ def test_a_read_only_cache_dir_is_refused(run_cli, read_only_dir, argv):
     assert list(read_only_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv,flag", [
     (["dataload", "--path", "{ro}", "--samples", "16"], "--path"),

@@ -66,6 +66,7 @@ def test_a_caller_that_claims_the_file_itself_gets_only_the_name_checks(tmp_path
     assert check_new_file(tmp_path / "p.png", "--out", claimed=True) == tmp_path / "p.png"
 
 
+@pytest.mark.slow
 def test_a_results_directory_that_is_a_symlink_is_refused_and_a_named_one_followed(run_cli, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -86,6 +87,7 @@ def test_a_results_directory_that_is_a_symlink_is_refused_and_a_named_one_follow
     assert len(list(elsewhere.glob("*.json"))) == 2
 
 
+@pytest.mark.slow
 def test_an_empty_json_is_refused(run_cli, tmp_path):
     _refused(run_cli("memory", "--sizes", "1M", "--json", "", timeout=120), "invalid --json '': empty")
     assert list(tmp_path.iterdir()) == []
@@ -111,6 +113,7 @@ OUTPUT_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv,files,fragment", [c[1:] for c in OUTPUT_CASES], ids=[c[0] for c in OUTPUT_CASES])
 def test_output_paths_are_checked_once_before_the_work(run_cli, tmp_path, argv, files, fragment):
     for name, content in files.items():
@@ -122,6 +125,8 @@ def test_output_paths_are_checked_once_before_the_work(run_cli, tmp_path, argv, 
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.parametrize("flag", ["--json", "--results-dir"])
 def test_outputs_on_a_read_only_mount_exit_2(run_cli, tmp_path, read_only_dir, flag):
     value = str(read_only_dir / "r.json") if flag == "--json" else str(read_only_dir / "results")
@@ -130,6 +135,7 @@ def test_outputs_on_a_read_only_mount_exit_2(run_cli, tmp_path, read_only_dir, f
     assert list(read_only_dir.iterdir()) == [] and not (tmp_path / "results").exists()
 
 
+@pytest.mark.root
 def test_why_unwritable_names_the_read_only_mount(read_only_dir, tmp_path):
     assert why_unwritable(read_only_dir) == f"directory {str(read_only_dir)!r} is on a read-only filesystem"
     assert why_unwritable(tmp_path) is None

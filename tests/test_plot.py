@@ -37,6 +37,7 @@ def test_a_skipped_record_says_why_it_has_nothing_to_plot():
         pick_metric(record, None)
 
 
+@pytest.mark.root
 def test_plot_onto_a_read_only_filesystem(cli, tmp_path, read_only_dir):
     record = {"schema_version": 1, "kind": "nccl", "status": "complete", "config": {}, "environment": {},
               "implementation": {}, "rows": [{"op": "all_reduce", "size_bytes": 1 << 20, "busbw_gbps": 1.0}]}

@@ -81,6 +81,7 @@ def test_a_url_password_in_any_failure_reaches_neither_the_record_nor_the_messag
     assert PW not in str(info.value) and "u:<redacted>@" in str(info.value)
 
 
+@pytest.mark.slow
 def test_storage_s3_and_checkpoint_on_a_closed_port_never_print_the_password(run_cli):
     env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
     s3 = run_cli("storage", "s3", "--endpoint", URL, "--bucket", "bkt", env=env, timeout=120)

@@ -42,9 +42,9 @@ def suites(tmp_path):
 
 
 @pytest.fixture
-def compose_record(run_cli, suites, tmp_path):
+def compose_record(cli, suites, tmp_path):
     path = tmp_path / "compose.json"
-    done = run_cli("compose", "--nccl", f"lab={suites[0] / 'collectives.json'}", "--net", "ib=40GB/s",
+    done = cli("compose", "--nccl", f"lab={suites[0] / 'collectives.json'}", "--net", "ib=40GB/s",
                    "--model", "llama-3.1-8b", "--ranks", "2", "--tflops", "400", "--allow-partial",
                    "--tier", "nvme=6:12", "--json", str(path))
     assert done.returncode == 0, done.stderr
@@ -187,6 +187,8 @@ def test_a_hunt_record_shows_its_verdict_matrix_and_heatmap(tmp_path):
     assert [a["alt"] for t, a in parsed.tags if t == "img"] == ["hunt heatmap"]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_report_out_on_a_read_only_filesystem_exit_2_one_line(run_cli, read_only_dir, tmp_path):
     made = run_cli("memory", "--sizes", "1M", "--threads", "1", "--warmup", "0", "--iters", "3",
                    "--json", str(tmp_path / "mem.json"))

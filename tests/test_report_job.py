@@ -17,11 +17,11 @@ JOB = ["compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", 
 
 
 @pytest.fixture
-def report(run_cli, tmp_path):
-    done = run_cli(*JOB, "--json", str(tmp_path / "job.json"))
+def report(cli, tmp_path):
+    done = cli(*JOB, "--json", str(tmp_path / "job.json"))
     assert done.returncode == 0, done.stderr
     out = tmp_path / "r.html"
-    done = run_cli("report", str(tmp_path / "job.json"), "--out", str(out))
+    done = cli("report", str(tmp_path / "job.json"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out, json.loads((tmp_path / "job.json").read_text())
 

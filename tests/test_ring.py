@@ -7,6 +7,7 @@ import pytest
 from conftest import last_line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", ["2", "3"])
 def test_ring_collectives_are_exact(run_cli, tmp_path, nproc):
     out = tmp_path / f"ring{nproc}.json"

@@ -140,6 +140,7 @@ def test_a_request_past_its_deadline_fails_and_so_does_every_later_one_at_once(m
     assert len(url.accepted) == 1 and second < 1.0, (url.accepted, first, second)   # not retried, not waited again
 
 
+@pytest.mark.slow
 def test_checkpoint_to_an_endpoint_that_accepts_and_never_answers_gives_up(run_cli):
     import socket
     import threading

@@ -265,6 +265,7 @@ def test_the_runner_writes_a_skipped_record(tmp_path, where, reason):
     assert record["config"]["sweep"]["iters"] == 2 and record["ended_at"]
 
 
+@pytest.mark.slow
 def test_storage_gds_without_a_gpu_exits_0_with_a_skipped_record(run_cli, tmp_path):
     from microbench.probes.storage import gds as storage_gds
 

@@ -43,6 +43,7 @@ def _record(tmp_path: Path, name: str = "out.json") -> dict:
     return json.loads((tmp_path / name).read_text())
 
 
+@pytest.mark.slow
 def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     target, bare = tmp_path / "target", tmp_path / "bin"
     target.mkdir()
@@ -69,6 +70,7 @@ def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     assert _leftovers(target) == []
 
 
+@pytest.mark.slow
 def test_keep_and_python_fallback(run_cli, tmp_path):
     out = run_cli("storage", "posix", "--path", str(tmp_path), "--rw", "read", "--pattern", "rand", "--keep",
                   "--json", "out.json", *SMALL, env={"MICROBENCH_NO_NATIVE": "1"})
@@ -80,6 +82,7 @@ def test_keep_and_python_fallback(run_cli, tmp_path):
     assert rec["implementation"]["name"] == "python" and rec["rows"][0]["engine"] == "python threads"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_FIO, reason="fio not installed")
 def test_compare_fio_prints_ratio_and_records_both(run_cli, tmp_path):
     out = run_cli("storage", "posix", "--path", str(tmp_path), "--rw", "read", "--compare-fio", "--json", "out.json",
@@ -93,6 +96,7 @@ def test_compare_fio_prints_ratio_and_records_both(run_cli, tmp_path):
     assert rec["implementation"]["fio_version"].startswith("fio")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_FIO, reason="fio not installed")
 def test_fio_subcommand_same_record_format(run_cli, tmp_path):
     out = run_cli("storage", "fio", "--path", str(tmp_path), "--rw", "write", "--json", "out.json", *SMALL)
@@ -143,6 +147,7 @@ def test_refuses_when_free_space_is_short(cli, tmp_path):
         assert _leftovers(small) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("native_off", ["0", "1"])
 def test_enospc_mid_write(run_cli, tmp_path, native_off):
     with mounted(tmp_path / "full", "tmpfs", "size=4m") as full:
@@ -154,6 +159,7 @@ def test_enospc_mid_write(run_cli, tmp_path, native_off):
         assert _leftovers(full) == []
 
 
+@pytest.mark.slow
 def test_filesystem_without_o_direct(run_cli, tmp_path):
     # ramfs refuses O_DIRECT and reports no free space, so --no-space-check as on FUSE mounts.
     with mounted(tmp_path / "ram", "ramfs", "size=64m") as ram:

@@ -72,6 +72,7 @@ def test_io_path_driver_failure_means_cufile_compat(monkeypatch):
     assert info["real_gds"] is False and "cuFileDriverOpen failed" in info["gds_driver_note"]
 
 
+@pytest.mark.slow
 def test_cli_skips_with_one_line_reason(run_cli, tmp_path):
     if gds.unavailable_reason() is None:
         pytest.skip("GDS can run here; the skip path is not reachable")

@@ -95,6 +95,7 @@ def _resident_pages(path: Path) -> int:
     return sum(b & 1 for b in vec.raw)
 
 
+@pytest.mark.slow
 def test_embedded_server_head_and_list_leave_dropped_pages_dropped(embedded_s3):
     """rclone hashed each object for its ETag on every HEAD and LIST, reading it back into the
     page cache; a checkpoint load that had just dropped its objects' pages then read memory."""
@@ -115,6 +116,7 @@ def test_embedded_server_head_and_list_leave_dropped_pages_dropped(embedded_s3):
     assert _resident_pages(path) == before < 64  # 2048 pages when rclone hashed it
     client.delete_object(Bucket=embedded_s3.bucket, Key=key)
 
+@pytest.mark.slow
 def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
     proc = run_cli("storage", "s3", *SMALL, "--json", "s3.json")
     assert proc.returncode == 0, proc.stderr
@@ -146,6 +148,7 @@ def test_credentials_never_reach_output_or_record(tmp_path, capsys, monkeypatch)
     assert known.secret_access_key not in text
 
 
+@pytest.mark.slow
 def test_endpoint_run_deletes_its_objects(run_cli, embedded_s3):
     proc = run_cli("storage", "s3", *SMALL, "--objects", "2", "--endpoint", embedded_s3.endpoint_url,
                    "--bucket", embedded_s3.bucket, "--json", "r.json", env=endpoint_env(embedded_s3))
@@ -154,6 +157,7 @@ def test_endpoint_run_deletes_its_objects(run_cli, embedded_s3):
     assert objects_under(embedded_s3) == []
 
 
+@pytest.mark.slow
 def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_path):
     proc = run_cli("storage", "s3", *SMALL, "--ops", "put", "--keep", "--object-size", "1M",
                    "--endpoint", embedded_s3.endpoint_url, "--bucket", embedded_s3.bucket, "--json", "r.json",
@@ -167,6 +171,7 @@ def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_pa
         client.delete_object(Bucket=embedded_s3.bucket, Key=key)
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_fast(run_cli, tmp_path):
     port = free_port()  # nothing listens there
     proc = run_cli("storage", "s3", *SMALL, "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bkt",
@@ -176,6 +181,7 @@ def test_unreachable_endpoint_fails_fast(run_cli, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_wrong_credentials(run_cli, embedded_s3, tmp_path):
     env = endpoint_env(embedded_s3, AWS_SECRET_ACCESS_KEY="not-the-right-secret")
     proc = run_cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url,
@@ -186,6 +192,7 @@ def test_wrong_credentials(run_cli, embedded_s3, tmp_path):
     assert objects_under(embedded_s3) == []
 
 
+@pytest.mark.slow
 def test_missing_bucket(cli, embedded_s3, tmp_path):
     proc = cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url, "--bucket", "no-such-bucket",
                    env=endpoint_env(embedded_s3))
@@ -222,6 +229,7 @@ def test_bad_input(cli, tmp_path, args, words):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_get_check_counts_a_corrupted_chunk(embedded_s3):
     """The GET check compares every byte read with what was PUT: one flipped byte in one
     object's second part is one wrong chunk, and nothing else is."""
@@ -247,6 +255,7 @@ def test_get_check_counts_a_corrupted_chunk(embedded_s3):
         probe.close()
 
 
+@pytest.mark.slow
 def test_the_probe_builds_one_client_for_all_its_threads(embedded_s3):
     """Built lazily by the first requests, each of the pool's threads found no client yet and
     built its own (eight clients for the first PUT instead of one)."""

@@ -27,6 +27,7 @@ def test_a_one_rank_collective_headlines_its_algbw_not_a_zero_busbw():
     assert headline(record) == "all_reduce algbw 644.50 GB/s at 16M; all_gather busbw 0.40 GB/s at 1M"
 
 
+@pytest.mark.slow
 def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     floor = tmp_path / "t.toml"
     floor.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n')
@@ -71,6 +72,7 @@ def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
     assert result.summary().startswith("invalid --sizes '1Q'"), result.summary()
 
 
+@pytest.mark.slow
 def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     import xml.etree.ElementTree as ET
 
@@ -184,6 +186,7 @@ SUITE_SAYS = {"path-a-file": "--path 'f' is not a directory", "path-missing": "-
               "results-dir-read-only": "is on a read-only filesystem"}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("case", sorted(SUITE_SAYS))
 def test_suite_refuses_its_paths_before_making_a_results_directory(cli, tmp_path, read_only_dir, case):
     argv = _suite_case(tmp_path, read_only_dir, case)

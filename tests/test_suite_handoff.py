@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from microbench.world import environment as env
 from microbench.world.launch import package_env
 
@@ -35,6 +37,7 @@ def test_only_the_steps_that_would_start_an_s3_server_share_one():
     assert not uses_embedded_s3(Step("x", ("checkpoint", "--target", "/tmp/s3-like-name")))
 
 
+@pytest.mark.slow
 def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, embedded_s3, tmp_path):
     from microbench.targets.s3server import SHARED_ENV
 

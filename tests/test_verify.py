@@ -129,6 +129,7 @@ def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_sam
 
 # --------------------------------------------------------------------------- real ranks
 
+@pytest.mark.slow
 def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     cal = calibration_record(tmp_path / "cal.json")
     out = tmp_path / "v.json"
@@ -175,6 +176,7 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", [{"unit_overhead_s": 0.5},        # half a second per unit per pass
                                    {"compute_efficiency": 0.001}])  # compute predicted 1000 x too slow
 def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
@@ -189,6 +191,7 @@ def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
     assert record["summary"]["verdict"]["outside"] and not record["summary"]["verdict"]["pass"]
 
 
+@pytest.mark.slow
 def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     out = tmp_path / "cal.json"
     done = run_cli("verify", "fsdp", "--calibrate-only", "--nproc", "2", "--json", str(out), timeout=180)
@@ -294,6 +297,7 @@ def test_checkpoint_probe_can_match_a_models_tensor_count():
     assert len(ck.layout(8 << 20, 2, 4)) == 1
 
 
+@pytest.mark.slow
 def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
     from microbench.targets.s3server import rclone_binary
 
@@ -329,6 +333,8 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
 
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp_path, lab):
     from microbench.lab import namespaces as labmod
 

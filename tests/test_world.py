@@ -140,6 +140,7 @@ def test_too_many_local_ranks_are_refused_before_any_starts(cli, tmp_path, comma
     assert proc.stdout == "" and not (tmp_path / "results").exists() and not (tmp_path / "ck").exists()
 
 
+@pytest.mark.slow
 def test_a_launched_world_is_not_bounded(run_cli):
     import socket
 

@@ -124,6 +124,7 @@ def test_a_csv_is_whole_or_absent(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the commands, on a full tmpfs
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv,flag,name", [
     (MEMORY, "--json", "m.json"),
@@ -135,6 +136,7 @@ def test_json_on_a_full_disk_exit_1_and_no_file(run_cli, full_dir, argv, flag, n
     assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv", [MEMORY, ["compose", "--model", "llama-3.1-8b", "--net", "ib=40GB/s", *GPU]],
                          ids=["memory", "compose"])
