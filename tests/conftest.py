@@ -400,14 +400,23 @@ def missing_markers(fixtures: set[str] | frozenset[str], markers: set[str]) -> l
     return missing
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """A test without the markers its fixtures call for is a collection error: `-m "not slow"`
-    and `-m "not root"` must leave out every test they promise to."""
+    and `-m "not root"` must leave out every test they promise to.
+
+    Under pytest-xdist (`-n 2 --dist loadgroup`) every root test joins the xdist group "serial",
+    with the tests marked for it that time a failure: one worker runs them one after another,
+    so two labs, mounts or shaped links never measure beside each other, nor a timed failure
+    beside another."""
     wrong = []
     for item in items:
-        missing = missing_markers(frozenset(getattr(item, "fixturenames", ())), {m.name for m in item.iter_markers()})
+        markers = {m.name for m in item.iter_markers()}
+        missing = missing_markers(frozenset(getattr(item, "fixturenames", ())), markers)
         if missing:
             wrong.append(f"{item.nodeid}: mark it {' and '.join(missing)}")
+        if "root" in markers and "xdist_group" not in markers:
+            item.add_marker(pytest.mark.xdist_group("serial"))
     if wrong:
         raise pytest.UsageError("tests without the markers their fixtures need (tests/conftest.py, ROOT_FIXTURES, "
                                 "SLOW_FIXTURES):\n  " + "\n  ".join(wrong))

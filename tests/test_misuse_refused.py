@@ -56,6 +56,7 @@ def no_mount_left(cli):
         cli("mount", "down", "--name", name, timeout=60)
 
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.parametrize("argv,fragment", [c[1:] for c in BEFORE_WORK], ids=[c[0] for c in BEFORE_WORK])
 @pytest.mark.usefixtures("no_mount_left")
 def test_misuse_is_refused_before_any_work(cli, tmp_path, argv, fragment):

@@ -256,6 +256,7 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
 
 # --------------------------------------------------------------------------- bad input: exit 2, one line
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.parametrize("args, fragment", [
     (("--tolerance", "0"), "invalid --tolerance '0': must be more than 0"),
     (("--tolerance", "-5"), "invalid --tolerance '-5': must be more than 0"),
