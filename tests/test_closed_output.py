@@ -68,6 +68,7 @@ QUICK = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_started_with_stdout_closed_exit_1_one_line_before_any_work(tmp_path, name):
     done = _closed_stdout(QUICK[name], tmp_path)
@@ -76,6 +77,7 @@ def test_started_with_stdout_closed_exit_1_one_line_before_any_work(tmp_path, na
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_stdout_on_dev_full_exit_1_one_line(tmp_path, name):
     done = _to_dev_full(QUICK[name], tmp_path)
@@ -112,6 +114,7 @@ def _with_closed_stdout(argv: list[str], cwd: Path) -> subprocess.CompletedProce
         os.close(write_end)
 
 
+@pytest.mark.slow
 def test_compose_into_a_closed_pipe_ends_quietly(tmp_path):
     done = _with_closed_stdout(["compose", "--model", "llama-3.1-8b", "--net", "ib=40GB/s", *GPU], tmp_path)
     assert done.stderr == "" and done.returncode == 141

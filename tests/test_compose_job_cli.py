@@ -26,6 +26,7 @@ def accepted(tmp_path_factory):
     return res, json.loads((tmp / "job.json").read_text()) if res.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_the_acceptance_command_prints_the_job_the_ranked_whatif_and_the_recommendation(accepted):
     res, record = accepted
     assert res.returncode == 0, res.stderr
@@ -47,6 +48,7 @@ def test_the_acceptance_command_prints_the_job_the_ranked_whatif_and_the_recomme
     assert sum(r["recommended"] for r in rows) == 1
 
 
+@pytest.mark.slow
 def test_the_acceptance_totals_match_a_hand_calculation(accepted):
     res, record = accepted
     params = record["config"]["model"]["total_params"]

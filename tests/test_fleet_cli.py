@@ -78,6 +78,7 @@ def fleet(run_cli, *args: str, env: dict[str, str] | None = None):
 NINE = [f"n{i}" for i in range(9)]
 
 
+@pytest.mark.slow
 def test_the_degraded_node_is_named_with_its_device_and_every_output_written(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", NINE, slow_memory("n3", 0.5))
     hosts = tmp_path / "hosts.txt"
@@ -122,6 +123,7 @@ def _renders(out: Path, tmp_path: Path, plots: int) -> None:
     assert len(seen["imgs"]) == plots and all(ok and w > 300 and h > 100 for ok, w, h in seen["imgs"]), seen["imgs"]
 
 
+@pytest.mark.slow
 def test_a_small_fleet_says_it_uses_leave_one_out(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", ["a", "b", "c", "d", "e"], slow_memory("c", 0.5))
     done = fleet(cli, root, "--json", tmp_path / "f.json")
@@ -130,6 +132,7 @@ def test_a_small_fleet_says_it_uses_leave_one_out(cli, template, tmp_path):
     assert "no --hosts: the nodes expected are the nodes found" in done.stdout
 
 
+@pytest.mark.slow
 def test_missing_partial_and_drift(cli, template, tmp_path):
     def faults(node: str, name: str, record: dict) -> None:
         if node == "n5" and name == "memory.json":
@@ -149,6 +152,7 @@ def test_missing_partial_and_drift(cli, template, tmp_path):
     assert (tmp_path / "f.rerun.txt").read_text() == "n6\nn8\n"
 
 
+@pytest.mark.slow
 def test_every_node_below_a_floor_is_one_fleet_wide_finding(cli, template, tmp_path):
     memcpy = max(r["copy_gbps"] for r in json.loads((template / "memory.json").read_text())["rows"])
     floors = tmp_path / "floors.toml"
@@ -162,6 +166,7 @@ def test_every_node_below_a_floor_is_one_fleet_wide_finding(cli, template, tmp_p
     assert set(summary["verdicts"]) == {"PASS"} and summary["drain"] == []
 
 
+@pytest.mark.slow
 def test_two_records_of_one_node_are_repeats_and_said_so(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", NINE[:4])
     shutil.copytree(root / "n1" / "suite-1", root / "n1" / "suite-2")
@@ -236,6 +241,7 @@ def _write(path: Path, value: Any) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,needle", [
     ("empty", "an empty directory"),
     ("no_records", "no suite records of any node"),
@@ -283,6 +289,7 @@ def test_bad_input_exit_2_one_line(cli, template, tmp_path, case, needle):
     assert not (tmp_path / "f.json").exists()
 
 
+@pytest.mark.slow
 def test_report_refuses_a_record_that_is_no_fleet_record(cli, template, tmp_path):
     done = cli("report", "--fleet", str(template / "memory.json"), "--out", str(tmp_path / "r.html"))
     assert done.returncode == 2 and "is a 'memory' record" in one_error_line(done.stderr)

@@ -83,6 +83,7 @@ def _entry(body: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
     # The signal's handler runs at the first bytecode boundary after the kill: in main's return
@@ -92,6 +93,7 @@ def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
     assert done.stderr.strip().splitlines() == ["microbench: interrupted"]
 
 
+@pytest.mark.slow
 def test_a_signal_after_the_exit_code_is_decided_changes_nothing():
     # After closing(): the flush and the interpreter's exit keep main's code.
     done = _entry("def main():\n    return 3\n"

@@ -73,6 +73,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", READERS, ids=[" ".join(a[:2]) for a in READERS])
 def test_every_reader_refuses_a_5000_digit_number_with_exit_2(tmp_path, argv):
     record = tmp_path / "big.json"
@@ -86,6 +87,7 @@ def test_every_reader_refuses_a_5000_digit_number_with_exit_2(tmp_path, argv):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.json"]   # refused before any work
 
 
+@pytest.mark.slow
 def test_compose_does_not_divide_by_zero_on_a_record_of_extreme_values(tmp_path):
     """A bandwidth of 1e300 whose time is 1e-300 us made compose end in ZeroDivisionError."""
     rows = []

@@ -78,6 +78,7 @@ def test_dataload_refuses_a_dataset_too_big_before_planning_it(monkeypatch, tmp_
         dataload.validate(dataload.Config(samples=10 ** 12, path=str(tmp_path)))
 
 
+@pytest.mark.slow
 def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(cli, tmp_path):
     env = {"AWS_PROFILE": "nosuchprofile", "AWS_CONFIG_FILE": str(tmp_path / "none"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
@@ -149,6 +150,7 @@ def test_a_read_only_target_is_exit_2_before_work(run_cli, tmp_path, read_only_d
 # --------------------------------------------------------------------------- the native copy's threads
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_memcpy_whose_threads_cannot_start_fails_with_eagain_and_lives_on(tmp_path):
     """Under a process limit a few threads start and the rest cannot: the started ones once

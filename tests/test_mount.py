@@ -212,6 +212,7 @@ def test_cache_disk_full_during_a_save_exit_1_partial_and_unmountable(state, run
         subprocess.run(["umount", "-l", str(small)])
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_drain_says_how_much_was_durable_and_down_still_works(state, tmp_path):
     from conftest import cli_env
 

@@ -95,6 +95,7 @@ def test_groups_node_under_a_launcher_without_local_size_names_the_variable(cli)
     assert "cannot tell the nodes" in line and "LOCAL_WORLD_SIZE" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["torch", "ring"])
 def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_path, algo):
     """Four ranks started as torchrun would on 2 nodes of 2 (LOCAL_WORLD_SIZE=2): every group's

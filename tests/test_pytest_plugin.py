@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import cli_env
 
 TEST = '''
@@ -18,6 +19,7 @@ def test_memcpy(probe_benchmark):
 '''
 
 
+@pytest.mark.slow
 def test_probe_benchmark_saves_stats_and_bandwidth(tmp_path):
     (tmp_path / "test_mb.py").write_text(TEST)
     out = tmp_path / "bench.json"

@@ -39,6 +39,7 @@ def _cli(cwd, *args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("storage", "s3"), ("checkpoint", "--target", "s3://bucket/x"),
                                      ("modelload", "--target", "s3://bucket/x"), ("dataload", "--path", "s3://bucket/x")])
 @pytest.mark.parametrize("url, fragment", [

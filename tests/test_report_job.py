@@ -44,6 +44,7 @@ def test_the_report_draws_each_configurations_timeline_and_tables_the_whatif(rep
     assert "end to end" in html and "to change the answer" in html
 
 
+@pytest.mark.slow
 def test_chromium_draws_the_timelines(report, tmp_path):
     out, _ = report
     seen = browser_dom(out, tmp_path, "(()=>{const s=document.querySelector('svg').getBoundingClientRect();"

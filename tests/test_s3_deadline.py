@@ -116,6 +116,7 @@ def test_modelload_stuck_on_the_endpoint_ends_at_sigterm(tmp_path, mode):
     assert took < 5, f"{took:.1f} s after SIGTERM"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hole", "trickle"])
 def test_a_request_past_its_deadline_fails_and_so_does_every_later_one_at_once(mode, monkeypatch):
     from microbench.core.errors import RunError

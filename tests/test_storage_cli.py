@@ -178,6 +178,7 @@ def test_filesystem_without_o_direct(run_cli, tmp_path):
         assert _leftovers(ram) == []
 
 
+@pytest.mark.slow
 def test_sigterm_mid_run_removes_the_test_directory(tmp_path):
     import signal
     import sys

@@ -135,6 +135,7 @@ def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
     assert not Path(record["implementation"]["backing_dir"]).exists()
 
 
+@pytest.mark.slow
 def test_credentials_never_reach_output_or_record(tmp_path, capsys, monkeypatch):
     from microbench import cli
     from microbench.targets.s3server import Credentials

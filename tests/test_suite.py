@@ -123,6 +123,7 @@ def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
     assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_suite_pid_ends_its_step_with_a_partial_record(tmp_path, signame):
     import glob

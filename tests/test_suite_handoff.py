@@ -12,6 +12,7 @@ from microbench.world import environment as env
 from microbench.world.launch import package_env
 
 
+@pytest.mark.slow
 def test_torch_facts_handed_down_by_the_suite():
     # A fresh interpreter: the hand-off is only consulted where torch is not imported yet.
     code = "import json, microbench.world.environment as e; print(json.dumps(e.torch_info()))"
@@ -22,6 +23,7 @@ def test_torch_facts_handed_down_by_the_suite():
     assert info["torch"] == "9.9" and "suite" in info["torch_info_source"]
 
 
+@pytest.mark.slow
 def test_suite_hands_real_torch_facts():
     handed = json.loads(env.torch_info_for_children()[env.TORCH_INFO_ENV])
     assert "torch" in handed and "gpus" in handed
@@ -56,6 +58,7 @@ def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, 
     assert len(lines) == 1 and lines[0].startswith(f"microbench: damaged {SHARED_ENV} hand-off"), bad.stderr
 
 
+@pytest.mark.slow
 def test_the_suite_starts_one_s3_server_for_two_s3_steps_and_stops_it():
     import http.client
 

@@ -227,6 +227,7 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     cal = calibration_record(tmp_path / "cal.json", unit_overhead_s=0.0)
     out = tmp_path / "v.json"
@@ -410,6 +411,7 @@ def test_verify_checkpoint_into_a_file_is_refused_before_training_naming_ckpt_di
     assert "# verify fsdp:" not in done.stdout and not (tmp_path / "results").exists()   # no record, no training
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_verify_fsdp_interrupted_leaves_its_record_partial_with_ended_at(tmp_path, signame):
     import signal

@@ -199,6 +199,7 @@ def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_pat
     assert set(glob.glob("/tmp/microbench-verify-job-*")) <= before   # nor its directory and spec file
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_job_is_named_and_the_finished_phases_are_kept(tmp_path):
     cal = calibration_record(tmp_path / "cal.json")
     out, base = tmp_path / "j.json", tmp_path / "d"
