@@ -17,8 +17,8 @@ import pytest
 from conftest import one_error_line
 from microbench.targets.mount import system as mount_sys
 
-pytestmark = pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
-                                reason=str(mount_sys.fuse_unavailable_reason()))
+pytestmark = [pytest.mark.root, pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
+                                                    reason=str(mount_sys.fuse_unavailable_reason()))]
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import one_error_line, symlink_loop
+from conftest import refused as cli_refused
 
 from microbench.core.errors import UsageError
 from microbench.results.outputs import check_new_file, why_unwritable
@@ -88,8 +89,8 @@ def test_a_results_directory_that_is_a_symlink_is_refused_and_a_named_one_follow
 
 
 @pytest.mark.slow
-def test_an_empty_json_is_refused(run_cli, tmp_path):
-    _refused(run_cli("memory", "--sizes", "1M", "--json", "", timeout=120), "invalid --json '': empty")
+def test_an_empty_json_is_refused(cli, tmp_path):
+    cli_refused(cli("memory", "--sizes", "1M", "--json", "", timeout=120), "invalid --json '': empty")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -115,22 +116,22 @@ OUTPUT_CASES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv,files,fragment", [c[1:] for c in OUTPUT_CASES], ids=[c[0] for c in OUTPUT_CASES])
-def test_output_paths_are_checked_once_before_the_work(run_cli, tmp_path, argv, files, fragment):
+def test_output_paths_are_checked_once_before_the_work(cli, tmp_path, argv, files, fragment):
     for name, content in files.items():
         (tmp_path / name).write_text(content)
     if "loop" in argv:
         symlink_loop(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    _refused(run_cli(*argv, timeout=120), fragment)
+    cli_refused(cli(*argv, timeout=120), fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("flag", ["--json", "--results-dir"])
-def test_outputs_on_a_read_only_mount_exit_2(run_cli, tmp_path, read_only_dir, flag):
+def test_outputs_on_a_read_only_mount_exit_2(cli, tmp_path, read_only_dir, flag):
     value = str(read_only_dir / "r.json") if flag == "--json" else str(read_only_dir / "results")
-    _refused(run_cli("memory", "--sizes", "1M", flag, value, timeout=120), f"invalid {flag}",
+    cli_refused(cli("memory", "--sizes", "1M", flag, value, timeout=120), f"invalid {flag}",
              "is on a read-only filesystem")
     assert list(read_only_dir.iterdir()) == [] and not (tmp_path / "results").exists()
 
