@@ -68,11 +68,11 @@ def _no_microbench_children(mp: pytest.MonkeyPatch) -> None:
         def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
             words = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
             if "microbench" in words or any(w.endswith("/microbench") for w in words):
-                raise StartedProcesses(f"in-process CLI started {words}: use run_cli for a test of real work")
+                raise StartedProcesses(f"in-process CLI started microbench (use run_cli for a test of real work): {words}")
             super().__init__(args, *rest, **kwargs)
 
     def no_fork() -> int:
-        raise StartedProcesses("in-process CLI forked: use run_cli for a test of real work")
+        raise StartedProcesses("in-process CLI forked (use run_cli for a test of real work)")
 
     mp.setattr(subprocess, "Popen", GuardedPopen)
     mp.setattr(os, "fork", no_fork)

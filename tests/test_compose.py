@@ -386,7 +386,7 @@ def bad_inputs(tmp):
         "net bad latency": ([*gpu, "--net", "ib=40GB/s@fast", "--ranks", "8"], "latency 'fast'"),
         "no network": ([*gpu, "--ranks", "8"], "no network to predict over"),
         "no compute": ([*net], "no compute rate"),
-        "ckpt overhead": ([*gpu, *net, "--ckpt-overhead", "150%"], "invalid --ckpt-overhead '150'"),
+        "ckpt overhead": ([*gpu, *net, "--ckpt-overhead", "150%"], "invalid --ckpt-overhead '150%': must be less than 100"),
         "ckpt interval": ([*gpu, *net, "--ckpt-interval", "0s"], "invalid --ckpt-interval '0s'"),
         "nodes 0": ([*gpu, "--net", "ib=40GB/s", "--nodes", "0"], "invalid --nodes '0'"),
         "overlap 2": ([*gpu, *net, "--overlap", "2"], "invalid --overlap '2': must be at most 1"),

@@ -99,6 +99,25 @@ def _mb(tmp_path, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def test_more_worker_processes_than_cpus_is_said_once_in_the_report(monkeypatch):
+    import importlib
+
+    dl_run = importlib.import_module("microbench.probes.dataload.run")   # the package's `run` is a function
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert dl_run._crowded([{"workers": 2, "ranks": 1}, {"workers": 0, "ranks": 1}]) is None
+    note = dl_run._crowded([{"workers": 0, "ranks": 1}, {"workers": 4, "ranks": 1}])
+    assert note.startswith("# up to 4 worker processes") and "on 2 CPUs" in note
+
+
+@pytest.mark.slow
+def test_workers_past_the_cpus_run_without_torchs_warning_and_the_report_says_so(tmp_path):
+    workers = len(os.sched_getaffinity(0)) + 1
+    done = _mb(tmp_path, "--path", str(tmp_path), "--samples", "200", "--workers", str(workers))
+    assert done.returncode == 0, done.stderr
+    assert "UserWarning" not in done.stderr and "worker processes" not in done.stderr, done.stderr
+    assert f"# up to {workers} worker processes (workers x ranks) on {workers - 1} CPUs" in done.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["shards", "files"])
 def test_a_pass_per_worker_count_reads_and_checks_every_sample(tmp_path, layout):

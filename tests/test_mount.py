@@ -29,7 +29,12 @@ def state(tmp_path, monkeypatch):
     yield root
     from microbench.targets import mount as mountmod
 
-    for name in mountmod.names():
+    # Only this test's mounts: names() also lists every microbench mount on the machine, and a
+    # teardown that downed those stopped the daemon under a `verify job` running beside the tests.
+    ours = {p.name[len("mount-"):] for p in root.glob("mount-*")}
+    ours |= {info["source"][len(mountmod.DEVNAME_PREFIX):].split(":", 1)[0] for info in mount_sys.mounts()
+             if info["mount_point"].startswith(f"{tmp_path}/") and info["source"].startswith(mountmod.DEVNAME_PREFIX)}
+    for name in sorted(ours):
         mountmod.down(name)
     assert not _ours_mounted(root) and not _ours_running(root)
 

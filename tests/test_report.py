@@ -146,6 +146,16 @@ def test_report_renders_in_headless_chromium(cli, suites, compose_record, tmp_pa
     assert shot.stat().st_size > 50_000   # a blank page compresses to a few KiB
 
 
+def test_without_out_the_report_is_a_new_file_under_results(cli, suites, tmp_path):
+    first = cli("report", *map(str, suites))
+    second = cli("report", *map(str, suites))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    made = sorted((tmp_path / "results").glob("report-*.html"))
+    assert len(made) == 2   # a second report in the same second gets its own name; none is overwritten
+    assert all(p.read_text().startswith("<!DOCTYPE html>") for p in made)
+    assert f"# report: results/{made[0].name}" in first.stdout + second.stdout
+
+
 def test_bad_inputs_exit_2_with_one_line(cli, suites, tmp_path):
     existing = tmp_path / "exists.html"
     existing.write_text("x")

@@ -195,3 +195,23 @@ def test_suite_refuses_its_paths_before_making_a_results_directory(cli, tmp_path
     _refused(cli("suite", "--only", "memory", *argv, timeout=120), SUITE_SAYS[case])
     assert sorted(p.name for p in tmp_path.iterdir()) == before   # no results/suite-* left behind
     assert list(read_only_dir.iterdir()) == []
+
+
+def test_a_check_on_an_op_its_step_does_not_run_is_refused_before_any_step(cli, tmp_path):
+    checks = tmp_path / "t.toml"
+    checks.write_text('[[check]]\nstep = "memory"\nop = "all_reduce"\nmetric = "copy_gbps"\nmin = 0.01\n')
+    done = cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith("microbench: the check on step 'memory': op 'all_reduce' is not one the step runs (")
+    assert '); e.g. op = "' in line, line   # an op the step runs, for the user to copy
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_check_on_a_step_only_leaves_out_is_refused_before_any_step(cli, tmp_path):
+    checks = tmp_path / "t.toml"
+    checks.write_text('[[check]]\nstep = "nccl"\nop = "all_reduce"\nmetric = "busbw_gbps"\nmin = 0.01\n')
+    done = cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    assert "--only leaves that step out; add it to --only, e.g. --only memory,nccl" in last_line(done.stderr)
+    assert not (tmp_path / "r").exists()

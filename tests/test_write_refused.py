@@ -175,10 +175,12 @@ def test_nccl_record_that_fills_the_disk_mid_sweep_is_partial_never_running(run_
 
 
 @pytest.mark.root
-@pytest.mark.slow
-def test_verify_job_dir_on_a_read_only_mount_exit_1_one_line(run_cli, tmp_path, read_only_dir):
-    done = run_cli("verify", "job", "--model", "tiny", "--steps", "2", "--ckpt-every", "1", "--dir",
-                   str(read_only_dir), timeout=300)
-    _failed(done, f"cannot write '{read_only_dir}/microbench-verify-job-", "Read-only file system")
-    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")]
-    assert record["status"] == "partial" and "Read-only file system" in record["status_reason"]
+def test_verify_job_dir_on_a_read_only_mount_is_refused_before_any_work(cli, tmp_path, read_only_dir):
+    # Known before the job runs: exit 2, one line naming the directory and why, nothing written.
+    done = cli("verify", "job", "--model", "tiny", "--steps", "2", "--ckpt-every", "1", "--dir",
+                   str(read_only_dir), timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    assert f"--dir '{read_only_dir}'" in line and "read-only" in line, line
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+    assert not list(read_only_dir.iterdir())

@@ -13,12 +13,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core import registry
 from ..core.errors import UsageError
-from ..results import load_record
 from ..core.units import format_size, parse_number
+from ..results import load_record
 
 # What every record must share with another to be compared; a probe's spec adds its own
 # `identity_keys` (implementation fields such as the backend or the storage layer).
@@ -33,7 +33,7 @@ RULE_EXAMPLE = "--fail-on busbw:-5% (fail when busbw drops more than 5%)"
 _LATENCY = re.compile(r"(_us|_ms)_p50$|^lat_p50_us$")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -68,7 +68,11 @@ def default_metrics(available: dict[str, float], row: dict[str, Any] | None = No
 
 
 def short_name(metric: str) -> str:
-    return metric.removesuffix("_gbps").removesuffix("_us") if metric in ("time_us",) or metric.endswith("_gbps") else metric
+    return (
+        metric.removesuffix("_gbps").removesuffix("_us")
+        if metric in ("time_us",) or metric.endswith("_gbps")
+        else metric
+    )
 
 
 # --------------------------------------------------------------------------- rules
@@ -256,8 +260,18 @@ def compare_records(name: str, base: tuple[Path, dict[str, Any]], new: tuple[Pat
             ratio = mb[metric] / ma[metric] if ma[metric] else None
             broken = [r.text for r in rules if r.matches(metric) and ratio is not None and r.fails(metric, ratio)]
             noisy = bool(broken) and within_noise(row, rows_b[key], metric)
-            result.lines.append(Line(case_label(row, differs, fields), row.get("size_bytes"), metric,
-                                     ma[metric], mb[metric], ratio, [] if noisy else broken, noise=broken if noisy else []))
+            result.lines.append(
+                Line(
+                    case_label(row, differs, fields),
+                    row.get("size_bytes"),
+                    metric,
+                    ma[metric],
+                    mb[metric],
+                    ratio,
+                    [] if noisy else broken,
+                    noise=broken if noisy else [],
+                )
+            )
     result.only_new = [case_label(r, differs, fields) + _size_suffix(r) for k, r in rows_b.items() if k not in rows_a]
     return result, None
 

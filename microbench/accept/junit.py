@@ -17,7 +17,6 @@ from typing import Any, Sequence
 from ..core.errors import UsageError
 from ..results.outputs import check_new_file
 
-
 # A file larger than this is no report of ours (one testcase per step and check: kilobytes).
 _MAX_OWN_REPORT_BYTES = 16 << 20
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core import registry
 from ..core.errors import RunError, UsageError
 from ..core.pyplot import pyplot
-from ..results.outputs import check_new_file
 from ..core.units import format_number, format_size
+from ..results.outputs import check_new_file
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -36,7 +36,9 @@ def pick_metric(record: dict[str, Any], metric: str | None) -> str:
     choices = metric_choices(record)
     if metric:
         if metric not in choices:
-            raise UsageError(f"invalid --metric {metric!r}: this record has {', '.join(choices) or 'no metric columns'}")
+            raise UsageError(
+                f"invalid --metric {metric!r}: this record has {', '.join(choices) or 'no metric columns'}"
+            )
         return metric
     if not choices:
         if record.get("status") == "skipped":
@@ -145,7 +147,7 @@ def plot_records(records: list[tuple[str, dict[str, Any]]], out_path: str, metri
             raise
         raise UsageError(f"{names[0]!r}: {exc}") from None
     notes = []
-    for name, (_, record) in zip(names, records):
+    for name, (_, record) in zip(names, records, strict=False):
         skipped: list[str] = []
         if not series(record, chosen, skipped):
             raise UsageError(f"{name!r} has no {chosen} per size to plot: {_nothing_because(record, chosen, skipped)}; "
@@ -190,7 +192,7 @@ def draw(plt: Any, records: list[tuple[str, dict[str, Any]]], chosen: str, *, fi
     lowest = 0.0
     for label, record in records:
         for name, points in series(record, chosen).items():
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=False)
             lowest = min(lowest, *ys)
             ax.plot(xs, ys, marker="o", markersize=3, label=f"{label}: {name}" if len(records) > 1 else name)
     ax.set_xscale("log", base=2)

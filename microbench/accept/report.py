@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import report_job as job_html, report_plots, report_summary, rules as accept, compare
-from .html_parts import escape as _e, number as _num, table as _table
 from ..core import registry
 from ..core.errors import MicrobenchError, UsageError
-from ..results.outputs import check_new_file
 from ..core.units import format_size
+from ..results.outputs import check_new_file
+from . import compare, report_job as job_html, report_plots, report_summary, rules as accept
+from .html_parts import escape as _e, number as _num, table as _table
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;color:#1d232a;padding:0 1em}
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1180px;
+     color:#1d232a;padding:0 1em}
 h1{font-size:1.7em;border-bottom:3px solid #2f6f9f;padding-bottom:.2em}
 h2{font-size:1.3em;margin-top:2em;border-bottom:1px solid #ccd;padding-bottom:.15em}
 h3{font-size:1.05em;margin:1.2em 0 .4em}
@@ -74,9 +75,16 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
     return runs
 
 
-def check_out(path: str | os.PathLike) -> Path:
+def check_out(path: str | os.PathLike | None) -> Path:
     """Refuse before any work: an existing file (reports, like records, are never overwritten)
-    or a place this user cannot write."""
+    or a place this user cannot write. Without --out, a new report-<time>.html under results/."""
+    if path is None:
+        from ..results.store import DEFAULT_DIR
+
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        names = (Path(DEFAULT_DIR) / f"report-{stamp}{'' if i == 0 else f'-{i}'}.html" for i in range(1000))
+        path = next((p for p in names if not p.exists()), Path(DEFAULT_DIR) / f"report-{stamp}.html")
+        return check_new_file(path, "--out", kept="reports", example="results/report.html", parents_made=True)
     return check_new_file(path, "--out", kept="reports", example="results/report.html")
 
 
@@ -91,15 +99,32 @@ def _env_rows(runs: list[Run]) -> list[list[str]]:
 
     envs = [env(r) for r in runs]
     fields = [
-        ("host", lambda e: e.get("hostname")), ("cpu", lambda e: e.get("cpu_model")),
+        ("host", lambda e: e.get("hostname")),
+        ("cpu", lambda e: e.get("cpu_model")),
         ("cpus", lambda e: e.get("cpu_count")),
-        ("memory", lambda e: f"{(e.get('memory') or {}).get('total_bytes', 0) / 2**30:.1f} GiB" if e.get("memory") else None),
-        ("os", lambda e: e.get("os")), ("kernel", lambda e: e.get("kernel")), ("python", lambda e: e.get("python")),
-        ("microbench", lambda e: e.get("microbench")), ("torch", lambda e: e.get("torch")),
-        ("nccl", lambda e: e.get("nccl")), ("cuda", lambda e: e.get("cuda")),
+        (
+            "memory",
+            lambda e: f"{(e.get('memory') or {}).get('total_bytes', 0) / 2**30:.1f} GiB" if e.get("memory") else None,
+        ),
+        ("os", lambda e: e.get("os")),
+        ("kernel", lambda e: e.get("kernel")),
+        ("python", lambda e: e.get("python")),
+        ("microbench", lambda e: e.get("microbench")),
+        ("torch", lambda e: e.get("torch")),
+        ("nccl", lambda e: e.get("nccl")),
+        ("cuda", lambda e: e.get("cuda")),
         ("gpus", lambda e: ", ".join(str(g.get("name", g)) for g in e.get("gpus") or []) or "none"),
-        ("nics", lambda e: ", ".join(f"{n.get('name')} ({n.get('link')}, {n.get('speed_mbps') or '?'} Mb/s)"
-                                     for n in e.get("nics") or [] if n.get("link") != "loopback") or None),
+        (
+            "nics",
+            lambda e: (
+                ", ".join(
+                    f"{n.get('name')} ({n.get('link')}, {n.get('speed_mbps') or '?'} Mb/s)"
+                    for n in e.get("nics") or []
+                    if n.get("link") != "loopback"
+                )
+                or None
+            ),
+        ),
         ("implementation", lambda e: (e.get("implementation") or {}).get("name")),
     ]
     return [[name, *[("-" if get(e) is None else str(get(e))) for e in envs]] for name, get in fields]
@@ -153,8 +178,14 @@ def _probe_table(record: dict[str, Any]) -> str:
     fields = compare.case_fields(record)
     differs = compare.varying(rows, fields)
     metrics = _metric_columns(record)
-    body = [[compare.case_label(r, differs, fields), format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
-             *[_num(_row_metrics(r, record).get(m)) for m in metrics]] for r in rows]
+    body = [
+        [
+            compare.case_label(r, differs, fields),
+            format_size(r["size_bytes"]) if isinstance(r.get("size_bytes"), int) else "-",
+            *[_num(_row_metrics(r, record).get(m)) for m in metrics],
+        ]
+        for r in rows
+    ]
     return _table(["case", "size", *[_heading(m) for m in metrics]], body)
 
 
@@ -187,10 +218,17 @@ def _compare(runs: list[Run], rules: list[compare.Rule]) -> str:
                 ratio = line.ratio
                 worse = ratio is not None and (ratio < 0.95 if compare.higher_is_better(line.metric) else ratio > 1.05)
                 better = ratio is not None and (ratio > 1.05 if compare.higher_is_better(line.metric) else ratio < 0.95)
-                rows.append([f"{pair.name}: {line.case}", format_size(line.size_bytes) if line.size_bytes is not None else "-",
-                             _heading(line.metric), _num(line.base), _num(line.new),
-                             f"{ratio:.3f}" if ratio is not None else "n/a",
-                             ("FAIL " + ", ".join(line.failed)) if line.failed else "within noise" if line.noise else ""])
+                rows.append(
+                    [
+                        f"{pair.name}: {line.case}",
+                        format_size(line.size_bytes) if line.size_bytes is not None else "-",
+                        _heading(line.metric),
+                        _num(line.base),
+                        _num(line.new),
+                        f"{ratio:.3f}" if ratio is not None else "n/a",
+                        ("FAIL " + ", ".join(line.failed)) if line.failed else "within noise" if line.noise else "",
+                    ]
+                )
                 mark = "worse" if worse else "better" if better else ""
                 classes.append(["", "", "", "", "", mark, "fail" if line.failed else ""])
             parts.append(_table(["case", "size", "metric", "base", "new", "new/base", "rule"], rows, classes))
@@ -219,7 +257,7 @@ def _compose(record: dict[str, Any]) -> str:
              for r in record.get("rows", []) if r.get("op") == "checkpoint"]
     if tiers:
         out += "<h3>checkpoint tiers</h3>" + _table(["tier", "write GB/s", "save s", "load s", "interval min"], tiers)
-    return out + job_html.section(record, _table)    # issue 23: the job timelines and the what-if
+    return out + job_html.section(record, _table)    # the job's timelines and what-if, when it has a job
 
 
 def _hunt(record: dict[str, Any]) -> str:
@@ -230,7 +268,9 @@ def _hunt(record: dict[str, Any]) -> str:
     index = {name: i for i, name in enumerate(names)}
     matrix = {(index[r["src"]], index[r["dst"]]): float(r[metric]) for r in record.get("rows", [])
               if r.get("src") in index and r.get("dst") in index and (metric := registry.row_metric(r, record))}
-    slow = {(index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index}
+    slow = {
+        (index[r["src"]], index[r["dst"]]) for r in record.get("rows", []) if r.get("slow") and r.get("src") in index
+    }
     summary = record.get("summary") or {}
     lines = summary.get("verdict") or [f"record status {record.get('status')}: no verdict"]
     out = "".join(f'<p class="{"pass" if line.startswith("OK") else "fail"}">{_e(line)}</p>' for line in lines)
@@ -339,6 +379,8 @@ def build(runs: list[Run], *, checks: list[accept.Check] | None = None,
     verdicts = ({run.label: accept.evaluate(checks, {name: rec for name, (_, rec) in run.records.items()})
                  for run in runs} if checks else None)
     ctx = Context(runs, checks, rules or [], verdicts, fleet)
-    head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{CSP}<title>microbench report</title>"
-            f"<style>{CSS}</style></head><body><h1>microbench report</h1><p class=\"note\">generated {_e(generated)}</p>")
+    head = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{CSP}<title>microbench report</title>'
+        f'<style>{CSS}</style></head><body><h1>microbench report</h1><p class="note">generated {_e(generated)}</p>'
+    )
     return head + "".join(section(ctx) for section in SECTIONS) + "</body></html>\n"

@@ -1,4 +1,4 @@
-"""The job section of a compose record in the HTML report (issue 23): the timeline of each
+"""The job section of a compose record in the HTML report: the timeline of each
 configuration as one horizontal bar (a colour per phase kind, drains that overlap training as a
 thin strip under the bar), on one time scale, then the ranked what-if as a table and the
 recommendation. Inline SVG: no script, no fetch (the report's CSP allows it)."""
@@ -32,7 +32,7 @@ KEYS = ("network", "data", "model_from", "ckpt_to")
 
 
 def _same(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
-    return bool(b) and all(a.get(k) == b.get(k) for k in KEYS)
+    return b is not None and bool(b) and all(a.get(k) == b.get(k) for k in KEYS)
 
 
 def _chosen(job: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -71,8 +71,10 @@ def timeline_svg(job: dict[str, Any]) -> str:
         out.append(f'<text x="4" y="{y + 14}" font-weight="600">{_e(network)}</text>')
         for i in range(5):
             x = LABEL_W + BAR_W * i / 4
-            out.append(f'<line x1="{x:.1f}" y1="{y + 18}" x2="{x:.1f}" y2="{bottom}" stroke="#d5dae0"/><text '
-                       f'x="{x:.1f}" y="{y + 14}" text-anchor="middle" fill="#5a6470">{_e(format_time(span * i / 4))}</text>')
+            out.append(
+                f'<line x1="{x:.1f}" y1="{y + 18}" x2="{x:.1f}" y2="{bottom}" stroke="#d5dae0"/><text '
+                f'x="{x:.1f}" y="{y + 14}" text-anchor="middle" fill="#5a6470">{_e(format_time(span * i / 4))}</text>'
+            )
         y += 20
         for c in configs:
             is_rec, marked = _same(c, rec), bool(c.get("marks"))
@@ -113,7 +115,9 @@ def _tiled(p: dict[str, Any], x: float, w: float, y: float, span: float, ident: 
     for q in p.get("template") or []:
         qx, qw = BAR_W * q["start_s"] / span, max(BAR_W * q["time_s"] / span, 0.05)
         top, h = (13, 3) if q.get("overlapped") else (2, 11)
-        cells.append(f'<rect x="{qx:.3f}" y="{top}" width="{qw:.3f}" height="{h}" fill="{COLOURS.get(q["kind"], "#999")}"/>')
+        cells.append(
+            f'<rect x="{qx:.3f}" y="{top}" width="{qw:.3f}" height="{h}" fill="{COLOURS.get(q["kind"], "#999")}"/>'
+        )
     return (f'<defs><pattern id="{ident}" patternUnits="userSpaceOnUse" x="{x:.3f}" y="{y}" width="{tile:.4f}" '
             f'height="{ROW_H}">{"".join(cells)}</pattern></defs><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
             f'height="16" fill="url(#{ident})"><title>{_e(p["name"])}: {_e(format_time(p["time_s"]))}</title></rect>')
@@ -124,7 +128,9 @@ def section(record: dict[str, Any], table: Any) -> str:
     job = (record.get("summary") or {}).get("job")
     if not isinstance(job, dict):
         return ""
-    every = f"a checkpoint every {job['ckpt_every']} steps" if job.get("ckpt_every") else "checkpoints per --ckpt-interval"
+    every = (
+        f"a checkpoint every {job['ckpt_every']} steps" if job.get("ckpt_every") else "checkpoints per --ckpt-interval"
+    )
     out = [f"<h3>the whole job: {_e(job.get('steps'))} steps, {_e(every)}, "
            f"{'async' if job.get('async_ckpt') else 'synchronous'} saves</h3>"]
     configs = job.get("configurations") or []
@@ -142,12 +148,24 @@ def section(record: dict[str, Any], table: Any) -> str:
                   else "no change up to 100x", ", ".join(f.get("ties") or []) or "-"] for f in job.get("flips") or []]
         out.append(table(["phase", "recommended", "to change the answer", "ties"], flips))
     rows = [r for r in record.get("rows", []) if r.get("op") == "job"]
-    body = [[r["rank"], r["network"], r["data"], r["model_from"], r["ckpt_to"], r.get("ckpt_every") or "-",
-             format_time(r["total_s"]) if r.get("total_s") is not None else "never trains",
-             f"{r['ratio']:.2f}x" if r.get("ratio") else "-",
-             f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "-",
-             f"{r['io_share']:.0%}" if isinstance(r.get("io_share"), (int, float)) and math.isfinite(r["io_share"]) else "-",
-             "RECOMMENDED" if r.get("recommended") else r.get("marks") or ""] for r in rows]
+    body = [
+        [
+            r["rank"],
+            r["network"],
+            r["data"],
+            r["model_from"],
+            r["ckpt_to"],
+            r.get("ckpt_every") or "-",
+            format_time(r["total_s"]) if r.get("total_s") is not None else "never trains",
+            f"{r['ratio']:.2f}x" if r.get("ratio") else "-",
+            f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "-",
+            f"{r['io_share']:.0%}"
+            if isinstance(r.get("io_share"), (int, float)) and math.isfinite(r["io_share"])
+            else "-",
+            "RECOMMENDED" if r.get("recommended") else r.get("marks") or "",
+        ]
+        for r in rows
+    ]
     if body:
         out.append("<h3>what-if: every network x storage assignment, by total</h3>")
         out.append(table(["#", "network", "data", "model from", "ckpt to", "every", "total", "vs rec.", "tokens/s",

@@ -23,11 +23,15 @@ def section(name: str, items: list[tuple[str, dict[str, Any]]]) -> str:
     from ..core.pyplot import pyplot
     from .plots import curve_name, draw, draw_bars, pick_metric, png_bytes, series
 
-    usable = [(label, rec) for label, rec in items if any(isinstance(r.get("size_bytes"), int) for r in rec.get("rows", []))]
+    usable = [
+        (label, rec) for label, rec in items if any(isinstance(r.get("size_bytes"), int) for r in rec.get("rows", []))
+    ]
     ops: list[str] = []
     for _, rec in usable:
         ops.extend(str(r.get("op")) for r in rec.get("rows", []) if str(r.get("op")) not in ops)
-    images, bars, notes = [], {}, []
+    images: list[Any] = []
+    bars: dict[Any, Any] = {}
+    notes: list[Any] = []
     for op in ops:
         per_op = [(label, {**rec, "rows": [r for r in rec.get("rows", []) if str(r.get("op")) == op]})
                   for label, rec in usable]

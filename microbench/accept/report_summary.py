@@ -165,7 +165,8 @@ def section(runs: list[Any], verdicts: dict[str, list[Any]] | None) -> str:
                        if registry.step_key(v.check.step) == registry.step_key(name)]
             bests = best_per_op(record) if record.get("status") == "complete" else []
             scale = _step_scale([b for _, _, rec in by_step[step] for b in best_per_op(rec)], record)
-            for best in bests or [None]:
+            each: list[Best | None] = [*bests] or [None]   # None: one row for a record without bests
+            for best in each:
                 op = best.op if best else None
                 text, mark = verdict(record, op, results if verdicts is not None else None)
                 label = [escape(step)] + ([escape(run.label)] if many else [])

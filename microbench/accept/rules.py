@@ -29,7 +29,7 @@ from typing import Any
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.jsonfile import load_json, read_text
-from ..core.units import parse_bandwidth_bytes_per_s, parse_number, parse_size, format_number
+from ..core.units import format_number, parse_bandwidth_bytes_per_s, parse_number, parse_size
 
 MAX_FRACTION = 1.5  # above 150% of a hardware ceiling, the ceiling is what is wrong
 
@@ -126,8 +126,11 @@ def check_known(item: dict[str, Any], bounds: dict[str, float], where: str) -> N
         raise UsageError(f"unknown metric {metric!r} for step {item['step']!r} in {where}: its rows carry "
                          f"{', '.join(spec.metrics)}, e.g. metric = \"{spec.metrics[0]}\"")
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
-        raise UsageError(f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above max = {format_number(bounds['max'], 6)}, "
-                         f"so no value can pass; e.g. min = 100, max = 200")
+        raise UsageError(
+            f"invalid bounds in {where}: min = {format_number(bounds['min'], 6)} is above "
+            f"max = {format_number(bounds['max'], 6)}, "
+            f"so no value can pass; e.g. min = 100, max = 200"
+        )
 
 
 def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
@@ -144,7 +147,8 @@ def step_ops(spec: Any, step: Any) -> tuple[str, ...] | None:
     if flag in step.argv[:-1]:
         text = step.argv[step.argv.index(flag) + 1]
         return tuple(opt.parse(text, flag)) if opt.parse else tuple(text.split(","))
-    default = field.default_factory() if field.default_factory is not MISSING else field.default
+    assert field is not None   # opt came from it
+    default: Any = field.default_factory() if field.default_factory is not MISSING else field.default
     return tuple(default)
 
 
@@ -206,13 +210,21 @@ def _relative(check: Check, record: dict[str, Any], value: float) -> CheckResult
     assert check.min_fraction_of_expected is not None
     need = f"needs >= {100 * check.min_fraction_of_expected:.0f}% of expected"
     if exp is None:
-        return CheckResult(check, "missing", value, f"{format_number(value)}; the record has no expected bandwidth ({need})")
+        return CheckResult(
+            check, "missing", value, f"{format_number(value)}; the record has no expected bandwidth ({need})"
+        )
     if not exp.get("gbps"):
-        return CheckResult(check, "missing", value, f"{format_number(value)}; expected unknown: {exp.get('unknown_why')}")
+        return CheckResult(
+            check, "missing", value, f"{format_number(value)}; expected unknown: {exp.get('unknown_why')}"
+        )
     fraction = value / exp["gbps"]
     ok = fraction >= check.min_fraction_of_expected
-    return CheckResult(check, "pass" if ok else "fail", value,
-                       f"{format_number(value)} = {100 * fraction:.0f}% of expected {format_number(exp['gbps'], 4)} GB/s ({need})")
+    return CheckResult(
+        check,
+        "pass" if ok else "fail",
+        value,
+        f"{format_number(value)} = {100 * fraction:.0f}% of expected {format_number(exp['gbps'], 4)} GB/s ({need})",
+    )
 
 
 def _bound(value: Any, what: str) -> float:
@@ -234,9 +246,21 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             results.append(CheckResult(check, "missing", None, f"step {check.step!r} produced no record"))
             continue
         if not check.metric:
-            check = replace(check, metric=next(filter(None, (registry.row_metric(r, record) for r in record.get("rows", [])
-                                                              if r.get("op") == check.op)), ""))
-        rows = [r for r in record.get("rows", []) if r.get("op") == check.op and isinstance(r.get(check.metric), (int, float))]
+            check = replace(
+                check,
+                metric=next(
+                    filter(
+                        None,
+                        (registry.row_metric(r, record) for r in record.get("rows", []) if r.get("op") == check.op),
+                    ),
+                    "",
+                ),
+            )
+        rows = [
+            r
+            for r in record.get("rows", [])
+            if r.get("op") == check.op and isinstance(r.get(check.metric), (int, float))
+        ]
         if check.size_bytes is not None:
             rows = [r for r in rows if r.get("size_bytes") == check.size_bytes]
         if not rows:
@@ -250,6 +274,7 @@ def evaluate(checks: list[Check], records: dict[str, dict[str, Any] | None]) -> 
             continue
         value = max(values) if check.min is not None else min(values)
         ok = (check.min is None or value >= check.min) and (check.max is None or value <= check.max)
-        bound = f">= {format_number(check.min, 6)}" if check.min is not None else f"<= {format_number(check.max, 6)}"
+        bound = (f">= {format_number(check.min, 6)}" if check.min is not None
+                 else f"<= {format_number(check.max, 6)}" if check.max is not None else "")
         results.append(CheckResult(check, "pass" if ok else "fail", value, f"{format_number(value)} (needs {bound})"))
     return results

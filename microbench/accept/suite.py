@@ -5,8 +5,8 @@ down. The step loop and its helpers here; commands/suite.py is the printer."""
 from __future__ import annotations
 
 import contextlib
-import os
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..world import fork as prefork
 from ..core import registry
 from ..core.errors import RunError, UsageError
 from ..core.registry import SuiteStep
-from ..core.units import format_size, format_number
+from ..core.units import format_number, format_size
+from ..world import fork as prefork
 from ..world.launch import package_env, self_command
 
 
@@ -294,8 +294,9 @@ def uses_embedded_s3(step: SuiteStep) -> bool:
 @contextlib.contextmanager
 def shared_setup(steps: list[SuiteStep]) -> Iterator[dict[str, str]]:
     """Environment for every step, prepared once and concurrently before any step measures:
-    the torch facts (asked in this process once it is warm for forking, else of a child) and, when two or more steps would
-    each start an embedded S3 server, one server for all of them (stopped on exit). A server
+    the torch facts (asked in this process once it is warm for forking, else of a child) and,
+    when two or more steps would each start an embedded S3 server, one server for all of them
+    (stopped on exit). A server
     that cannot start is not shared: each step then starts its own and reports why it cannot."""
     from ..core.errors import MicrobenchError
     from ..targets.s3server import EmbeddedS3

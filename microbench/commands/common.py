@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from ..core.errors import UsageError
-from ..results.outputs import check_new_file
-from ..results import write_csv
-from ..run.runner import SweepSettings
 from ..core.units import parse_number, parse_positive_int, parse_timeout  # noqa: F401 (parse_timeout: its home is core.units)
+from ..results import write_csv
+from ..results.outputs import check_new_file
+from ..run.runner import SweepSettings
 
 
 def add_sweep_options(p: argparse.ArgumentParser, *, warmup: int = 5, iters: int = 20, budget_s: float = 2.0) -> None:

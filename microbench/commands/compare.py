@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.tables import text_table
-
 from ..accept.compare import RULE_EXAMPLE, compare, parse_rule, short_name
 from ..core.errors import RunError
+from ..core.tables import text_table
 from ..core.units import format_number, format_size
 
 
@@ -15,9 +14,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare two records or two suite directories: values, ratios, --fail-on rules")
     p.add_argument("base", metavar="BASE", help="the reference: a record (.json) or a suite directory")
     p.add_argument("new", metavar="NEW", help="the run to judge, of the same kind as BASE")
-    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE.replace('%', '%%')}; "
-                        f"no sign means 'worse by more than' (lower bandwidth, higher time)")
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help=f"METRIC:[+-]PERCENT%%, repeatable; exit 1 when a case breaks it, e.g. {RULE_EXAMPLE.replace('%', '%%')}; "
+        f"no sign means 'worse by more than' (lower bandwidth, higher time)",
+    )
     p.set_defaults(handler=run)
 
 

@@ -13,8 +13,7 @@ from tabulate import tabulate
 
 from .. import compose as cp
 from ..compose import inputs, kernels, whatif
-from ..compose.checkpoint import full as fs
-from ..compose.checkpoint import mount as mount_tier
+from ..compose.checkpoint import full as fs, mount as mount_tier
 from ..compose.dataload import report_lines as loading_lines
 from ..compose.hardware import RESERVED_MEMORY_FRACTION
 from ..compose.inputs.sections import ComposeOptions, Output
@@ -72,7 +71,10 @@ def _print(result: whatif.Composition) -> None:
               f"{format_time(cal.unit_overhead_s)}, measured on {cal.backend or 'an unnamed backend'})")
         backends = {n.backend for n in nets if n.backend != "synthetic"}
         if cal.backend and backends and backends != {cal.backend}:
-            print(f"# warning: the calibration was measured on {cal.backend}; the networks are {', '.join(sorted(backends))}")
+            print(
+                f"# warning: the calibration was measured on {cal.backend}; "
+                f"the networks are {', '.join(sorted(backends))}"
+            )
     _print_memory(result.memory, rate)
     _print_steps(nets, result.steps, result.memory)
     if given.rates is not None:
@@ -156,6 +158,7 @@ def _print_header(model: Any, train: cp.TrainSpec, world: int, nodes: int | None
           f"{'every micro-batch' if train.sync_every_microbatch else 'once, on the last micro-batch'}, AdamW, "
           f"overlap {train.overlap:g}, FSDP overhead {format_time(train.unit_overhead_s)} per unit per pass")
     if per_kernel:
+        assert rate.gpu is not None   # kernels are priced on a named GPU only
         print(f"# compute: priced per kernel on {rate.gpu.name} (breakdown below the step table), "
               f"compute beside collectives at {1 - train.contention:.3g} of its rate")
         if rate.warning:
@@ -176,26 +179,40 @@ def _print_memory(memory: cp.MemoryCheck, rate: inputs.ComputeRate) -> None:
     if memory.activation_bytes is None:
         rows.append(("activations", "unknown (--params/--layers has no shapes)"))
     else:
-        rows.append(("activations, no checkpointing", format_bytes(memory.activation_bytes_no_ac)))
-        rows.append(("activations, with checkpointing", format_bytes(memory.activation_bytes_ac)))
+        no_ac, ac = memory.activation_bytes_no_ac, memory.activation_bytes_ac
+        assert no_ac is not None and ac is not None   # known with activation_bytes
+        rows.append(("activations, no checkpointing", format_bytes(no_ac)))
+        rows.append(("activations, with checkpointing", format_bytes(ac)))
     rows.append(("total (chosen setting)", format_bytes(memory.total_bytes)))
     print("\n## memory per GPU")
     print(tabulate(rows, headers=["part", "bytes"], tablefmt="simple", disable_numparse=True))
     if memory.fits is None:
         print("# memory check: no --gpu, so no capacity to check against")
-    elif memory.fits:
+        return
+    assert memory.capacity_bytes is not None and rate.gpu is not None   # fits is judged on a named GPU
+    if memory.fits:
         print(f"# fits: {format_bytes(memory.total_bytes)} of {format_bytes(memory.capacity_bytes)} usable on "
               f"{rate.gpu.name} ({RESERVED_MEMORY_FRACTION:.0%} kept for CUDA context, NCCL, fragmentation)")
     else:
-        print(f"# DOES NOT FIT: {format_bytes(memory.total_bytes)} needed per GPU, {format_bytes(memory.capacity_bytes)} "
-              f"usable on {rate.gpu.name}; more ranks, activation checkpointing or a smaller micro-batch")
+        print(
+            f"# DOES NOT FIT: {format_bytes(memory.total_bytes)} needed per GPU, {format_bytes(memory.capacity_bytes)} "
+            f"usable on {rate.gpu.name}; more ranks, activation checkpointing or a smaller micro-batch"
+        )
 
 
-_PARTS = (("compute forward", "compute_fwd_s"), ("compute backward", "compute_bwd_s"),
-          ("AllGather forward", "allgather_fwd_s"), ("AllGather backward", "allgather_bwd_s"),
-          ("ReduceScatter", "reduce_scatter_s"), ("optimizer step", "optimizer_s"), ("FSDP overhead", "fsdp_overhead_s"),
-          ("exposed communication", "exposed_comm_s"), ("step (overlapped)", "step_s"),
-          ("bound: no overlap", "no_overlap_s"), ("bound: full overlap", "full_overlap_s"))
+_PARTS = (
+    ("compute forward", "compute_fwd_s"),
+    ("compute backward", "compute_bwd_s"),
+    ("AllGather forward", "allgather_fwd_s"),
+    ("AllGather backward", "allgather_bwd_s"),
+    ("ReduceScatter", "reduce_scatter_s"),
+    ("optimizer step", "optimizer_s"),
+    ("FSDP overhead", "fsdp_overhead_s"),
+    ("exposed communication", "exposed_comm_s"),
+    ("step (overlapped)", "step_s"),
+    ("bound: no overlap", "no_overlap_s"),
+    ("bound: full overlap", "full_overlap_s"),
+)
 
 
 def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], memory: cp.MemoryCheck) -> None:
@@ -225,9 +242,12 @@ def _print_steps(nets: list[cp.Network], preds: dict[str, cp.StepPrediction], me
 
 def _print_checkpoint(parts: dict[str, float], tier_preds: list[Any], ckpt_bytes: float, interval_s: float,
                       overhead: float, mtbf_s: float | None, rate: inputs.ComputeRate) -> None:
-    print(f"\n## checkpoint: {format_bytes(ckpt_bytes)} (fp32 master weights {format_bytes(parts['master_weights_bytes'])}"
-          f" + AdamW state {format_bytes(parts['optimizer_state_bytes'])}); weights alone "
-          f"{format_bytes(parts['weights_bytes'])}")
+    print(
+        f"\n## checkpoint: {format_bytes(ckpt_bytes)} "
+        f"(fp32 master weights {format_bytes(parts['master_weights_bytes'])}"
+        f" + AdamW state {format_bytes(parts['optimizer_state_bytes'])}); weights alone "
+        f"{format_bytes(parts['weights_bytes'])}"
+    )
     rows = with_ratios([t.as_dict() for t in tier_preds], "save_s")
     print(tabulate([(r["tier"], format_rate(r["write_gbps"]), format_rate(r["read_gbps"]), format_time(r["save_s"]),
                      format_time(r["load_s"]), format_time(r["async_blocked_s"]),

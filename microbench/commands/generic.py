@@ -14,11 +14,10 @@ import os
 import tempfile
 from typing import Any
 
-from ..core.tables import text_table
-
 from ..core import options
 from ..core.errors import ProbeUnavailable, RunError, UsageError
 from ..core.registry import ProbeSpec
+from ..core.tables import text_table
 from ..core.units import format_size, parse_number
 from ..run.invocation import Invocation, run_spec
 from .common import add_sweep_options, settings_from_args, write_outputs
@@ -52,7 +51,7 @@ def _add_needs(p: argparse.ArgumentParser, spec: ProbeSpec, declared: set[str]) 
     the generic runner reads them: a probe with its own run declares every flag it takes."""
     if spec.run is not None:
         return
-    wanted = []
+    wanted: list[tuple[str, dict[str, Any]]] = []
     if spec.needs.target:
         wanted += [("--path", dict(default=tempfile.gettempdir(), help="directory to write under; a unique "
                     "directory is created there and removed afterwards (default: the temp dir)")),
@@ -141,9 +140,7 @@ def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
     name = getattr(config, "lab", None)
     if not name or not spec.needs.world:
         return
-    from ..lab import placement
-
-    from ..lab import namespaces
+    from ..lab import namespaces, placement
 
     inv.naming = functools.partial(placement.naming_lab_hosts, name)
     inv.diagnose = functools.partial(namespaces.diagnose, name)

@@ -17,16 +17,23 @@ from .common import parse_timeout
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hunt", help="find the slow host or link: every host pair in parallel rounds, a matrix, a verdict",
-                       description="Measure TCP bandwidth between every pair of hosts, both ways, in N-1 rounds "
-                                   "of disjoint pairs run in parallel; print the host x host matrix and name the "
-                                   "hosts slow with every peer and the single slow links between healthy hosts.")
-    p.add_argument("--lab", default=None, metavar="NAME", help="one rank on each host of this lab (see `microbench lab`)")
+    p = sub.add_parser(
+        "hunt",
+        help="find the slow host or link: every host pair in parallel rounds, a matrix, a verdict",
+        description="Measure TCP bandwidth between every pair of hosts, both ways, in N-1 rounds "
+        "of disjoint pairs run in parallel; print the host x host matrix and name the "
+        "hosts slow with every peer and the single slow links between healthy hosts.",
+    )
+    p.add_argument(
+        "--lab", default=None, metavar="NAME", help="one rank on each host of this lab (see `microbench lab`)"
+    )
     p.add_argument("--size", default="8M", help="bytes per transfer, binary units (default 8M)")
     p.add_argument("--iters", default="3", help="timed transfers per direction; the best counts (default 3)")
     p.add_argument("--warmup", default="1", help="untimed transfers per direction first (default 1)")
     p.add_argument("--slow", default="0.7", help="slow = below this fraction of the median bandwidth (default 0.7)")
-    p.add_argument("--floor", default=None, metavar="RATE", help="also slow below this absolute rate, e.g. 10GB/s or 100Gbit")
+    p.add_argument(
+        "--floor", default=None, metavar="RATE", help="also slow below this absolute rate, e.g. 10GB/s or 100Gbit"
+    )
     p.add_argument("--timeout", default="60", help="seconds without progress before the run fails (default 60)")
     p.add_argument("--bisect", action="store_true", help="first an all_reduce over each half of the hosts at once, "
                    "into the slow half (4+ hosts): one bad host in about log2(N) rounds, then pairs confirm it")

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from ..core.tables import text_table
-
-from ..lab import cgroups as labcg, hostexec, namespaces as labmod
-from ..lab import parsers as labparse, shaping as labshape
 from ..core.units import format_link_rate, parse_link_rate
+from ..lab import cgroups as labcg, hostexec, namespaces as labmod, parsers as labparse, shaping as labshape
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--link", default="1gbit", help="egress rate of each host: 1gbit, 100mbit, 10gbit, "
                     "unlimited (default 1gbit)")
     up.add_argument("--delay", default="0", help="one-way delay added to each host's egress, in ms (default 0)")
-    up.add_argument("--name", default=labmod.DEFAULT_NAME, help=f"lab name, 1-8 of a-z0-9 (default {labmod.DEFAULT_NAME})")
+    up.add_argument(
+        "--name", default=labmod.DEFAULT_NAME, help=f"lab name, 1-8 of a-z0-9 (default {labmod.DEFAULT_NAME})"
+    )
     up.add_argument("--ranks-per-host", default="1", help="ranks placed on each host (default 1): they talk over the "
                     "host's own loopback, unshaped (the intra-node network), hosts over the shaped links")
     _add_overrides(up)
@@ -113,13 +114,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_hosts(labs: list[labmod.Lab]) -> None:
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for lab in labs:
         for h in lab.hosts:
-            rows.append((lab.name, h.netns, h.address or "-", lab.ranks_per_host, h.ifname, h.state, h.shaping or "none",
-                         _limits(h) or "-"))
+            rows.append(
+                (
+                    lab.name,
+                    h.netns,
+                    h.address or "-",
+                    lab.ranks_per_host,
+                    h.ifname,
+                    h.state,
+                    h.shaping or "none",
+                    _limits(h) or "-",
+                )
+            )
         if lab.bridge is None or len(lab.veths) != len(lab.hosts):
-            rows.append((lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`", "-"))
+            rows.append(
+                (lab.name, "(incomplete)", "-", "-", "-", "-", f"run `microbench lab down --name {lab.name}`", "-")
+            )
     print(text_table(rows, headers=["lab", "host (netns)", "address", "ranks", "if", "state", "egress qdisc", "cgroup"],
                      tablefmt="simple"))
 

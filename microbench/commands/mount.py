@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         if "path" not in row:
             print(f"{row['name']}: {row['state']}")
             continue
-        cache = f", cache {format_bytes_human(row.get('cache_bytes', 0))} in {row['cache_dir']}" if row["cache_dir"] else ""
+        cache = (
+            f", cache {format_bytes_human(row.get('cache_bytes', 0))} in {row['cache_dir']}" if row["cache_dir"] else ""
+        )
         print(f"{row['name']}: {row['state']}, {row['path']} ({row['mode']}{cache}) on {row['backing_store']}, "
               f"rclone {row['rclone_version']} pid {row['rclone_pid']}")
     return 0

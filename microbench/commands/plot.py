@@ -12,7 +12,11 @@ from ..results import load_record
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="plot bandwidth vs size from saved records (overlaid) to a PNG")
     p.add_argument("records", nargs="+", metavar="RECORD", help="result JSON files; LABEL=PATH to name a curve")
-    p.add_argument("--metric", default=None, help="column to plot (default: the primary metric of the record's probe, e.g. busbw_gbps for nccl)")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="column to plot (default: the primary metric of the record's probe, e.g. busbw_gbps for nccl)",
+    )
     p.add_argument("--out", default=None, help="PNG path (default: next to the first record, .png)")
     p.set_defaults(handler=run)
 

@@ -6,15 +6,13 @@ import argparse
 import socket
 from pathlib import Path
 
-from ..core.tables import text_table
-
-from ..accept import rules as accept, junit
+from ..accept import junit, rules as accept, suite
+from ..accept.suite import HEADLINE_COLUMN, default_steps
 from ..core.errors import RunError
+from ..core.tables import text_table
 from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
 from ..targets.workdir import check_base
-from ..accept import suite
-from ..accept.suite import HEADLINE_COLUMN, default_steps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,11 +10,8 @@ import argparse
 
 from ..core import sections
 from ..verify import launch
-from ..verify.fsdp import options as fsdp_options
-from ..verify.fsdp import plan
-from ..verify.fsdp import run as vrun
-from ..verify.job import options as job_flags
-from ..verify.job import plan as jplan
+from ..verify.fsdp import options as fsdp_options, plan, run as vrun
+from ..verify.job import options as job_flags, plan as jplan
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

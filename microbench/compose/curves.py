@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from ..core import registry
 from ..core.errors import UsageError
 from ..core.fit import fit_latency_bandwidth
-from ..core.jsonfile import finite_number
+from ..core.jsonfile import finite_number, json_object
 from ..core.units import bus_factor
 
 
@@ -53,7 +54,7 @@ class Curve:
             raise UsageError(f"the collective record {source or ''} has no {op!r} rows{where} (it has: "
                              f"{', '.join(have) or 'none'}); re-run e.g. `microbench nccl --ops {op}`"
                              + ("" if group == "world" else f" --groups world,{group}"))
-        for index, row in enumerate(named):
+        for row in named:
             for key in [k for k in row if k.endswith("_gbps")]:
                 # The fit divides by the bandwidths: a NaN here (a hand-edited or corrupted record)
                 # is refused as --net ib=nanGB/s is, naming the row, not met as a crash in the fit.
@@ -80,8 +81,10 @@ class Curve:
         note on how it was obtained: 'measured', 'interpolated', 'extrapolated' or 'rescaled'."""
         ranks = ranks or self.ranks
         if not self.points:
-            return self._model(size_bytes, ranks), (f"from the synthetic curve (latency {self.latency_s * 1e6:g} us, "
-                                                    f"busbw {self.peak_busbw_gbps:g} GB/s, bus factor of {ranks} ranks)")
+            return self._model(size_bytes, ranks), (
+                f"from the synthetic curve (latency {self.latency_s * 1e6:g} us, "
+                f"busbw {self.peak_busbw_gbps:g} GB/s, bus factor of {ranks} ranks)"
+            )
         if ranks != self.ranks:
             return self._model(size_bytes, ranks), (f"rescaled from {self.ranks} to {ranks} ranks (fitted latency, "
                                                     f"same busbw, bus factor of {ranks} ranks)")
@@ -91,7 +94,7 @@ class Curve:
         for size, t in self.points:
             if size == size_bytes:
                 return t, "measured"
-        for (s0, t0), (s1, t1) in zip(self.points, self.points[1:]):
+        for (s0, t0), (s1, t1) in pairwise(self.points):
             if s0 < size_bytes < s1:
                 frac = math.log(size_bytes / s0) / math.log(s1 / s0)
                 return math.exp(math.log(t0) + frac * (math.log(t1) - math.log(t0))), "interpolated"
@@ -160,7 +163,7 @@ def network_from_record(record: dict[str, Any], name: str, source: str, *, allow
                          f"{record.get('status_reason') or 'no reason recorded'}); re-run it, or pass --allow-partial")
     ag = Curve.from_record(record, "all_gather", source)
     rs = Curve.from_record(record, "reduce_scatter", source)
-    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    impl = json_object(record.get("implementation"))
     backend = str(impl.get("backend") or record.get("config", {}).get("world", {}).get("backend") or "unknown")
     device = str(impl.get("device") or "unknown")
     warnings = []

@@ -163,7 +163,7 @@ def report_lines(stalls: list[DataStall], loads: list[ModelLoad], format_time: C
     if stalls:
         lines.append(f"\n## data loading: {stalls[0].samples_per_step} samples per rank per step "
                      f"(micro-batch x grad-accum)")
-        table = [(s.tier, s.network, format_time(s.loader_s), format_time(s.step_s),
+        table: list[tuple[str, ...]] = [(s.tier, s.network, format_time(s.loader_s), format_time(s.step_s),
                   "yes" if s.hidden else "no", format_time(s.stall_s), format_time(s.step_with_stall_s),
                   f"{s.loader_fraction:.0%}" + (" (bottleneck)" if s.bottleneck else "")) for s in stalls]
         lines.append(tabulate(table, headers=["data tier", "network", "loader/step", "step", "hidden by prefetch",

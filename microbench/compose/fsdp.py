@@ -21,10 +21,11 @@ costs max(compute, communication); the first gather of each pass and the last re
 are exposed. In backward a gather and a reduce-scatter share the links, so they add. `overlap`
 (0..1) blends this with the no-overlap bound: gloo on a CPU competes with compute for the same
 cores, NCCL on a GPU runs beside it, but on SMs of its own: while a collective runs, the unit's
-compute keeps (1 - contention) of its rate (`beside`; the GPU's kernel table says how much). FSDP's own per-unit cost (copy-in/out, hooks:
-`unit_overhead_s`, which `verify`'s calibration measures) is paid per unit per pass on the thread
-that launches compute, so it is never hidden. The optimizer step (AdamW over this rank's shard)
-follows backward, bound by memory bandwidth: ~28 bytes moved per parameter for a fused AdamW
+compute keeps (1 - contention) of its rate (`beside`; the GPU's kernel table says how much).
+FSDP's own per-unit cost (copy-in/out, hooks: `unit_overhead_s`, which `verify`'s calibration
+measures) is paid per unit per pass on the thread that launches compute, so it is never hidden.
+The optimizer step (AdamW over this rank's shard) follows backward, bound by memory bandwidth:
+~28 bytes moved per parameter for a fused AdamW
 (`optimizer_bytes_per_param` for another implementation, gradient clipping included).
 """
 
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 
 from ..core.errors import UsageError
 from ..core.units import DTYPE_BYTES, bus_factor
+
 ADAMW_BYTES_MOVED_PER_PARAM = 28   # read param, grad, m, v (16) + write param, m, v (12), fp32
 SHARDED_STATE_BYTES_PER_PARAM = 16  # fp32 master + fp32 grad + AdamW m and v
 UNITS = ("root", "block")
@@ -72,7 +74,8 @@ def unit_bytes(model: Any, unit: str, op: str, param_dtype: str, reduce_dtype: s
 
 
 class CollectiveCurve(Protocol):
-    latency_s: float
+    @property
+    def latency_s(self) -> float: ...
 
     def time_s(self, size_bytes: float, ranks: int | None = None) -> tuple[float, str]: ...
 
@@ -152,7 +155,9 @@ def _check(model: Any, train: TrainSpec) -> None:
     if not 0 <= train.contention < 1:
         raise UsageError(f"the compute lost beside collectives {train.contention!r} must be from 0 to under 1")
     if not (0 <= train.unit_overhead_s < 1):
-        raise UsageError(f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us")
+        raise UsageError(
+            f"invalid --unit-overhead {train.unit_overhead_s!r} s: expected 0 or more, under 1 s, e.g. 200us"
+        )
 
 
 def checkpointing(train: TrainSpec) -> Any:

@@ -81,7 +81,11 @@ class Levels:
         if ranks > nodes:
             return t, (f"two-level ring over {nodes} nodes x {ranks // nodes}: busbw min(intra "
                        f"{self.intra_gbps(op):,.4g}, {inter}) = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us")
-        return t, f"ring over {nodes} nodes, one rank each: busbw {inter} = {busbw:,.4g} GB/s, latency {latency * 1e6:.4g} us"
+        return (
+            t,
+            f"ring over {nodes} nodes, one rank each: busbw {inter} = {busbw:,.4g} GB/s, "
+            f"latency {latency * 1e6:.4g} us",
+        )
 
     def all_reduce_time_s(self, size_bytes: float, ranks: int, nodes: int, sharing: int = 1) -> tuple[float, str]:
         """A ring all-reduce moves one ReduceScatter and one AllGather; the cross groups' own

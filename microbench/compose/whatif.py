@@ -63,6 +63,7 @@ def measured_step(inputs: ComposeInputs) -> tuple[ComposeInputs, kernels.Compute
                          f"{len(inputs.networks)} are given ({', '.join(n.name for n in inputs.networks)}): give the "
                          f"one it ran on")
     net, gpu = inputs.networks[0], inputs.rate.gpu
+    assert gpu is not None   # --measured-step without --gpu is refused (ComposeOptions.check)
     t = inputs.options.training
     config = {"model": model.name, "gpu": gpu.name, "ranks": inputs.world, "nodes": inputs.nodes,
               "micro_batch": t.micro_batch, "seq_len": t.seq_len, "grad_accum": t.grad_accum,
@@ -140,14 +141,24 @@ def record(result: Composition) -> dict[str, Any]:
     priced = train.kernel_compute
     if priced is not None:
         out["summary"]["compute"] = {
-            "breakdown": [{**r.as_dict(), "time_s": r.time_s / train.compute_scale, "rate": r.rate * train.compute_scale}
-                          for r in priced.rows],
-            "priced_per_kernel": True, "compute_scale": train.compute_scale, "checkpointing": priced.checkpointing,
+            "breakdown": [
+                {**r.as_dict(), "time_s": r.time_s / train.compute_scale, "rate": r.rate * train.compute_scale}
+                for r in priced.rows
+            ],
+            "priced_per_kernel": True,
+            "compute_scale": train.compute_scale,
+            "checkpointing": priced.checkpointing,
             "gradient_sync": "every micro-batch" if train.sync_every_microbatch else "last micro-batch",
-            "memory_bytes_from": list(priced.memory_from), "flops_per_step": priced.flops_per_step,
-            "scale_from": ("--measured-step" if result.measured else
-                           inputs.calibration.source if inputs.calibration and inputs.calibration.compute_scale
-                           else None)}
+            "memory_bytes_from": list(priced.memory_from),
+            "flops_per_step": priced.flops_per_step,
+            "scale_from": (
+                "--measured-step"
+                if result.measured
+                else inputs.calibration.source
+                if inputs.calibration and inputs.calibration.compute_scale
+                else None
+            ),
+        }
     if result.measured is not None:
         out["summary"]["calibration"] = result.measured.as_dict()
     return out

@@ -37,7 +37,10 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in use:
         t = r["time_us"]["p50"] * 1e-6
         factor = r["busbw_gbps"] / r["algbw_gbps"] if r.get("algbw_gbps") else 1.0
-        spread = (r["time_us"].get("min", r["time_us"]["p50"]) * 1e-6, r["time_us"].get("max", r["time_us"]["p50"]) * 1e-6)
+        spread = (
+            r["time_us"].get("min", r["time_us"]["p50"]) * 1e-6,
+            r["time_us"].get("max", r["time_us"]["p50"]) * 1e-6,
+        )
         points.append((r["size_bytes"] * factor, t, r["size_bytes"], r["busbw_gbps"], factor, *spread))
     if not points:
         return {"placement": placement, "points": 0}
@@ -49,7 +52,7 @@ def fit_latency_bandwidth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     latency_s, inv_bw = _weighted_line([p[0] for p in points], [p[1] for p in points])
     largest = max(points, key=lambda p: p[0])
     # A flat or falling curve (or one whose size term is noise next to its latency) is
-    # latency-bound everywhere we measured: the best measured busbw is all we know of the peak.
+    # latency-bound at every size the record holds: its best busbw is all we know of the peak.
     latency_bound = inv_bw <= 0 or inv_bw * largest[0] < 0.01 * largest[1]
     if latency_bound:
         peak = max(p[3] for p in points)
@@ -133,8 +136,8 @@ def _not_described(points: int, latency_bound: bool, measured_gbps: float, worst
 
 def _line_through_origin(xs: list[float], ys: list[float]) -> float:
     """The slope b minimizing sum((b x - y) / y)^2: the line with no latency."""
-    den = sum((x / y) ** 2 for x, y in zip(xs, ys))
-    return sum(x / y for x, y in zip(xs, ys)) / den if den else 0.0
+    den = sum((x / y) ** 2 for x, y in zip(xs, ys, strict=True))
+    return sum(x / y for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
 
 
 def _weighted_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -143,10 +146,10 @@ def _weighted_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
         return 0.0, ys[0] / xs[0] if xs[0] else 0.0
     w = [1 / (y * y) for y in ys]
     sw = sum(w)
-    sx = sum(wi * x for wi, x in zip(w, xs))
-    sy = sum(wi * y for wi, y in zip(w, ys))
-    sxx = sum(wi * x * x for wi, x in zip(w, xs))
-    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
+    sx = sum(wi * x for wi, x in zip(w, xs, strict=True))
+    sy = sum(wi * y for wi, y in zip(w, ys, strict=True))
+    sxx = sum(wi * x * x for wi, x in zip(w, xs, strict=True))
+    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys, strict=True))
     det = sw * sxx - sx * sx
     if det == 0 or not math.isfinite(det):
         return 0.0, sy / sx if sx else 0.0

@@ -197,3 +197,11 @@ def _depth_over(value: Any, limit: int) -> bool:
 def finite_number(value: Any) -> bool:
     """A JSON number a reader may compute with: int or float, not bool, not NaN or infinite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def json_object(value: Any, default: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`value` when it is a JSON object, else `default` (a new empty one when none given): a
+    record's optional sections, read without a type check at every key."""
+    if isinstance(value, dict):
+        return value
+    return {} if default is None else default

@@ -41,8 +41,8 @@ class Opt:
     choices: tuple[str, ...] | None = None
     record: bool = True              # False: a flag for this run only, not part of the resolved config
     group: str = "probe"             # the --help section
-    repeat: bool = False             # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
-    bare: str | None = None          # the value the flag alone means (--activation-checkpointing = full); else it needs one
+    repeat: bool = False  # given again, it adds an item (--tier a=1 --tier b=2): a list, each item parsed
+    bare: str | None = None  # the value the flag alone means (--activation-checkpointing = full); else it needs one
 
     def flag_for(self, name: str) -> str:
         return self.flag or "--" + name.replace("_", "-")
@@ -117,8 +117,8 @@ class Flag:
         parse = self.opt.parse or _PARSERS.get("str" if self.opt.repeat else self.kind)
         if self.opt.choices is not None and self.opt.parse is None:
             parse = choice(self.opt.choices)
-        if parse is sweep:
-            return sweep(text, self.flag, factor)
+        if isinstance(parse, Sizes):   # the one parser that takes the command's --factor
+            return parse(text, self.flag, factor)
         return parse(text, self.flag) if parse is not None else str(text)
 
 

@@ -17,7 +17,7 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .errors import UsageError
 
@@ -129,11 +129,13 @@ def _module_specs(module_name: str, origin: str) -> list[ProbeSpec]:
     specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     for one in specs:
         if not isinstance(one, ProbeSpec):
-            raise UsageError(f"{module_name}.SPEC is a {type(one).__name__}, expected a microbench.core.registry.ProbeSpec")
+            raise UsageError(
+                f"{module_name}.SPEC is a {type(one).__name__}, expected a microbench.core.registry.ProbeSpec"
+            )
     return specs
 
 
-def _probe_modules(path: list[str], prefix: str) -> list[str]:
+def _probe_modules(path: Iterable[str], prefix: str) -> list[str]:
     """Every module under microbench/probes that may hold a SPEC: a probe is a module or a
     package (probes/nccl/), and a package without a SPEC of its own groups probes
     (probes/storage/). Helper modules inside a probe's package (nccl/ring.py) are not probes."""

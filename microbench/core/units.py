@@ -301,7 +301,9 @@ def parse_link_rate(text: str) -> int | None:
         raise UsageError(f"invalid --link rate {text!r}: expected a rate in bit/kbit/mbit/gbit, {_LINK_RATE_EXAMPLE}")
     bps = int(float(match.group(1)) * _LINK_RATE_UNITS[match.group(2).lower()])
     if bps < 8000:
-        raise UsageError(f"invalid --link rate {text!r}: at least 8kbit is needed to move packets, {_LINK_RATE_EXAMPLE}")
+        raise UsageError(
+            f"invalid --link rate {text!r}: at least 8kbit is needed to move packets, {_LINK_RATE_EXAMPLE}"
+        )
     return bps
 
 

@@ -109,7 +109,7 @@ def near(gpu_pci: str | None, nic_pci: str | None) -> bool:
         return False
     a, b = gpu_pci.split("/"), nic_pci.split("/")
     common = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         common += 1

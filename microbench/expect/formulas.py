@@ -202,7 +202,9 @@ def expected_link(facts: dict[str, Any], *, same_host: bool) -> dict[str, Any]:
     if nic is None:
         return unknown(why or "no socket interface")
     if nic.get("rate_gbit") is None:
-        return unknown(f"NIC {nic['name']} reports no speed ({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"])
+        return unknown(
+            f"NIC {nic['name']} reports no speed ({nic.get('unknown_why') or 'unreadable'})", nic=nic["name"]
+        )
     return known(_nic_gbps(nic), "nic_rate_gbit / 8 * nic_efficiency", "nic", nic=nic["name"],
                  nic_rate_gbit=nic["rate_gbit"], nic_link=nic["link"], nic_efficiency=NIC_EFFICIENCY)
 

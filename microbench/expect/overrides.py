@@ -8,11 +8,10 @@ import os
 import socket
 from typing import Any
 
-from . import formulas as ex
-from . import facts as hwfacts
 from ..core.errors import UsageError
-from ..core.units import parse_bandwidth_bytes_per_s
 from ..core.probe import RankGroup
+from ..core.units import parse_bandwidth_bytes_per_s
+from . import facts as hwfacts, formulas as ex
 
 
 def add_option(p: argparse.ArgumentParser, what: str) -> None:

@@ -12,12 +12,12 @@ import datetime
 import time
 from typing import Any
 
-from . import hunt
-from .hunt import HuntOptions
 from ..core.errors import RunError
 from ..probes.nccl import CollectiveProbe, Config
 from ..run.runner import SweepSettings, measure_case
 from ..world.dist import World
+from . import hunt
+from .hunt import HuntOptions
 
 
 class SubWorld:

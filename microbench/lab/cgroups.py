@@ -85,7 +85,9 @@ class Throttle:
 # --------------------------------------------------------------------------- parsing (pure)
 
 
-def _host_values(items: list[str], hosts: int, flag: str, example: str, parse: Callable[[str, str], Any]) -> dict[int, Any]:
+def _host_values(
+    items: list[str], hosts: int, flag: str, example: str, parse: Callable[[str, str], Any]
+) -> dict[int, Any]:
     out: dict[int, Any] = {}
     for item in (part for text in items for part in str(text).split(",") if part.strip()):
         match = _HOST_RE.match(item)

@@ -11,8 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from . import cgroups as labcg, namespaces as labmod
 from ..core.errors import RunError, UsageError
+from . import cgroups as labcg, namespaces as labmod
 
 _CLONE_NEWUTS = 0x04000000
 

@@ -178,7 +178,7 @@ def analyze(matrix: dict[tuple[int, int], float], names: list[str], slow_ratio: 
              if pair_slow(a, b) and a not in hosts and b not in hosts]
     verdict = Verdict(median, threshold, slow, hosts, links)
     basis = (f"{format_number(slow_ratio, 6)} x median {_g(median)} GB/s" if threshold == slow_ratio * median
-             else f"--floor {_g(floor_gbps)} GB/s")
+             else f"--floor {_g(floor_gbps or 0.0)} GB/s")
     if len(hosts) == n:
         verdict.lines.append(f"ALL SLOW: every pair is below {_g(threshold)} GB/s ({basis}); no single host "
                              f"or link stands out")

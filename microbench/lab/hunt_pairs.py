@@ -14,23 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.tables import text_table
-
-from . import hunt
-from .hunt import HuntOptions
-from . import namespaces as labmod
-from .placement import lab_ranks
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, RunError, UsageError
-from ..core.units import format_size, format_number
+from ..core.tables import text_table
+from ..core.units import format_number, format_size
 from ..results import RecordWriter, new_record, write_csv
 from ..results.store import atomic_write_new
 from ..run.failures import dead_peers, diagnose
 from ..targets import native
 from ..world import environment as envmod
 from ..world.backends import BackendChoice
+from ..world.dist import World
 from ..world.launch import detect_world
 from ..world.policy import in_world
-from ..world.dist import World
+from . import hunt, namespaces as labmod
+from .hunt import HuntOptions
+from .placement import lab_ranks
 
 
 def run(opts: HuntOptions) -> int:
@@ -203,8 +201,11 @@ class HuntRun:
                 self.writer.add_rows([{"probe": "hunt", "op": "uni", "phase": phase, "src": names[s], "dst": names[d],
                                        "size_bytes": opts.size_bytes, "round": len(self.round_s), "bw_gbps": g,
                                        "bw_gbit_s": g * 8} for s, d, g in results])
-                print(f"# {phase} round {r + 1}/{len(schedule)}: "
-                      f"{', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} ({self.round_s[-1]:.1f} s)", flush=True)
+                print(
+                    f"# {phase} round {r + 1}/{len(schedule)}: "
+                    f"{', '.join(f'{names[a]}<->{names[b]}' for a, b in pairs)} ({self.round_s[-1]:.1f} s)",
+                    flush=True,
+                )
 
     def bisect(self, participants: list[int]) -> None:
         from .bisect import bisect
@@ -230,13 +231,29 @@ class HuntRun:
     def _emit(self, step: dict[str, Any]) -> None:
         if self.writer is None:
             return
-        self.writer.add_rows([{"probe": "hunt", "op": "all_reduce", "phase": "bisect", "step": step["step"],
-                               "hosts": half, "size_bytes": self.opts.size_bytes, "busbw_gbps": bw,
-                               "slow": step["slow_half"] == k} for k, (half, bw) in enumerate(zip(step["halves"], step["busbw_gbps"]))])
+        self.writer.add_rows(
+            [
+                {
+                    "probe": "hunt",
+                    "op": "all_reduce",
+                    "phase": "bisect",
+                    "step": step["step"],
+                    "hosts": half,
+                    "size_bytes": self.opts.size_bytes,
+                    "busbw_gbps": bw,
+                    "slow": step["slow_half"] == k,
+                }
+                for k, (half, bw) in enumerate(zip(step["halves"], step["busbw_gbps"], strict=False))
+            ]
+        )
         (a, b), (bw_a, bw_b) = step["halves"], step["busbw_gbps"]
         went = {0: f"into {','.join(a)}", 1: f"into {','.join(b)}", None: "halves alike"}[step["slow_half"]]
-        print(f"# halving {step['step']}: all_reduce busbw {','.join(a)} {format_number(bw_a, 4)} GB/s | {','.join(b)} {format_number(bw_b, 4)} GB/s "
-              f"-> {went} ({step['seconds']:.1f} s)", flush=True)
+        print(
+            f"# halving {step['step']}: all_reduce busbw {','.join(a)} {format_number(bw_a, 4)} GB/s | "
+            f"{','.join(b)} {format_number(bw_b, 4)} GB/s "
+            f"-> {went} ({step['seconds']:.1f} s)",
+            flush=True,
+        )
 
 
 def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
@@ -272,7 +289,9 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
     heatmap = Path(opts.heatmap) if opts.heatmap else hunt.free_heatmap(writer.path)
     no_picture = None
     try:
-        png = hunt.heatmap_png(matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver")
+        png = hunt.heatmap_png(
+            matrix, names, verdict.slow, f"microbench hunt: {len(names)} hosts, GB/s sender -> receiver"
+        )
         atomic_write_new(heatmap, png, "heatmap")
         writer.record["summary"]["heatmap"] = str(heatmap)
     except RunError as exc:   # no matplotlib: the record is complete, the command still fails
@@ -283,10 +302,14 @@ def _report(writer: RecordWriter, run: HuntRun, opts: HuntOptions) -> int:
     if opts.csv:
         write_csv(opts.csv, writer.record["rows"])
     halvings = f"{len(run.steps)} halving(s) and " if opts.bisect else ""
-    print(f"# {halvings}{len(round_s)} pair rounds in {writer.record['summary']['total_s']:.1f} s, "
-          f"decided by {run.decided_by}; record: {path}"
-          + (f"; heatmap: {writer.record['summary'].get('heatmap')}" if writer.record["summary"].get("heatmap") else ""))
+    print(
+        f"# {halvings}{len(round_s)} pair rounds in {writer.record['summary']['total_s']:.1f} s, "
+        f"decided by {run.decided_by}; record: {path}"
+        + (f"; heatmap: {writer.record['summary'].get('heatmap')}" if writer.record["summary"].get("heatmap") else "")
+    )
     if not verdict.clean:
-        found = [f"slow host {names[h]}" for h in verdict.hosts] + [f"slow link {names[a]}<->{names[b]}" for a, b in verdict.links]
+        found = [f"slow host {names[h]}" for h in verdict.hosts] + [
+            f"slow link {names[a]}<->{names[b]}" for a, b in verdict.links
+        ]
         raise RunError(f"hunt found {', '.join(found)} (verdict and matrix above)")
     return 0

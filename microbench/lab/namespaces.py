@@ -21,9 +21,9 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cgroups as labcg, shaping as labshape
 from ..core.errors import RunError, UsageError
 from ..core.units import format_link_rate
+from . import cgroups as labcg, shaping as labshape
 
 PREFIX = "mb-"
 IFNAME = labshape.IFNAME

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import namespaces as labmod
-from ..core.units import format_link_rate, format_size, parse_link_rate
-from ..world.launch import RankLaunch, package_env, self_command
 from ..core.errors import MicrobenchError, RunError, UsageError
+from ..core.units import format_link_rate, format_size, parse_link_rate
 from ..results.store import load_record
 from ..run.invocation import Placement
 from ..world.dist import World
+from ..world.launch import RankLaunch, package_env, self_command
+from . import namespaces as labmod
 
 
 def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None) -> Placement:
@@ -43,7 +43,9 @@ def place(name: str, *, nproc: int | None = None, pair: list[int] | None = None)
     return Placement(*lab_ranks(lab, list(range(count // per_host))))
 
 
-def lab_ranks(lab: labmod.Lab, hosts: list[int] | None = None, ranks_per_host: int | None = None) -> tuple[int, str, Any]:
+def lab_ranks(
+    lab: labmod.Lab, hosts: list[int] | None = None, ranks_per_host: int | None = None
+) -> tuple[int, str, Any]:
     """(nproc, master_addr, per_rank) placing `ranks_per_host` ranks (default the lab's) on each
     lab host of `hosts` (default all), ranks of a host consecutive: rank r on hosts[r // per_host],
     as torchrun and srun number a node's ranks. Each rank is told its node's local rank and size
@@ -126,7 +128,7 @@ def run_profiles(spec: Any, config: Any, inv: Any) -> int:
     env = package_env()
     records: list[tuple[str, dict]] = []
     try:
-        for label, rate in zip(labels, rates):
+        for label, rate in zip(labels, rates, strict=False):
             labmod.shape(lab.name, rate, lab.delay_ms)
             if inv.json_path:
                 stem = Path(inv.json_path)

@@ -29,13 +29,12 @@ _QUEUE_S = 0.02
 # That bucket is also credit: a link idle for _BURST_S sends its next burst bytes at the veth's
 # own speed (tens of Gbit/s), not at the rate. A NIC has no such credit, and a training step
 # idles its links during compute, so on a 1gbit lab every collective issued after compute ran
-# faster than the same collective back to back, where a probe times it (an AllGather of 2.95 MB
-# over 2 hosts x 2 ranks: 8-9 ms after 10 ms idle, 16-17 ms back to back), and verify's step
-# predictions came out 11-12 % high. tbf's peak rate caps how fast the bucket may drain: a tenth
-# above the rate leaves the link headroom to catch up after a late wakeup, and a peak bucket of
-# a millisecond of it (at least one 64 KiB GSO packet, so tbf need not split them) is what one
-# wakeup may send; at half that, the kernel's wakeups came too late under load and the link fell
-# to half its rate.
+# faster than the same collective back to back, where a probe times it, and verify's step
+# predictions came out high (docs/BENCHMARKS.md has the figures). tbf's peak rate caps how fast
+# the bucket may drain: a tenth above the rate leaves the link headroom to catch up after a late
+# wakeup, and a peak bucket of a millisecond of it (at least one 64 KiB GSO packet, so tbf need
+# not split them) is what one wakeup may send; at half that, the kernel's wakeups come too late
+# under load and the link falls to half its rate.
 _PEAK_OVER_RATE = 1.1
 _PEAK_BUCKET_S = 0.001
 _GSO_BYTES = 64 * 1024
@@ -66,7 +65,9 @@ def _rate(text: str, what: str, example: str) -> int | None:
     try:
         return parse_link_rate(text)
     except UsageError:
-        raise UsageError(f"invalid {what} rate {text!r}: expected a rate in bit/kbit/mbit/gbit, e.g. {what} {example}") from None
+        raise UsageError(
+            f"invalid {what} rate {text!r}: expected a rate in bit/kbit/mbit/gbit, e.g. {what} {example}"
+        ) from None
 
 
 def parse_host_links(items: list[str], hosts: int) -> dict[int, int | None]:
@@ -77,7 +78,9 @@ def parse_host_links(items: list[str], hosts: int) -> dict[int, int | None]:
             raise UsageError(f"invalid --host-link {item!r}: expected hINDEX=RATE, e.g. --host-link h2=100mbit")
         index = int(match.group(1))
         if not 0 <= index < hosts:
-            raise UsageError(f"invalid --host-link {item!r}: the lab has hosts h0 to h{hosts - 1}, e.g. --host-link h1=100mbit")
+            raise UsageError(
+                f"invalid --host-link {item!r}: the lab has hosts h0 to h{hosts - 1}, e.g. --host-link h1=100mbit"
+            )
         out[index] = _rate(match.group(2), "--host-link", "h2=100mbit")
     return out
 
@@ -131,8 +134,30 @@ def _htb_class(ns: str, classid: str, rate_bps: int | None) -> list[str]:
     # quantum: bytes a class may send per round; HTB warns above 200000 and it only matters
     # for sharing between classes, which these never compete for.
     quantum = min(200_000, max(1514, int(rate_Bps / 10)))
-    return ["tc", "-n", ns, "class", "add", "dev", IFNAME, "parent", "1:", "classid", classid, "htb",
-            "rate", f"{rate}bit", "ceil", f"{rate}bit", "burst", str(burst), "cburst", str(burst), "quantum", str(quantum)]
+    return [
+        "tc",
+        "-n",
+        ns,
+        "class",
+        "add",
+        "dev",
+        IFNAME,
+        "parent",
+        "1:",
+        "classid",
+        classid,
+        "htb",
+        "rate",
+        f"{rate}bit",
+        "ceil",
+        f"{rate}bit",
+        "burst",
+        str(burst),
+        "cburst",
+        str(burst),
+        "quantum",
+        str(quantum),
+    ]
 
 
 def htb_commands(ns: str, host_bps: int | None, links: list[tuple[str, int | None]]) -> list[list[str]]:

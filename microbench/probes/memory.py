@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import UsageError
-from ..targets import native
-from ..core.probe import Case, Probe, Timed
 from ..core.options import nonneg_int, option, size_range
+from ..core.probe import Case, Probe, Timed
 from ..core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ..results.schema import ProbeRow
+from ..targets import native
 
 HOST_OPS = ("memcpy_1t", "memcpy_all")
 GPU_OPS = ("h2d", "d2h", "d2d")
@@ -30,8 +30,8 @@ class Config:
     threads: int = option(0, parse=nonneg_int, shown="every usable core", help="threads for the all-cores case")
     gpu: bool = True
     # Host copies timed per native call, each call with its own buffers (allocated, touched and
-    # checked untimed: ~0.4 s at 256M) and kernel choice. The command asks copies_per_call()
-    # so a case is one call; the suite's memory step spent 0.8 s on a second.
+    # checked untimed, which at large sizes costs more than the copies) and kernel choice. The
+    # command asks copies_per_call() so a case is one call: a second would pay that setup again.
     copies_per_call: int = 8
 
 
@@ -122,11 +122,20 @@ class MemoryProbe(Probe):
             dev = torch.device("cuda")
             n = case.size_bytes
             if case.op == "h2d":
-                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8).pin_memory())
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8, device=dev),
+                    torch.ones(n, dtype=torch.uint8).pin_memory(),
+                )
             elif case.op == "d2h":
-                self._tensors = (torch.empty(n, dtype=torch.uint8).pin_memory(), torch.ones(n, dtype=torch.uint8, device=dev))
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8).pin_memory(),
+                    torch.ones(n, dtype=torch.uint8, device=dev),
+                )
             else:
-                self._tensors = (torch.empty(n, dtype=torch.uint8, device=dev), torch.ones(n, dtype=torch.uint8, device=dev))
+                self._tensors = (
+                    torch.empty(n, dtype=torch.uint8, device=dev),
+                    torch.ones(n, dtype=torch.uint8, device=dev),
+                )
 
     def run_once(self, case: Case) -> Timed | None:
         if case.op in HOST_OPS:
@@ -135,8 +144,9 @@ class MemoryProbe(Probe):
             if not self._pending:
                 threads = 1 if case.op == "memcpy_1t" else self.threads_all
                 key = (case.op, case.size_bytes)
-                self._pending, self.kernels[key] = native.memcpy_run(case.size_bytes, threads, self.config.copies_per_call,
-                                                                     self.kernels.get(key, "auto"))
+                self._pending, self.kernels[key] = native.memcpy_run(
+                    case.size_bytes, threads, self.config.copies_per_call, self.kernels.get(key, "auto")
+                )
             return Timed(self._pending.pop(0))
         assert self._tensors is not None
         dst, src = self._tensors
@@ -180,7 +190,6 @@ def run(spec: ProbeSpec, config: Config, inv: Any) -> Any:
 
 def print_report(outcome: Any, config: Config) -> None:
     from ..core.tables import text_table
-
     from ..core.units import format_size
 
     table = [(r["op"], format_size(r["size_bytes"]), r["threads"] or "-", r.get("copy_kernel") or "-",

@@ -57,7 +57,9 @@ def check_new_file(path: str | os.PathLike, flag: str, *, noun: str | None = Non
     good = f"e.g. {flag} {example or target.name}"
     if not text.strip():
         # Path('') is '.': an empty --json would quietly mean "the default place" or "here".
-        raise UsageError(f"invalid {flag} {text!r}: empty; expected a file path, e.g. {flag} {example or 'results/run.json'}")
+        raise UsageError(
+            f"invalid {flag} {text!r}: empty; expected a file path, e.g. {flag} {example or 'results/run.json'}"
+        )
     for place in (target, parent):
         why = _broken(place)
         if why:
@@ -136,8 +138,9 @@ def check_results_dir(path: str | os.PathLike, flag: str = "--results-dir") -> P
 def check_outputs(args: Any) -> None:
     """Every output a command's arguments name, checked once before the command runs (cli.py):
     --json (when it is a path, not `env --json`'s switch), --csv, and --results-dir where no
-    --json replaces it; and that no two output flags name the same file. --out, --junit and --heatmap are checked by their commands, before any
-    work, with check_new_file as well (plot's default --out depends on its records)."""
+    --json replaces it; and that no two output flags name the same file. --out, --junit and
+    --heatmap are checked by their commands, before any work, with check_new_file as well (plot's
+    default --out depends on its records)."""
     json_path = getattr(args, "json", None)
     if isinstance(json_path, str):
         check_new_file(json_path, "--json", example="results/run.json")

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunError, UsageError
-from ..core.redaction import redact_text
 from ..core.jsonfile import load_json
+from ..core.redaction import redact_text
 from .outputs import DEFAULT_RESULTS_DIR, check_results_dir
 from .schema import STATUSES, check_record, check_rows, upgrade, utc_now
 
@@ -89,6 +89,13 @@ class RecordWriter:
             raise RunError(f"cannot read back results file {str(path)!r}: {exc}") from None
         writer.saved_rows = len(writer.record.get("rows", []))
         return writer
+
+    def hand_over(self) -> Path:
+        """Other processes carry the record on from here (verify's phases, then `resume`): this
+        writer writes no more, so the end of the command must not mark its stale copy partial over
+        the record they finished. The file's own guard is the launcher's (verify/launch.py)."""
+        _OPEN.discard(self)
+        return self.path
 
     def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Change the record in place (its summary, say) and rewrite the file."""
@@ -295,10 +302,23 @@ def abandon_open(reason: str) -> None:
     for writer in list(_OPEN):
         if writer.record.get("status") == "running":
             try:
-                writer.finish("partial", reason)
+                current = _as_on_disk(writer)
+                if current.record.get("status") == "running":
+                    current.finish("partial", reason)
             except (OSError, RunError):
                 pass
         _OPEN.discard(writer)
+
+
+def _as_on_disk(writer: RecordWriter) -> RecordWriter:
+    """`writer`, or the file as it is now where another writer carried it on since (a launcher's
+    record that its ranks wrote and the launcher finished through resume): marking the stale copy
+    partial would rewrite a finished record without its rows."""
+    try:
+        changed = writer._saved is not None and writer.path.read_bytes() != writer._saved
+    except OSError:
+        return writer
+    return RecordWriter.resume(writer.path) if changed else writer
 
 
 def load_record(path: str | os.PathLike) -> dict[str, Any]:

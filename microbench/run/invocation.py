@@ -14,9 +14,9 @@ from typing import Any, Callable, ContextManager
 
 from ..core.errors import UsageError
 from ..core.registry import ProbeSpec
+from ..world.dist import World
 from . import provision
 from .runner import RunOutcome, SweepSettings, run_probe
-from ..world.dist import World
 
 
 @dataclass
@@ -62,9 +62,11 @@ def _needs_view(config: Any) -> SimpleNamespace:
 
 
 def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | None:
+    build = spec.build
+    assert build is not None   # a probe without build brings its own run
     if not spec.needs.world:
         with provision.prepare(spec, _needs_view(config)) as context:
-            probe = spec.build(config, context)
+            probe = build(config, context)
             return run_probe(probe, inv.settings, config=config, json_path=inv.json_path,
                              results_dir=inv.results_dir, extra_implementation=context.facts)
     from ..world import backends
@@ -79,13 +81,18 @@ def default_run(spec: ProbeSpec, config: Any, inv: Invocation) -> RunOutcome | N
     def body(world: World) -> int:
         with provision.prepare(spec, _needs_view(config)) as context:
             context.world = world
-            probe = spec.build(config, context)
+            probe = build(config, context)
             outcome = run_probe(probe, inv.settings, config=config, world=world, json_path=inv.json_path,
                                 results_dir=inv.results_dir, extra_implementation=context.facts)
         if world.rank == 0:   # only rank 0 prints and writes
             outcomes.append(outcome)
         return 0
 
-    inv.exit_code = in_world(nproc=nproc, timeout_s=getattr(config, "timeout_s", 60.0), choice=backends.choose("auto"), body=body,
-             argv=inv.argv)
+    inv.exit_code = in_world(
+        nproc=nproc,
+        timeout_s=getattr(config, "timeout_s", 60.0),
+        choice=backends.choose("auto"),
+        body=body,
+        argv=inv.argv,
+    )
     return outcomes[0] if outcomes else None

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 from ..core.errors import ProbeUnavailable, RunError, UsageError
@@ -26,13 +27,17 @@ from ..world.dist import World
 # generated per run and only ever travels in the ranks' environment.
 ENV_ENDPOINT, ENV_KEY, ENV_SECRET, ENV_ROOT = ("MICROBENCH_S3_ENDPOINT", "MICROBENCH_S3_KEY_ID",
                                                "MICROBENCH_S3_SECRET", "MICROBENCH_S3_ROOT")
+# What prepare reads --path, --keep, --endpoint and --bucket from: the parsed flags, or a view
+# of a probe's Config holding them (run/invocation.py).
+Flags = argparse.Namespace | SimpleNamespace
+
 # Headroom for the embedded server: a multipart upload briefly keeps a temporary copy of an object.
 S3_MARGIN_BYTES = 64 << 20
 
 
 def check_gpu(what: str) -> None:
     try:
-        import torch
+        import torch  # noqa: F401 - only whether it imports; cuda_usable asks it about devices
     except ImportError:
         raise ProbeUnavailable(f"{what}: needs a CUDA GPU and torch is not installed") from None
     from ..world.backends import cuda_usable
@@ -137,7 +142,9 @@ def s3_target(endpoint: str | None, server: Any) -> tuple[Any, str | None]:
     if handed is None:
         raise UsageError("an s3:// target under torchrun/srun/mpirun needs --endpoint URL (the embedded server is "
                          "only started for ranks microbench spawns itself)")
-    return Target(handed["endpoint"], REGION, "path", Credentials(handed["key"], handed["secret"])), handed["root"]
+    key, secret = handed["key"], handed["secret"]
+    assert key is not None and secret is not None   # the launcher hands both with the endpoint
+    return Target(handed["endpoint"], REGION, "path", Credentials(key, secret)), handed["root"]
 
 
 # --------------------------------------------------------------------------- a world's run directory
@@ -187,7 +194,7 @@ def shared_run_dir(world: World, target: Any, access: Any, need_bytes: int, what
 class Context:
     """What was set up for one run of a probe; `spec.build(config, context)` receives it."""
 
-    args: argparse.Namespace | None = None
+    args: Flags | None = None
     workdir: Any = None        # workdir.WorkDir under --path (needs.target)
     s3: Any = None             # s3client.Target (needs.s3): the embedded server or --endpoint
     bucket: str | None = None
@@ -199,7 +206,7 @@ class Context:
 
 
 @contextlib.contextmanager
-def prepare(spec: ProbeSpec, args: argparse.Namespace, *, s3_bytes: int = 0) -> Iterator[Context]:
+def prepare(spec: ProbeSpec, args: Flags, *, s3_bytes: int = 0) -> Iterator[Context]:
     """Set up what `spec` needs (outside any world) and tear it down afterwards."""
     if spec.needs.gpu:
         check_gpu(spec.name)
@@ -215,7 +222,7 @@ def prepare(spec: ProbeSpec, args: argparse.Namespace, *, s3_bytes: int = 0) -> 
         yield context
 
 
-def _s3_target(stack: contextlib.ExitStack, args: argparse.Namespace, need_bytes: int) -> tuple[Any, str]:
+def _s3_target(stack: contextlib.ExitStack, args: Flags, need_bytes: int) -> tuple[Any, str]:
     from ..targets.s3client import Target, check_endpoint, preflight
     from ..targets.s3server import DEFAULT_BUCKET
 

@@ -8,16 +8,15 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from ..world import environment as envmod
-from ..world import interrupts
-from ..world.dist import World
 from ..core.errors import Interrupted, MicrobenchError, OutputClosed, ProbeUnavailable, RunError
 from ..core.options import recorded
 from ..core.probe import Case, Probe, RankGroup, Timed
 from ..core.progress import Progress
-from ..results import RecordWriter, new_record
-from .failures import dead_peers, diagnose, wrapped
 from ..core.stats import percentile, summarize_us
+from ..results import RecordWriter, new_record
+from ..world import environment as envmod, interrupts
+from ..world.dist import World
+from .failures import dead_peers, diagnose, wrapped
 
 
 @dataclass
@@ -79,7 +78,8 @@ def _new_cuda_event() -> Any:
 def _time_with_events(probe: Probe, case: Case, iters: int) -> tuple[list[float], list[dict[str, Any]], str]:
     """Every iteration between two events on the current stream, then one synchronize for the
     batch; elapsed_time is in milliseconds."""
-    pairs, extras = [], []
+    pairs: list[Any] = []
+    extras: list[Any] = []
     for _ in range(iters):
         start, end = _new_cuda_event(), _new_cuda_event()
         start.record()
@@ -130,7 +130,8 @@ def measure_case(probe: Probe, case: Case, settings: SweepSettings, world: RankG
             iters = world.broadcast_object(iters)  # every rank must run the same count
         device = probe.timed_on(case)
         timing = timing_method(device, device is not None and _cuda_available())
-        times, extras = [], []
+        times: list[Any] = []
+        extras: list[Any] = []
         if timing == TIMING_EVENTS:
             times, extras, timing = _time_with_events(probe, case, iters)
         else:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import stat
 import socket
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..core.errors import RunError, UsageError
-from .workdir import dead_mount_reason, drop_pages
 from ..core.units import format_bytes_human
+from .workdir import dead_mount_reason, drop_pages
 
 # Headroom over the checkpoint's bytes: DCP metadata, file system overhead, one in-flight write.
 SPACE_MARGIN_BYTES = 64 << 20
@@ -103,7 +103,7 @@ def bounded_session(total_s: float) -> Any:
         class Bounded(AIOHTTPSession):
             def __init__(self, *args: Any, **kwargs: Any):
                 super().__init__(*args, **kwargs)
-                per_read = self._timeout
+                per_read = self._timeout   # type: ignore[has-type]  # aiobotocore's, set by its __init__
                 self._timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=per_read.sock_connect,
                                                       sock_read=per_read.sock_read)
 
@@ -185,7 +185,11 @@ class RunDir:
     # -- locations ---------------------------------------------------------------------
     @property
     def root(self) -> str:
-        return os.path.join(self.target.path, self.name) if self.target.kind == "local" else f"{self.target.path}/{self.name}"
+        return (
+            os.path.join(self.target.path, self.name)
+            if self.target.kind == "local"
+            else f"{self.target.path}/{self.name}"
+        )
 
     @property
     def display(self) -> str:
@@ -268,11 +272,13 @@ class RunDir:
             os.mkdir(self.root)
         except OSError as exc:
             self._remove_created()
-            raise RunError(f"cannot write under --target {self.target.path}: {dead_mount_reason(exc) or exc.strerror or exc}") \
-                from None
+            raise RunError(
+                f"cannot write under --target {self.target.path}: {dead_mount_reason(exc) or exc.strerror or exc}"
+            ) from None
 
     def _check_bucket(self) -> None:
         fs = self.fs()
+        assert self.s3 is not None   # fs() has made the client from it
         try:
             fs.ls(self.target.bucket, refresh=True)
         except FileNotFoundError:

@@ -104,11 +104,13 @@ def io_run(path: str, write: bool, bs: int, size: int, threads: int = 1, qd: int
 def memcpy_run(size_bytes: int, threads: int, iters: int) -> list[float]:
     """Seconds per iteration to copy size_bytes with `threads` threads (native memcpy_bandwidth's twin)."""
     # numpy's copy releases the GIL for large arrays, so threads do run in parallel.
-    import numpy as np
     from concurrent.futures import ThreadPoolExecutor
 
+    import numpy as np
+
     # Both buffers written before timing: np.zeros would map lazily-zeroed pages, and the
-    # first timed copy would pay every page fault of dst (64 MiB: ~100 ms instead of ~8).
+    # first timed copy would pay every page fault of dst, many times the copy itself
+    # (docs/BENCHMARKS.md has the figures).
     # numpy advises arrays this large as transparent huge pages, as the native core does.
     src = np.full(size_bytes, 0x5A, dtype=np.uint8)
     dst = np.empty(size_bytes, dtype=np.uint8)

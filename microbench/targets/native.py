@@ -57,7 +57,8 @@ def fallback_warning() -> str | None:
                f"or run the installed `microbench` from another directory")
     else:
         # Never the name from an index: on PyPI `microbench` is an unrelated project.
-        fix = "reinstall with a C compiler from the microbench checkout (cd microbench && pip install --force-reinstall --no-deps .)"
+        fix = ("reinstall with a C compiler from the microbench checkout "
+               "(cd microbench && pip install --force-reinstall --no-deps .)")
     return (f"WARNING: the native core is missing from {package}, so every figure below is the pure-Python "
             f"fallback's, not the machine's ({_reason}); {fix}")
 

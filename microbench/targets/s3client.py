@@ -77,13 +77,15 @@ def check_bucket(name: str, flag: str = "--bucket", quoted: str | None = None) -
 def check_endpoint(url: str) -> str:
     parts = urlsplit(url)
     if "@" in url and "@" not in parts.netloc and parts.scheme in ("http", "https"):
-        raise UsageError(f"invalid --endpoint {public_url(url)!r}: the user:password before '@' holds a '/', '?' "
-                         f"or '#', which ends a URL's host part; percent-encode it: a password pa/ss is written pa%2Fss")
+        raise UsageError(
+            f"invalid --endpoint {public_url(url)!r}: the user:password before '@' holds a '/', '?' "
+            f"or '#', which ends a URL's host part; percent-encode it: a password pa/ss is written pa%2Fss"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"invalid --endpoint {public_url(url)!r}: expected an http(s) URL, "
                          f"e.g. --endpoint http://127.0.0.1:9000")
     try:
-        parts.port
+        _ = parts.port   # urllib parses the port only when asked, raising ValueError
     except ValueError:
         raise UsageError(f"invalid --endpoint {public_url(url)!r}: bad port (a number from 1 to 65535); "
                          f"e.g. --endpoint http://127.0.0.1:9000") from None

@@ -249,9 +249,11 @@ class EmbeddedS3:
             conn.close()
 
     def _log_tail(self) -> str:
+        if self._log is None:
+            return "no log"
         try:
             lines = [ln for ln in Path(self._log).read_text(errors="replace").splitlines() if ln.strip()]
-        except (OSError, TypeError):
+        except OSError:
             return "no log"
         return lines[-1][:300] if lines else "no output"
 

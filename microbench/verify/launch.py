@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, NoReturn, Sequence
 
-from . import spec as specs
 from ..core.errors import Interrupted, UsageError
 from ..results.store import RecordWriter, atomic_write_text, mark_abandoned
 from ..world import backends, interrupts, load
@@ -23,6 +22,7 @@ from ..world.backends import BackendChoice
 from ..world.dist import World
 from ..world.launch import RankLaunch, detect_world
 from ..world.policy import in_world
+from . import spec as specs
 
 # The command line each phase's ranks re-run, with --phase-spec FILE.
 COMMANDS = {"steps": ("verify", "fsdp"), "checkpoint": ("verify", "fsdp"), "job": ("verify", "job")}

@@ -17,6 +17,7 @@ attention sinks change the compute the composer predicts and are refused here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from ..compose.model import ModelShape
@@ -25,15 +26,31 @@ from ..core.units import element_size
 
 # Small shapes the CPU can train in seconds; the names say their size. A GQA ratio of 2 and
 # the llama ratio ffn ~ 2.7 h keep them the shape of the presets, only narrower.
-PRESETS: dict[str, ModelShape] = {m.name: m for m in (
-    ModelShape("tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=176, vocab=512, source="verify preset"),
-    ModelShape("small", hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=704, vocab=4096,
-               source="verify preset"),
-    ModelShape("medium", hidden=384, layers=4, heads=6, kv_heads=2, head_dim=64, ffn=1024, vocab=4096,
-               source="verify preset"),
-    ModelShape("calib", hidden=320, layers=3, heads=5, kv_heads=1, head_dim=64, ffn=864, vocab=4096,
-               source="verify preset"),
-)}
+PRESETS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape(
+            "tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=176, vocab=512, source="verify preset"
+        ),
+        ModelShape(
+            "small", hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=704, vocab=4096, source="verify preset"
+        ),
+        ModelShape(
+            "medium",
+            hidden=384,
+            layers=4,
+            heads=6,
+            kv_heads=2,
+            head_dim=64,
+            ffn=1024,
+            vocab=4096,
+            source="verify preset",
+        ),
+        ModelShape(
+            "calib", hidden=320, layers=3, heads=5, kv_heads=1, head_dim=64, ffn=864, vocab=4096, source="verify preset"
+        ),
+    )
+}
 
 FAMILY = "dense-decoder (rmsnorm, gqa sdpa, gated mlp)"
 
@@ -46,13 +63,24 @@ def shape_from_args(model: str | None, hidden: int | None, layers: int | None, h
         h = hidden or base.hidden
         nh = heads or max(1, h // 64)
         if h % nh:
-            raise UsageError(f"invalid --heads {nh}: the hidden size {h} must divide into heads, e.g. --heads {max(1, h // 64)}")
+            raise UsageError(
+                f"invalid --heads {nh}: the hidden size {h} must divide into heads, e.g. --heads {max(1, h // 64)}"
+            )
         kv = kv_heads or max(1, nh // 2)
         if nh % kv:
             kv = 1
         ffn = 2 * (8 * h // 3 // 2)
-        return ModelShape(f"h{h}-l{layers or base.layers}", hidden=h, layers=layers or base.layers, heads=nh, kv_heads=kv,
-                          head_dim=h // nh, ffn=ffn, vocab=vocab or base.vocab, source="--hidden/--layers/--heads/--vocab")
+        return ModelShape(
+            f"h{h}-l{layers or base.layers}",
+            hidden=h,
+            layers=layers or base.layers,
+            heads=nh,
+            kv_heads=kv,
+            head_dim=h // nh,
+            ffn=ffn,
+            vocab=vocab or base.vocab,
+            source="--hidden/--layers/--heads/--vocab",
+        )
     name = (model or "small").strip().lower()
     if name in PRESETS:
         return PRESETS[name]
@@ -167,7 +195,7 @@ def shard(model: Any, precision: Precision, reshard_after_forward: bool = True, 
         fully_shard(block, reshard_after_forward=reshard_after_forward, **kwargs)
     fully_shard(model, **kwargs)
     units = [model, *model.blocks]
-    for unit, following in zip(units, units[1:]):
+    for unit, following in pairwise(units):
         unit.set_modules_to_forward_prefetch([following])
     return model
 

@@ -105,7 +105,7 @@ def judge_interval(error: float, low: float, high: float, cov: float, readings: 
 def paired(predicted_each: list[float] | None, measured_each: list[float] | None, error: float) -> list[float]:
     """The paired errors of a row's readings; a row without them (older records) has its error alone."""
     if predicted_each and measured_each and len(predicted_each) == len(measured_each):
-        return [error_pct(p, m) for p, m in zip(predicted_each, measured_each) if m > 0]
+        return [error_pct(p, m) for p, m in zip(predicted_each, measured_each, strict=False) if m > 0]
     return [error]
 
 

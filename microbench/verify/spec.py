@@ -140,7 +140,7 @@ def _build(hint: Any, value: Any) -> Any:
         inner = [a for a in args if a is not type(None)]
         return _build(inner[0], value) if len(inner) == 1 else value
     if origin is tuple:
-        return tuple(_build(a, v) for a, v in zip(args, value))
+        return tuple(_build(a, v) for a, v in zip(args, value, strict=False))
     if origin is list:
         return [_build(args[0], v) for v in value]
     if origin is dict:

@@ -79,9 +79,13 @@ def infiniband_devices(sys_root: str = "/sys/class/infiniband") -> list[str]:
 def select_backend(requested: str, transport: str, *, cuda_available: bool, nccl_available: bool,
                    ib_devices: list[str]) -> BackendChoice:
     if requested not in BACKENDS:
-        raise UsageError(f"invalid --backend {requested!r}: expected one of {', '.join(BACKENDS)} (e.g. --backend gloo)")
+        raise UsageError(
+            f"invalid --backend {requested!r}: expected one of {', '.join(BACKENDS)} (e.g. --backend gloo)"
+        )
     if transport not in TRANSPORTS:
-        raise UsageError(f"invalid --transport {transport!r}: expected one of {', '.join(TRANSPORTS)} (e.g. --transport tcp)")
+        raise UsageError(
+            f"invalid --transport {transport!r}: expected one of {', '.join(TRANSPORTS)} (e.g. --transport tcp)"
+        )
     backend = requested
     if requested == "auto":
         backend = "nccl" if cuda_available and nccl_available else "gloo"
@@ -90,7 +94,9 @@ def select_backend(requested: str, transport: str, *, cuda_available: bool, nccl
             raise ProbeUnavailable("backend nccl needs a CUDA GPU and none is visible to torch; "
                                    "use --backend gloo for the CPU path")
         if not nccl_available:
-            raise ProbeUnavailable("backend nccl is not built into this torch (CPU wheel?); install a CUDA build of torch")
+            raise ProbeUnavailable(
+                "backend nccl is not built into this torch (CPU wheel?); install a CUDA build of torch"
+            )
         return _nccl_choice(transport, ib_devices, auto=requested == "auto")
     if transport == "ib":
         raise UsageError("invalid --transport 'ib' with backend gloo: gloo only speaks TCP; "

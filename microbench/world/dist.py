@@ -51,8 +51,10 @@ class World:
                                     **({"device_id": _torch_device(device)} if device.startswith("cuda") else {}))
             self.control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
         except Exception as exc:
-            raise RunError(f"rank {spec.rank} could not join the {backend} world at "
-                           f"{spec.master_addr}:{spec.master_port} within {timeout_s:g} s: {_first_line(exc)}") from None
+            raise RunError(
+                f"rank {spec.rank} could not join the {backend} world at "
+                f"{spec.master_addr}:{spec.master_port} within {timeout_s:g} s: {_first_line(exc)}"
+            ) from None
         self._heartbeat = threading.Thread(target=self._beat, name="microbench-heartbeat", daemon=True)
         self._heartbeat.start()
 

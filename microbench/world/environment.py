@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
-import json
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..core.jsonfile import json_object
 from ..targets import native
 from .fork import FORKED_ENV
 
@@ -249,7 +250,7 @@ def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
     `microbench fleet` groups nodes by it and names the field that drifted."""
     gpus = [g for g in env.get("gpus") or [] if isinstance(g, dict)]
     physical = [n for n in env.get("nics") or [] if isinstance(n, dict) and n.get("physical")]
-    memory = env.get("memory") if isinstance(env.get("memory"), dict) else {}
+    memory = json_object(env.get("memory"))
 
     def joined(values: list[Any]) -> str | None:
         shown = sorted({str(v) for v in values if v is not None})

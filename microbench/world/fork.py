@@ -42,10 +42,11 @@ def warm() -> bool:
         return False
     try:
         import torch  # noqa: F401
-        import torch.distributed  # noqa: F401
-        import torch.distributed.checkpoint  # noqa: F401
+
         # The first DTensor.from_local imports torch._dynamo: 0.8 s in each checkpoint rank.
         import torch._dynamo  # noqa: F401
+        import torch.distributed  # noqa: F401
+        import torch.distributed.checkpoint  # noqa: F401
         import torch.distributed.tensor  # noqa: F401
 
         from ..core import registry

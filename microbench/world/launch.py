@@ -161,8 +161,8 @@ def launch_local(nproc: int, argv: Sequence[str], *, timeout_s: float, master_ad
     record; later ones are only counted (a scheduler's Ctrl-C then SIGTERM must not kill the
     ranks mid-save). If rank 0 is killed or freezes, the record it claimed is marked partial here.
     """
-    from . import interrupts, fork as prefork
     from ..results.store import RECORD_NOTE_ENV
+    from . import fork as prefork, interrupts
 
     check_local_world(nproc)
     interrupts.check()

@@ -18,11 +18,11 @@ import os
 import sys
 from typing import Any, Callable
 
+from ..core.errors import Interrupted, RunError, UsageError
 from . import interrupts
 from .backends import BackendChoice
 from .dist import World
 from .launch import RankLaunch, check_local_world, detect_world, launch_local
-from ..core.errors import Interrupted, RunError, UsageError
 
 
 def local_ranks(default_gpus: bool = True) -> int:

@@ -16,7 +16,6 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-
 # What one local rank costs at the least: Python, torch and a gloo group take about 210 MiB
 # resident before any buffer; a rank runs a dozen threads (heartbeat, gloo, intra-op).
 RANK_MEMORY_BYTES = 256 << 20
@@ -189,8 +188,8 @@ class Supervisor:
         if rank0 < 0:
             # Killed by a signal (or by us, for freezing): rank 0 could not say why itself. A
             # rank that saw it go silent says it best.
-            reason = self._failed_rank_line() if self.killed_rank0 else None
-            reason = reason or f"rank 0 {self.killed_rank0 or f'was killed by {_signal_name(-rank0)}'}"
+            said = self._failed_rank_line() if self.killed_rank0 else None
+            reason = said or f"rank 0 {self.killed_rank0 or f'was killed by {_signal_name(-rank0)}'}"
             return self._fail(reason, record)
         if rank0 != 0:
             return rank0

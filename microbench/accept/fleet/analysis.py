@@ -66,7 +66,9 @@ def check_label(check: rules.Check) -> str:
     return f"{check.step} {check.op} {check.metric or '(primary)'} {bound}"
 
 
-def _read(config: Config, checks: list[rules.Check]) -> tuple[dict[str, NodeData], list[tuple[str, dict]], gather.Inventory]:
+def _read(
+    config: Config, checks: list[rules.Check]
+) -> tuple[dict[str, NodeData], list[tuple[str, dict]], gather.Inventory]:
     inventory = gather.Inventory(list(config.sources))
     nodes: dict[str, NodeData] = {}
     pair_docs: list[tuple[str, dict]] = []
@@ -98,7 +100,7 @@ def _read(config: Config, checks: list[rules.Check]) -> tuple[dict[str, NodeData
         if metrics.kind_of(record.get("kind", "")) == "compute" and isinstance(achieved, (int, float)) and achieved > 0:
             data.tflops.append(float(achieved))
         mine = [c for c in checks if registry.step_key(c.step) == registry.step_key(step)]
-        for check, result in zip(mine, rules.evaluate(mine, {step: record})):
+        for check, result in zip(mine, rules.evaluate(mine, {step: record}), strict=False):
             data.floors.setdefault(check_label(check), []).append(result)
     return nodes, pair_docs, inventory
 
@@ -127,8 +129,10 @@ def _group_note(group: groups.Group, p: float) -> str:
     k = stats.group_k(p, n)
     shown = "inf" if k == float("inf") else f"{k:.2f}"
     if n < stats.SMALL_FLEET:
-        return (f"group {group.name}: {n} nodes, under {stats.SMALL_FLEET}: the floors and each node against the median "
-                f"of the other {n - 1} (leave one out); k = {shown} (Student t, {n - 2} degrees of freedom)")
+        return (
+            f"group {group.name}: {n} nodes, under {stats.SMALL_FLEET}: the floors and each node against the median "
+            f"of the other {n - 1} (leave one out); k = {shown} (Student t, {n - 2} degrees of freedom)"
+        )
     return f"group {group.name}: {n} nodes; k = {shown} (Student t, {n - 1} degrees of freedom)"
 
 
@@ -144,11 +148,11 @@ def _partial(group: groups.Group, nodes: dict[str, NodeData]) -> dict[str, list[
         for step, count in sorted(complete.items()):
             if count <= len(group.nodes) / 2:
                 continue
-            runs = nodes[node].steps.get(step)
-            if not runs:
+            ran = nodes[node].steps.get(step)
+            if not ran:
                 out.setdefault(node, []).append(f"no {step} record ({count} of {len(group.nodes)} nodes have one)")
-            elif not any(status == "complete" for status, _ in runs):
-                status, reason = runs[-1]
+            elif not any(status == "complete" for status, _ in ran):
+                status, reason = ran[-1]
                 out.setdefault(node, []).append(f"{step} {status}" + (f": {reason}" if reason else "")
                                                 + f" (complete on {count} of {len(group.nodes)})")
     return out
@@ -196,8 +200,8 @@ def analyse(config: Config) -> Analysis:
     # Every node-metric the fleet gate tests, and every directed pair: the budget spreads over all.
     per_group = []
     for group in peer:
-        samples = {n: metrics.resolve_devices(data[n].samples, data[n].disks) for n in group.nodes}
-        per_group.append((group, verdicts.merged_values(samples, verdicts.choose_sizes(samples))))
+        resolved = {n: metrics.resolve_devices(data[n].samples, data[n].disks) for n in group.nodes}
+        per_group.append((group, verdicts.merged_values(resolved, verdicts.choose_sizes(resolved))))
     tests = sum(len(by_node) for _, merged in per_group for by_node in merged.values()) + len(pair_set.values)
     try:
         p = stats.tail_for_budget(config.budget, tests)
@@ -232,7 +236,9 @@ def analyse(config: Config) -> Analysis:
         pair_reference = judged.reference
         strangers = sorted(set(pair_set.nodes) - set(data))
         if strangers:
-            notes.append(f"pair records name {len(strangers)} node(s) without suite records: {', '.join(strangers[:10])}")
+            notes.append(
+                f"pair records name {len(strangers)} node(s) without suite records: {', '.join(strangers[:10])}"
+            )
     _draw_floors(lines, checks)
     results = _node_results(expected, data, lines, drifted, partial, peer)
     group_costs = []
@@ -257,7 +263,11 @@ def _draw_floors(lines: list[Line], checks: list[rules.Check]) -> None:
         measured: dict[str, Line] = {}
         for line in lines:
             words = line.metric.split(" @ ")[0].split()
-            if line.gate == "fleet" and line.metric.startswith(head + " ") and (not check.metric or check.metric in words):
+            if (
+                line.gate == "fleet"
+                and line.metric.startswith(head + " ")
+                and (not check.metric or check.metric in words)
+            ):
                 line.floor = bound
                 measured.setdefault(line.node, line)
         for line in lines:

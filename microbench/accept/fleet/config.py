@@ -12,7 +12,7 @@ from ...core.options import option, text
 DEFAULT_MODEL = "llama-3.1-8b"
 
 
-def budget(value: object, flag: str) -> float:
+def budget(value: str | float, flag: str) -> float:
     """False flags allowed per run: a number, 0 or more (0: none in 95% of healthy runs)."""
     return units.parse_number(value, what=flag, example="1", minimum=0.0)
 
@@ -33,8 +33,12 @@ def fraction(value: object, flag: str) -> float:
 class Config:
     # The places of records: filled from the command's positional arguments.
     sources: list[str] = field(default_factory=list)
-    hosts: str | None = option(None, parse=text, metavar="FILE",
-                               help="the nodes expected, one name a line (# comments): a node without records is MISSING")
+    hosts: str | None = option(
+        None,
+        parse=text,
+        metavar="FILE",
+        help="the nodes expected, one name a line (# comments): a node without records is MISSING",
+    )
     accept: str | None = option(None, parse=text, metavar="THRESHOLDS",
                                 help="acceptance floors (TOML or JSON, as `suite --accept`), held per node; most of a "
                                      "group below one floor is one fleet-wide finding")

@@ -35,7 +35,9 @@ class Job:
     network_gbps: float | None    # the fleet's median pair bandwidth, when pair records exist
 
     def describe(self) -> str:
-        ranks = f"{self.nodes} nodes x {self.gpus_per_node} GPUs" if self.gpus_per_node else f"{self.nodes} nodes x 1 rank"
+        ranks = (
+            f"{self.nodes} nodes x {self.gpus_per_node} GPUs" if self.gpus_per_node else f"{self.nodes} nodes x 1 rank"
+        )
         return f"{self.model}, {ranks}"
 
 
@@ -127,6 +129,7 @@ def _priced(job: Job, node: str, kind: str, line: Line, share: float) -> Cost:
     net = job.network_gbps or 1e4
     if kind == "storage":
         per_node = line.median if line.higher_better else line.value
+        assert per_node is not None   # a storage line that is priced carries its figures
         _, saves = compose_prices(job, job.tflops, {"fleet": net},
                                   {"fleet": per_node * job.nodes, "node": per_node * share * job.nodes})
         before, after = saves["fleet"], saves["node"]

@@ -61,7 +61,9 @@ def read_hosts(path: str) -> list[str]:
     seen: set[str] = set()
     for name in names:
         if len(name.split()) != 1:
-            raise UsageError(f"--hosts file {path!r}: {name!r} is not one host name; expected one name a line, e.g. n001")
+            raise UsageError(
+                f"--hosts file {path!r}: {name!r} is not one host name; expected one name a line, e.g. n001"
+            )
         if name in seen:
             raise UsageError(f"--hosts file {path!r} names {name!r} twice; expected each node once")
         seen.add(name)

@@ -28,7 +28,8 @@ MEMORY_TOLERANCE = 0.02
 def flat_fingerprint(environment: dict[str, Any]) -> dict[str, str]:
     """The fingerprint of a record's environment as comparable text per field."""
     env = environment if isinstance(environment, dict) else {}
-    fp = env.get("fingerprint") if isinstance(env.get("fingerprint"), dict) else fingerprint_of_env(env)
+    given = env.get("fingerprint")
+    fp = given if isinstance(given, dict) else fingerprint_of_env(env)
     nics = [n for n in fp.get("nics") or [] if isinstance(n, dict)]
     memory = fp.get("memory_bytes")
 

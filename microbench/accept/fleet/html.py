@@ -111,7 +111,9 @@ def section(record: dict[str, Any], table: Callable[..., str]) -> str:
                  for n, r in nodes.items()]
     marks = [["", "pass" if r[1] == "PASS" else "fail", "", "l"] for r in node_rows]
     out.append("<h3>Nodes</h3>" + table(["node", "verdict", "group", "findings"], node_rows, marks))
-    shown = sorted((r for r in rows if r.get("verdict") != "PASS"), key=lambda r: (str(r.get("node")), str(r.get("metric"))))
+    shown = sorted(
+        (r for r in rows if r.get("verdict") != "PASS"), key=lambda r: (str(r.get("node")), str(r.get("metric")))
+    )
     if shown:
         body = [[r.get("node"), r.get("verdict"), r.get("metric"), _num(r.get("value")), _num(r.get("median")),
                  _num(r.get("ratio")), _num(r.get("z")), r.get("device") or "-", r.get("reason") or ""] for r in shown]

@@ -18,9 +18,10 @@ import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...core import registry
+from ...core.jsonfile import json_object
 from ...core.units import format_size
 from .. import compare
 
@@ -65,7 +66,7 @@ def kind_of(spec_name: str) -> str:
     return "other"
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A finite number: rows are read as they are, and NaN or infinity in one is no figure."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -139,8 +140,8 @@ def samples(step: str, record: dict[str, Any]) -> list[Sample]:
 
 def device_of(probe: str, record: dict[str, Any], row: dict[str, Any]) -> str:
     """What a row measured, named as an operator finds it on the node."""
-    env = record.get("environment") if isinstance(record.get("environment"), dict) else {}
-    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    env = json_object(record.get("environment"))
+    impl = json_object(record.get("implementation"))
     cfg = (record.get("config") or {}).get("probe") or {} if isinstance(record.get("config"), dict) else {}
     cpu = env.get("cpu_model") or "CPU"
     gpus = [g for g in env.get("gpus") or [] if isinstance(g, dict)]
@@ -160,21 +161,23 @@ def device_of(probe: str, record: dict[str, Any], row: dict[str, Any]) -> str:
         return f"TCP between local ranks ({impl.get('transport', 'tcp')})"
     if impl.get("device") and impl.get("mount_point"):
         return f"disk {impl['device']} ({impl['mount_point']}, {impl.get('filesystem', '?')})"
-    mounts = impl.get("mounts") if isinstance(impl.get("mounts"), dict) else {}
+    mounts = json_object(impl.get("mounts"))
     mount = mounts.get(str(row.get("mode"))) if mounts else None
     if isinstance(mount, dict):
         return f"mount {mount.get('mount_fstype', '?')} ({mount.get('mount_mode', row.get('mode'))})"
     if impl.get("target") == "embedded" or str(impl.get("target_kind")) == "s3" or probe == "storage_s3":
         return "S3 " + ("(embedded rclone server)" if impl.get("target") == "embedded" or not impl.get("endpoint")
                         else str(impl.get("endpoint")))
-    place = impl.get("dataset_dir") or impl.get("model_dir") or impl.get("workdir") or cfg.get("target") or cfg.get("path")
+    place = (
+        impl.get("dataset_dir") or impl.get("model_dir") or impl.get("workdir") or cfg.get("target") or cfg.get("path")
+    )
     return f"@{place}" if place else f"{probe} target"
 
 
 def disk_of(record: dict[str, Any]) -> tuple[str, str] | None:
     """(directory, disk label) of a record that names its disk (posix storage): where other
     records of the node that name only a directory find theirs."""
-    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+    impl = json_object(record.get("implementation"))
     if impl.get("device") and impl.get("mount_point") and impl.get("workdir"):
         return str(impl["workdir"]), f"disk {impl['device']} ({impl['mount_point']}, {impl.get('filesystem', '?')})"
     return None

@@ -92,10 +92,12 @@ def header(analysis: Analysis) -> list[str]:
     out = [f"# microbench fleet: {expected}{found} node(s) with records in {len(analysis.groups)} peer group(s); "
            f"{inv.node_records} records, {metrics} metrics; {len(inv.pairs)} pair record(s)"]
     k = "inf" if math.isinf(analysis.k) else f"{analysis.k:.2f}"
-    out.append(f"# fleet gate: robust z (1.4826 MAD) within a peer group; flagged when |z| > k and at least "
-               f"{100 * analysis.config.min_fraction:g}% worse than the median; k from a budget of "
-               f"{analysis.config.budget:g} false flag(s) per run over {analysis.tests} tests (node-metrics and pairs), "
-               f"held in 95% of healthy runs: k = {k} for a large group, larger for a small one (below)")
+    out.append(
+        f"# fleet gate: robust z (1.4826 MAD) within a peer group; flagged when |z| > k and at least "
+        f"{100 * analysis.config.min_fraction:g}% worse than the median; k from a budget of "
+        f"{analysis.config.budget:g} false flag(s) per run over {analysis.tests} tests (node-metrics and pairs), "
+        f"held in 95% of healthy runs: k = {k} for a large group, larger for a small one (below)"
+    )
     if not analysis.config.accept:
         out.append("# floors: none (no --accept): the fleet gate only")
     if analysis.expected is None:

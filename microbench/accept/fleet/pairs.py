@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.jsonfile import json_object
 from . import stats
 from .metrics import Sample
 from .verdicts import FleetFinding, Line
@@ -55,11 +56,11 @@ def node_name(host: Any) -> str:
 def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
     out = PairSet()
     for location, record in documents:
-        cfg = record.get("config") if isinstance(record.get("config"), dict) else {}
+        cfg = json_object(record.get("config"))
         out.sources.append(location)
         if record.get("kind") == "hunt":
             hosts = [node_name(h) for h in cfg.get("hosts") or []]
-            out.addresses.update(zip(hosts, [str(a) for a in cfg.get("addresses") or []]))
+            out.addresses.update(zip(hosts, [str(a) for a in cfg.get("addresses") or []], strict=False))
             if cfg.get("lab"):
                 out.labs.add(str(cfg["lab"]))
             for row in record.get("rows") or []:
@@ -68,7 +69,7 @@ def collect(documents: list[tuple[str, dict[str, Any]]]) -> PairSet:
         elif record.get("kind") == "nccl":
             _node_groups(location, record, out)
         else:   # a link between two hosts: its best one-way bandwidth, rank 0's host sending
-            a, b = [node_name(h) for h in (cfg.get("probe") or {}).get("hosts")]
+            a, b = [node_name(h) for h in (cfg.get("probe") or {})["hosts"]]
             best = [float(r["bw_gbps"]) for r in record.get("rows") or []
                     if isinstance(r, dict) and r.get("op") == "uni" and isinstance(r.get("bw_gbps"), (int, float))]
             if best:
@@ -87,7 +88,11 @@ def _node_groups(location: str, record: dict[str, Any], out: PairSet) -> None:
     impl = record.get("implementation") or {}
     device = f"{per_node} local ranks of the node, {impl.get('backend', '?')} on {impl.get('device', '?')} (node group)"
     for row in record.get("rows") or []:
-        ranks, busbw, p50 = row.get("per_rank_time_us_p50"), row.get("busbw_gbps"), (row.get("time_us") or {}).get("p50")
+        ranks, busbw, p50 = (
+            row.get("per_rank_time_us_p50"),
+            row.get("busbw_gbps"),
+            (row.get("time_us") or {}).get("p50"),
+        )
         if row.get("group") != "node" or not isinstance(ranks, list) or len(ranks) != len(hosts) * per_node:
             continue
         if not (isinstance(busbw, (int, float)) and busbw > 0 and isinstance(p50, (int, float)) and p50 > 0):

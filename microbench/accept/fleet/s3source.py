@@ -22,6 +22,11 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, (prefix.rstrip("/") + "/") if prefix.strip("/") else ""
 
 
+def _no_such_bucket(exc: BaseException) -> bool:
+    response = getattr(exc, "response", None)
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "NoSuchBucket"
+
+
 def _client(endpoint: str | None) -> tuple[Any, Any]:
     from ...targets.s3client import Target, check_endpoint, s3_client_unavailable_reason
 
@@ -36,7 +41,7 @@ def _client(endpoint: str | None) -> tuple[Any, Any]:
 
 def objects(url: str, endpoint: str | None) -> Iterator[tuple[str, Callable[[], bytes | None]]]:
     """(s3://bucket/key, a function that reads it) for every *.json under the prefix."""
-    from ...targets.s3client import translate
+    from ...targets.s3client import public_url, translate
 
     bucket, prefix = split_url(url)
     target, client = _client(endpoint)
@@ -44,13 +49,19 @@ def objects(url: str, endpoint: str | None) -> Iterator[tuple[str, Callable[[], 
     token = None
     try:
         while True:
-            page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, **({"ContinuationToken": token} if token else {}))
+            page = client.list_objects_v2(
+                Bucket=bucket, Prefix=prefix, **({"ContinuationToken": token} if token else {})
+            )
             keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".json")]
             if not page.get("IsTruncated"):
                 break
             token = page.get("NextContinuationToken")
     except Exception as exc:  # noqa: BLE001 - every botocore failure becomes one line
         error = translate(exc, target, bucket, "the AWS chain", f"listing {url}")
+        if _no_such_bucket(exc):
+            # translate's example names the S3 probes' --bucket, which fleet does not have.
+            error = UsageError(f"bucket {bucket!r} does not exist at {public_url(target.endpoint_url or 'AWS S3')!r}; "
+                               f"expected s3://BUCKET/PREFIX in an existing bucket, e.g. s3://acceptance/run-1")
         # Refused before anything was read: the credentials or the place are the caller's to fix.
         raise UsageError(str(error)) if isinstance(error, MicrobenchError) else error from None
 

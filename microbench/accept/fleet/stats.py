@@ -220,7 +220,9 @@ def gate(values: dict[str, float], p: float, min_fraction: float, higher_better:
     for n in nodes:
         others = [m for m in nodes if m != n]
         ref = median([values[m] for m in others])
-        out[n] = gate_one(values[n], [values[m] for m in others], k, min_fraction, higher_better, ref, sigma(others, ref))
+        out[n] = gate_one(
+            values[n], [values[m] for m in others], k, min_fraction, higher_better, ref, sigma(others, ref)
+        )
     return out
 
 

@@ -104,7 +104,7 @@ def metric_label(sample: Sample, size: int | None) -> str:
 def fleet_lines(group: str, merged: dict, p: float, min_fraction: float) -> list[Line]:
     """The fleet gate at tail probability p, every node of one group on every metric."""
     lines = []
-    for key, by_node in sorted(merged.items()):
+    for _key, by_node in sorted(merged.items()):   # sorted by metric: a stable order of lines
         values = {node: v[0] for node, v in by_node.items()}
         spread = {node: abs(v[2] - v[1]) / 2 for node, v in by_node.items()}
         gates = stats.gate(values, p, min_fraction, next(iter(by_node.values()))[4].higher_better, spread)
@@ -149,7 +149,7 @@ def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
         if position and node in by_node:
             by_metric.setdefault(metric, []).append((position, by_node[node]))
     lines = []
-    for metric, devices in sorted(by_metric.items()):
+    for _metric, devices in sorted(by_metric.items()):
         if len(devices) < 2:
             continue
         for position, (value, _w, best, runs, sample) in devices:
@@ -167,7 +167,9 @@ def sister_lines(node: str, merged: dict, min_fraction: float) -> list[Line]:
     return lines
 
 
-def floor_lines(group_nodes: list[str], floors: dict[str, dict[str, list[Any]]]) -> tuple[list[Line], list[FleetFinding]]:
+def floor_lines(
+    group_nodes: list[str], floors: dict[str, dict[str, list[Any]]]
+) -> tuple[list[Line], list[FleetFinding]]:
     """floors: node -> check label -> CheckResults (one per run). A check that most of the
     group fails is one fleet finding; else each failing node fails it."""
     per_check: dict[str, dict[str, str]] = {}
@@ -185,8 +187,14 @@ def floor_lines(group_nodes: list[str], floors: dict[str, dict[str, list[Any]]])
         failing = sorted(n for n, v in by_node.items() if v == "FAIL")
         fleet_wide = len(failing) > len(by_node) / 2
         if fleet_wide:
-            findings.append(FleetFinding("floor", f"{len(failing)} of {len(by_node)} nodes of the group below the floor "
-                                                  f"{label}: floor or environment, not {len(failing)} bad nodes", failing))
+            findings.append(
+                FleetFinding(
+                    "floor",
+                    f"{len(failing)} of {len(by_node)} nodes of the group below the floor "
+                    f"{label}: floor or environment, not {len(failing)} bad nodes",
+                    failing,
+                )
+            )
         for node, verdict in sorted(by_node.items()):
             runs = results[(node, label)]
             check = runs[0].check

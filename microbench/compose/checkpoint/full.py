@@ -149,7 +149,8 @@ def notes(tiers: list[Any], state_dicts: list[str], serialize_source: str,
             out.append(f"rank 0's node needs {max(p.host_bytes or 0 for p in full) / 1e9:,.1f} GB of free host memory "
                        f"for the whole state; give --host-memory to check it")
         for p in full:
-            if p.host_fits is False:
+            if p.host_fits is False:   # judged from both: neither is None here
+                assert p.host_bytes is not None and host_memory_bytes is not None
                 out.append(f"DOES NOT FIT: a full {p.save_format} save on {p.tier} needs {p.host_bytes / 1e9:,.1f} GB "
                            f"of host memory on rank 0's node, {host_memory_bytes / 1e9:,.1f} GB given "
                            f"(--host-memory); use --state-dict sharded")
@@ -185,6 +186,7 @@ def save_table(preds: list[SavePrediction], fmt_time: Any) -> tuple[list[str], l
     def t(value: float | None) -> str:
         return "-" if value is None else fmt_time(value)
 
+    rows: list[tuple[str, ...]]
     rows = [(p.tier, p.state_dict, p.save_format, t(p.save_s), t(p.gather_s), t(p.offload_s), t(p.write_s),
              f"{p.write_gbps:,.2f} GB/s" if p.write_gbps else "-", p.bounded_by,
              "-" if p.host_bytes is None else f"{p.host_bytes / 1e9:,.1f} GB"

@@ -146,6 +146,7 @@ def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, 
     plans = [plan(m, ckpt_bytes, interval(m), max_overhead) for m in mounts]
     if not plans:
         return []
+    rows: list[tuple[str, ...]]
     rows = [(p.tier, "cached" if p.cached else "direct", format_time(p.blocked_s), format_time(p.durable_s),
              f"{p.overhead:.1%}", "yes" if p.drains_in_time else
              f"no: cache grows {format_bytes(p.cache_growth_bytes_per_interval)}/interval"
@@ -155,7 +156,7 @@ def report_lines(mounts: list[MountTier], ckpt_bytes: float, interval_s: float, 
     headers = ["mount tier", "mode", "blocked", "durable", "overhead", "drained before next", "shortest interval",
                "least bucket"]
     if period is not None:
-        rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans)]
+        rows = [(*row[:2], format_time(p.interval_s), *row[2:]) for row, p in zip(rows, plans, strict=True)]
         headers = [*headers[:2], "interval", *headers[2:]]
         every = (f"every {period.steps} steps (--ckpt-every): {format_time(period.train_s)} of training on "
                  f"{period.on}, then the save")

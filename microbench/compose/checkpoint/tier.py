@@ -62,8 +62,15 @@ class TierPrediction:
         return asdict(self)
 
 
-def predict_tier(tier: str, total_bytes: float, write_gbps: float, read_gbps: float | None = None,
-                 fixed_s: float = 0.0, staging_gbps: float | None = None, mtbf_s: float | None = None) -> TierPrediction:
+def predict_tier(
+    tier: str,
+    total_bytes: float,
+    write_gbps: float,
+    read_gbps: float | None = None,
+    fixed_s: float = 0.0,
+    staging_gbps: float | None = None,
+    mtbf_s: float | None = None,
+) -> TierPrediction:
     if not (write_gbps > 0 and math.isfinite(write_gbps)) or (read_gbps is not None and not (
             read_gbps > 0 and math.isfinite(read_gbps))):
         raise UsageError(f"tier {tier!r} has bandwidth {write_gbps!r}:{read_gbps!r} GB/s; expected positive "

@@ -10,9 +10,11 @@ from typing import Any, Callable
 
 from ...core import registry
 from ...core.errors import UsageError
+from ...core.jsonfile import json_object
 from ...results import load_record
 from .. import fsdp, kernels
 from ..calibration import Calibration, from_record
+from ..checkpoint.full import DEFAULT_SERIALIZE_GBPS, serialize_from_record
 from ..curves import Network, record_rows, synthetic_network
 from ..hardware import Gpu, gpu as gpu_by_name
 from ..model import CrudeModel, ModelShape, from_hf_config, preset
@@ -20,7 +22,6 @@ from ..sharding import inputs as two_level
 from ..sharding.inputs import ShardingPlan
 from ..tiers import Tier, described
 from ..tiers.records import measured
-from ..checkpoint.full import DEFAULT_SERIALIZE_GBPS, serialize_from_record
 from .parsers import DEFAULT_MFU
 from .sections import ComposeOptions, Compute, Model, Training
 
@@ -74,7 +75,10 @@ def assumed_node(opts: ComposeOptions, gpu: Gpu | None) -> list[two_level.Level]
     if t.nodes is None and t.gpus_per_node is None:
         return None
     intra, inter = f"{gpu.node_intra_gbps:g}GB/s", f"{gpu.node_inter_gbps:g}GB/s"
-    return [two_level.parse_level(intra, "--net-intra"), two_level.parse_level(f"{gpu.name}-node={inter}", "--net-inter")]
+    return [
+        two_level.parse_level(intra, "--net-intra"),
+        two_level.parse_level(f"{gpu.name}-node={inter}", "--net-inter"),
+    ]
 
 
 def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None = None) -> list[Network]:
@@ -91,12 +95,16 @@ def networks(opts: ComposeOptions, for_gpus: bool, load: Load, gpu: Gpu | None =
     out += [synthetic_network(n.name, n.busbw_gbps, n.latency_s, n.text) for n in opts.network.net]
     out += two_level.described(opts.sharding.net_intra, opts.sharding.net_inter)
     if not out:
-        raise UsageError("no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
-                         "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100), "
-                         "or --nodes with an h100/h200 --gpu for its usual node")
+        raise UsageError(
+            "no network to predict over: give --net NAME=BUSBW (e.g. --net ib=40GB/s) or "
+            "--nccl RECORD (a collective record or a suite directory, e.g. results/suite-20261122-031100), "
+            "or --nodes with an h100/h200 --gpu for its usual node"
+        )
     names = [n.name for n in out]
     if len(set(names)) != len(names):
-        raise UsageError(f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100")
+        raise UsageError(
+            f"network names repeat ({', '.join(names)}); name each, e.g. --nccl ib=results/suite-20261122-031100"
+        )
     return out
 
 
@@ -127,7 +135,7 @@ def compute_rate(c: Compute, allow_partial: bool, load: Load) -> ComputeRate:
         tflops = (record.get("summary") or {}).get("achieved_tflops")
         if not isinstance(tflops, (int, float)) or not tflops > 0:
             raise UsageError(f"--compute {c.compute!r} has no summary.achieved_tflops; re-run `microbench compute`")
-        impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
+        impl = json_object(record.get("implementation"))
         dev = str(impl.get("gpu") or impl.get("device", "?"))
         warning = None
         if device is not None and impl.get("device") != "cuda":

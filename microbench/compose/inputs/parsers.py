@@ -10,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.units import (parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive,
-                           parse_positive_int, parse_size)
+from ...core.units import (
+    parse_bandwidth_bytes_per_s,
+    parse_duration_s,
+    parse_number,
+    parse_positive,
+    parse_positive_int,
+    parse_size,
+)
 from .. import dataload
 from ..checkpoint import full as fs
 from ..hardware import gpu as gpu_by_name
@@ -128,7 +134,7 @@ def overhead_fraction(text: str, flag: str = "--ckpt-overhead") -> float:
     """5% or 0.05: a share of time, more than 0 and under all of it."""
     raw = str(text).strip()
     value = parse_number(raw.rstrip("%"), what=flag, example="5%", minimum=0, allow_minimum=False,
-                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False)
+                         maximum=100 if raw.endswith("%") else 1, allow_maximum=False, typed=raw)
     return value / 100 if raw.endswith("%") else value
 
 

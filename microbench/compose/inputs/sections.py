@@ -12,18 +12,52 @@ from typing import ClassVar
 from ...core.errors import UsageError
 from ...core.options import option
 from ...core.units import DTYPE_BYTES
-from .. import dataload
 from ..checkpoint import full as fs
+from ..dataload import DataRate
 from ..hardware import GPUS
 from ..model import PRESETS
 from ..sharding.inputs import Level, parse_level
 from ..sharding.predict import Strategy
 from ..tiers import described
-from .parsers import (DEFAULT_MFU, MAX_GPUS_PER_NODE, MAX_GRAD_ACCUM, MAX_LAYERS, MAX_MICRO_BATCH, MAX_NODES, MAX_RANKS,
-                      MAX_SEQ_LEN, MAX_STEPS, DescribedNet, NamedRecord, SerializeRate, Typed, checkpointing, count,
-                      data_rate, duration, fraction, gpu_name, hours, mfu, model_name, named_record, net,
-                      node_counts, overhead_fraction, params, sample_bytes, save_format, serialize_rate, sharding,
-                      size, state_dicts, step_seconds, tflops, tier_names, tokens)
+from .parsers import (
+    DEFAULT_MFU,
+    MAX_GPUS_PER_NODE,
+    MAX_GRAD_ACCUM,
+    MAX_LAYERS,
+    MAX_MICRO_BATCH,
+    MAX_NODES,
+    MAX_RANKS,
+    MAX_SEQ_LEN,
+    MAX_STEPS,
+    DescribedNet,
+    NamedRecord,
+    SerializeRate,
+    Typed,
+    checkpointing,
+    count,
+    data_rate,
+    duration,
+    fraction,
+    gpu_name,
+    hours,
+    mfu,
+    model_name,
+    named_record,
+    net,
+    node_counts,
+    overhead_fraction,
+    params,
+    sample_bytes,
+    save_format,
+    serialize_rate,
+    sharding,
+    size,
+    state_dicts,
+    step_seconds,
+    tflops,
+    tier_names,
+    tokens,
+)
 
 
 @dataclass
@@ -59,10 +93,13 @@ class Training:
     grad_accum: int = option(1, parse=count("4", MAX_GRAD_ACCUM), help="micro-batches per optimizer step")
     param_dtype: str = option("bfloat16", choices=tuple(sorted(DTYPE_BYTES)),
                               help="what AllGather moves and compute uses")
-    reduce_dtype: str | None = option(None, choices=tuple(sorted(DTYPE_BYTES)),
-                                      shown="bfloat16, as FSDP2 mixed precision is usually set; float32 when predicting "
-                                            "a CPU: a --compute record timed on a CPU and no --gpu",
-                                      help="what ReduceScatter moves")
+    reduce_dtype: str | None = option(
+        None,
+        choices=tuple(sorted(DTYPE_BYTES)),
+        shown="bfloat16, as FSDP2 mixed precision is usually set; float32 when predicting "
+        "a CPU: a --compute record timed on a CPU and no --gpu",
+        help="what ReduceScatter moves",
+    )
     activation_checkpointing: str = option("none", parse=checkpointing, bare="full", metavar="MODE",
                                            help="none; full (each block's forward again in backward: the bare flag); "
                                                 "blocks:F (a fraction F of the blocks, torchtitan's selective layer "
@@ -204,7 +241,7 @@ class Loading:
     TITLE: ClassVar[str] = "data and model loading"
     dataload: list[NamedRecord] = option([], parse=named_record, repeat=True, metavar="[NAME=]RECORD", shown="none",
                                          help="a `microbench dataload` record: the loader's rate per rank (repeatable)")
-    data_rate: list[dataload.DataRate] = option([], parse=data_rate, repeat=True, metavar="NAME=SAMPLES/S",
+    data_rate: list[DataRate] = option([], parse=data_rate, repeat=True, metavar="NAME=SAMPLES/S",
                                                 shown="none",
                                                 help="a described loader rate per rank, prefetching, e.g. --data-rate "
                                                      "s3=900 (repeatable)")
@@ -284,6 +321,8 @@ class ComposeOptions:
             raise UsageError(f"--measured-step {c.measured_step:g} scales a GPU's kernel rates: name the GPU it was "
                              f"measured on, e.g. --gpu h100")
         if t.nodes is None and t.gpus_per_node is None and t.ranks is None:
-            raise UsageError(f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "
-                             f"its --nodes and --gpus-per-node (and --micro-batch, --seq-len as it ran), e.g. --nodes 1 "
-                             f"--gpus-per-node 8")
+            raise UsageError(
+                f"--measured-step {c.measured_step:g} needs the configuration it was measured on: give "
+                f"its --nodes and --gpus-per-node (and --micro-batch, --seq-len as it ran), e.g. --nodes 1 "
+                f"--gpus-per-node 8"
+            )

@@ -23,11 +23,11 @@ from ...core.errors import UsageError
 from ...core.units import DTYPE_BYTES
 from .. import dataload
 from ..checkpoint import full as fs
-from .timeline import JobPlan, steps_for_tokens
 from ..checkpoint.mount import MountTier
 from ..inputs.parsers import MAX_STEPS
 from ..inputs.sections import Job, Loading
 from ..tiers import Tier
+from .timeline import JobPlan, steps_for_tokens
 
 TOKEN_ID_BYTES = 4      # pre-tokenized samples as uint32/int32 token ids
 
@@ -153,8 +153,13 @@ def ckpt_targets(tiers: list[Tier], ckpt_bytes: float, *, state_dict: str, fmt: 
             # the earlier uploads (compose/job.PhaseCosts.drain_delay_s).
             return save_s(f), upload, not cached, delay
 
-        how = ("cached mount: blocks on the cache write, uploads queued" if cached else
-               "async: staging copy blocks, the save drains" if async_ckpt and state_dict == "sharded" else "blocking save")
+        how = (
+            "cached mount: blocks on the cache write, uploads queued"
+            if cached
+            else "async: staging copy blocks, the save drains"
+            if async_ckpt and state_dict == "sharded"
+            else "blocking save"
+        )
         out[t.name] = CkptTarget(t.name, t.durable, bool(t.read_gbps), how, costs)
     return out
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .timeline import KINDS, JobTimeline, Phase
-from . import inputs as ji
-from .assignment import PHASE_FLAGS
-from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 from ..checkpoint.mount import Period
 from ..report import format_time
+from . import inputs as ji
+from .assignment import PHASE_FLAGS
+from .timeline import KINDS, JobTimeline, Phase
+from .whatif import MAX_FACTOR, JobModel, WhatIf, rows, whatif
 
 WHATIF_ROWS = 30          # printed; the record keeps every row
 RECORD_PHASES = 400       # a timeline with more is recorded with its identical periods folded
@@ -47,8 +47,17 @@ def build(given: Any, checkpoint_bytes: float, step_s: dict[str, float]) -> tupl
             full_args={"unit_bytes": 4.0 * given.model.block_params, "ranks": given.world, "curve": net.all_gather,
                        "host_link_gbps": gpu.host_link_gbps if gpu else None, "serialize_gbps": given.serialize_gbps,
                        "nodes": given.nodes or 1})
-    model = JobModel(job, dict(step_s), train.micro_batch * train.grad_accum, data, models, ckpt, given.interval_s, choices,
-                     job.ckpt_to is not None)
+    model = JobModel(
+        job,
+        dict(step_s),
+        train.micro_batch * train.grad_accum,
+        data,
+        models,
+        ckpt,
+        given.interval_s,
+        choices,
+        job.ckpt_to is not None,
+    )
     notes = [f"data: {sample_how}" if any(d.sample_bytes for d in data.values()) else "",
              f"checkpoints: {state_dict} state dict"
              + (f" (--state-dict lists {', '.join(given.state_dicts)}: the job uses the first)"
@@ -219,8 +228,10 @@ def record(model: JobModel, result: WhatIf, notes: list[str]) -> dict[str, Any]:
     index: dict[Any, int] = {}
     for o in result.outcomes:
         if o.plan is not None and (o.plan, o.costs) not in index:
+            built = o.timeline
+            assert built is not None   # the what-if prices every plan it keeps
             index[(o.plan, o.costs)] = len(timelines)
-            timelines.append(timeline_dict(o.timeline))
+            timelines.append(timeline_dict(built))
     return {"steps": model.ask.steps, "ckpt_every": model.ask.ckpt_every, "async_ckpt": model.ask.async_ckpt,
             "tokens_per_step": model.ask.tokens_per_step, "interval_s": model.interval_s, "notes": notes,
             "recommended": pick(result.best), "worst": pick(result.worst), "end_to_end_ratio": result.end_to_end,

@@ -18,9 +18,9 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ..dataload import DataRate, ModelLoad, data_stall
-from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 from .assignment import PHASES, Assignment
 from .inputs import CkptTarget, JobAsk, scaled_rate
+from .timeline import JobPlan, JobTimeline, PhaseCosts, every_for_interval, timeline
 
 MAX_FACTOR = 100.0
 _SAME = 1e-9     # relative: totals closer than this are a tie
@@ -185,6 +185,11 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= _SAME * max(abs(a), abs(b), 1e-30)
 
 
+def _cheapest_total(model: JobModel, cands: list[Assignment], phase: str, alt: str, factor: float) -> float:
+    """The best total of `cands` with `alt`'s bandwidth for `phase` scaled by `factor`."""
+    return min(model.evaluate(c, (phase, alt, factor)).total_s for c in cands)
+
+
 def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Assignment]) -> Flip:
     """The least factor on one alternative tier's bandwidth (for this phase) at which a
     configuration using it beats the recommendation."""
@@ -197,9 +202,7 @@ def _flip(model: JobModel, best: Outcome, phase: str, allowed: list[Assignment])
         cands = [c for c in allowed if getattr(c, phase) == alt]
         if not cands:
             continue
-
-        def g(factor: float) -> float:
-            return min(model.evaluate(c, (phase, alt, factor)).total_s for c in cands)
+        g = functools.partial(_cheapest_total, model, cands, phase, alt)
 
         if _same(g(1.0), best.total_s):
             ties.append(alt)

@@ -67,7 +67,11 @@ def _coefficients(value: Any, where: str) -> dict[str, int]:
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
     data = load_json(DATA, what="eager op counts", expected="the file benchmarks/eager_ops.py writes", finite=True)
-    if not isinstance(data, dict) or not isinstance(data.get("blocks"), dict) or not isinstance(data.get("roots"), dict):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("blocks"), dict)
+        or not isinstance(data.get("roots"), dict)
+    ):
         raise _fail("the file", "has no blocks and roots")
     return data
 
@@ -83,7 +87,8 @@ def block_signature(model: Any, precision: str, call: str) -> str | None:
     if (model.experts > 1 or model.qk_norm or model.norms_per_block != 2 or model.mlp_bias
             or model.attention_sinks or precision != "bf16" or call != "sdpa" or model.kv_heads < 2):
         return None
-    return f"llama/bf16/sdpa/{'qkvbias' if model.qkv_bias else 'nobias'}/{'gqa' if model.kv_heads < model.heads else 'mha'}"
+    bias = "qkvbias" if model.qkv_bias else "nobias"
+    return f"llama/bf16/sdpa/{bias}/{'gqa' if model.kv_heads < model.heads else 'mha'}"
 
 
 def root_signature(model: Any, precision: str, loss: str) -> str | None:

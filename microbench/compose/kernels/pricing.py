@@ -85,9 +85,16 @@ class ClassRow:
         return (self.flops if self.cls in ("matmul", "attention") else self.bytes) / self.time_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {"class": self.cls, "pass": self.pass_, "time_s": self.time_s, "flops": self.flops,
-                "bytes": self.bytes, "rate": self.rate, "rate_unit": "FLOP/s" if self.cls in ("matmul", "attention") else "B/s",
-                "source": "; ".join(sorted(self.sources))}
+        return {
+            "class": self.cls,
+            "pass": self.pass_,
+            "time_s": self.time_s,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "rate": self.rate,
+            "rate_unit": "FLOP/s" if self.cls in ("matmul", "attention") else "B/s",
+            "source": "; ".join(sorted(self.sources)),
+        }
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ def _from_count(counted: eager.Counted, pass_: str, compute: list[Kernel]) -> li
         elif op.cls == "attention":
             out.extend(attention)
         else:
+            assert op.kernel is not None   # a memory-bound op carries its kernel
             out.append(op.kernel)
     return out
 

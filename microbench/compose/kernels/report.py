@@ -64,9 +64,11 @@ def compute_lines(train: Any, table: Any, rates: Any, format_time: Callable[[flo
 
     compute, scale = train.kernel_compute, train.compute_scale
     headers, rows = breakdown_table(compute, scale, format_time)
-    out = [f"\n## compute per kernel class (one optimizer step, one rank; checkpointing {compute.checkpointing}, "
-           f"gradient sync {'every micro-batch' if train.sync_every_microbatch else 'deferred to the last micro-batch'})",
-           tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    out = [
+        f"\n## compute per kernel class (one optimizer step, one rank; checkpointing {compute.checkpointing}, "
+        f"gradient sync {'every micro-batch' if train.sync_every_microbatch else 'deferred to the last micro-batch'})",
+        tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True),
+    ]
     out += [f"# {line}" for line in sources_lines(table)]
     out.append(f"# {bytes_line(compute)}")
     if isinstance(rates, RecordRates):

@@ -42,7 +42,9 @@ def select_rates(gpu: Any, *, tflops: float | None = None, mfu: float | None = N
     if gpu is None:
         return None, None
     table = table if table is not None else shipped(gpu.name)
-    fraction = table.memory_fraction if table is not None else shipped("h100").memory_fraction
+    fallback = table if table is not None else shipped("h100")
+    assert fallback is not None   # the h100 table ships with the package
+    fraction = fallback.memory_fraction
     memory = (gpu.memory_gbps * fraction * 1e9, f"{gpu.name} bandwidth x {fraction:.3g}")
     if tflops is not None:
         return FlatRates(tflops * 1e12, f"--tflops {tflops:g}", *memory), None

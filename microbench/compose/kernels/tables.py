@@ -24,6 +24,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,9 @@ class KernelTable:
     def has_attention(self, impl: str | None) -> bool:
         return impl is None or impl in self.attention_impls
 
-    def attention(self, seq_len: float, head_dim: float, causal: bool, backward: bool, impl: str | None = None) -> float:
+    def attention(
+        self, seq_len: float, head_dim: float, causal: bool, backward: bool, impl: str | None = None
+    ) -> float:
         return self.attention_impl(impl).rate(seq_len, head_dim, causal, backward)
 
     def overlap_rate(self, multi_node: bool) -> float:
@@ -140,7 +143,7 @@ class _Reader:
         if not isinstance(value, list) or not value:
             raise self.fail(where, "is missing or empty (a list of grid points)")
         out = tuple(self.number(v, f"{where}[{i}]") for i, v in enumerate(value))
-        if any(b <= a for a, b in zip(out, out[1:])):
+        if any(b <= a for a, b in pairwise(out)):
             raise self.fail(where, "is not increasing")
         return out
 
@@ -201,7 +204,8 @@ def parse_table(data: Any, path: str) -> KernelTable:
         raise r.fail("the file", f"holds a JSON {type(data).__name__}, not an object")
     gpu = r.get(data, "gpu", "")
     mm = r.get(data, "matmul", "")
-    axes = tuple(r.axis(r.get(mm, a, "matmul"), f"matmul.{a}") for a in "mnk")
+    axes = (r.axis(r.get(mm, "m", "matmul"), "matmul.m"), r.axis(r.get(mm, "n", "matmul"), "matmul.n"),
+            r.axis(r.get(mm, "k", "matmul"), "matmul.k"))
     grid = r.grid(r.get(mm, "tflops", "matmul"), tuple(len(a) for a in axes), "matmul.tflops")
     impls, default = _attention(r, r.get(data, "attention", ""))
     mem = r.get(data, "memory", "")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import UsageError
+from ...core.jsonfile import json_object
 from .fields import _field, _name_from_path
 from .shapes import ModelShape
 
@@ -82,10 +83,10 @@ def from_mpt_config(cfg: dict[str, Any], path: str) -> GptShape:
     """llm-foundry's MPTConfig (model_type "mpt"): d_model, n_heads, n_layers, expansion_ratio
     (or ffn_config.ffn_hidden_size), max_seq_len, vocab_size, no_bias, learned_pos_emb,
     attn_config.{alibi, rope, kv_n_heads}."""
-    attn = cfg.get("attn_config") if isinstance(cfg.get("attn_config"), dict) else {}
+    attn = json_object(cfg.get("attn_config"))
     d = _field(cfg, path, ("d_model",))
     heads = _field(cfg, path, ("n_heads",))
-    ffn_cfg = cfg.get("ffn_config") if isinstance(cfg.get("ffn_config"), dict) else {}
+    ffn_cfg = json_object(cfg.get("ffn_config"))
     hidden_ffn = ffn_cfg.get("ffn_hidden_size")
     ratio = cfg.get("expansion_ratio", 4)
     if hidden_ffn is not None:

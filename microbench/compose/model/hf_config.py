@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.jsonfile import load_json
+from ...core.jsonfile import json_object, load_json
 from .fields import _field, _name_from_path
 from .shapes import ModelShape, VisionTower
-
 
 
 def _sliding(text: dict[str, Any], path: str, layers: int) -> tuple[int, int]:
@@ -42,12 +41,14 @@ def from_hf_config(path: str | Path) -> ModelShape:
     if not isinstance(cfg, dict):
         raise UsageError(f"--model-config {path!r} holds a JSON {type(cfg).__name__}, not an object; "
                          f"expected a Hugging Face config.json")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text = json_object(cfg.get("text_config"), cfg)
     model_type = str(text.get("model_type") or cfg.get("model_type") or "")
     if model_type in ("mpt", "gpt2"):   # a plain GELU MLP, LayerNorm, biases, learned positions
         from .gpt import from_config
 
-        return from_config(cfg, path)
+        gpt = from_config(cfg, path)
+        if gpt is not None:   # None when only text_config names the GPT layout: read it as any other
+            return gpt
     hidden = _field(text, path, ("hidden_size", "d_model", "n_embd"))
     heads = _field(text, path, ("num_attention_heads", "n_head"))
     kv_heads = _field(text, path, ("num_key_value_heads",), default=heads)

@@ -80,7 +80,9 @@ def ranks_per_node(nets: list[Network], world: int, nodes: int | None) -> int | 
     """The job's ranks per node: --nodes given, the world over it; else a grouped record's."""
     if nodes:
         return world // nodes
-    measured = [n.levels.intra.all_gather.ranks for n in nets if n.levels is not None and n.levels.intra.all_gather.ranks]
+    measured = [
+        n.levels.intra.all_gather.ranks for n in nets if n.levels is not None and n.levels.intra.all_gather.ranks
+    ]
     if measured and world % measured[0] == 0:
         return measured[0]
     return None

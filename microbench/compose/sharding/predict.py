@@ -15,8 +15,9 @@ networks: the step and the memory per GPU of each.
                 ReduceScatter and run on the NICs while the earlier blocks' backward and their
                 NVLink collectives go on: a queue on the inter level, whose tail past the end of
                 backward (the first block's and the root's all-reduce, or more when the queue
-                falls behind) is exposed, before the optimizer step. When the shard group itself crosses nodes (G > ranks per node) the
-                two share the NICs, so the all-reduce is counted unhidden.
+                falls behind) is exposed, before the optimizer step. When the shard group itself
+                crosses nodes (G > ranks per node) the two share the NICs, so the all-reduce is
+                counted unhidden.
                 Memory: the sharded fp32 state is world / G times full sharding's; the optimizer
                 step runs over 1/G of the parameters.
 Group shapes (ranks per node R, N nodes, world = N x R; G divides R or is a multiple of it):
@@ -53,7 +54,9 @@ class Strategy:
         if self.name == "full":
             return world
         g = ranks_per_node if self.shard_ranks is None else self.shard_ranks
-        layout = f"{world // ranks_per_node} nodes x {ranks_per_node}" if world % ranks_per_node == 0 else f"{world} ranks"
+        layout = (
+            f"{world // ranks_per_node} nodes x {ranks_per_node}" if world % ranks_per_node == 0 else f"{world} ranks"
+        )
         if g > world or world % g:
             raise UsageError(f"--sharding {self.text}: a shard group of {g} ranks "
                              f"{'is larger than' if g > world else 'does not divide'} the world of {world} ranks "

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from ..curves import Network
 from ..fsdp import TrainSpec
-from .predict import ShardedStep, predict_sharding
 from .inputs import ShardingPlan
+from .predict import ShardedStep, predict_sharding
 
 SCALE_METHOD = ("scaled from the same curves: each level's fitted latency and peak busbw (core/fit over the measured "
                 "sizes, compose/curves.py), the bus factor at the new group size, each node keeping its NICs (the "
@@ -59,9 +59,9 @@ def _one(model: Any, train: TrainSpec, net: Network, strategy: Any, per_node: in
 
 def _ratios(rows: list[ShardingRow]) -> list[ShardingRow]:
     """The ratio to the best step that fits in memory (to the best of all when none does)."""
-    done = [r for r in rows if r.result is not None]
-    fitting = [r for r in done if r.result.memory.fits is not False] or done
-    best = min((r.result.step.step_s for r in fitting), default=None)
+    done = [(r, r.result) for r in rows if r.result is not None]
+    fitting = [(r, s) for r, s in done if s.memory.fits is not False] or done
+    best = min((s.step.step_s for _, s in fitting), default=None)
     return [dataclasses.replace(r, ratio=r.result.step.step_s / best) if r.result is not None and best else r
             for r in rows]
 
@@ -101,9 +101,11 @@ def verdict(result: ShardedStep, fmt_bytes: Callable[[float], str]) -> str:
     memory = result.memory
     if memory.fits is None:
         return f"{fmt_bytes(memory.total_bytes)} (no --gpu)"
+    capacity = memory.capacity_bytes
+    assert capacity is not None   # fits is judged against it
     if memory.fits:
-        return f"fits: {fmt_bytes(memory.total_bytes)} of {fmt_bytes(memory.capacity_bytes)}"
-    return f"DOES NOT FIT: {fmt_bytes(memory.total_bytes)} of {fmt_bytes(memory.capacity_bytes)}"
+        return f"fits: {fmt_bytes(memory.total_bytes)} of {fmt_bytes(capacity)}"
+    return f"DOES NOT FIT: {fmt_bytes(memory.total_bytes)} of {fmt_bytes(capacity)}"
 
 
 HEADERS = ["sharding", "network", "step", "tokens/s", "exposed comm", "all-reduce across replicas (exposed)",

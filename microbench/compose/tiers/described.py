@@ -96,7 +96,10 @@ def resolve(given: list[DescribedTier]) -> list[Tier]:
                   rated_only=d.stream_gbps is None and not d.mount_options, durable=d.durable,
                   medium="mount" if d.mount_options else "") for d in given]
     local = local_cache(tiers)
-    return [attach_mount(t, d.text, d.mount_options, local) if d.mount_options else t for t, d in zip(tiers, given)]
+    return [
+        attach_mount(t, d.text, d.mount_options, local) if d.mount_options else t
+        for t, d in zip(tiers, given, strict=True)
+    ]
 
 
 def local_cache(tiers: list[Tier]) -> tuple[float, str] | None:
@@ -117,7 +120,9 @@ def attach_mount(tier: Tier, text: str, options: str, local: tuple[float, str] |
     bucket_write = tier.write_gbps
     if "cached" in parts and not any(p.startswith("drain=") for p in parts):
         if cache:
-            gbps = parse_positive(cache[0], what=f"--tier {text!r} cache", example="--tier bucket=0.3:0.3,cached,cache=10")
+            gbps = parse_positive(
+                cache[0], what=f"--tier {text!r} cache", example="--tier bucket=0.3:0.3,cached,cache=10"
+            )
             where = f"cache=GB/S given: {gbps:g} GB/s"
         elif local is not None:
             gbps, name = local

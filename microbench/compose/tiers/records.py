@@ -8,6 +8,7 @@ from typing import Any
 
 from ...core import registry
 from ...core.errors import UsageError
+from ...core.jsonfile import json_object
 from ..checkpoint import mount as mount_tier
 from ..curves import record_rows
 from .tier import Tier
@@ -50,8 +51,8 @@ def tier_stream_gbps(record: dict[str, Any]) -> float | None:
     found = [_bandwidth(row, record) for row in record.get("rows", [])
              if row.get("stream") == "single" and row.get("op") in WRITE_OPS
              and not (row.get("served_from_memory") or row.get("above_memory_ceiling"))]
-    found = [v for v in found if v]
-    return max(found) if found else None
+    rates = [v for v in found if v]
+    return max(rates) if rates else None
 
 
 def measured(record: dict[str, Any], name: str, path: str, *, allow_partial: bool = False) -> Tier:
@@ -70,8 +71,8 @@ def measured(record: dict[str, Any], name: str, path: str, *, allow_partial: boo
 
 def _medium(record: dict[str, Any]) -> str:
     """s3 or directory, from where the record's probe wrote: an S3 endpoint or an s3:// target."""
-    impl = record.get("implementation") if isinstance(record.get("implementation"), dict) else {}
-    config = record.get("config") if isinstance(record.get("config"), dict) else {}
-    probe = config.get("probe") if isinstance(config.get("probe"), dict) else {}
+    impl = json_object(record.get("implementation"))
+    config = json_object(record.get("config"))
+    probe = json_object(config.get("probe"))
     s3 = "endpoint" in impl or str(probe.get("target") or "").startswith("s3://")
     return "s3" if s3 else "directory"

@@ -21,22 +21,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RunError, UsageError
 from ...core.probe import Case, Probe, Timed
-from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human
-from .config import ROW_ELEMS, TENSOR_BYTES, Config, host_bytes_per_rank, layout, validate
-from .run import print_report, run as run_command
-from .state_layout import Item, layout_bytes, shard_rows, tensor_count
-from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.units import DTYPE_BYTES, DTYPES
 from ...results.schema import ProbeRow
 from ...targets.mount import facts as mount_facts
-from .durable import timed_save
-from .staging_clock import StagingClock
 from ...world.dist import World
+from .config import ROW_ELEMS, Config, layout, validate
+from .dcp_errors import _dcp_cause, _local, _result, _was_interrupted
+from .durable import timed_save
+from .run import print_report, run as run_command
+from .staging_clock import StagingClock
+from .state_layout import Item, layout_bytes, shard_rows, tensor_count
 
 PATTERN_PERIOD = 251       # values 0..250 are exact in float32, bfloat16 and float16
 ELEM = DTYPE_BYTES         # bytes per element, by dtype name (commands/checkpoint.py reads it)
@@ -53,7 +52,7 @@ class CheckpointRow(_CheckpointRequired, total=False):
     write_gbps: float               # save, async_save
     read_gbps: float                # load
     blocked_time_us: float          # async_save: the training loop's wait
-    durable_time_us: float          # async_save: until the checkpoint is on storage
+    durable_time_us: float          # async_save, or a save through a bucket mount: until storage held it all
     staging_time_us: float          # async_save: of the blocked time, DCP's copy of the state into CPU memory
     staging_make_time_us: float     # of which making the staged tensors (torch's _create_cpu_state_dict)
     staging_copy_time_us: float     # of which copying the state into them (torch's _copy_state_dict)
@@ -64,7 +63,6 @@ class CheckpointRow(_CheckpointRequired, total=False):
     fsync_time_us: float            # save: fsync (directory) or the upload's completion (S3)
     read_time_us: float             # load: rank 0 reads the file
     scatter_time_us: float          # load: set_model_state_dict(broadcast_from_rank0)
-    durable_time_us: float          # save through a bucket mount: until the store held every byte
     durable_gbps: float             # save through a mount: total bytes / durable time
     blocked_is_durable: bool        # a direct mount: close returned after the upload
 
@@ -120,7 +118,8 @@ class CheckpointProbe(Probe):
         # Zero-padded: dcp.load reads top-level keys sorted, dcp.save writes them in insertion
         # order; "layers.10" sorting before "layers.2" made S3 loads read out of file order.
         width = len(str(len(rows) - 1))
-        return [(None, "step", Item("", "object"))] + [
+        head: list[tuple[str | None, str, Item]] = [(None, "step", Item("", "object"))]
+        return head + [
             (None, f"layers.{i:0{width}d}.weight", Item("", "shard", (r * self.n, ROW_ELEMS), self.config.dtype))
             for i, r in enumerate(rows)]
 
@@ -194,7 +193,8 @@ class CheckpointProbe(Probe):
     def implementation(self) -> dict[str, Any]:
         return {"engine": "torch.distributed.checkpoint", "backend": self.config.backend, "device": self.device.type,
                 "state_dict": (f"{self.tensors} tensors mirroring a given state's layout (shapes, sharding, order)"
-                               if self.config.items else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
+                               if self.config.items
+                               else f"{self.tensors} DTensors sharded Shard(0) over {self.n} ranks"),
                 "size_meaning": "total bytes across all ranks, split evenly",
                 "bytes_per_rank": self.size // self.n, "thread_count": self.config.thread_count,
                 "async_checkpointer": "thread (dcp.async_save default)" if self.config.async_save else None,
@@ -279,7 +279,7 @@ class CheckpointProbe(Probe):
     def checked_by(self, case: Case) -> str | None:
         # The load case right after a save reads that save's last checkpoint (release keeps it)
         # and checks every byte it loaded: a full DCP load here first would read the same
-        # objects once more (2-3 s on the embedded S3) to learn nothing new.
+        # objects once more, seconds on S3, to learn nothing new.
         ops = [c.op for c in self.cases()]
         after = ops.index(case.op) + 1
         return "load" if case.op == "save" and after < len(ops) and ops[after] == "load" else None
@@ -317,9 +317,9 @@ class CheckpointProbe(Probe):
         self.world.barrier()
 
     def abandon(self, case: Case) -> None:
-        # No barrier: a peer still inside DCP's load would wait on it until --timeout (seen: a
-        # Ctrl-C during the load case took 30 s of a 30 s timeout, 1 run in 4). The step left on
-        # the target goes with the run directory, which rank 0 removes on the way out.
+        # No barrier: a peer still inside DCP's load (where a Ctrl-C during the load case can
+        # leave it) would wait on it until --timeout. The step left on the target goes with the
+        # run directory, which rank 0 removes on the way out.
         self.dest = None
         self.last_step = None
 
@@ -373,7 +373,8 @@ SPEC = ProbeSpec(
     description="Save and load a synthetic sharded state dict with torch.distributed.checkpoint across N ranks (gloo "
                 "on CPU, NCCL with CUDA tensors on GPUs) to a directory or an s3:// prefix; time the slowest rank "
                 "and report GB/s. --size is the total across ranks, split evenly.",
-    metrics=("write_gbps", "read_gbps"), config=Config, build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
+    metrics=("write_gbps", "read_gbps"), config=Config,
+    build=lambda config, context: CheckpointProbe(config, context.world, context.run_dir),
     row_schema=CheckpointRow, validate=validate, run=run_command, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=3, budget_s=30.0, check=True, check_flag=True),
     needs=Needs(world=True, target=True, s3=True), aliases=(),

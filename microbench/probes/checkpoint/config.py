@@ -41,9 +41,14 @@ class Config:
                              help="sharded: every rank saves its shard (a DCP save); full: the state gathered to "
                                   "rank 0 (get_state_dict full_state_dict, cpu_offload) and written by one process, "
                                   "as Hugging Face Accelerate/Trainer's FULL_STATE_DICT does")
-    save_format: str | None = option(None, parse=choice(FORMATS), flag="--format", shown="dcp; torch with --state-dict full",
-                                     help="dcp (sharded), torch (torch.save of the full state) or safetensors (the full "
-                                          "state's tensors with safetensors)")
+    save_format: str | None = option(
+        None,
+        parse=choice(FORMATS),
+        flag="--format",
+        shown="dcp; torch with --state-dict full",
+        help="dcp (sharded), torch (torch.save of the full state) or safetensors (the full "
+        "state's tensors with safetensors)",
+    )
     timeout_s: float = option(300.0, parse=timeout, flag="--timeout", record=False, shown="300",
                               help="seconds before a silent peer fails the run")
     device: str = "cpu"
@@ -86,7 +91,9 @@ def validate(config: Config) -> Config:
     except UsageError as exc:
         from ...core.units import format_size_exact
 
-        raise UsageError(f"invalid --size {format_size_exact(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}") from None
+        raise UsageError(
+            f"invalid --size {format_size_exact(config.size_bytes)!r}: {str(exc).split(': ', 1)[1]}"
+        ) from None
     return replace(config, target=target.display, nproc=nproc, device=chosen.device, backend=chosen.backend,
                    save_format=fmt)
 

@@ -172,7 +172,9 @@ class FullState:
         self._set_objects(self.dest_state, world.broadcast_object(objects))
         probe.sync()
         done = time.perf_counter()
-        parts = {"read_time_us": (read - start) * 1e6, "scatter_time_us": (done - read) * 1e6} if world.rank == 0 else {}
+        parts = (
+            {"read_time_us": (read - start) * 1e6, "scatter_time_us": (done - read) * 1e6} if world.rank == 0 else {}
+        )
         return done - start, parts
 
     def _read(self, path: str) -> tuple[dict[str, Any], dict[str, Any]]:

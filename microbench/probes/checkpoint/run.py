@@ -7,17 +7,17 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from ...core.units import format_size, memory_shortfall
 from ...core.errors import UsageError
+from ...core.units import format_size, memory_shortfall
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.mount import facts as mount_facts
 from ...world import backends
+from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import free_memory_bytes, in_world
 from .config import full_host_bytes, host_bytes_per_rank
-from ...world.dist import World
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
@@ -35,7 +35,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
                 outcomes.append(outcome)
             return 0
 
-        inv.exit_code = in_world(nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv)
+        inv.exit_code = in_world(
+            nproc=config.nproc, timeout_s=config.timeout_s, choice=choice, body=body, argv=inv.argv
+        )
     return outcomes[0] if outcomes else None
 
 
@@ -159,10 +161,20 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
         wrong = "N/A" if row.get("nwrong") is None else row["nwrong"]
         if row.get("checked_by"):
             wrong = f"{'not checked' if row.get('nwrong') is None else row['nwrong']} (by {row['checked_by']})"
-        table.append((row["op"], format_size(row["size_bytes"]), format_size(row["bytes_per_rank"]), row["iters"],
-                      f"{row['time_us']['p50'] / 1e3:.1f}", f"{row['time_us']['max'] / 1e3:.1f}", blocked,
-                      f"{gbps:.3f}", wrong)
-                     + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ()))
+        table.append(
+            (
+                row["op"],
+                format_size(row["size_bytes"]),
+                format_size(row["bytes_per_rank"]),
+                row["iters"],
+                f"{row['time_us']['p50'] / 1e3:.1f}",
+                f"{row['time_us']['max'] / 1e3:.1f}",
+                blocked,
+                f"{gbps:.3f}",
+                wrong,
+            )
+            + ((f"{row['durable_time_us'] / 1e3:.1f}" if "durable_time_us" in row else "-",) if durable else ())
+        )
     print(text_table(table, headers=["op", "total", "per rank", "iters", "time p50 (ms)", "max (ms)",
                                    "blocked (ms)", "GB/s", "#wrong"] + (["durable (ms)"] if durable else []),
                    tablefmt="simple"))
@@ -181,7 +193,7 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     parts = {row["op"]: row for row in record["rows"] if "gather_time_us" in row or "read_time_us" in row}
     if parts:
         save, load = parts.get("save", {}), parts.get("load", {})
-        ms = lambda row, key: f"{row[key] / 1e3:.1f} ms" if key in row else "-"  # noqa: E731
+        ms = lambda row, key: f"{row[key] / 1e3:.1f} ms" if key in row else "-"
         print(f"# full save parts (rank 0, median): gather {ms(save, 'gather_time_us')}, serialize+write "
               f"{ms(save, 'serialize_write_time_us')}, fsync {ms(save, 'fsync_time_us')}; load: read "
               f"{ms(load, 'read_time_us')}, scatter {ms(load, 'scatter_time_us')}")

@@ -16,8 +16,10 @@ class StagingClock:
     STEPS = {"_create_cpu_state_dict": "make", "_copy_state_dict": "copy"}
 
     def __init__(self, writer: Any) -> None:
-        self.writer, self.spent = writer, {}
-        self._module, self._saved = None, {}
+        self.writer = writer
+        self.spent: dict[str, float] = {}
+        self._module: Any = None
+        self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> "StagingClock":
         stage = getattr(self.writer, "stage", None)

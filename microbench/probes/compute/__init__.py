@@ -33,7 +33,6 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES
 from ...results.schema import ProbeRow
 
-
 # A CPU takes seconds per matmul at 4096 tokens. 256 reads low (here, a shared 2-core VM: 39 GFLOP/s
 # at 256 rows vs 55 at 2048 for a 4096 x 4096 weight), so --tokens with the real shape is better.
 CPU_TOKENS = 256
@@ -115,8 +114,9 @@ def validate(config: Config) -> Config:
             raise UsageError("--tokens and --micro-batch/--seq-len both set the shapes; give one, e.g. "
                              "--micro-batch 1 --seq-len 2048")
         parse_checkpointing(config.activation_checkpointing)
-        config = replace(config, micro_batch=config.micro_batch or 1, seq_len=config.seq_len or 4096)
-        tokens = config.micro_batch * config.seq_len
+        micro_batch, seq_len = config.micro_batch or 1, config.seq_len or 4096
+        config = replace(config, micro_batch=micro_batch, seq_len=seq_len)
+        tokens = micro_batch * seq_len
     resolved = replace(resolved, micro_batch=config.micro_batch, seq_len=config.seq_len, model=shape.name,
                        hidden=shape.hidden, q_dim=shape.heads * shape.head_dim,
                        kv_dim=shape.kv_heads * shape.head_dim, ffn=shape.ffn, vocab=shape.vocab, layers=shape.layers,
@@ -133,6 +133,7 @@ def _check_memory(config: Config) -> None:
     from ...core.units import memory_shortfall
     from ...world.policy import free_memory_bytes
 
+    assert config.dtype is not None   # resolved by validate
     esize = DTYPE_BYTES[config.dtype]
     op, m, n, k, _ = max(matmul_shapes(config), key=lambda s: s[1] * s[3] + s[3] * s[2] + s[1] * s[2])
     need = (m * k + k * n) * 4 + ((m * k + k * n + m * n) * esize if config.device == "cpu" else 0)
@@ -181,6 +182,7 @@ def matmul_shapes(cfg: Config) -> list[tuple[str, int, int, int, float]]:
     """(op, m, n, k, times per block) for one block plus the head; with `backward`, each
     projection's two backward matmuls after it."""
     t, h = cfg.tokens, cfg.hidden
+    assert t is not None   # resolved by validate
     expert_tokens = max(1, round(t * cfg.top_k / cfg.experts)) if cfg.experts > 1 else t
     forward = [
         ("qkv", t, cfg.q_dim + 2 * cfg.kv_dim, h, 1.0),
@@ -217,6 +219,7 @@ class ComputeProbe(Probe):
             from .kernel_cases import kernel_cases
 
             self._model = _shape(config)
+            assert config.seq_len is not None   # validate sets both
             self._kernels = {c.op: c for c in kernel_cases(self._model, config.micro_batch, config.seq_len,
                                                            config.activation_checkpointing)}
             self._shapes = {c.op: (c.m, c.n, c.k, c.per_block) for c in self._kernels.values() if c.cls == "matmul"}
@@ -247,6 +250,7 @@ class ComputeProbe(Probe):
         return info
 
     def cases(self) -> list[Case]:
+        assert self.config.dtype is not None   # resolved by validate
         esize = DTYPE_BYTES[self.config.dtype]
         out = [Case(op, (m * k + k * n + m * n) * esize, (("m", m), ("n", n), ("k", k)))
                for op, (m, n, k, _) in self._shapes.items()]
@@ -272,6 +276,7 @@ class ComputeProbe(Probe):
     def prepare(self, case: Case) -> None:
         import torch
 
+        assert self.config.dtype is not None   # resolved by validate
         c = self._kernels.get(case.op)
         if c is not None and c.cls != "matmul":
             from .kernel_cases import runner
@@ -342,9 +347,9 @@ class ComputeProbe(Probe):
 
 
 def print_report(outcome: Any, config: Config) -> None:
-    from ...core.tables import text_table
-
     from ...compose.report import format_time
+    from ...core.tables import text_table
+    from ...core.units import format_number
 
     def shape(r: dict[str, Any]) -> str:
         if r.get("cls") == "attention":
@@ -354,7 +359,10 @@ def print_report(outcome: Any, config: Config) -> None:
         return f"{r['m']} x {r['n']} x {r['k']}"
 
     def rate(r: dict[str, Any]) -> str:
-        return f"{r['gbps']:.1f} GB/s" if r.get("cls") == "memory" else f"{r['tflops']:.2f} TFLOP/s"
+        # Significant digits: a CPU's 0.004 TFLOP/s read "0.00" at two decimals.
+        if r.get("cls") == "memory":
+            return f"{format_number(r['gbps'])} GB/s"
+        return f"{format_number(r['tflops'])} TFLOP/s"
 
     table = [(r["op"], r.get("cls", "matmul"), shape(r), format_time(r["time_us"]["p50"] * 1e-6), rate(r),
               float(r["per_block"])) for r in outcome.rows]
@@ -366,7 +374,7 @@ def print_report(outcome: Any, config: Config) -> None:
         print(f"# one training step's kernels at micro-batch {config.micro_batch} x {config.seq_len} tokens, "
               f"activation checkpointing {config.activation_checkpointing} (per block: how often a step runs each)")
     print(f"# {config.model} at {config.tokens} tokens, {config.dtype} on {impl.get('gpu') or config.device} "
-          f"({impl['library']}): {achieved:.2f} TFLOP/s weighted by a step's mix")
+          f"({impl['library']}): {format_number(achieved)} TFLOP/s weighted by a step's mix")
     if config.why_cpu:
         print(f"# {config.why_cpu}")
     if config.device == "cpu" and not config.tokens_given and not config.micro_batch:

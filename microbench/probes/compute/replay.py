@@ -30,6 +30,7 @@ class StepReplay:
         if cfg.experts > 1:
             raise ValueError("the step replay covers dense models")
         self.cfg, self.heads, self.kv_heads = cfg, heads, kv_heads
+        assert cfg.dtype is not None and cfg.tokens is not None   # resolved by validate
         dtype = getattr(torch, cfg.dtype)
         gen = torch.Generator().manual_seed(0)
 
@@ -55,7 +56,7 @@ class StepReplay:
 
         gqa = self.kv_heads != self.heads
         outs = []
-        for ops, (q, k, v, _do) in zip(self.layers, self.attn):
+        for ops, (q, k, v, _do) in zip(self.layers, self.attn, strict=False):
             for op, x, w, _dy in ops:
                 with torch.no_grad():
                     torch.matmul(x, w)

@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, nonneg_int, option, positive_int, nbytes, timeout
+from ...core.options import choice, nbytes, nonneg_int, option, positive_int, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_bytes_human, format_size, format_size_exact, parse_number, parse_size
 from ...results.schema import ProbeRow
+from ...world.dist import World
 from . import dataset as ds
 from .run import print_report, run
-from ...world.dist import World
 
 LAYOUTS = ("shards", "files")
 
@@ -104,9 +104,11 @@ def validate(config: Config) -> Config:
         raise UsageError(f"--endpoint only applies to s3:// targets; the dataset goes to {target.path!r}")
     low, high = config.sample_size
     if config.layout == "shards" and ds.tar_bytes(high) > config.shard_size:
-        raise UsageError(f"invalid --sample-size {format_size_exact(high)}: larger than a shard (--shard-size "
-                         f"{format_size_exact(config.shard_size)}, {ds.TAR_BLOCK} bytes of which a member's header); use a "
-                         f"larger --shard-size, e.g. --shard-size {format_size_exact(1 << (ds.tar_bytes(high) * 4).bit_length())}")
+        raise UsageError(
+            f"invalid --sample-size {format_size_exact(high)}: larger than a shard (--shard-size "
+            f"{format_size_exact(config.shard_size)}, {ds.TAR_BLOCK} bytes of which a member's header); use a "
+            f"larger --shard-size, e.g. --shard-size {format_size_exact(1 << (ds.tar_bytes(high) * 4).bit_length())}"
+        )
     world = detect_world()
     ranks = world.size if world is not None else config.nproc
     if target.kind == "local":
@@ -176,12 +178,17 @@ class DataloadProbe(Probe):
         return None
 
     def implementation(self) -> dict[str, Any]:
-        return {"engine": "torch.utils.data.DataLoader", "layout": self.config.layout,
-                "sampler": ("RandomSampler (shuffle, seeded)" if self.ranks == 1 else "DistributedSampler(shuffle)")
-                           if self.config.layout == "files" else
-                           "IterableDataset: shards dealt to ranks, then to workers",
-                "pin_memory": "each batch pinned in the training loop" if self.config.device == "cuda" else False, "prefetch_factor": self.config.prefetch_factor,
-                "decode_us": self.config.decode_us, **self.data.facts}
+        return {
+            "engine": "torch.utils.data.DataLoader",
+            "layout": self.config.layout,
+            "sampler": ("RandomSampler (shuffle, seeded)" if self.ranks == 1 else "DistributedSampler(shuffle)")
+            if self.config.layout == "files"
+            else "IterableDataset: shards dealt to ranks, then to workers",
+            "pin_memory": "each batch pinned in the training loop" if self.config.device == "cuda" else False,
+            "prefetch_factor": self.config.prefetch_factor,
+            "decode_us": self.config.decode_us,
+            **self.data.facts,
+        }
 
     def cases(self) -> list[Case]:
         return [Case(self.config.layout, self.plan.total_bytes, (("workers", w),)) for w in self.config.workers]

@@ -139,9 +139,9 @@ class Plan:
         estimated from the largest size (a bound, at once)."""
         fixed = self.low == self.high or self.samples > 1_000_000
         if self.layout == "files":
-            per = lambda i: -(-self.size(i) // block) * block  # noqa: E731
+            per = lambda i: -(-self.size(i) // block) * block
         else:
-            per = lambda i: tar_bytes(self.size(i))  # noqa: E731
+            per = lambda i: tar_bytes(self.size(i))
         total = self.samples * (per(0) if self.low == self.high else
                                 -(-self.high // block) * block if self.layout == "files" else tar_bytes(self.high)) \
             if fixed else sum(per(i) for i in range(self.samples))
@@ -232,4 +232,6 @@ def tar_members(stream: Any) -> Iterator[tuple[str, bytes]]:
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for info in tar:
             if info.isfile():
-                yield info.name, tar.extractfile(info).read()
+                member = tar.extractfile(info)
+                assert member is not None   # a regular file's entry always has its contents
+                yield info.name, member.read()

@@ -15,9 +15,9 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages, mount_of
+from ...world.dist import World
 from . import dataset as ds
 from .loader import Source
-from ...world.dist import World
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 
@@ -66,7 +66,7 @@ def _body(spec: Any, world: World, config: Any, target: ct.Target, plan: ds.Plan
         source = Source(root=root)
         cache = [os.path.join(root, key) for key in plan.keys()]
         fs = mount_of(target.path)["fstype"]
-        facts = {"target_kind": "local", "dataset_dir": root, "filesystem": fs}
+        facts: dict[str, Any] = {"target_kind": "local", "dataset_dir": root, "filesystem": fs}
 
         def write() -> None:
             os.mkdir(root)
@@ -123,6 +123,16 @@ def _remove(target: ct.Target, source: Source, made: str) -> None:
         delete_prefix(source.client(), target.bucket, made + "/")
 
 
+def _crowded(rows: list[dict[str, Any]]) -> str | None:
+    """A note when some pass ran more worker processes than this machine has CPUs."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    most = max((row["workers"] * row["ranks"] for row in rows), default=0)
+    if most <= cpus:
+        return None
+    return (f"# up to {most} worker processes (workers x ranks) on {cpus} CPUs: past {cpus} they share cores, "
+            f"so those rows measure this machine's contention as a trainer here would meet it")
+
+
 def print_report(outcome: RunOutcome, config: Any) -> str | None:
     from ...core.tables import text_table
 
@@ -145,6 +155,9 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
                                    "wait p50 (us)", "wait p99 (us)"] + (["S3 GETs"] if s3 else []) + ["#wrong"],
                    tablefmt="simple"))
     print(f"# page cache: {impl['cache_drop']}; rate = all ranks' samples / slowest rank's pass")
+    crowded = _crowded(outcome.rows)
+    if crowded:
+        print(crowded)
     if any(row.get("served_from_memory") for row in outcome.rows):
         print(f"# (memory!): the dataset is on {impl['filesystem']}, memory: these are not storage rates")
     kept = outcome.notes.get("kept")

@@ -23,16 +23,16 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...targets import native
 from ...core.errors import RunError, UsageError
-from ...core.probe import Case, Probe, Timed
-from ...core.stats import percentile
 from ...core.options import one_of, option, positive_int, sweep, text, timeout
+from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.stats import percentile
 from ...core.units import parse_sizes
 from ...results.schema import ProbeRow
-from .run import print_report, run as run_command
+from ...targets import native
 from ...world.dist import World
+from .run import print_report, run as run_command
 
 OPS = ("uni", "bidir", "rtt")
 MODES = {"uni": 0, "bidir": 1, "rtt": 2}
@@ -247,14 +247,24 @@ class LinkProbe(Probe):
 
 
 SPEC = ProbeSpec(
-    name="link", command=("link",), order=30,
+    name="link",
+    command=("link",),
+    order=30,
     help="point-to-point TCP bandwidth and latency between two ranks or lab hosts",
     description="TCP bandwidth one way (uni) and both ways (bidir) over --streams connections, and round-trip "
-                "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
-                "lab hosts.",
-    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"), config=Config, build=lambda config, context: LinkProbe(config, context.world),
-    row_schema=LinkRow, validate=validate, run=run_command, printer=print_report,
-    sweep=SweepDefaults(warmup=2, iters=10, check=False), needs=Needs(world=True), aliases=(),
-    case_keys=("streams", "batch"), identity_keys=("transport",),
+    "latency p50/p99 (rtt), between rank 0 and rank 1: two local processes, two launched ranks, or two "
+    "lab hosts.",
+    metrics=("bw_gbps", "total_gbps", "bw_gbit_s"),
+    config=Config,
+    build=lambda config, context: LinkProbe(config, context.world),
+    row_schema=LinkRow,
+    validate=validate,
+    run=run_command,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=2, iters=10, check=False),
+    needs=Needs(world=True),
+    aliases=(),
+    case_keys=("streams", "batch"),
+    identity_keys=("transport",),
     suite=(SuiteStep("link", ("--sizes", "1M-16M")),),
 )

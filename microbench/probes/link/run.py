@@ -12,8 +12,8 @@ from ...expect.formulas import describe as describe_expected
 from ...run import provision
 from ...run.runner import RunOutcome, run_probe
 from ...world.backends import BackendChoice
-from ...world.policy import in_world
 from ...world.dist import World
+from ...world.policy import in_world
 
 
 def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:

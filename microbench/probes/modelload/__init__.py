@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.options import choice, option, positive_int, nbytes, timeout
+from ...core.options import choice, nbytes, option, positive_int, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPE_BYTES, DTYPES, format_bytes_human, format_size, format_size_exact, memory_shortfall
 from ...results.schema import ProbeRow
+from ...world.dist import World
 from . import model_dir as md
 from .run import print_report, run
-from ...world.dist import World
 
 MODES = ("every-rank", "rank0-broadcast")
 
@@ -56,7 +56,9 @@ class Config:
                                 "over the S3 API (or a directory, as --path)")
     endpoint: str | None = option(None, record=False, shown="embedded server", metavar="URL",
                                   help="S3 endpoint for s3:// targets (AWS credentials from the environment)")
-    size_bytes: int = option(1 << 30, parse=nbytes, flag="--size", shown="1G", help="model bytes (ignored with --model)")
+    size_bytes: int = option(
+        1 << 30, parse=nbytes, flag="--size", shown="1G", help="model bytes (ignored with --model)"
+    )
     model: str | None = option(None, shown="", help="a composer preset whose weights to write (e.g. gemma-3-12b), "
                                "capped by free space and memory")
     dtype: str = option("bfloat16", parse=choice(DTYPES), help=f"one of {', '.join(DTYPES)}")
@@ -119,8 +121,16 @@ def validate(config: Config) -> Config:
         raise UsageError(f"--size {format_size(size_bytes)} loaded by {ranks} rank(s) {shortfall}; "
                          f"use a smaller --size or fewer ranks")
     chosen = backends.choose("auto")
-    return replace(config, path=None, target=target.display, size_bytes=size_bytes, capped_from_bytes=capped, ranks=ranks,
-                   device=chosen.device, backend=chosen.backend)
+    return replace(
+        config,
+        path=None,
+        target=target.display,
+        size_bytes=size_bytes,
+        capped_from_bytes=capped,
+        ranks=ranks,
+        device=chosen.device,
+        backend=chosen.backend,
+    )
 
 
 class _ModelloadRequired(ProbeRow):
@@ -239,16 +249,26 @@ class ModelloadProbe(Probe):
 
 
 SPEC = ProbeSpec(
-    name="modelload", command=("modelload",), order=63,
-    help="model loading as from_pretrained does: safetensors shards from a cold cache, every rank or rank 0 + broadcast",
+    name="modelload",
+    command=("modelload",),
+    order=63,
+    help="model loading as from_pretrained does: safetensors shards from a cold cache, "
+    "every rank or rank 0 + broadcast",
     description="Write a Hugging Face-style safetensors model directory (--size bytes or --model's weights), drop "
-                "its cached pages and load it as from_pretrained does: every shard through safetensors.torch.load_file "
-                "on every rank, or on rank 0 with a broadcast to the others; beside it, a raw sequential read of the "
-                "same files. Every tensor is checked.",
-    metrics=("load_gbps", "raw_read_gbps"), config=Config,
+    "its cached pages and load it as from_pretrained does: every shard through safetensors.torch.load_file "
+    "on every rank, or on rank 0 with a broadcast to the others; beside it, a raw sequential read of the "
+    "same files. Every tensor is checked.",
+    metrics=("load_gbps", "raw_read_gbps"),
+    config=Config,
     build=lambda config, context: ModelloadProbe(config, context.world, context.run_dir),
-    row_schema=ModelloadRow, validate=validate, run=run, printer=print_report,
+    row_schema=ModelloadRow,
+    validate=validate,
+    run=run,
+    printer=print_report,
     sweep=SweepDefaults(warmup=0, iters=1, budget_s=30.0, check=True),
-    needs=Needs(world=True, target=True, s3=True), case_keys=("dtype",), identity_keys=("device",), feeds=("modelload",),
+    needs=Needs(world=True, target=True, s3=True),
+    case_keys=("dtype",),
+    identity_keys=("device",),
+    feeds=("modelload",),
     suite=(SuiteStep("modelload", ("--path", "{path}", "--size", "128M"), ops=("raw_read", "every-rank")),),
 )

@@ -14,10 +14,9 @@ from ...run import provision
 from ...run.runner import RunOutcome, run_probe, skip
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import mount_of
-from . import model_dir as md
-from . import store
-from .store import LocalModel, S3Model
 from ...world.dist import World
+from . import model_dir as md, store
+from .store import LocalModel, S3Model
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
 

@@ -162,6 +162,7 @@ class S3Model:
 
         for key in self.keys:
             _, buf = fetch(self.client(), self.bucket, key)
+            assert buf is not None   # fetched with keep=True
             yield load(bytes(buf))   # safetensors parses bytes: the copy is the loader's too
             del buf
 

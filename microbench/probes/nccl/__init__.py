@@ -23,11 +23,22 @@ from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import DTYPES, bus_factor, element_size  # noqa: F401  (DTYPES: one table, read through here too)
 from ...results.schema import ProbeRow
 from .config import Config, validate
-from .run import print_outcome, run as run_command
-from .ops import (ALGOS, DEFAULT_OPS, OPS, PROCESS_BYTES, RING_OPS, STAGING, CollOp, Segment,  # noqa: F401
-                  check_algo, effective_size, op_named)
+from .ops import (  # noqa: F401
+    ALGOS,
+    DEFAULT_OPS,
+    OPS,
+    PROCESS_BYTES,
+    RING_OPS,
+    STAGING,
+    CollOp,
+    Segment,
+    check_algo,
+    effective_size,
+    op_named,
+)
 from .pattern import count_wrong, fill_pattern, pattern, segments_tensor  # noqa: F401
 from .plan import MemoryPlan, bytes_needed_per_rank, op_bytes_per_rank, plan_memory, role_bytes  # noqa: F401
+from .run import print_outcome, run as run_command
 
 
 class _NcclRequired(ProbeRow):
@@ -108,6 +119,7 @@ class CollectiveProbe(Probe):
             from ...world.environment import host_label
 
             self.hosts = world.all_gather_object(host_label())[:: self.topology.ranks_per_node]
+        assert config.dtype is not None   # resolved by validate
         self.dtype = getattr(torch, config.dtype)
         self.elem = element_size(config.dtype)
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if config.device == "cuda" else "cpu")
@@ -274,17 +286,28 @@ def _pct(what: str, value: float, expected: dict[str, Any] | None) -> dict[str, 
 
 
 SPEC = ProbeSpec(
-    name="nccl", command=("nccl",), order=20,
+    name="nccl",
+    command=("nccl",),
+    order=20,
     help="collective bandwidth (NCCL on GPUs, gloo on CPUs), nccl-tests layout",
     description="Sweep collectives over message sizes; print time, algbw, busbw and #wrong per size in the "
-                "nccl-tests layout, fit a latency-bandwidth model per op.",
-    metrics=("busbw_gbps", "algbw_gbps"), config=Config, build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
-    row_schema=NcclRow, validate=validate, run=run_command, printer=print_outcome,
+    "nccl-tests layout, fit a latency-bandwidth model per op.",
+    metrics=("busbw_gbps", "algbw_gbps"),
+    config=Config,
+    build=lambda config, context: CollectiveProbe(config, context.world, transport=context.transport),
+    row_schema=NcclRow,
+    validate=validate,
+    run=run_command,
+    printer=print_outcome,
     # 1 s of timed work per case (>= 3 iterations): the default 1M-256M sweep of three ops then
     # ends in about a minute on two CPU ranks; small sizes still run all --iters.
     sweep=SweepDefaults(warmup=5, iters=20, budget_s=1.0, check=True, check_flag=True),
-    needs=Needs(world=True), aliases=("collectives",),
-    case_keys=("placement", "dtype", "redop", "root", "algo", "group"), case_defaults=(("group", "world"),), identity_keys=("backend",), feeds=("network",),
+    needs=Needs(world=True),
+    aliases=("collectives",),
+    case_keys=("placement", "dtype", "redop", "root", "algo", "group"),
+    case_defaults=(("group", "world"),),
+    identity_keys=("backend",),
+    feeds=("network",),
     # One warm-up iteration per case, not the command's 5: 30 in all over this sweep, as many as
     # nccl-tests' 5 per op at the smallest and largest size; medians unchanged side by side
     # (docs/BENCHMARKS.md), and seconds off the suite's minute.

@@ -11,7 +11,6 @@ from .groups import GROUPS
 from .ops import DEFAULT_OPS, OPS
 
 
-
 def _expected(text: Any, flag: str) -> dict[str, Any] | None:
     from ...expect.overrides import override
 
@@ -22,8 +21,12 @@ def _expected(text: Any, flag: str) -> dict[str, Any] | None:
 class Config:
     sizes: list[int] = option(parse_sizes("1M-256M"), parse=sweep, shown="1M-256M",
                               help="1M-4G (range), 64M, or 1M,8M,64M; binary units")
-    ops: list[str] = option(list(DEFAULT_OPS), parse=one_of(tuple(OPS)), shown=f"{','.join(DEFAULT_OPS)}, the ones FSDP uses",
-                            help=f"some of {','.join(OPS)}")
+    ops: list[str] = option(
+        list(DEFAULT_OPS),
+        parse=one_of(tuple(OPS)),
+        shown=f"{','.join(DEFAULT_OPS)}, the ones FSDP uses",
+        help=f"some of {','.join(OPS)}",
+    )
     dtype: str | None = option(None, parse=choice(DTYPES), shown="bfloat16 on GPU, float32 on CPU",
                                help="float32, bfloat16 or float16")
     nproc: int | None = option(None, parse=positive_int, record=False, shown="number of GPUs, else 2",

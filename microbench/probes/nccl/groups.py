@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...core.errors import UsageError
+from ...core.probe import RankGroup
 from ...expect.formulas import expected_busbw, inter_node_gbps, known, lab_link, unknown
 from ...world.topology import Topology
-from ...core.probe import RankGroup
 
 GROUPS = ("world", "node", "cross")
 WORLD = "world"
@@ -77,8 +77,8 @@ def expected_for_group(facts: dict[str, Any], op: str, group: str, topo: Topolog
     layout = {"group": group, "nodes": topo.nodes, "ranks_per_node": per_node, "device": device, "op": op}
     if group == "node":
         if facts.get("lab"):
-            out = unknown(f"the ranks of one lab host talk over its own loopback, unshaped, which has no line "
-                          f"rate (the lab's links are between hosts)")
+            out = unknown("the ranks of one lab host talk over its own loopback, unshaped, which has no line "
+                          "rate (the lab's links are between hosts)")
         else:
             out = expected_busbw(facts, op, nodes=1, ranks_per_node=per_node, device=device, transport=transport)
         return {**out, "layout": layout}

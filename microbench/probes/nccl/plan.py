@@ -105,8 +105,8 @@ def plan_memory(ops: list[str], sizes: list[int], ranks_here: int, free_bytes: i
         candidates = [(size, placement) for size in sizes for placement in OPS[name].placements]
         plan.cases += len(candidates)
         kept: list[tuple[int, str]] = []
-        alone = lambda case: op_peak_bytes(name, [case], n, backend, process_bytes)  # noqa: E731
-        for case in sorted(candidates, key=lambda case: (alone(case), case[0], case[1] != "in")):
+        alone = {case: op_peak_bytes(name, [case], n, backend, process_bytes) for case in candidates}
+        for case in sorted(candidates, key=lambda case: (alone[case], case[0], case[1] != "in")):
             need = op_peak_bytes(name, kept + [case], n, backend, process_bytes) * ranks_here
             if need <= plan.allowed_bytes:
                 kept.append(case)

@@ -5,30 +5,28 @@ transport it really used, the link ceiling (measured or from a `link` record), a
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import UsageError
 from ...core.jsonfile import load_json
-from ...expect import overrides as expectations
 from ...core.units import element_size, format_bytes_human
+from ...expect import overrides as expectations
 from ...run import provision
 from ...run.runner import RunOutcome, SweepSettings, measure_case, run_probe
 from ...targets import native
 from ...world import backends
-from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
+from ...world.dist import World
 from ...world.launch import detect_world
+from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context, in_world, transport_note
 from ...world.topology import Topology, machine_ranks, topology
 from .groups import check_groups, expected_for_group
 from .ops import OPS, effective_size
 from .plan import MemoryPlan, Skipped, plan_memory
 from .table import CollectiveStream, collective_table, groups_side_by_side
-from ...world.dist import World
 
 NCCL_LOG_DIR_ENV = "MICROBENCH_NCCL_LOG_DIR"
 
@@ -47,7 +45,9 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
 
     def body(world: World) -> int:
         plan = rank_memory_plan(config, choice.device, world)
-        probe = spec.build(config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir)))
+        probe = spec.build(
+            config, provision.Context(world=world, transport=lambda: transport_note(choice, nccl_log_dir))
+        )
         probe.memory_plan = plan   # before anything asks for its cases
         expect = expectations.for_collectives(world, config.ops, choice.device, config.expected,
                                               transport=choice.transport)
@@ -85,9 +85,16 @@ def run(spec: Any, config: Any, inv: Any) -> RunOutcome | None:
             outcomes.append(outcome)
         return 0
 
-    inv.exit_code = in_world(nproc=nproc, timeout_s=config.timeout_s, choice=choice, body=body, before_launch=before_launch,
-             argv=inv.argv, per_rank=placement.per_rank if placement else None,
-             master_addr=placement.master_addr if placement else "127.0.0.1")
+    inv.exit_code = in_world(
+        nproc=nproc,
+        timeout_s=config.timeout_s,
+        choice=choice,
+        body=body,
+        before_launch=before_launch,
+        argv=inv.argv,
+        per_rank=placement.per_rank if placement else None,
+        master_addr=placement.master_addr if placement else "127.0.0.1",
+    )
     return outcomes[0] if outcomes else None
 
 
@@ -145,7 +152,9 @@ def skipped_cells(probe: Any) -> dict[tuple[str, int], dict[str, str]]:
     """(op, size as it runs) -> {placement: why it was skipped} for the tables, from the memory plan."""
     plan = getattr(probe, "memory_plan", None)
     out: dict[tuple[str, int], dict[str, str]] = {}
-    for one in (plan.skipped if plan else []):
+    if plan is None:
+        return out
+    for one in plan.skipped:
         op = OPS[one.op]
         for group in probe.groups.values():
             size = effective_size(op, one.size_bytes, group.size, probe.elem,
@@ -183,8 +192,11 @@ def print_outcome(outcome: RunOutcome, config: Any) -> str | None:
 def skipped_line(skipped: dict[str, Any]) -> str:
     """The closing line of a run that skipped cases: which, what each needs, and why."""
     cases = [Skipped(c["op"], c["size_bytes"], c["placement"], c["need_bytes"]) for c in skipped["cases"]]
-    return (f"# skipped {len(cases)} case(s) that do not fit in memory ({skipped['reason'].removeprefix('does not fit in memory: ')}): "
-            f"{'; '.join(c.words() for c in cases)}; every other size and placement ran")
+    return (
+        f"# skipped {len(cases)} case(s) that do not fit in memory "
+        f"({skipped['reason'].removeprefix('does not fit in memory: ')}): "
+        f"{'; '.join(c.words() for c in cases)}; every other size and placement ran"
+    )
 
 
 def measure_link_gbps(world: World, timeout_s: float) -> float:

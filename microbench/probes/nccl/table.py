@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...expect.formulas import describe as describe_expected
 from ...core.units import NCCL_TESTS_DTYPE, format_bytes_human, format_size
+from ...expect.formulas import describe as describe_expected
 
 # The nccl-tests columns and their usual widths: (name, unit, width). The per-placement cells
 # repeat for out-of-place and in-place.
@@ -49,11 +49,11 @@ class CollectiveLayout:
     def header(self) -> str:
         width_key, width_cell = sum(self.key), sum(self.cell)
         top = " " * width_key + "out-of-place".center(width_cell) + "in-place".center(width_cell)
-        names = "".join(_pad(name, w) for (name, _, _), w in zip(_KEY_COLUMNS, self.key))
-        units = "".join(_pad(unit, w) for (_, unit, _), w in zip(_KEY_COLUMNS, self.key))
+        names = "".join(_pad(name, w) for (name, _, _), w in zip(_KEY_COLUMNS, self.key, strict=True))
+        units = "".join(_pad(unit, w) for (_, unit, _), w in zip(_KEY_COLUMNS, self.key, strict=True))
         for _ in range(2):
-            names += "".join(_pad(name, w) for (name, _, _), w in zip(_CELL_COLUMNS, self.cell))
-            units += "".join(_pad(unit, w) for (_, unit, _), w in zip(_CELL_COLUMNS, self.cell))
+            names += "".join(_pad(name, w) for (name, _, _), w in zip(_CELL_COLUMNS, self.cell, strict=True))
+            units += "".join(_pad(unit, w) for (_, unit, _), w in zip(_CELL_COLUMNS, self.cell, strict=True))
         if self.expected_gbps:
             names += _pad("% of expected", _EXP_WIDTH)
             units += _pad("(busbw)", _EXP_WIDTH)
@@ -64,14 +64,14 @@ class CollectiveLayout:
         placements in `skipped`, which `pair` may give as a key row without a time)."""
         first = pair.get("out") or pair.get("in")
         assert first is not None
-        text = "".join(_pad(t, w) for t, w in zip(_key_texts(first), self.key))
+        text = "".join(_pad(t, w) for t, w in zip(_key_texts(first), self.key, strict=False))
         for placement in ("out", "in"):
             row = pair.get(placement)
             if placement in (skipped or {}):
                 cells: tuple[str, ...] = ("skipped",) + ("-",) * (len(self.cell) - 1)
             else:
                 cells = _cell_texts(row) if row is not None and "time_us" in row else ("-",) * len(self.cell)
-            text += "".join(_pad(t, w) for t, w in zip(cells, self.cell))
+            text += "".join(_pad(t, w) for t, w in zip(cells, self.cell, strict=False))
         if self.expected_gbps:
             text += _pad(_expected_cell(pair, self.expected_gbps), _EXP_WIDTH)
         return text
@@ -107,7 +107,13 @@ def skipped_note(skipped: dict[int, dict[str, str]]) -> list[str]:
 
 
 def _key_texts(row: dict[str, Any]) -> tuple[str, ...]:
-    return (str(row["size_bytes"]), str(row["count"]), NCCL_TESTS_DTYPE.get(row["dtype"], row["dtype"]), str(row["redop"]), str(row["root"]))
+    return (
+        str(row["size_bytes"]),
+        str(row["count"]),
+        NCCL_TESTS_DTYPE.get(row["dtype"], row["dtype"]),
+        str(row["redop"]),
+        str(row["root"]),
+    )
 
 
 def _cell_texts(row: dict[str, Any]) -> tuple[str, ...]:
@@ -136,9 +142,12 @@ def fit_lines(fit: dict[str, Any] | None, link_gbps: float | None = None,
         best = fit["measured_max_busbw_gbps"]
         shares = [f"{100 * best / expected['gbps']:.0f}% of expected"] if expected and expected.get("gbps") else []
         shares += [f"{100 * best / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)"] if link_gbps else []
-        return [f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): not fitted, {fit['not_fitted']}",
-                f"# best measured busbw {best:.2f} GB/s at {format_bytes_human(fit['measured_max_size_bytes'])}"
-                + (f" = {', '.join(shares)}" if shares else ""), *tail]
+        return [
+            f"# fit ({'out-of-place' if fit['placement'] == 'out' else 'in-place'}): not fitted, {fit['not_fitted']}",
+            f"# best measured busbw {best:.2f} GB/s at {format_bytes_human(fit['measured_max_size_bytes'])}"
+            + (f" = {', '.join(shares)}" if shares else ""),
+            *tail,
+        ]
     avg = fit["avg_busbw_bw_bound_gbps"]
     share = f" = {100 * avg / link_gbps:.0f}% of the measured link ({link_gbps:.2f} GB/s)" if link_gbps else ""
     latency = (f"latency {fit['latency_us']:.1f} us, " if fit["latency_us"] > 0

@@ -7,8 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from .fio_engine import fio_unavailable_reason
-from .posix import SPEC as POSIX_SPEC
-from .posix import PosixProbe, Target, Workload
+from .posix import SPEC as POSIX_SPEC, PosixProbe, Target, Workload
 from .report import run_storage
 
 
@@ -29,5 +28,5 @@ SPEC = replace(
     POSIX_SPEC, name="storage_fio", command=("storage", "fio"), order=45,
     help="the same file workload through fio (subprocess, JSON output)",
     description="Run fio on a test file with the posix subcommand's workload flags.",
-    config=Workload, build=lambda config, context=None: FioProbe(config), run=_run, suite=(),
+    config=Workload, run=_run, suite=(),
 )

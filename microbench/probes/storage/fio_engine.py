@@ -27,7 +27,9 @@ def fio_binary() -> str | None:
 
 def fio_unavailable_reason() -> str | None:
     if fio_binary() is None:
-        return "fio is not installed (e.g. apt-get install fio); the native engine still works: microbench storage posix"
+        return (
+            "fio is not installed (e.g. apt-get install fio); the native engine still works: microbench storage posix"
+        )
     return None
 
 
@@ -116,9 +118,15 @@ def run_fio(path: str, *, write: bool, bs: int, size: int, threads: int, qd: int
         raise RunError(f"fio did not finish within {timeout_s:.0f} s ({'write' if write else 'read'} "
                        f"{format_size(bs)} blocks)") from None
     if out.returncode != 0:
-        lines = [ln for ln in (out.stderr + "\n" + out.stdout).splitlines() if ln.strip() and not ln.startswith((" ", "{", "}"))]
+        lines = [
+            ln
+            for ln in (out.stderr + "\n" + out.stdout).splitlines()
+            if ln.strip() and not ln.startswith((" ", "{", "}"))
+        ]
         detail = lines[-1].strip() if lines else f"exit status {out.returncode}"
         if "No space left" in detail:
-            raise RunError("fio write failed: no space left on device (ENOSPC); free some space or use a smaller --size")
+            raise RunError(
+                "fio write failed: no space left on device (ENOSPC); free some space or use a smaller --size"
+            )
         raise RunError(f"fio failed ({'write' if write else 'read'} {format_size(bs)} blocks): {detail[:200]}")
     return summarize_fio(parse_fio_json(out.stdout), write)

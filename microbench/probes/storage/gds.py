@@ -19,13 +19,13 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import ProbeUnavailable, RunError, UsageError
-from ...core.probe import Case, Probe, Timed
 from ...core.options import nbytes, one_of, option, positive_int, size_range
-from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.probe import Case, Probe, Timed
+from ...core.registry import Needs, ProbeSpec, SweepDefaults
 from ...results.schema import ProbeRow
 
 OPS = ("write", "read")
@@ -119,7 +119,10 @@ def io_path(kvikio: Any) -> dict[str, Any]:
             if gds_available is False:
                 reason = "kvikio's DriverProperties.is_gds_available is False (no nvidia-fs, or the driver raised)"
         except Exception as exc:  # the driver refused to open: cuFile still serves in its compat mode
-            gds_available, reason = False, str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            gds_available, reason = (
+                False,
+                str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
+            )
     if compat:
         served = "kvikio compat mode (POSIX + host bounce buffer, cuFile not used)"
     elif gds_available:
@@ -325,7 +328,6 @@ def run(spec: Any, config: Config, inv: Any) -> Any:
 
 def print_report(outcome: Any, config: Config) -> str | None:
     from ...core.tables import text_table
-
     from ...core.units import format_size
 
     impl = outcome.record["implementation"]

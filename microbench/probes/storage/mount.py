@@ -20,11 +20,10 @@ from ...core.errors import RunError
 from ...core.options import nbytes, one_of, option, positive, timeout
 from ...core.probe import Case, Probe, Timed
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...core.units import format_size, format_number
+from ...core.units import format_number, format_size
 from ...results.schema import ProbeRow
 from ...targets import mount as mountmod
-from ...targets.mount import facts as mount_facts
-from ...targets.mount import system as mount_sys
+from ...targets.mount import facts as mount_facts, system as mount_sys
 
 
 @dataclass
@@ -140,15 +139,17 @@ def _print(outcome: Any, config: Config) -> None:
     from ...core.tables import text_table
 
     rows = outcome.rows
-    first = next(iter(outcome.record["implementation"].get("mounts", {}).values()), {})
+    first: dict[str, Any] = next(iter(outcome.record["implementation"].get("mounts", {}).values()), {})
     print(f"# microbench storage mount: {format_size(config.size)} per save, write() of {format_size(config.bs)}, "
           f"on {first.get('backing_store', '?')}; rclone {first.get('rclone_version', '?')}")
     print(text_table([(r["mode"], f"{r['blocked_time_us'] / 1e3:.1f}", f"{r['durable_time_us'] / 1e3:.1f}",
                      f"{r['write_gbps']:.3f}", f"{r['durable_gbps']:.3f}", r["iters"]) for r in rows],
                    headers=["mode", "blocked (ms)", "durable (ms)", "blocked GB/s", "durable GB/s", "iters"],
                    tablefmt="simple"))
-    print(f"# blocked = write+fsync+close returned; durable = the store held every byte (polled over S3); cached "
-          f"uploads start {format_number(config.write_back_s, 6)} s after close; direct: close returns after the upload")
+    print(
+        f"# blocked = write+fsync+close returned; durable = the store held every byte (polled over S3); cached "
+        f"uploads start {format_number(config.write_back_s, 6)} s after close; direct: close returns after the upload"
+    )
     print(f"# results: {outcome.path}")
 
 

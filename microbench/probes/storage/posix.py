@@ -15,18 +15,18 @@ one memcpy); any result faster than memcpy itself (`above_memory_ceiling`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ...targets import native
 from ...core.errors import UsageError
+from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
 from ...core.probe import Case, Probe, Timed
+from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
 from ...core.units import format_size, format_size_exact
+from ...results.schema import ProbeRow
+from ...targets import native
 from ...targets.workdir import IOFailure, WorkDir, check_base, check_free_space, direct_alignment
 from ..memory import usable_cores
-from ...core.options import choice, nbytes, one_of, option, positive_int, size_list
-from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
-from ...results.schema import ProbeRow
 from .report import print_report, run_storage
 
 RW = ("read", "write")
@@ -110,17 +110,21 @@ def validate(config: Workload) -> Workload:
                          f"files; use a --mode cached mount, or `microbench storage mount --mode direct`")
     for bs in config.bs:
         if config.size < bs * config.threads * config.qd:
-            raise UsageError(f"--size {format_size_exact(config.size)} is too small for --bs {format_size_exact(bs)} with "
-                             f"{config.threads} thread(s) x qd {config.qd}: each of the "
-                             f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
-                             f"--size {format_size_exact(bs * config.threads * config.qd * 4)}")
+            raise UsageError(
+                f"--size {format_size_exact(config.size)} is too small for --bs {format_size_exact(bs)} with "
+                f"{config.threads} thread(s) x qd {config.qd}: each of the "
+                f"{config.threads * config.qd} I/O streams needs at least one block; e.g. "
+                f"--size {format_size_exact(bs * config.threads * config.qd * 4)}"
+            )
     if config.direct is not False:
         align = direct_alignment(config.path)
         for bs in config.bs:
             if bs % align:
-                raise UsageError(f"invalid --bs {format_size_exact(bs)!r}: with O_DIRECT the block size must be a multiple "
-                                 f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
-                                 f"{format_size_exact(max(align, bs // align * align))} or --buffered")
+                raise UsageError(
+                    f"invalid --bs {format_size_exact(bs)!r}: with O_DIRECT the block size must be a multiple "
+                    f"of {format_size(align)} (buffer, offset and length alignment); use e.g. --bs "
+                    f"{format_size_exact(max(align, bs // align * align))} or --buffered"
+                )
     return config
 
 
@@ -133,7 +137,7 @@ def _thread_limit() -> int | None:
         return None
 
 
-def expected_engine(config: Config) -> str:
+def expected_engine(config: Workload) -> str:
     if not native.available():
         return "python threads"
     if config.engine == "threads" or config.qd == 1:
@@ -218,7 +222,9 @@ class Target:
             native.io_run(str(self.data), True, bs, self.config.size, threads=1, qd=1,
                           direct=self.direct and bs % direct_alignment(self.config.path) == 0)
         except OSError as exc:
-            raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(exc) from None
+            raise IOFailure(f"writing the {format_size(self.config.size)} test file in {self.workdir.path}").error(
+                exc
+            ) from None
 
     def facts(self) -> dict[str, Any]:
         return {**self.workdir.facts(), "data_file": str(self.data), "direct_requested": self.config.direct,
@@ -277,7 +283,9 @@ class PosixProbe(Probe):
         return impl
 
     def cases(self) -> list[Case]:
-        cases = [Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools]
+        cases = [
+            Case(rw, bs, (("tool", tool),)) for rw in self.config.rw for bs in self.config.bs for tool in self.tools
+        ]
         if getattr(self.config, "single_stream", False) and "write" in self.config.rw and "posix" in self.tools:
             cases.append(Case("write", min(STREAM_BS, self.config.size), (("tool", "posix"), ("stream", "single"))))
         return cases
@@ -312,7 +320,9 @@ class PosixProbe(Probe):
                                        qd=c.qd, direct=self.target.direct, random_order=c.pattern == "rand",
                                        engine=c.engine, seed=os.getpid())
             except OSError as exc:
-                raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(exc) from None
+                raise IOFailure(f"{case.op} {format_size(case.size_bytes)} blocks on {self.target.data}").error(
+                    exc
+                ) from None
         self._bytes[case] = int(result["bytes"])
         extra = {ENGINE_TO_ROW.get(k, k): result[k] for k in ("iops", "lat_p50_us", "lat_p99_us", "lat_p999_us",
                                                              "lat_max_us", "engine", "workers") if k in result}
@@ -367,7 +377,8 @@ SPEC = ProbeSpec(
     help="file read/write GB/s, IOPS and latency (native pread/pwrite, io_uring, O_DIRECT)",
     description="Read and write one test file with the native engine; fsync is inside the timed write, cached "
                 "pages are dropped before reads.",
-    metrics=("write_gbps", "read_gbps", "iops"), config=Config, build=lambda config, context=None: PosixProbe(config),
+    # No build: _run makes the probe inside its target (run_storage), which a context cannot.
+    metrics=("write_gbps", "read_gbps", "iops"), config=Config,
     row_schema=StorageRow, validate=validate, run=_run, printer=print_report,
     sweep=SweepDefaults(warmup=1, iters=5, budget_s=2.0, check=False), needs=Needs(target=True), aliases=(),
     case_keys=("tool", "pattern", "bs_bytes", "threads", "qd", "stream"), case_words=case_words, feeds=("tier",),

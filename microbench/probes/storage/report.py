@@ -68,7 +68,7 @@ def print_report(outcome: RunOutcome, config: Any) -> None:
             ratio = (f"{mine[op + '_gbps'] / fio[op + '_gbps']:.2f}x" if mine and fio and fio[op + "_gbps"] else "-")
             table.append((op, format_size(bs), _gbps(mine) if mine else "-", _gbps(fio) if fio else "-", ratio,
                           _us(mine and mine.get("lat_us_p99")), _us(fio and fio.get("lat_us_p99")))
-                         + ((expectations.pct_cell(mine and mine[op + "_gbps"], expected),) if known else ()))
+                         + ((expectations.pct_cell(mine[op + "_gbps"] if mine else None, expected),) if known else ()))
         print(text_table(table, headers=["rw", "bs", "posix GB/s", "fio GB/s", "posix/fio", "posix p99 us",
                                        "fio p99 us"] + pct, tablefmt="simple"))
         for r in rows:

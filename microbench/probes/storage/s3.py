@@ -24,18 +24,17 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.errors import RunError, UsageError
+from ...core.errors import RunError
 from ...core.probe import Case, Probe, Timed
-from ...targets.s3client import Target, s3_client_unavailable_reason, delete_prefix, translate
-from ...core.stats import percentile
 from ...core.registry import Needs, ProbeSpec, SuiteStep, SweepDefaults
+from ...core.stats import percentile
 from ...results.schema import ProbeRow
+from ...targets.s3client import Target, delete_prefix, s3_client_unavailable_reason, translate
+from .s3_config import OPS, Config, validate
 from .s3_parts import _peak_rss_bytes, _same_bytes, part_plan, pooled_latencies, put_single_stream
-from .s3_config import MAX_PART_BYTES, MAX_PARTS, OPS, Config, validate
-from .s3_run import run_s3, print_report
+from .s3_run import print_report, run_s3
 
 READ_CHUNK_BYTES = 1 << 20  # per-thread GET buffer; urllib3 allocates one more of it per read
 
@@ -92,10 +91,16 @@ class StorageS3Probe(Probe):
     def implementation(self) -> dict[str, Any]:
         import botocore
 
-        return {"engine": "botocore low-level client, own thread pool", "botocore": botocore.__version__, **self.target.describe(),
-                "credentials_source": self.cred_source, "addressing_style": self.target.addressing_style,
-                "payload_signing": False, "range_bytes": self.config.part_size,
-                "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size)}
+        return {
+            "engine": "botocore low-level client, own thread pool",
+            "botocore": botocore.__version__,
+            **self.target.describe(),
+            "credentials_source": self.cred_source,
+            "addressing_style": self.target.addressing_style,
+            "payload_signing": False,
+            "range_bytes": self.config.part_size,
+            "read_chunk_bytes": min(READ_CHUNK_BYTES, self.config.part_size),
+        }
 
     @property
     def stream_key(self) -> str:
@@ -118,8 +123,9 @@ class StorageS3Probe(Probe):
                 "upload": ("multipart" if c.object_size > c.part_size else "single") if case.op == "put" else None}
 
     def prepare(self, case: Case) -> None:
-        # Made here, once: made lazily by the first requests, each of the pool's threads found
-        # none yet and built its own: 4-8 clients, and a first PUT of 2.5 s instead of 1.3 s.
+        # Made here, once: made lazily by the first requests, each of the pool's threads finds
+        # none yet and builds its own, and the first PUT pays for all of them
+        # (docs/BENCHMARKS.md has the figures).
         _ = self.client
         if self._pool is None:
             self._rss_before = _peak_rss_bytes()  # imports (torch via the environment record) included
@@ -172,13 +178,13 @@ class StorageS3Probe(Probe):
                 times = self._gather([self._submit(self._put_single, key) for key in keys])
                 self._stored = True
                 return [(t, None) for t in times]
-            for key, uid in zip(keys, self._gather([self._submit(self._create, key) for key in keys])):
+            for key, uid in zip(keys, self._gather([self._submit(self._create, key) for key in keys]), strict=False):
                 self._open_uploads[key] = uid
             plan = part_plan(c.object_size, c.part_size)
             futures = [self._submit(self._put_part, key, self._open_uploads[key], n + 1, length)
                        for key in keys for n, (_, length) in enumerate(plan)]
             results = self._gather(futures)
-            lat = [(t, None) for _, t in results]
+            lat: list[tuple[float, float | None]] = [(t, None) for _, t in results]
             done = [self._submit(self._complete, key, [p for p, _ in results[i * len(plan):(i + 1) * len(plan)]])
                     for i, key in enumerate(keys)]
             self._gather(done)
@@ -261,6 +267,7 @@ class StorageS3Probe(Probe):
     def _error(self, exc: BaseException, doing: str) -> BaseException:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             return exc
+        assert self.config.bucket is not None   # resolved by validate
         return translate(exc, self.target, self.config.bucket, self.cred_source, doing)
 
     def check(self, case: Case) -> int:
@@ -291,6 +298,7 @@ class StorageS3Probe(Probe):
         self.abort_uploads()
         if self.config.keep or self._client is None:
             return 0
+        assert self.config.bucket is not None   # resolved by validate
         try:
             return delete_prefix(self.client, self.config.bucket, self.config.prefix)
         except Exception as exc:  # noqa: BLE001
@@ -302,14 +310,24 @@ def _key(op: str, single: bool) -> str:
 
 
 SPEC = ProbeSpec(
-    name="storage_s3", command=("storage", "s3"), order=50,
+    name="storage_s3",
+    command=("storage", "s3"),
+    order=50,
     help="S3 multipart PUT / ranged GET throughput, latency, time to first byte",
     description="PUT objects as concurrent multipart uploads and GET them back as concurrent ranged reads. Without "
-                "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
-                "Credentials come from the standard AWS environment or profile.",
-    metrics=("throughput_gbps",), config=Config, build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
-    row_schema=S3Row, validate=validate, run=run_s3, printer=print_report,
-    sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0), needs=Needs(s3=True), aliases=(),
-    case_keys=("part_size_bytes", "concurrency", "objects", "stream"), feeds=("tier",),
+    "--endpoint an embedded S3 server (rclone serve s3) runs over a temporary directory for the run. "
+    "Credentials come from the standard AWS environment or profile.",
+    metrics=("throughput_gbps",),
+    config=Config,
+    build=lambda config, context: StorageS3Probe(config, context.s3, cred_source=context.cred_source),
+    row_schema=S3Row,
+    validate=validate,
+    run=run_s3,
+    printer=print_report,
+    sweep=SweepDefaults(warmup=1, iters=5, budget_s=4.0),
+    needs=Needs(s3=True),
+    aliases=(),
+    case_keys=("part_size_bytes", "concurrency", "objects", "stream"),
+    feeds=("tier",),
     suite=(SuiteStep("storage s3", ("--object-size", "64M", "--objects", "4")),),
 )

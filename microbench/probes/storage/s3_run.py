@@ -56,13 +56,24 @@ def print_report(outcome: RunOutcome, config: Any) -> str | None:
     for row in record["rows"]:
         single = row.get("stream") == "single"
         pooled = summary.get("put_single_stream" if single else row["op"], {})
-        table.append((row["op"] + (" 1 stream" if single else ""), format_size(row["size_bytes"]), format_size(row["part_size_bytes"]),
-                      row["concurrency"], row["objects"], row["iters"], f"{row['throughput_gbps']:.3f}",
-                      f"{row['throughput_gbps'] * 1e9 / (1 << 20):.0f}",
-                      _ms(pooled.get("request_ms_p50")), _ms(pooled.get("request_ms_p99")),
-                      _ms(pooled.get("ttfb_ms_p50")), _ms(pooled.get("ttfb_ms_p99")),
-                      "N/A" if row["nwrong"] is None else row["nwrong"])
-                     + ((expectations.pct_cell(row["throughput_gbps"], expected),) if known else ()))
+        table.append(
+            (
+                row["op"] + (" 1 stream" if single else ""),
+                format_size(row["size_bytes"]),
+                format_size(row["part_size_bytes"]),
+                row["concurrency"],
+                row["objects"],
+                row["iters"],
+                f"{row['throughput_gbps']:.3f}",
+                f"{row['throughput_gbps'] * 1e9 / (1 << 20):.0f}",
+                _ms(pooled.get("request_ms_p50")),
+                _ms(pooled.get("request_ms_p99")),
+                _ms(pooled.get("ttfb_ms_p50")),
+                _ms(pooled.get("ttfb_ms_p99")),
+                "N/A" if row["nwrong"] is None else row["nwrong"],
+            )
+            + ((expectations.pct_cell(row["throughput_gbps"], expected),) if known else ())
+        )
     print(text_table(table, headers=["op", "object", "part", "conc", "objects", "iters", "GB/s", "MiB/s",
                                    "req p50 ms", "req p99 ms", "ttfb p50 ms", "ttfb p99 ms", "#wrong"]
                    + (["% of expected"] if known else []), tablefmt="simple"))

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -236,8 +235,14 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
         started["server"] = server
         key, secret = server.credentials.access_key_id, server.credentials.secret_access_key
         preflight(Target.for_embedded(server), bucket, timeout_s=min(req.timeout_s, 10))
-        env.update({f"RCLONE_CONFIG_{REMOTE}_ENDPOINT": server.endpoint_url, f"RCLONE_CONFIG_{REMOTE}_REGION": "us-east-1",
-                    f"RCLONE_CONFIG_{REMOTE}_ACCESS_KEY_ID": key, f"RCLONE_CONFIG_{REMOTE}_SECRET_ACCESS_KEY": secret})
+        env.update(
+            {
+                f"RCLONE_CONFIG_{REMOTE}_ENDPOINT": server.endpoint_url,
+                f"RCLONE_CONFIG_{REMOTE}_REGION": "us-east-1",
+                f"RCLONE_CONFIG_{REMOTE}_ACCESS_KEY_ID": key,
+                f"RCLONE_CONFIG_{REMOTE}_SECRET_ACCESS_KEY": secret,
+            }
+        )
         endpoint = server.endpoint_url
     path = os.path.realpath(req.path) if req.path else str(home / "mnt")
     created = not os.path.exists(path)
@@ -256,8 +261,8 @@ def _up(req: MountRequest, binary: str, home: Path, started: dict[str, Any]) -> 
         if os.path.exists(cache):
             shutil.rmtree(cache)   # ours by its name: a crashed run's cache
         started["cache"] = cache
-        # Not --write-back-cache: tried on a quiet machine, the blocked write got slower (128M:
-        # 0.31 s against 0.17 s without it; docs/BENCHMARKS.md).
+        # Not --write-back-cache: it makes the blocked write slower (docs/BENCHMARKS.md has the
+        # figures).
         argv += ["--vfs-cache-mode", "full", "--cache-dir", cache, "--vfs-write-back", f"{req.write_back_s:g}s"]
     else:
         argv += ["--vfs-cache-mode", "off"]
@@ -346,7 +351,8 @@ def down(name: str) -> list[str]:
     for point in sorted(points, key=len, reverse=True):
         sysm.unmount(point)
         removed.append(f"mount {point}")
-    marks = (f"--devname {DEVNAME_PREFIX}{name}:", str(home))
+    # The state directory with its slash: a bare prefix would match every name that starts with this one.
+    marks = (f"--devname {DEVNAME_PREFIX}{name}:", f"{home}/")
     pids = set(sysm.rclone_pids(marks))
     if state is not None:
         pids |= {p for p in (state.rclone_pid, state.server_pid) if p and sysm.is_rclone(p, marks)}

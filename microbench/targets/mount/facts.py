@@ -81,8 +81,9 @@ _CLIENTS: dict[str, tuple[Any, str]] = {}
 
 def store_client(mount_point: str) -> tuple[Any, str]:
     """Made once per mount point and process (a botocore session takes about a second, which
-    would otherwise count as drain time). A botocore client and the bucket behind a mount `up` made (its state has the keys of the
-    embedded server; an --endpoint mount uses the standard AWS chain, as rclone did)."""
+    would otherwise count as drain time). A botocore client and the bucket behind a mount `up`
+    made (its state has the keys of the embedded server; an --endpoint mount uses the standard
+    AWS chain, as rclone did)."""
     from ..s3client import Target
     from ..s3server import REGION, Credentials
 

@@ -18,14 +18,14 @@ import os
 import time
 from typing import Any
 
-from .. import collector
 from ...compose.checkpoint.full import full_save
 from ...core.stats import percentile
 from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
 from ...targets import checkpoint_target as ct
-from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
 from ...world.dist import World
+from .. import collector
+from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
 
 
 def _checksum(model: Any) -> float:
@@ -84,8 +84,7 @@ def _load(world: World, run_dir: ct.RunDir, sub: str, model: Any, optim: Any, de
 
 def _scatter(model: Any, optim: Any, msd: dict[str, Any], osd: dict[str, Any], dev: str) -> None:
     """Rank 0's full state into every rank's shards (every other rank passes empty dicts)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                           set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     # Two calls, not set_state_dict: given an empty model state dict (every rank but 0) it
     # takes the call for an optimizer-only load and skips the model's broadcast, a hang.
@@ -134,6 +133,7 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
         for i in range(reps + 1):
             collector.young()   # between repetitions, outside every clock (collector.py)
             probe._fresh_step()
+            assert probe.full is not None   # the probe was made for a full state dict
             _, parts = probe.full.save()
             probe_parts.append((parts.get("gather_time_us", 0.0) / 1e6, parts.get("serialize_write_time_us", 0.0) / 1e6,
                                 parts.get("fsync_time_us", 0.0) / 1e6))
@@ -189,34 +189,73 @@ def run_full_target(world: World, run_dir: ct.RunDir, label: str, model: Any, op
     # Each real save and load against the composer's prediction from the probe's parts (and the
     # scatter) timed right before it.
     save_each = [composed(g, w, w + f).save_s for g, w, f in parts]
-    load_each = [r + c for r, c in zip(probe_read_t, scatter_t)]
+    load_each = [r + c for r, c in zip(probe_read_t, scatter_t, strict=False)]
     save_s, load_s = percentile(save_t, 50), percentile(load_t, 50)
     wrong = sum(world.all_gather_object(wrong))
     source = (f"checkpoint probe --state-dict full on {label} in this run: {format(probe.size, ',')} bytes in "
               f"{probe.tensors} synthetic tensors in this state's layout, one probe save and load right before each "
               f"real one, medians: gather {gather_in:.3f} s, serialize+write {probe.size / serialize_in / 1e9:.3f} "
               f"GB/s, with fsync {probe.size / durable_in / 1e9:.3f} GB/s")
-    return {"kind": "checkpoint", "target": f"{label} full", "state_dict": "full", "save_format": "torch",
-            "bytes": nbytes, "tensors": ckl.tensor_count(layout), "ranks": world.size, "wrong_loads": wrong,
-            "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
-                     "predicted_s_each": save_each, "spread_pct": spread_pct(save_t),
-                     "error_pct": paired_error_pct(save_each, save_t),
-                     "error_of_medians_pct": error_pct(pred.save_s, save_s),
-                     "parts": {"gather": {"predicted_s": pred.gather_s, "measured_s": percentile(gather_t, 50)},
-                               "serialize_write_fsync": {"predicted_s": pred.write_s,
-                                                         "measured_s": percentile(write_t, 50)}}},
-            "load": {"predicted_s": pred_load, "measured_s": load_s, "measured_s_each": load_t,
-                     "predicted_s_each": load_each, "spread_pct": spread_pct(load_t),
-                     "error_pct": paired_error_pct(load_each, load_t),
-                     "error_of_medians_pct": error_pct(pred_load, load_s),
-                     "parts": {"read": {"predicted_s": pred_read, "measured_s": percentile(read_t, 50),
-                                        "predicted_s_each": probe_read_t, "measured_s_each": read_t},
-                               "scatter": {"predicted_s": pred_scatter, "measured_s": load_s - percentile(read_t, 50),
-                                           "predicted_s_each": scatter_t}}},
-            "inputs": {"storage": {"source": source, "gather_s": gather_in, "serialize_write_s": serialize_in,
-                                   "serialize_write_fsync_s": durable_in, "size_bytes": probe.size,
-                                   "probe_load_s": percentile(probe_load_t, 50), "probe_load_s_each": probe_load_t},
-                       "scatter": {"source": "set_model_state_dict + set_optimizer_state_dict (full_state_dict, "
-                                             "broadcast_from_rank0) of this model with its own state gathered to rank 0, "
-                                             "no file, timed right after each probe load, median",
-                                   "time_s": pred_scatter, "time_s_each": scatter_t}}}
+    return {
+        "kind": "checkpoint",
+        "target": f"{label} full",
+        "state_dict": "full",
+        "save_format": "torch",
+        "bytes": nbytes,
+        "tensors": ckl.tensor_count(layout),
+        "ranks": world.size,
+        "wrong_loads": wrong,
+        "save": {
+            "predicted_s": pred.save_s,
+            "measured_s": save_s,
+            "measured_s_each": save_t,
+            "predicted_s_each": save_each,
+            "spread_pct": spread_pct(save_t),
+            "error_pct": paired_error_pct(save_each, save_t),
+            "error_of_medians_pct": error_pct(pred.save_s, save_s),
+            "parts": {
+                "gather": {"predicted_s": pred.gather_s, "measured_s": percentile(gather_t, 50)},
+                "serialize_write_fsync": {"predicted_s": pred.write_s, "measured_s": percentile(write_t, 50)},
+            },
+        },
+        "load": {
+            "predicted_s": pred_load,
+            "measured_s": load_s,
+            "measured_s_each": load_t,
+            "predicted_s_each": load_each,
+            "spread_pct": spread_pct(load_t),
+            "error_pct": paired_error_pct(load_each, load_t),
+            "error_of_medians_pct": error_pct(pred_load, load_s),
+            "parts": {
+                "read": {
+                    "predicted_s": pred_read,
+                    "measured_s": percentile(read_t, 50),
+                    "predicted_s_each": probe_read_t,
+                    "measured_s_each": read_t,
+                },
+                "scatter": {
+                    "predicted_s": pred_scatter,
+                    "measured_s": load_s - percentile(read_t, 50),
+                    "predicted_s_each": scatter_t,
+                },
+            },
+        },
+        "inputs": {
+            "storage": {
+                "source": source,
+                "gather_s": gather_in,
+                "serialize_write_s": serialize_in,
+                "serialize_write_fsync_s": durable_in,
+                "size_bytes": probe.size,
+                "probe_load_s": percentile(probe_load_t, 50),
+                "probe_load_s_each": probe_load_t,
+            },
+            "scatter": {
+                "source": "set_model_state_dict + set_optimizer_state_dict (full_state_dict, "
+                "broadcast_from_rank0) of this model with its own state gathered to rank 0, "
+                "no file, timed right after each probe load, median",
+                "time_s": pred_scatter,
+                "time_s_each": scatter_t,
+            },
+        },
+    }

@@ -13,21 +13,21 @@ rank's return. The load is checked: the model's parameters after it equal those 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
-from ...targets import checkpoint_target as ct
-from .. import collector
-from .. import model as fm
 from ...compose.checkpoint.tier import predict_tier
+from ...core.stats import percentile
 from ...probes import checkpoint as ck
 from ...probes.checkpoint import state_layout as ckl
-from ...core.stats import percentile
-from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
-from ..fsdp.phases import device_of, guarded, quiet
-from ..spec import CheckpointSpec
 from ...results.store import RecordWriter
+from ...targets import checkpoint_target as ct
 from ...world.dist import World
+from .. import collector, model as fm
+from ..fsdp.phases import device_of, guarded, quiet
+from ..fsdp.steps import error_pct, paired_error_pct, spread_pct, sync
+from ..spec import CheckpointSpec
 
 
 def check_ckpt_dir(directory: str, size_bytes: int = 64 << 20) -> None:
@@ -110,7 +110,7 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
             world.barrier()
             start = time.perf_counter()
             msd, osd = get_state_dict(model, optim)
-            loaded = {"model": msd, "optim": osd}
+            loaded: dict[str, Any] = {"model": msd, "optim": osd}
             dcp.load(loaded, storage_reader=run_dir.reader(sub), process_group=world.control)
             set_state_dict(model, optim, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
             sync(dev)
@@ -139,31 +139,60 @@ def run_target(world: World, run_dir: ct.RunDir, label: str, model: Any, optim: 
     # Each real save and load against the composer's prediction from the probe save and load
     # (and the state-dict conversion) timed right before it.
     each = [predict_tier(label, probe.size, probe.size / ps / 1e9, probe.size / pl / 1e9)
-            for ps, pl in zip(probe_save_t, probe_load_t)]
+            for ps, pl in zip(probe_save_t, probe_load_t, strict=False)]
     save_each = [p.save_s for p in each]
-    load_each = [(p.load_s or 0.0) + c for p, c in zip(each, convert_t)]
+    load_each = [(p.load_s or 0.0) + c for p, c in zip(each, convert_t, strict=False)]
     source = (f"checkpoint probe on {label} in this run: {format(probe.size, ',')} bytes in {probe.tensors} "
               f"synthetic tensors in this state's layout, one probe save and load right before each real one, medians: "
               f"save {write_gbps:.3f} GB/s, load {read_gbps:.3f} GB/s")
-    return {"kind": "checkpoint", "target": label, "bytes": nbytes, "tensors": items, "ranks": world.size,
-            "wrong_loads": wrong, "written_bytes": written,
-            "save": {"predicted_s": pred.save_s, "measured_s": save_s, "measured_s_each": save_t,
-                     "predicted_s_each": save_each, "spread_pct": spread_pct(save_t),
-                     "error_pct": paired_error_pct(save_each, save_t),
-                     "error_of_medians_pct": error_pct(pred.save_s, save_s)},
-            "load": {"predicted_s": pred_load_s, "measured_s": load_s, "measured_s_each": load_t,
-                     "predicted_s_each": load_each, "spread_pct": spread_pct(load_t),
-                     "error_pct": paired_error_pct(load_each, load_t),
-                     "error_of_medians_pct": error_pct(pred_load_s, load_s),
-                     "predicted_storage_s": pred.load_s, "predicted_state_dict_s": convert_s},
-            "inputs": {"storage": {"source": source, "write_gbps": write_gbps, "read_gbps": read_gbps,
-                                   "size_bytes": probe.size, "probe_save_s_each": probe_save_t,
-                                   "probe_load_s_each": probe_load_t, "save_spread_pct": spread_pct(probe_save_t),
-                                   "load_spread_pct": spread_pct(probe_load_t)},
-                       "state_dict": {"source": "get_state_dict + set_state_dict of this model and optimizer with their "
-                                                "own state (no load), timed right before each probe save, median",
-                                      "time_s": convert_s, "time_s_each": convert_t,
-                                      "spread_pct": spread_pct(convert_t)}}}
+    return {
+        "kind": "checkpoint",
+        "target": label,
+        "bytes": nbytes,
+        "tensors": items,
+        "ranks": world.size,
+        "wrong_loads": wrong,
+        "written_bytes": written,
+        "save": {
+            "predicted_s": pred.save_s,
+            "measured_s": save_s,
+            "measured_s_each": save_t,
+            "predicted_s_each": save_each,
+            "spread_pct": spread_pct(save_t),
+            "error_pct": paired_error_pct(save_each, save_t),
+            "error_of_medians_pct": error_pct(pred.save_s, save_s),
+        },
+        "load": {
+            "predicted_s": pred_load_s,
+            "measured_s": load_s,
+            "measured_s_each": load_t,
+            "predicted_s_each": load_each,
+            "spread_pct": spread_pct(load_t),
+            "error_pct": paired_error_pct(load_each, load_t),
+            "error_of_medians_pct": error_pct(pred_load_s, load_s),
+            "predicted_storage_s": pred.load_s,
+            "predicted_state_dict_s": convert_s,
+        },
+        "inputs": {
+            "storage": {
+                "source": source,
+                "write_gbps": write_gbps,
+                "read_gbps": read_gbps,
+                "size_bytes": probe.size,
+                "probe_save_s_each": probe_save_t,
+                "probe_load_s_each": probe_load_t,
+                "save_spread_pct": spread_pct(probe_save_t),
+                "load_spread_pct": spread_pct(probe_load_t),
+            },
+            "state_dict": {
+                "source": "get_state_dict + set_state_dict of this model and optimizer with their "
+                "own state (no load), timed right before each probe save, median",
+                "time_s": convert_s,
+                "time_s_each": convert_t,
+                "spread_pct": spread_pct(convert_t),
+            },
+        },
+    }
 
 
 def written_bytes(world: World, run_dir: ct.RunDir, sub: str) -> int:
@@ -207,8 +236,9 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
         target = ct.parse_target(target_text)
         access = None
         if target.kind == "s3":
-            from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
             import os
+
+            from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
             access = ct.S3Access(os.environ[ENV_ENDPOINT], os.environ.get(ENV_KEY), os.environ.get(ENV_SECRET),
                                  embedded=True, root_dir=os.environ.get(ENV_ROOT))
@@ -225,7 +255,8 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                 else:
                     run_one = run_target
                 rows.append(guarded(world, record, f"the {state_dict} checkpoint to {label}",
-                                    lambda: run_one(world, run_dir, label, model, optim, dev, backend, spec.reps)))
+                                    functools.partial(run_one, world, run_dir, label, model, optim, dev, backend,
+                                                      spec.reps)))
                 world.barrier()
         finally:
             if world.rank == 0:
@@ -238,14 +269,14 @@ def checkpoint_sharding(world: World, spec: CheckpointSpec, sharding: str) -> No
                 row["replicas"] = layout.topo.nodes
             if record is not None:
                 record.add_rows([row])
-                def shown(op: str) -> str:
+                def shown(op: dict[str, Any]) -> str:
                     return "".join(f"; {name} predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s"
-                                   for name, p in (row[op].get("parts") or {}).items())
+                                   for name, p in (op.get("parts") or {}).items())
                 where = row["target"] + (f" {sharding}" if sharding != "full" else "")
                 stored = (f"; stored {row['written_bytes'] / 1e6:.1f} MB for {row['replicas']} replicas"
                           if row.get("replicas") and row.get("written_bytes") is not None else "")
                 print(f"# [checkpoint {where}] {row['bytes'] / 1e6:.1f} MB{stored}: save predicted "
                       f"{row['save']['predicted_s']:.3f} s, measured {row['save']['measured_s']:.3f} s "
-                      f"({row['save']['error_pct']:+.1f}%){shown('save')}; load predicted "
+                      f"({row['save']['error_pct']:+.1f}%){shown(row['save'])}; load predicted "
                       f"{row['load']['predicted_s']:.3f} s, measured {row['load']['measured_s']:.3f} s "
-                      f"({row['load']['error_pct']:+.1f}%){shown('load')}", flush=True)
+                      f"({row['load']['error_pct']:+.1f}%){shown(row['load'])}", flush=True)

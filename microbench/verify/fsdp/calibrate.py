@@ -36,13 +36,12 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .. import model as fm
-from . import paired
-from . import steps as vf
 from ...compose.calibration import Calibration
 from ...core.stats import percentile
 from ...world import collectives
 from ...world.dist import World
+from .. import model as fm
+from . import paired, steps as vf
 
 CAL_SHAPE = fm.PRESETS["calib"]
 CAL_TOKENS = 384
@@ -60,7 +59,7 @@ def compute_efficiency(world: World, device: Any, precision: fm.Precision, dev: 
     probe = vf.replay(CAL_SHAPE, CAL_TOKENS, dev, precision.param_dtype)
     replays, real = vf.measure_compute_pairs(world, CAL_SHAPE, CAL_TOKENS, device, precision, probe, reps)
     replay_s, measured = percentile(replays, 50), percentile(real, 50)
-    ratios = [a / b for a, b in zip(replays, real)]
+    ratios = [a / b for a, b in zip(replays, real, strict=False)]
     return {"compute_efficiency": percentile(ratios, 50), "replay_s": replay_s, "measured_s": measured,
             "replay_samples_s": replays, "measured_samples_s": real, "ratios": ratios}
 
@@ -73,7 +72,7 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
     del sample
     cal = Calibration(0.0, unit_overhead_s, efficiency, "")
 
-    def bounds(inputs: tuple[dict[str, Any], ...]) -> tuple[float, float]:
+    def bounds(inputs: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> tuple[float, float]:
         """The serial (overlap 0) and pipelined (overlap 1) predictions from (compute, collectives, optimizer)."""
         return tuple(vf.predict(CAL_SHAPE, CAL_TOKENS, world.size, precision, *inputs,
                                 replace(cal, overlap=o))["step_s"] for o in (0.0, 1.0))
@@ -82,12 +81,12 @@ def fsdp_overlap(world: World, device: Any, precision: fm.Precision, dev: str, b
     # overlap by more than its whole range. Each step is read against the inputs sampled right
     # before it (the machine's drift is in both), and the median of those readings is kept.
     each = [bounds(s.for_predict(CAL_SHAPE, CAL_TOKENS)) for s in samples]
-    raws = [_overlap_of(*b, s) for s, b in zip(steps, each)]
+    raws = [_overlap_of(*b, s) for s, b in zip(steps, each, strict=False)]
     value = percentile(raws, 50)
     serial, pipelined = bounds(paired.median_inputs(CAL_SHAPE, CAL_TOKENS, samples))
     # What each step took beyond its serial prediction: a diagnostic of the compute inside a fully_shard step.
     serial_each = [b[0] for b in each]
-    beyond = [s - p for s, p in zip(steps, serial_each)]
+    beyond = [s - p for s, p in zip(steps, serial_each, strict=False)]
     return {"overlap": min(1.0, max(0.0, value)), "raw": value, "raw_per_step": raws,
             "beyond_serial_s": percentile(beyond, 50), "predicted_serial_per_step_s": serial_each,
             "raw_iqr": [percentile(raws, 25), percentile(raws, 75)], "measured_s": percentile(steps, 50),
@@ -168,7 +167,7 @@ def unit_overhead(world: World, device: Any, precision: fm.Precision, reps: int 
     # Each step less the samples taken right before it, then the median: a difference of
     # medians carries every part's noise, and an optimizer probe timed once, apart from the
     # steps, moved the per-unit cost between runs with the machine's drift (docs/verify.md).
-    left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts)], 50)
+    left_s = percentile([f - c - m - o for f, (c, m, o) in zip(fsdp, parts, strict=False)], 50)
     per_unit = max(0.0, left_s / (2 * units))
     return {"unit_overhead_s": per_unit, "left_s": left_s, "fsdp_step_s": percentile(fsdp, 50),
             "compute_alone_s": percentile([c for c, _, _ in parts], 50),
@@ -202,5 +201,11 @@ def calibrate(world: World, device: Any, precision: fm.Precision, dev: str, back
 
 def as_calibration(cal: dict[str, Any], source: str) -> Calibration:
     """summary.calibration as verify's predictions take it: no efficiency recorded counts as 1."""
-    return Calibration(float(cal["overlap"]), float(cal["unit_overhead_s"]), float(cal.get("compute_efficiency") or 1.0),
-                       source, cal.get("backend"), cal.get("device"))
+    return Calibration(
+        float(cal["overlap"]),
+        float(cal["unit_overhead_s"]),
+        float(cal.get("compute_efficiency") or 1.0),
+        source,
+        cal.get("backend"),
+        cal.get("device"),
+    )

@@ -21,16 +21,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import model as fm
 from ...compose.curves import Curve, Network
 from ...compose.fsdp import schedule
 from ...compose.levels import Levels
 from ...compose.sharding.predict import predict_sharding
-from ...probes import nccl as coll
 from ...core.units import element_size
+from ...probes import nccl as coll
 from ...world import collectives
-from ...world.topology import Topology, topology
 from ...world.dist import World
+from ...world.topology import Topology, topology
+from .. import model as fm
 
 SHARDINGS = ("full", "hybrid")
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from . import plan
-from .. import model as fm
-from ..options import Calibrating, Output, Ranks, tolerance, whole
 from ...compose.checkpoint.full import parse_state_dicts
 from ...core.options import option
 from ...core.units import parse_number
+from .. import model as fm
+from ..options import Calibrating, Output, Ranks, tolerance, whole
+from . import plan
 
 MODEL_HELP = f"a verify preset ({', '.join(fm.PRESETS)}) or a composer preset"
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import model as fm
-from . import steps as vf
 from ...compose.model import ModelShape
 from ...core.stats import percentile
 from ...world.dist import World
+from .. import model as fm
+from . import steps as vf
 
 
 def median_collectives(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -36,7 +36,7 @@ class Inputs:
     collectives: dict[str, Any]
     optimizer: dict[str, Any]
 
-    def for_predict(self, shape: ModelShape, tokens: int) -> tuple[dict[str, Any], ...]:
+    def for_predict(self, shape: ModelShape, tokens: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(compute, collectives, optimizer) from this sample alone, as predict() takes them."""
         return vf.compute_input(shape, tokens, [self.replay_s]), self.collectives, self.optimizer
 
@@ -50,7 +50,8 @@ def inputs_sampler(world: World, shape: ModelShape, tokens: int, device: Any, de
     return lambda: Inputs(probe.time_once(world), comm(vf.PAIRED), vf.optimizer_input(optimizer(), n))
 
 
-def median_inputs(shape: ModelShape, tokens: int, samples: list[Inputs]) -> tuple[dict[str, Any], ...]:
+def median_inputs(shape: ModelShape, tokens: int,
+                  samples: list[Inputs]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(compute, collectives, optimizer) over every sample: the medians predict() takes for the row."""
     n = samples[0].optimizer["shard_params"]
     optimizer = vf.optimizer_input(percentile([s.optimizer["time_s"] for s in samples], 50), n)

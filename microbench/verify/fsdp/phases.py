@@ -5,18 +5,12 @@ marks the record partial and says which rank is gone."""
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 import warnings
 from typing import Any, Callable
 
-from .. import collector
-from .. import model as fm
-from . import steps as vf
-from . import calibrate as vc
-from . import hybrid
-from . import paired
-from ..spec import StepsSpec, where
 from ...compose.model import ModelShape
 from ...core.errors import Interrupted, MicrobenchError, RunError
 from ...core.stats import percentile
@@ -24,6 +18,9 @@ from ...results.store import RecordWriter
 from ...world import interrupts
 from ...world.dist import World
 from ...world.topology import machine_ranks
+from .. import collector, model as fm
+from ..spec import StepsSpec, where
+from . import calibrate as vc, hybrid, paired, steps as vf
 
 
 def quiet() -> None:
@@ -90,6 +87,7 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
     # and AdamW at the shard size run right before each step (paired.py): each step is predicted
     # from the inputs read at its own moment, and the row from their medians.
     sample = paired.inputs_sampler(world, shape, tokens, device, dev, backend, precision, layout)
+    samples: list[paired.Inputs]
     times, samples = vf.measure_interleaved(world, shape, tokens, device, precision, steps, warmup, sample, layout)
     del sample
     compute, collectives, optimizer = paired.median_inputs(shape, tokens, samples)
@@ -103,27 +101,51 @@ def step_row(world: World, shape: ModelShape, tokens: int, device: Any, dev: str
                            vf.Calibration(1.0, cal.unit_overhead_s, cal.compute_efficiency, cal.source))["step_s"]
     parts = vf.parts(pred, pipelined, measured, compute_alone, comm_alone)
     parts["overlap"]["used"] = cal.overlap
-    return {"kind": "step", "profile": profile, "sharding": layout.sharding if layout is not None else "full",
-            **({"topology": collectives["topology"]} if "topology" in collectives else {}), "model": shape.name, "tokens": tokens, "ranks": world.size,
-            "total_params": shape.total_params, "block_params": shape.block_params, "root_params": shape.root_params,
-            "predicted_s": pred["step_s"], "measured_s": measured, "measured_steps_s": times,
-            "predicted_steps_s": pred_each, "spread_pct": vf.spread_pct(times),
-            "error_pct": vf.paired_error_pct(pred_each, times),
-            "error_of_medians_pct": vf.error_pct(pred["step_s"], measured),
-            "predicted": pred, "parts": parts,
-            "inputs": {"compute": {"source": f"{compute['probe']}, measured in this run right before each "
-                                             f"measured step",
-                                   "tflops_per_rank": compute["tflops"], "replay_s": compute["replay_s"],
-                                   "samples_s": compute["samples_s"], "spread_pct": compute["spread_pct"]},
-                       "collectives": {"source": f"{collectives['probe']}, measured in this run right before "
-                                                 f"each measured step",
-                                       "rows": collectives["rows"]},
-                       "optimizer": {"source": f"{optimizer['probe']}, measured in this run right before each "
-                                               f"measured step",
-                                     "memory_gbps": optimizer["memory_gbps"], "samples_s": optimizer["samples_s"]},
-                       "calibration": {"source": cal.source, "overlap": cal.overlap,
-                                       "unit_overhead_s": cal.unit_overhead_s,
-                                       "compute_efficiency": cal.compute_efficiency}}}
+    return {
+        "kind": "step",
+        "profile": profile,
+        "sharding": layout.sharding if layout is not None else "full",
+        **({"topology": collectives["topology"]} if "topology" in collectives else {}),
+        "model": shape.name,
+        "tokens": tokens,
+        "ranks": world.size,
+        "total_params": shape.total_params,
+        "block_params": shape.block_params,
+        "root_params": shape.root_params,
+        "predicted_s": pred["step_s"],
+        "measured_s": measured,
+        "measured_steps_s": times,
+        "predicted_steps_s": pred_each,
+        "spread_pct": vf.spread_pct(times),
+        "error_pct": vf.paired_error_pct(pred_each, times),
+        "error_of_medians_pct": vf.error_pct(pred["step_s"], measured),
+        "predicted": pred,
+        "parts": parts,
+        "inputs": {
+            "compute": {
+                "source": f"{compute['probe']}, measured in this run right before each measured step",
+                "tflops_per_rank": compute["tflops"],
+                "replay_s": compute["replay_s"],
+                "samples_s": compute["samples_s"],
+                "spread_pct": compute["spread_pct"],
+            },
+            "collectives": {
+                "source": f"{collectives['probe']}, measured in this run right before each measured step",
+                "rows": collectives["rows"],
+            },
+            "optimizer": {
+                "source": f"{optimizer['probe']}, measured in this run right before each measured step",
+                "memory_gbps": optimizer["memory_gbps"],
+                "samples_s": optimizer["samples_s"],
+            },
+            "calibration": {
+                "source": cal.source,
+                "overlap": cal.overlap,
+                "unit_overhead_s": cal.unit_overhead_s,
+                "compute_efficiency": cal.compute_efficiency,
+            },
+        },
+    }
 
 
 def cal_key(profile: str, sharding: str | None) -> str:
@@ -162,8 +184,8 @@ def _run_steps(world: World, spec: StepsSpec) -> int:
         collector.young()   # between configurations, outside every clock
         shape = fm.shape_from_args(**spec.shapes[model_name])
         label = f"{key} {shape.name} {tokens} tokens"
-        row = guarded(world, record, label, lambda: step_row(world, shape, tokens, device, dev, backend, precision,
-                                                            cal, spec.steps, spec.warmup, profile, layout))
+        row = guarded(world, record, label, functools.partial(step_row, world, shape, tokens, device, dev, backend,
+                                                              precision, cal, spec.steps, spec.warmup, profile, layout))
         if record is not None:
             record.add_rows([row])
             print(f"# [{key}] {shape.name}, {tokens} tokens: predicted {row['predicted_s'] * 1e3:.1f} ms, "

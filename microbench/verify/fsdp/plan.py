@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import model as fm
 from ...compose.calibration import checked
 from ...core.errors import UsageError
 from ...core.units import element_size, parse_positive_int
 from ...results import load_record
 from ...world.policy import free_memory_bytes, gpu_free_bytes_without_context
+from .. import model as fm
 
 DEFAULT_MODELS, DEFAULT_TOKENS = "small,medium", "256,512"
 
@@ -72,8 +72,11 @@ def shapes(model: str | None, models: str | None, dims: dict[str, int | None],
     explicit = {k: v for k in ("hidden", "layers", "heads", "vocab") if (v := dims.get(k)) is not None}
     if explicit:
         if model or models:
-            raise UsageError("--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one")
-        kwargs = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None, **explicit}
+            raise UsageError(
+                "--model/--models and --hidden/--layers/--heads/--vocab describe the model twice; give one"
+            )
+        kwargs: dict[str, Any] = {"model": None, "hidden": None, "layers": None, "heads": None, "vocab": None,
+                                  **explicit}
         shape = fm.shape_from_args(**kwargs)
         return {shape.name: kwargs}
     names = models or model or (DEFAULT_MODELS if matrix else "small")

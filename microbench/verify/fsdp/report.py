@@ -6,8 +6,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import noise
 from ...compose.report import format_time
+from .. import noise
 
 
 def judgements(rows: list[dict[str, Any]], tolerance_pct: float, ckpt_tolerance_pct: float,
@@ -155,9 +155,12 @@ def _overlap_range(cal: dict[str, Any]) -> str:
 def print_report(record: dict[str, Any], calibrate_only: bool) -> None:
     summary = record.get("summary") or {}
     for profile, cal in (summary.get("calibration_by_profile") or {}).items():
-        print(f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
-              f"{cal['overlap']:.2f}{_overlap_range(cal)}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, compute efficiency "
-              f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)")
+        print(
+            f"# calibration [{profile}] on {cal['model']['name']} ({cal['model']['tokens']} tokens): overlap "
+            f"{cal['overlap']:.2f}{_overlap_range(cal)}, FSDP per-unit cost {format_time(cal['unit_overhead_s'])}, "
+            f"compute efficiency "
+            f"{cal['compute_efficiency']:.2f} (kernel replay / real forward+backward)"
+        )
     if calibrate_only:
         return
     verdict_ = summary.get("verdict") or {}

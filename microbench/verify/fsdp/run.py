@@ -9,18 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .. import collector
-from .. import launch
-from .. import noise
-from .. import model as fm
-from ..spec import CheckpointSpec, RankSpec, StepsSpec
-from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
-from .phases import cal_key
-from ..checkpoint.sharded import check_ckpt_dir
-from .report import attach, print_report, verdict
 from ...core.errors import UsageError
-from ...lab import namespaces as labmod
-from ...lab import placement as labrun
+from ...lab import namespaces as labmod, placement as labrun
 from ...results import RecordWriter, new_record
 from ...targets import native
 from ...world import backends, environment as envmod
@@ -28,6 +18,12 @@ from ...world.backends import BackendChoice
 from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import local_ranks
+from .. import collector, launch, model as fm, noise
+from ..checkpoint.sharded import check_ckpt_dir
+from ..spec import CheckpointSpec, RankSpec, StepsSpec
+from .phases import cal_key
+from .plan import VerifyOptions, calibration_from, check_hybrid, check_memory
+from .report import attach, print_report, verdict
 
 
 def run_fsdp(opts: VerifyOptions) -> int:
@@ -63,19 +59,30 @@ def run_fsdp(opts: VerifyOptions) -> int:
               "calibration": opts.calibration, "cal_reps": opts.cal_reps, "backend": choice.backend,
               "device": choice.device, "precision": dataclasses.asdict(fm.precision_for(choice.device))}
     kind = "calibration" if opts.calibrate_only else "verify"   # the kinds `compose --calibration` takes
-    record = new_record(kind, config, envmod.collect(),
-                        {**native.implementation(), "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
-                         "model": fm.FAMILY, "backend": choice.backend, "device": choice.device,
-                         "gc": collector.NOTE})
-    writer = RecordWriter(record, opts.json, opts.results_dir)
-    path = writer.path
+    record = new_record(
+        kind,
+        config,
+        envmod.collect(),
+        {
+            **native.implementation(),
+            "engine": "torch fully_shard (FSDP2) + torch.distributed.checkpoint",
+            "model": fm.FAMILY,
+            "backend": choice.backend,
+            "device": choice.device,
+            "gc": collector.NOTE,
+        },
+    )
+    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
     base = RankSpec(device=choice.device, backend=choice.backend, record=str(path), timeout_s=timeout_s, nproc=nproc,
                     calibration=cal, cal_reps=opts.cal_reps,
                     calibration_source=f"--calibration {opts.calibration}" if opts.calibration else None)
-    print(f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
-          f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
-          f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
-          f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}", flush=True)
+    print(
+        f"# verify fsdp: {nproc} ranks ({choice.backend}/{choice.device}), "
+        f"{'calibration only' if opts.calibrate_only else f'{len(configs)} configuration(s) x {len(profs)} profile(s)'}"
+        f"{f' x {len(opts.shardings)} shardings' if len(opts.shardings) > 1 else ''}"
+        f"{', checkpoint to a directory and S3' if checkpoint else ''}; record {path}",
+        flush=True,
+    )
     # A signal or a failed phase must not leave the record "running".
     with launch.partial_unless_finished(path):
         try:
@@ -114,9 +121,9 @@ def _fields(spec: RankSpec) -> dict[str, Any]:
 def _checkpoint_phase(ckpt_dir: str | None, base: RankSpec, shardings: list[str], shape_kwargs: dict[str, Any],
                       choice: BackendChoice, reps: int, state_dicts: list[str], per_node: int = 1) -> int:
     """On loopback (the storage path, not the lab's links): the largest model of the run."""
+    from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
     from ...targets import checkpoint_target as ct
     from ...targets.s3server import EmbeddedS3
-    from ...run.provision import ENV_ENDPOINT, ENV_KEY, ENV_ROOT, ENV_SECRET
 
     largest = max(shape_kwargs, key=lambda n: fm.shape_from_args(**shape_kwargs[n]).total_params)
     with contextlib.ExitStack() as stack:

@@ -23,20 +23,19 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from . import hybrid
-from .. import model as fm
 from ...compose.calibration import Calibration
 from ...compose.curves import Curve
 from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_times, predict_step, schedule, unit_bytes
 from ...compose.model import ModelShape
-from ...probes import nccl as coll
-from ...probes import compute as cm
-from ...probes.compute.replay import StepReplay
-from ...run.runner import SweepSettings, measure_case
 from ...core.stats import percentile
 from ...core.units import element_size
+from ...probes import compute as cm, nccl as coll
+from ...probes.compute.replay import StepReplay
+from ...run.runner import SweepSettings, measure_case
 from ...world import collectives
 from ...world.dist import World
+from .. import model as fm
+from . import hybrid
 
 
 def sync(device: Any) -> None:
@@ -102,6 +101,7 @@ def collectives_sampler(world: World, shape: ModelShape, precision: fm.Precision
     nodes), built once: its groups and buffers. Each call measures every case again with the
     settings given and returns the collectives input predict() takes."""
     sizes = unit_sizes(shape, precision)
+    keep: tuple[str, ...]
     if layout is not None and layout.hybrid:
         cases, extra = hybrid.collective_cases(world, precision, device, backend, sizes)
         keep = hybrid.KEEP
@@ -134,7 +134,9 @@ def curves(collectives: dict[str, Any], ranks: int) -> tuple[Curve, Curve]:
             Curve.from_record(record, "reduce_scatter", "measured in this run"))
 
 
-def optimizer_sampler(world: World, shape: ModelShape, device: Any, layout: Any = None) -> tuple[Callable[[], float], int]:
+def optimizer_sampler(
+    world: World, shape: ModelShape, device: Any, layout: Any = None
+) -> tuple[Callable[[], float], int]:
     """One AdamW step per call over one flat fp32 tensor the size of this rank's shard, every
     rank at once: the slowest rank's seconds. Returns (sampler, shard params), the sampler warm:
     two untimed steps first allocate AdamW's state and warm the caches."""
@@ -173,6 +175,7 @@ def probe_optimizer(world: World, shape: ModelShape, device: Any, layout: Any = 
 
 def train_spec(shape: ModelShape, tokens: int, ranks: int, precision: fm.Precision, compute: dict[str, Any],
                optimizer: dict[str, Any], cal: Calibration) -> TrainSpec:
+    assert cal.overlap is not None and cal.unit_overhead_s is not None   # verify calibrates both first
     return TrainSpec(ranks=ranks, micro_batch=1, seq_len=tokens,
                      flops_per_rank=compute["flops_per_rank"] * cal.compute_efficiency,
                      param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
@@ -224,7 +227,7 @@ def measure_interleaved(world: World, shape: ModelShape, tokens: int, device: An
             samples.append(sample)
     per_rank = world.all_gather_object(times)
     del model, optim
-    return [max(step) for step in zip(*per_rank)], samples
+    return [max(step) for step in zip(*per_rank, strict=False)], samples
 
 
 def compute_alone_sampler(world: World, shape: ModelShape, tokens: int, device: Any,
@@ -324,7 +327,9 @@ def parts(pred: dict[str, Any], pipelined_s: float, measured_s: float, compute_a
     """Predicted vs measured per part, and the overlap the step implies on the composer's scale:
     the time it hid, (compute alone + collectives alone + optimizer + overhead - step), over the
     most the composer's pipelined step can hide (its serial bound minus its pipelined step)."""
-    comm_pred = pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"] + pred.get("allreduce_s", 0.0)
+    comm_pred = (
+        pred["allgather_fwd_s"] + pred["allgather_bwd_s"] + pred["reduce_scatter_s"] + pred.get("allreduce_s", 0.0)
+    )
     rest = pred["optimizer_s"] + pred["fsdp_overhead_s"]
     hideable = pred["no_overlap_s"] - pipelined_s
     hidden = compute_alone_s + comm_alone_s + rest - measured_s
@@ -345,7 +350,7 @@ def paired_error_pct(predicted_each: list[float], measured_each: list[float]) ->
     """The median of the pairs' errors: each measurement against the prediction made from the
     probe sample taken right before it. A shared machine's speed drifts by tens of percent within
     a run; a pair shares the drift, two medians taken apart do not (docs/verify.md)."""
-    return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each)], 50)
+    return percentile([error_pct(p, m) for p, m in zip(predicted_each, measured_each, strict=False)], 50)
 
 
 def spread_pct(times: list[float]) -> float:

@@ -23,13 +23,13 @@ import math
 import time
 from typing import Any
 
-from .. import model as fm
-from ..fsdp import steps as vf
-from ..fsdp.steps import sync
 from ...core.stats import percentile
 from ...probes.modelload import model_dir as md
 from ...run.runner import SweepSettings, measure_case
 from ...world.dist import World
+from .. import model as fm
+from ..fsdp import steps as vf
+from ..fsdp.steps import sync
 
 
 def settings(iters: int = 3, warmup: int = 1) -> SweepSettings:
@@ -159,16 +159,25 @@ def probe_checkpoint(world: World, run_dir: Any, layout: list[Any], async_ckpt: 
            "dcp.save through a cached mount: blocked until it returns, durable when the store holds every byte "
            "(polled over the S3 API)" if mount else "dcp.save: durable when it returns")
     # A cached mount's write-back delay (as `mount up` set it) runs beside earlier uploads.
-    delay = float(probe.mount.get("write_back_s") or 0.0) if mount and not async_ckpt else 0.0
-    return {"blocking_s": blocking, "durable_s": max(durable, blocking), "bytes": nbytes, "mount": mount,
-            "drain_delay_s": delay,
-            "drain_blocks_next": async_ckpt, "iters": row["iters"],
-            "source": f"checkpoint probe on {run_dir.display.split('://')[0] if '://' in run_dir.display else 'a directory'}"
-                      f" in this run: {nbytes:,} bytes in this training state's layout (model + AdamW), {how}, "
-                      f"median of {row['iters']}"}
+    delay = float((probe.mount or {}).get("write_back_s") or 0.0) if mount and not async_ckpt else 0.0
+    return {
+        "blocking_s": blocking,
+        "durable_s": max(durable, blocking),
+        "bytes": nbytes,
+        "mount": mount,
+        "drain_delay_s": delay,
+        "drain_blocks_next": async_ckpt,
+        "iters": row["iters"],
+        "source": "checkpoint probe on "
+        f"{run_dir.display.split('://')[0] if '://' in run_dir.display else 'a directory'}"
+        f" in this run: {nbytes:,} bytes in this training state's layout (model + AdamW), {how}, "
+        f"median of {row['iters']}",
+    }
 
 
-def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, world: World) -> tuple[list[Any], dict[str, Any]]:
+def fresh_model_probe(
+    shape: Any, device: Any, precision: Any, tokens: int, world: World
+) -> tuple[list[Any], dict[str, Any]]:
     """A throwaway copy of the sharded model, fresh as the job's is after its load: its first
     steps timed (a fresh FSDP2 model's first step also initializes FSDP's buffers and AdamW's
     state: the extra over the next steps is an input of the prediction), then the layout of its
@@ -189,7 +198,7 @@ def fresh_model_probe(shape: Any, device: Any, precision: Any, tokens: int, worl
         fm.step(model, optim, ids, targets)
         sync(device)
         times.append(time.perf_counter() - start)
-    times = [max(t) for t in zip(*world.all_gather_object(times))]
+    times = [max(t) for t in zip(*world.all_gather_object(times), strict=False)]
     msd, osd = get_state_dict(model, optim)
     layout = ckl.state_layout({"model": msd, "optim": osd})
     del model, optim, msd, osd

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from . import plan
-from .. import model as fm
-from ..options import TIMEOUT_HELP, Calibrating, Output, Ranks, tolerance, whole
 from ...core.options import option, timeout
 from ...core.units import parse_duration_s
+from .. import model as fm
+from ..options import TIMEOUT_HELP, Calibrating, Output, Ranks, tolerance, whole
+from . import plan
 
 
 def _ckpt_every(text: Any, flag: str) -> int | None:
@@ -42,8 +42,13 @@ class Data:
     TITLE: ClassVar[str] = "data"
     DESCRIPTION: ClassVar[str] = "the batches a DataLoader streams from the data tier"
     batch_size: int = option(8, parse=whole("8"), help="samples per step per rank")
-    sample_bytes: int = option(4096, flag="--sample-size", metavar="SIZE", parse=lambda text, flag: plan.sample_bytes(text),
-                               help="bytes per sample")
+    sample_bytes: int = option(
+        4096,
+        flag="--sample-size",
+        metavar="SIZE",
+        parse=lambda text, flag: plan.sample_bytes(text),
+        help="bytes per sample",
+    )
     workers: int = option(1, parse=lambda text, flag: plan.workers(text), help="DataLoader workers per rank")
 
 
@@ -58,7 +63,9 @@ class Storage:
     write_back_s: float = option(1.0, flag="--write-back", metavar="DURATION", shown="1s",
                                  parse=lambda text, flag: parse_duration_s(text, what=flag, example="1s"),
                                  help="mount tier: rclone's write-back delay")
-    base_dir: str | None = option(None, flag="--dir", metavar="DIR", shown="the temp dir", help="where the dir tier's files go")
+    base_dir: str | None = option(
+        None, flag="--dir", metavar="DIR", shown="the temp dir", help="where the dir tier's files go"
+    )
 
 
 @dataclass
@@ -92,7 +99,8 @@ def resolve(flags: JobFlags) -> plan.JobOptions:
     if r.link_profiles is None and j.matrix and r.lab:
         profiles = link_profiles(plan.MATRIX_PROFILES, "--link-profiles")
     if s.base_dir is not None:
-        check_base(s.base_dir)
+        # A directory no step could write is misuse, refused before calibration and the job run.
+        check_base(s.base_dir, writable=True, flag="--dir")
     return plan.JobOptions(
         shape=shape, tokens=j.tokens, steps=j.steps, ckpt_every=j.ckpt_every, async_ckpt=j.async_ckpt,
         assignments=chosen, profiles=profiles, tolerance_pct=j.tolerance_pct, batch_size=d.batch_size,

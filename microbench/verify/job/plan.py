@@ -95,7 +95,7 @@ def check_tokens_fit(tokens: int, batch_size: int, sample_size: int) -> None:
 def assignments(data: str | None, model: str | None, ckpt: str | None, matrix: bool,
                 fuse_reason: str | None) -> tuple[list[Assignment], list[str]]:
     """The assignments to run and notes for the record. --matrix with tier flags is misuse."""
-    given = [flag for flag, value in zip(PHASE_FLAGS.values(), (data, model, ckpt)) if value is not None]
+    given = [flag for flag, value in zip(PHASE_FLAGS.values(), (data, model, ckpt), strict=False) if value is not None]
     if matrix:
         if given:
             raise UsageError(f"--matrix runs its own storage assignments; drop {', '.join(given)} or --matrix")

@@ -22,16 +22,15 @@ phase is the slowest rank's sum, and the total the slowest rank's."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, cast
 
-from .. import collector
-from .. import model as fm
-from .tiers import Place, steady_threads, threads_settled
-from ..fsdp.steps import error_pct, sync
 from ...compose.dataload import DataRate, data_stall
 from ...compose.job.timeline import KINDS, JobPlan, PhaseCosts, timeline
 from ...world.dist import World
-
+from .. import collector, model as fm
+from ..fsdp.steps import error_pct, sync
+from .tiers import Place, steady_threads, threads_settled
 
 
 def data_plan(ranks: int, batch_size: int, steps: int, workers: int, sample_bytes: int) -> Any:
@@ -60,9 +59,15 @@ def predict(plan: JobPlan, step: dict[str, Any], model: dict[str, Any], data: di
     # A fresh model's first step also sets up FSDP's buffers and AdamW's state: that extra, from
     # a throwaway copy's first step, spread over the steps as the timeline has one step time.
     step_s = step["step_s"] + step.get("first_step_extra_s", 0.0) / plan.steps
-    costs = PhaseCosts(model_load_s=model["load_s"], step_s=step_s, data_stall_s=stall_total / plan.steps,
-                       save_blocking_s=ckpt["blocking_s"], save_drain_s=max(0.0, ckpt["durable_s"] - ckpt["blocking_s"]),
-                       drain_blocks_next=ckpt["drain_blocks_next"], drain_delay_s=ckpt["drain_delay_s"])
+    costs = PhaseCosts(
+        model_load_s=model["load_s"],
+        step_s=step_s,
+        data_stall_s=stall_total / plan.steps,
+        save_blocking_s=ckpt["blocking_s"],
+        save_drain_s=max(0.0, ckpt["durable_s"] - ckpt["blocking_s"]),
+        drain_blocks_next=ckpt["drain_blocks_next"],
+        drain_delay_s=ckpt["drain_delay_s"],
+    )
     return timeline(plan, costs), stall.as_dict()
 
 
@@ -173,7 +178,8 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
                 current = state()
                 state_s.append(time.perf_counter() - start)
                 if plan.async_ckpt:
-                    future = dcp.async_save(current, storage_writer=writer, process_group=group)
+                    # A Future: async_save returns an AsyncSaveResponse only when given a stager.
+                    future = cast("Future[Any]", dcp.async_save(current, storage_writer=writer, process_group=group))
                 else:
                     dcp.save(current, storage_writer=writer, process_group=group)
                 del current
@@ -196,7 +202,7 @@ def run_job(world: World, shape: Any, tokens: int, device: Any, precision: Any, 
     start = time.perf_counter()
     writer = run_dir.writer(f"step-{plan.steps}", 1)
     if plan.async_ckpt:
-        dcp.async_save(state(), storage_writer=writer, process_group=group).result()
+        cast("Future[Any]", dcp.async_save(state(), storage_writer=writer, process_group=group)).result()
     else:
         dcp.save(state(), storage_writer=writer, process_group=group)
     durable = _wait_durable(world, run_dir, start, timeout_s)

@@ -7,8 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .. import noise
 from ...compose.report import format_time
+from .. import noise
 
 NAMES = {"model_load": "model load", "train": "train", "data_stall": "data stall", "ckpt_blocking": "ckpt blocking",
          "ckpt_wait": "ckpt wait", "final_save": "final save (durable)"}
@@ -36,11 +36,17 @@ def judge_job(row: dict[str, Any], tolerance_pct: float, load: dict[str, Any] | 
     sides: dict[str, list[tuple[float, tuple[float, float, float] | None]]] = {"predicted": [], "measured": []}
     if pred_total > 0 and meas_total > 0:
         train = phases.get("train") or {}
-        sides["predicted"].append((train.get("predicted_s", 0.0) / pred_total,
-                                   _relative(list(step.get("replay_before_s") or []) + list(step.get("replay_after_s") or []))))
+        sides["predicted"].append(
+            (
+                train.get("predicted_s", 0.0) / pred_total,
+                _relative(list(step.get("replay_before_s") or []) + list(step.get("replay_after_s") or [])),
+            )
+        )
         sides["measured"].append((train.get("measured_s", 0.0) / meas_total, _relative(measured.get("steps_s") or [])))
         blocking = phases.get("ckpt_blocking") or {}
-        sides["measured"].append((blocking.get("measured_s", 0.0) / meas_total, _relative(measured.get("saves_s") or [])))
+        sides["measured"].append(
+            (blocking.get("measured_s", 0.0) / meas_total, _relative(measured.get("saves_s") or []))
+        )
     used = [(side, w, r) for side, parts in sides.items() for w, r in parts if r is not None and w > 0]
     if not used:
         return noise.judge_interval(total["error_pct"], total["error_pct"], total["error_pct"], 0.0, 1,

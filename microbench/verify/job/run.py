@@ -13,15 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .. import launch
-from .. import noise
-from .. import model as fm
-from ..spec import JobSpec, JobTiers, RankSpec
-from .plan import MATRIX_PROFILES, JobOptions
-from .report import attach, print_report, verdict
-from ..fsdp.plan import calibration_from, check_memory
-from ...lab import namespaces as labmod
-from ...lab import placement as labrun
+from ...lab import namespaces as labmod, placement as labrun
 from ...results import RecordWriter, new_record
 from ...targets import native
 from ...world import backends, environment as envmod
@@ -29,6 +21,11 @@ from ...world.backends import BackendChoice
 from ...world.dist import World
 from ...world.launch import check_local_world, detect_world
 from ...world.policy import local_ranks
+from .. import launch, model as fm, noise
+from ..fsdp.plan import calibration_from, check_memory
+from ..spec import JobSpec, JobTiers, RankSpec
+from .plan import MATRIX_PROFILES, JobOptions
+from .report import attach, print_report, verdict
 
 S3_BUCKET, S3_PREFIX = "microbench", "verify-job"
 
@@ -81,8 +78,7 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
                         {**native.implementation(), "engine": "a short FSDP2 training job (safetensors load, "
                          "DataLoader over WebDataset shards, DCP checkpoints) vs compose/job.timeline",
                          "model": fm.FAMILY, "backend": choice.backend, "device": choice.device})
-    writer = RecordWriter(record, opts.json, opts.results_dir)
-    path = writer.path
+    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
     print(f"# verify job: {nproc} ranks ({choice.backend}/{choice.device}), {shape.name}, {opts.steps} steps of "
           f"{opts.tokens} tokens, checkpoint every {opts.ckpt_every or '-'}{' (async)' if opts.async_ckpt else ''}; "
           f"{len(opts.assignments)} storage assignment(s) x {len(opts.profiles)} profile(s); record {path}", flush=True)
@@ -131,6 +127,7 @@ def _tiers(stack: contextlib.ExitStack, used: list[str],
         from ...targets.s3server import EmbeddedS3
 
         server = stack.enter_context(EmbeddedS3(bucket=S3_BUCKET))
+        assert server.port is not None   # known once it has started
         env.update(embedded_s3_env(server))
         tiers = dataclasses.replace(tiers, s3={"bucket": S3_BUCKET, "prefix": S3_PREFIX},
                                     ports=[*tiers.ports, server.port])

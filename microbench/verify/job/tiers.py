@@ -14,9 +14,9 @@ import shutil
 import uuid
 from typing import Any
 
-from ..spec import JobTiers
 from ...targets import checkpoint_target as ct
 from ...targets.workdir import drop_pages
+from ..spec import JobTiers
 
 
 def s3_access() -> tuple[Any, ct.S3Access, str | None]:
@@ -94,7 +94,9 @@ class Place:
 
     def cache_files(self, keys: list[str]) -> list[str]:
         if self.tier == "s3":
-            return [os.path.join(self.server_root, self.bucket, self.prefix, k) for k in keys] if self.server_root else []
+            return (
+                [os.path.join(self.server_root, self.bucket, self.prefix, k) for k in keys] if self.server_root else []
+            )
         return [self.path(k) for k in keys]
 
     def drop_cache(self, keys: list[str]) -> None:

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fsdp import calibrate as vc
-from . import inputs as ji
-from . import rank as jr
-from .. import model as fm
-from .plan import Assignment
-from .tiers import Place, os_threads, threads_settled
-from ..fsdp.phases import device_of, guarded, quiet
-from ..spec import JobSpec
 from ...compose.job.timeline import JobPlan
 from ...results.store import RecordWriter
 from ...world.dist import World
+from .. import model as fm
+from ..fsdp import calibrate as vc
+from ..fsdp.phases import device_of, guarded, quiet
+from ..spec import JobSpec
+from . import inputs as ji, rank as jr
+from .plan import Assignment
+from .tiers import Place, os_threads, threads_settled
 
 REPLAYS = 3   # compute probe samples on each side of the job
 
@@ -36,7 +35,9 @@ def run_profile(world: World, spec: JobSpec) -> int:
         source = (f"calibrated in this run on {vc.CAL_SHAPE.name} ({vc.CAL_TOKENS} tokens) and tiny units, {profile} "
                   f"(another model than the job's)")
         if record is not None:
-            record.update(lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(profile, cal_dict))
+            record.update(
+                lambda r: r["summary"].setdefault("calibration_by_profile", {}).__setitem__(profile, cal_dict)
+            )
     cal = vc.as_calibration(cal_dict, source)
     shape = fm.shape_from_args(**spec.shape)
     for a in spec.assignments:
@@ -57,8 +58,11 @@ def run_profile(world: World, spec: JobSpec) -> int:
         if record is not None:
             record.add_rows([row])
             t = row["total"]
-            print(f"# [{profile}] {a.label}: total predicted {t['predicted_s']:.2f} s, measured {t['measured_s']:.2f} s "
-                  f"({t['error_pct']:+.1f}%)", flush=True)
+            print(
+                f"# [{profile}] {a.label}: total predicted {t['predicted_s']:.2f} s, measured {t['measured_s']:.2f} s "
+                f"({t['error_pct']:+.1f}%)",
+                flush=True,
+            )
     return 0
 
 
@@ -88,7 +92,7 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
             keys = ji.write_model(model_place, state)
             model_place.settle(spec.timeout_s)
             data_place.create()
-            if data_place.local:
+            if data_place.root is not None:   # a local tier: the ranks' files written here
                 ds.write_local(dplan, data_place.root)
             else:
                 ds.write_s3(dplan, data_place.client(), data_place.bucket, data_place.prefix)
@@ -129,14 +133,39 @@ def one_config(world: World, spec: JobSpec, a: Assignment, shape: Any, device: A
             for run_dir in (probe_dir, job_dir):
                 run_dir.remove()
     phases, total = jr.compare(tl, measured)
-    return {"kind": "job", "profile": spec.profile, "assignment": a.label, "data": a.data, "model_from": a.model_from,
-            "ckpt_to": a.ckpt_to, "model": shape.name, "model_bytes": nbytes, "tokens": tokens, "ranks": world.size,
-            "steps": plan.steps, "ckpt_every": plan.ckpt_every, "async_ckpt": plan.async_ckpt, "batch_size": batch,
-            "sample_bytes": spec.sample_bytes, "workers": workers,
-            "phases": phases, "total": total, "error_pct": total["error_pct"],
-            "predicted_timeline": tl.as_dict(),
-            "measured": {k: v for k, v in measured.items() if k not in ("phases_s",)},
-            "inputs": {"fresh_model": fresh_in, "model_load": model_in, "data": {**data_in, "stall": stall}, "checkpoint": ckpt_in,
-                       "step": step_in, "calibration": {"source": cal.source, "overlap": cal.overlap,
-                                                        "unit_overhead_s": cal.unit_overhead_s,
-                                                        "compute_efficiency": cal.compute_efficiency}}}
+    return {
+        "kind": "job",
+        "profile": spec.profile,
+        "assignment": a.label,
+        "data": a.data,
+        "model_from": a.model_from,
+        "ckpt_to": a.ckpt_to,
+        "model": shape.name,
+        "model_bytes": nbytes,
+        "tokens": tokens,
+        "ranks": world.size,
+        "steps": plan.steps,
+        "ckpt_every": plan.ckpt_every,
+        "async_ckpt": plan.async_ckpt,
+        "batch_size": batch,
+        "sample_bytes": spec.sample_bytes,
+        "workers": workers,
+        "phases": phases,
+        "total": total,
+        "error_pct": total["error_pct"],
+        "predicted_timeline": tl.as_dict(),
+        "measured": {k: v for k, v in measured.items() if k not in ("phases_s",)},
+        "inputs": {
+            "fresh_model": fresh_in,
+            "model_load": model_in,
+            "data": {**data_in, "stall": stall},
+            "checkpoint": ckpt_in,
+            "step": step_in,
+            "calibration": {
+                "source": cal.source,
+                "overlap": cal.overlap,
+                "unit_overhead_s": cal.unit_overhead_s,
+                "compute_efficiency": cal.compute_efficiency,
+            },
+        },
+    }
