@@ -32,9 +32,7 @@ def _cpu_paths_unless_marked_gpu(request: Any, monkeypatch: Any) -> None:
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-                        "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MICROBENCH_SPAWNED")}
+    env = {k: v for k, v in os.environ.items() if k not in _WORLD_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_PARENT, env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env
@@ -47,6 +45,91 @@ def run_cli(tmp_path):
     def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "microbench", *args], cwd=tmp_path, env=cli_env(env),
                               capture_output=True, text=True, timeout=timeout)
+
+    return _run
+
+
+# Launcher variables a test's own environment may hold; no CLI run of a test inherits them.
+_WORLD_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MICROBENCH_SPAWNED")
+
+
+class StartedProcesses(BaseException):
+    """An in-process CLI run tried to start microbench ranks or steps (a BaseException, so no
+    handler of the command's own mistakes it for a failure of the work)."""
+
+
+def _no_microbench_children(mp: pytest.MonkeyPatch) -> None:
+    """For the call: starting microbench in a child (ranks, suite steps) or forking raises
+    StartedProcesses. Other tools (ip, mount, fio --version) still run."""
+    real_popen = subprocess.Popen
+
+    class GuardedPopen(real_popen):  # type: ignore[misc, valid-type]
+        def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+            words = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+            if "microbench" in words or any(w.endswith("/microbench") for w in words):
+                raise StartedProcesses(f"in-process CLI started microbench (use run_cli for a test of real work): {words}")
+            super().__init__(args, *rest, **kwargs)
+
+    def no_fork() -> int:
+        raise StartedProcesses("in-process CLI forked (use run_cli for a test of real work)")
+
+    mp.setattr(subprocess, "Popen", GuardedPopen)
+    mp.setattr(os, "fork", no_fork)
+
+
+@contextmanager
+def _warnings_as_a_process_prints() -> Iterator[None]:
+    """Warnings on (redirected) stderr under the interpreter's default filters, as a child
+    process would print them, instead of pytest's record: a stray warning still breaks the
+    one-line stderr a refusal promises."""
+    import warnings
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", quiet)
+        warnings.showwarning = show
+        yield
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """cli(*args, env=None, timeout=None) -> CompletedProcess: microbench's command line run in
+    this process (cli.main(argv)), cwd=tmp_path, stdout and stderr captured, its exit code as
+    returncode. For what the command line refuses, and for commands that only read and print
+    (compose, compare, plot, report), without an interpreter and torch starting for every call
+    (1-3 s each on the 2-core CI). It refuses to start ranks or suite steps (StartedProcesses):
+    a test of real work, signals or a process's own end uses run_cli."""
+    import contextlib
+    import io
+
+    from microbench import cli as command_line
+
+    def _run(*args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+        out, err = io.StringIO(), io.StringIO()
+        saved_env = dict(os.environ)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(tmp_path)
+            for name in _WORLD_VARIABLES:
+                mp.delenv(name, raising=False)
+            for name, value in (env or {}).items():
+                mp.setenv(name, value)
+            _no_microbench_children(mp)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _warnings_as_a_process_prints():
+                    try:
+                        code = command_line.main(list(args))
+                    except SystemExit as exc:  # --help, --version: argparse exits
+                        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finally:
+                os.environ.clear()  # main() sets defaults (TORCH_CPP_LOG_LEVEL) a child would not keep
+                os.environ.update(saved_env)
+        return subprocess.CompletedProcess(["microbench", *args], code, out.getvalue(), err.getvalue())
 
     return _run
 
@@ -207,6 +290,13 @@ def browser_dom(page: Path, tmp_path: Path, expression: str) -> Any:
                       .replace("&amp;", "&"))
 
 
+def symlink_loop(where: Path, name: str = "loop") -> Path:
+    """A symlink to itself in `where`: ELOOP on every lookup through it."""
+    link = where / name
+    link.symlink_to(name)
+    return link
+
+
 # --------------------------------------------------------------------------- mounts (root)
 
 
@@ -289,3 +379,44 @@ def lab(lab_name):
     return lab
 
 
+
+
+# --------------------------------------------------------------------------- markers, checked
+
+# A test that uses one of these fixtures needs root (network namespaces, mounts) ...
+ROOT_FIXTURES = frozenset({"lab", "lab_name", "read_only_dir"})
+# ... or takes seconds of real work: a lab brought up, a CLI child that imports torch, the
+# embedded S3 server. `pytest -m "not slow"` is the pure-logic run, so these are marked slow.
+SLOW_FIXTURES = frozenset({"lab", "lab_name", "run_cli", "embedded_s3"})
+
+
+def missing_markers(fixtures: set[str] | frozenset[str], markers: set[str]) -> list[str]:
+    """The markers a test with these fixtures lacks, given the markers it has."""
+    missing = []
+    if fixtures & ROOT_FIXTURES and "root" not in markers:
+        missing.append("root")
+    if fixtures & SLOW_FIXTURES and "slow" not in markers:
+        missing.append("slow")
+    return missing
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A test without the markers its fixtures call for is a collection error: `-m "not slow"`
+    and `-m "not root"` must leave out every test they promise to.
+
+    Under pytest-xdist (`-n 2 --dist loadgroup`) every root test joins the xdist group "serial",
+    with the tests marked for it that time a failure: one worker runs them one after another,
+    so two labs, mounts or shaped links never measure beside each other, nor a timed failure
+    beside another."""
+    wrong = []
+    for item in items:
+        markers = {m.name for m in item.iter_markers()}
+        missing = missing_markers(frozenset(getattr(item, "fixturenames", ())), markers)
+        if missing:
+            wrong.append(f"{item.nodeid}: mark it {' and '.join(missing)}")
+        if "root" in markers and "xdist_group" not in markers:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+    if wrong:
+        raise pytest.UsageError("tests without the markers their fixtures need (tests/conftest.py, ROOT_FIXTURES, "
+                                "SLOW_FIXTURES):\n  " + "\n  ".join(wrong))

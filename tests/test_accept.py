@@ -1,4 +1,5 @@
 import pytest
+from conftest import one_error_line
 
 from microbench.accept.rules import Check, evaluate, load_checks
 from microbench.core.errors import UsageError
@@ -77,3 +78,18 @@ def test_pyproject_installs_tomli_where_tomllib_is_missing():
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.10"
     assert any(dep.startswith("tomli") and "python_version < '3.11'" in dep for dep in project["dependencies"])
+
+
+@pytest.mark.parametrize("check, needle", [
+    ('step = "nosuch"\nop = "x"\nmin = 1', "unknown step 'nosuch' in check #1"),
+    ('step = "memory"\nop = "memcpy_1t"\nmetric = "bogus_gbps"\nmin = 1', "unknown metric 'bogus_gbps' for step 'memory'"),
+    ('step = "memory"\nop = "memcpy_1t"\nmin = 5\nmax = 1', "min = 5 is above max = 1"),
+    ('step = "memory"\nop = "memcpy_1t"\nmni = 1\nmax = 9', "unknown key 'mni' in check #1"),
+])
+def test_a_thresholds_file_that_cannot_be_met_is_refused_before_the_suite(cli, tmp_path, check, needle):
+    accept = tmp_path / "t.toml"
+    accept.write_text(f"[[check]]\n{check}\n")
+    done = cli("suite", "--only", "memory", "--accept", str(accept), "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert needle in one_error_line(done.stderr)
+    assert not (tmp_path / "r").exists() and "# memory ..." not in done.stdout

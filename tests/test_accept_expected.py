@@ -71,7 +71,7 @@ def test_bad_thresholds(tmp_path, extra, needle):
 
 @pytest.mark.parametrize("extra", ["min_fraction_of_expected = 1.6", 'min_fraction_of_expected = 0.8\nexpected = "24"',
                                    'min_fraction_of_expected = 0.8\nexpected = "-1GB/s"'])
-def test_suite_accept_bad_thresholds_exit_2_one_line(run_cli, tmp_path, extra):
-    proc = run_cli("suite", "--accept", str(_toml(tmp_path, extra)))
+def test_suite_accept_bad_thresholds_exit_2_one_line(cli, tmp_path, extra):
+    proc = cli("suite", "--accept", str(_toml(tmp_path, extra)))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "expected" in last_line(proc.stderr) and "Traceback" not in proc.stderr

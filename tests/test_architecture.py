@@ -132,10 +132,12 @@ def broken_rules(edges: dict[str, set[str]]) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_no_import_circle():
     assert cycles(graph()) == []
 
 
+@pytest.mark.slow
 def test_every_package_imports_only_what_lies_below_it():
     assert set(package_of(m) for m in modules()) <= set(ALLOWED), "a package the rules do not name"
     assert broken_rules(graph()) == []
@@ -146,6 +148,7 @@ def test_package_rules_form_layers():
     assert cycles(ALLOWED) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["microbench.compose", "microbench.results", "microbench.core",
                                   "microbench.core.registry", "microbench.expect"])
 def test_the_base_loads_without_torch_or_any_probe(what):
@@ -192,6 +195,7 @@ def defined_names(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_every_import_of_microbench_resolves():
     """Every `from microbench... import name`, at any depth (an import inside a function runs
     only when that function does, so a stale one hides until then), names a module that exists

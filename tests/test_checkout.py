@@ -58,6 +58,7 @@ def _checkout_copy(where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("safe_path_flag", [True, False], ids=["dash-P", "pop-cwd"])
 def test_a_child_imports_the_launchers_package_not_the_working_directorys(tmp_path, safe_path_flag):
     if safe_path_flag and sys.version_info < (3, 11):
@@ -99,6 +100,7 @@ def test_the_suite_from_a_checkout_measures_with_the_installed_native_core(tmp_p
         assert json.loads(path.read_text())["implementation"]["name"] == "native", path
 
 
+@pytest.mark.slow
 def test_a_missing_native_core_is_the_first_line_of_the_output(tmp_path):
     checkout = _checkout_copy(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MICROBENCH_NO_NATIVE")}

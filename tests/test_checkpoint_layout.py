@@ -46,6 +46,7 @@ def _state():
                       "param_groups": [{"lr": 1e-4, "betas": (0.9, 0.95), "params": ["embed.weight", "norm.weight"]}]}}
 
 
+@pytest.mark.slow
 def test_state_layout_walks_in_order_and_counts_bytes(gloo):
     items = state_layout(_state())
     assert [(i.group, i.kind, i.shape) for i in items] == [
@@ -69,6 +70,7 @@ class _World:
         self.dist.barrier()
 
 
+@pytest.mark.slow
 def test_probe_saves_and_loads_a_mirrored_state(gloo, tmp_path):
     items = tuple(state_layout(_state()))
     run_dir = ct.RunDir(ct.parse_target(str(tmp_path / "ck")), "run")

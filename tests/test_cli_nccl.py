@@ -4,11 +4,11 @@ import csv
 import json
 
 import pytest
+from conftest import records
 
-from conftest import last_line
-from microbench.targets import native
 from microbench.probes.nccl import OPS
 from microbench.results import SCHEMA_VERSION
+from microbench.targets import native
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +116,18 @@ def test_memory_both_implementations(run_cli, tmp_path, no_native):
     assert all(r["copy_gbps"] > 0 for r in rec["rows"])
     assert "copy GB/s" in res.stdout and f"implementation {impl['name']}" in res.stdout
     assert "GPU copies skipped: no CUDA device" in res.stdout
+
+
+@pytest.mark.slow
+def test_nccl_with_one_rank_measures_algbw_and_zero_busbw(run_cli, tmp_path):
+    ops = "reduce_scatter,all_gather,all_reduce,broadcast,all_to_all"
+    proc = run_cli("nccl", "--nproc", "1", "--sizes", "1M-2M", "--ops", ops, "--warmup", "1", "--iters", "3",
+                   "--timeout", "20", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 ranks" in proc.stdout
+    (record,) = records(tmp_path)
+    assert record["status"] == "complete" and {r["op"] for r in record["rows"]} == set(ops.split(","))
+    for row in record["rows"]:
+        assert row["algbw_gbps"] > 0 and row["nwrong"] == 0
+        # nccl-tests: (n-1)/n factors are 0 for one rank; broadcast's factor is 1.
+        assert row["busbw_gbps"] == (row["algbw_gbps"] if row["op"] == "broadcast" else 0.0)

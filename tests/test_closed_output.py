@@ -68,6 +68,7 @@ QUICK = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_started_with_stdout_closed_exit_1_one_line_before_any_work(tmp_path, name):
     done = _closed_stdout(QUICK[name], tmp_path)
@@ -76,6 +77,7 @@ def test_started_with_stdout_closed_exit_1_one_line_before_any_work(tmp_path, na
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_stdout_on_dev_full_exit_1_one_line(tmp_path, name):
     done = _to_dev_full(QUICK[name], tmp_path)
@@ -95,7 +97,31 @@ def test_stdout_on_dev_full_exit_1_one_line(tmp_path, name):
      "microbench: invalid --heatmap 'h.json': the same file as --json 'h.json'; each output needs a file of its "
      "own, e.g. --heatmap h.png"),
 ])
-def test_two_outputs_naming_one_file_are_refused_before_the_work(run_cli, tmp_path, argv, line):
-    done = run_cli(*argv, timeout=60)
+def test_two_outputs_naming_one_file_are_refused_before_the_work(cli, tmp_path, argv, line):
+    done = cli(*argv, timeout=60)
     assert done.returncode == 2 and one_error_line(done.stderr) == line
     assert list(tmp_path.iterdir()) == []
+
+
+def _with_closed_stdout(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`microbench ARGV | head -0`, deterministically: the pipe's reader is gone before the first write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "microbench", *argv], cwd=cwd, env=cli_env(), stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.slow
+def test_compose_into_a_closed_pipe_ends_quietly(tmp_path):
+    done = _with_closed_stdout(["compose", "--model", "llama-3.1-8b", "--net", "ib=40GB/s", *GPU], tmp_path)
+    assert done.stderr == "" and done.returncode == 141
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_lab_shape_into_a_closed_pipe_ends_quietly(lab, tmp_path):
+    done = _with_closed_stdout(["lab", "shape", "--name", lab.name, "--link", "100mbit"], tmp_path)
+    assert done.stderr == "" and done.returncode == 141

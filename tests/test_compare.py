@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+import math
 
-from conftest import last_line
+import pytest
+from conftest import last_line, one_error_line
+
 from microbench.accept.compare import compare, parse_rule
 from microbench.core.errors import UsageError
 from microbench.results import RecordWriter, new_record
@@ -59,16 +62,16 @@ def test_compare_pairs_cases_and_computes_ratios(tmp_path):
     assert pair.only_new == ["all_reduce @ 64M"]
 
 
-def test_cli_prints_ratios_and_honours_fail_on(run_cli, tmp_path):
+def test_cli_prints_ratios_and_honours_fail_on(cli, tmp_path):
     base = write_nccl(tmp_path / "a.json", {1 << 20: 1.0, 1 << 24: 4.0})
     new = write_nccl(tmp_path / "b.json", {1 << 20: 0.9, 1 << 24: 4.4})
-    ok = run_cli("compare", str(base), str(new))
+    ok = cli("compare", str(base), str(new))
     assert ok.returncode == 0, ok.stderr
     assert "0.900" in ok.stdout and "1.100" in ok.stdout
-    lenient = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-15%")
+    lenient = cli("compare", str(base), str(new), "--fail-on", "busbw:-15%")
     assert lenient.returncode == 0, lenient.stderr
     assert "all within busbw:-15%" in lenient.stdout
-    strict = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    strict = cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
     assert strict.returncode == 1
     assert "FAIL busbw:-5%" in strict.stdout
     assert last_line(strict.stderr) == ("microbench: 1 of 2 compared value(s) broke --fail-on (busbw:-5%); "
@@ -76,7 +79,7 @@ def test_cli_prints_ratios_and_honours_fail_on(run_cli, tmp_path):
     assert len(strict.stderr.strip().splitlines()) == 1
 
 
-def test_suite_directories_compare_like_with_like_and_say_what_they_skipped(run_cli, tmp_path):
+def test_suite_directories_compare_like_with_like_and_say_what_they_skipped(cli, tmp_path):
     a, b = tmp_path / "suite-a", tmp_path / "suite-b"
     a.mkdir(), b.mkdir()
     write_nccl(a / "collectives.json", {1 << 20: 1.0})
@@ -84,7 +87,7 @@ def test_suite_directories_compare_like_with_like_and_say_what_they_skipped(run_
     write_memory(a / "memory.json", 10.0)
     write_memory(b / "memory.json", 8.0)
     write_memory(a / "old-only.json", 1.0)
-    done = run_cli("compare", str(a), str(b), "--fail-on", "copy:-10%")
+    done = cli("compare", str(a), str(b), "--fail-on", "copy:-10%")
     assert done.returncode == 1
     assert "# skipped collectives: not like with like (world size 2 vs 4)" in done.stdout
     assert "# skipped old-only: only in BASE" in done.stdout
@@ -98,7 +101,7 @@ def test_different_backend_or_dtype_is_not_compared(tmp_path):
         compare(base, other)
 
 
-def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path):
+def test_bad_inputs_exit_2_with_one_line(cli, tmp_path):
     nccl = write_nccl(tmp_path / "a.json", {1 << 20: 1.0})
     memory = write_memory(tmp_path / "m.json", 1.0)
     (tmp_path / "empty").mkdir()
@@ -119,7 +122,36 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, tmp_path):
         "unknown metric": "invalid --fail-on 'iops:-5%': no metric 'iops' in these records; they have",
     }
     for name, args in cases.items():
-        done = run_cli("compare", *args)
+        done = cli("compare", *args)
         assert done.returncode == 2, (name, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected[name] in lines[0], (name, lines)
+
+
+@pytest.mark.parametrize("new_value, how", [(None, "missing in NEW")])
+def test_compare_fail_on_fails_a_missing_value_and_names_it(cli, tmp_path, new_value, how):
+    base = write_nccl(tmp_path / "a.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    new = write_nccl(tmp_path / "b.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    record = json.loads(new.read_text())
+    record["rows"][1]["busbw_gbps"] = new_value   # json writes NaN, as Python's own dumps does
+    if new_value is None:
+        del record["rows"][1]["busbw_gbps"]
+    new.write_text(json.dumps(record))
+    done = cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "all within" not in done.stdout
+    assert one_error_line(done.stderr) == ("microbench: 1 of 2 compared value(s) broke --fail-on (busbw:-5%); "
+                                           f"worst: nccl all_reduce 16M busbw {how}")
+    assert f"FAIL busbw:-5% ({how})" in done.stdout
+
+
+def test_compare_refuses_a_nan_value_naming_the_file_and_field(cli, tmp_path):
+    # A NaN never reaches the gate: the loader refuses the record (core/jsonfile.py).
+    base = write_nccl(tmp_path / "a.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    new = write_nccl(tmp_path / "b.json", {1 << 20: 1.0, 1 << 24: 4.0})
+    record = json.loads(new.read_text())
+    record["rows"][1]["busbw_gbps"] = math.nan   # json writes NaN, as Python's own dumps does
+    new.write_text(json.dumps(record))
+    done = cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"results file '{new}' holds NaN at rows[1].busbw_gbps" in one_error_line(done.stderr)

@@ -26,7 +26,7 @@ def _nccl(path, p50_us, low_us, high_us):
     return RecordWriter(rec, path).finish("complete")
 
 
-def test_a_drop_inside_both_runs_spread_is_within_noise(run_cli, tmp_path):
+def test_a_drop_inside_both_runs_spread_is_within_noise(cli, tmp_path):
     # busbw x0.5 by the medians, but the new run's fastest iteration (1100 us) is faster than the
     # base's slowest (3000 us): the shared machine's noise, as in two back-to-back suites.
     base = _nccl(tmp_path / "a.json", 1000, 800, 3000)
@@ -34,16 +34,16 @@ def test_a_drop_inside_both_runs_spread_is_within_noise(run_cli, tmp_path):
     (pair,) = compare(base, new, [parse_rule("busbw:-5%")]).pairs
     (line,) = [line for line in pair.lines if line.metric == "busbw_gbps"]
     assert line.ratio == pytest.approx(0.5) and line.failed == [] and line.noise == ["busbw:-5%"]
-    done = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    done = cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
     assert done.returncode == 0, done.stderr
     assert "within noise" in done.stdout and "FAIL" not in done.stdout
 
 
-def test_a_drop_outside_both_runs_spread_still_fails(run_cli, tmp_path):
+def test_a_drop_outside_both_runs_spread_still_fails(cli, tmp_path):
     # The new run's fastest iteration (2100 us) is slower than the base's slowest (1300 us).
     base = _nccl(tmp_path / "a.json", 1000, 900, 1300)
     new = _nccl(tmp_path / "b.json", 2000, 2100, 2600)
-    done = run_cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
+    done = cli("compare", str(base), str(new), "--fail-on", "busbw:-5%")
     assert done.returncode == 1
     assert "broke --fail-on" in one_error_line(done.stderr) and "FAIL busbw:-5%" in done.stdout
     assert "within noise" not in done.stdout

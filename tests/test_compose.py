@@ -257,10 +257,10 @@ ACCEPTANCE = ("compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-
               "--tier", "nvme=6:12", "--tier", "s3=1.5:3")
 
 
-def test_acceptance_command_prints_both_networks_the_checkpoint_and_memory_and_writes_a_record(run_cli, tmp_path):
+def test_acceptance_command_prints_both_networks_the_checkpoint_and_memory_and_writes_a_record(cli, tmp_path):
     import json
 
-    done = run_cli(*ACCEPTANCE, "--mtbf-hours", "24", "--csv", "out.csv")
+    done = cli(*ACCEPTANCE, "--mtbf-hours", "24", "--csv", "out.csv")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "## what-if: network x step" in out and "## memory per GPU" in out and "# fits:" in out

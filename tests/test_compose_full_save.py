@@ -96,8 +96,8 @@ def test_serialization_rate_from_a_full_checkpoint_record():
     assert split_stream("m=2:4,cached,stream=0.5,drain=1") == ("m=2:4,cached,drain=1", "0.5")
 
 
-def test_the_acceptance_command_prints_both_saves_per_tier(run_cli):
-    proc = run_cli("compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
+def test_the_acceptance_command_prints_both_saves_per_tier(cli):
+    proc = cli("compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
                    "--net", "ib=40GB/s", "--tier", "nvme=10:10,stream=2", "--tier", "shared=1.6:6.4",
                    "--state-dict", "full,sharded", timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -113,8 +113,8 @@ def test_the_acceptance_command_prints_both_saves_per_tier(run_cli):
     (("--state-dict", "full", "--save-format", "zip"), "invalid --save-format 'zip'"),
     (("--tier", "nvme=10:10,stream=x"), "invalid --tier 'nvme=10:10,stream=x'"),
 ])
-def test_cli_bad_input_exits_2_with_one_line(run_cli, args, fragment):
-    proc = run_cli("compose", "--gpu", "h100", "--nodes", "1", "--net", "ib=40GB/s", "--tier", "a=1:1", *args,
+def test_cli_bad_input_exits_2_with_one_line(cli, args, fragment):
+    proc = cli("compose", "--gpu", "h100", "--nodes", "1", "--net", "ib=40GB/s", "--tier", "a=1:1", *args,
                    timeout=60)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import one_error_line
+from conftest import refused as _refused
 
 from microbench.cli import build_parser, main
 from microbench.compose.inputs import ComposeOptions
 from microbench.core import sections
 
-from conftest import one_error_line
+GPU = ["--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2"]
 
 BASE = ["--gpu", "h100", "--ranks", "8", "--net", "ib=40GB/s"]
 JOB = ["--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100", "--net", "ib=40GB/s"]
@@ -72,3 +74,24 @@ def test_the_record_keeps_the_resolved_options(capsys, tmp_path):
     assert options["storage"]["tier"][0]["name"] == "nvme" and options["storage"]["tier"][0]["durable"] is False
     assert options["output"] == {}          # where to write is not part of the prediction
     assert set(options) == {name for name, _ in sections.sections(ComposeOptions)}
+
+
+def _nccl_record(busbw_at_4m: float) -> dict:
+    rows = []
+    for op in ("all_gather", "reduce_scatter"):
+        for size in (1 << 20, 4 << 20, 16 << 20):
+            t = 100e-6 + size * 0.5 / 1e9
+            rows.append({"op": op, "size_bytes": size, "placement": "out", "ranks": 2, "time_us": {"p50": t * 1e6},
+                         "algbw_gbps": size / t / 1e9, "busbw_gbps": size / t / 1e9 * 0.5})
+    rows[1]["busbw_gbps"] = busbw_at_4m
+    return {"schema_version": 1, "kind": "nccl", "status": "complete", "config": {"world": {"size": 2}},
+            "environment": {}, "implementation": {"backend": "nccl", "device": "cuda"}, "rows": rows}
+
+
+def test_compose_refuses_a_nan_busbw_row(cli, tmp_path):
+    (tmp_path / "n.json").write_text(json.dumps(_nccl_record(float("nan"))))
+    _refused(cli("compose", "--nccl", "n.json", *GPU, timeout=120),
+             "'n.json' holds NaN at rows[1].busbw_gbps: every number in it must be finite")
+    # The same record with a number there predicts: only the NaN was refused.
+    (tmp_path / "ok.json").write_text(json.dumps(_nccl_record(1.0)))
+    assert cli("compose", "--nccl", "ok.json", *GPU, "--json", "c.json", timeout=120).returncode == 0

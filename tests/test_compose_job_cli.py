@@ -26,6 +26,7 @@ def accepted(tmp_path_factory):
     return res, json.loads((tmp / "job.json").read_text()) if res.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_the_acceptance_command_prints_the_job_the_ranked_whatif_and_the_recommendation(accepted):
     res, record = accepted
     assert res.returncode == 0, res.stderr
@@ -47,6 +48,7 @@ def test_the_acceptance_command_prints_the_job_the_ranked_whatif_and_the_recomme
     assert sum(r["recommended"] for r in rows) == 1
 
 
+@pytest.mark.slow
 def test_the_acceptance_totals_match_a_hand_calculation(accepted):
     res, record = accepted
     params = record["config"]["model"]["total_params"]
@@ -86,25 +88,25 @@ BASE = ["compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", 
     (["--ckpt-every", "5"], "--ckpt-every describes a job: give its length too, e.g. --steps 80"),
     (["--steps", "5", "--tokens", "1e9"], "give one, e.g. --steps 80"),
 ])
-def test_bad_job_input_is_one_line_and_exit_2_before_any_output(run_cli, extra, words):
-    res = run_cli(*BASE, *extra)
+def test_bad_job_input_is_one_line_and_exit_2_before_any_output(cli, extra, words):
+    res = cli(*BASE, *extra)
     assert res.returncode == 2, res.stdout + res.stderr
     assert words in one_error_line(res.stderr)
     assert res.stdout == ""
 
 
-def test_without_steps_compose_prints_no_job_and_takes_an_ephemeral_tier(run_cli):
-    res = run_cli(*BASE, "--tier", "nvme=10:10,ephemeral")
+def test_without_steps_compose_prints_no_job_and_takes_an_ephemeral_tier(cli):
+    res = cli(*BASE, "--tier", "nvme=10:10,ephemeral")
     assert res.returncode == 0, res.stderr
     assert "nvme    10.00 GB/s" in res.stdout
     assert "## job" not in res.stdout and "## recommendation" not in res.stdout
 
 
-def test_tokens_a_slow_loader_and_the_interval_give_the_job_by_hand(run_cli, tmp_path):
+def test_tokens_a_slow_loader_and_the_interval_give_the_job_by_hand(cli, tmp_path):
     # One network, one tier; a described loader of 0.5 samples/s per rank: 8 samples per step take
     # 16 s, the stall is what the step does not hide. 1e8 tokens at 1,048,576 per step: 96 steps.
     # --ckpt-interval 20min without --ckpt-every: (1200 s - save) / (step + stall) steps.
-    res = run_cli("compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
+    res = cli("compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
                   "--seq-len", "8192", "--grad-accum", "8", "--net", "ib=40GB/s", "--tier", "shared=1.6:6.4",
                   "--data-rate", "slow=0.5", "--data", "slow", "--tokens", "1e8", "--ckpt-interval", "20min",
                   "--json", str(tmp_path / "j.json"))

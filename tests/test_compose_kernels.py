@@ -12,7 +12,7 @@ import pytest
 from microbench.compose import fsdp, kernels
 from microbench.compose.curves import synthetic_network
 from microbench.compose.model.gpt import mpt
-from microbench.compose.kernels import blocks, recompute, tables
+from microbench.compose.kernels import blocks, tables
 from microbench.compose.model import PRESETS
 from microbench.core.errors import UsageError
 

@@ -5,9 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import refused as _refused
 
 from microbench.compose.model import PRESETS, from_hf_config, preset
 from microbench.core.errors import UsageError
+
+GPU = ["--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2"]
 
 DATA = Path(__file__).parent / "data" / "hf"
 
@@ -93,3 +96,27 @@ def test_bad_config_files(tmp_path):
         from_hf_config(text)
     with pytest.raises(UsageError, match="does not exist"):
         from_hf_config(tmp_path / "none.json")
+
+
+HF = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 4,
+      "intermediate_size": 14336, "vocab_size": 32000}
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (json.dumps(HF).replace("4096", "NaN"), "holds NaN at hidden_size: every number in it must be finite"),
+    (json.dumps(HF).replace("4096", "Infinity"), "holds Infinity at hidden_size: every number in it must be finite"),
+    (json.dumps({**HF, "num_key_value_heads": 3}),
+     "num_key_value_heads 3 does not divide num_attention_heads 32; expected a divisor of it, e.g. 2"),
+    (json.dumps({**HF, "num_key_value_heads": 64}), "num_key_value_heads 64 does not divide num_attention_heads 32"),
+], ids=["hidden-nan", "hidden-inf", "kv-heads-3-of-32", "kv-heads-64-of-32"])
+def test_compose_checks_the_numbers_of_a_model_config(cli, tmp_path, text, fragment):
+    (tmp_path / "config.json").write_text(text)
+    _refused(cli("compose", "--model-config", "config.json", "--net", "ib=40GB/s", *GPU, timeout=120), fragment)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_model_config_whose_heads_divide_is_accepted(tmp_path):
+    from microbench.compose.model import from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps(HF))
+    assert from_hf_config(tmp_path / "config.json").kv_heads == 8

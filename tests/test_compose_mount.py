@@ -63,19 +63,19 @@ def test_tier_from_a_storage_mount_record():
     assert from_record({"kind": "storage_posix", "rows": []}, "p", "y.json") is None
 
 
-def test_compose_command_prints_the_mount_table(run_cli):
-    res = run_cli("compose", "--model", "llama-3.1-8b", "--gpu", "h100", "--net", "ib=40GB/s", "--ranks", "16", "--tier", "bucket=10:20,cached,drain=1,delay=5s",
+def test_compose_command_prints_the_mount_table(cli):
+    res = cli("compose", "--model", "llama-3.1-8b", "--gpu", "h100", "--net", "ib=40GB/s", "--ranks", "16", "--tier", "bucket=10:20,cached,drain=1,delay=5s",
                   "--tier", "direct=0.1:0.3,direct", "--ckpt-interval", "30min")
     assert res.returncode == 0, res.stderr
     assert "bucket mounts" in res.stdout and "least bucket" in res.stdout and "direct" in res.stdout
 
 
-def test_the_mount_table_takes_the_jobs_own_checkpoint_period(run_cli, tmp_path):
+def test_the_mount_table_takes_the_jobs_own_checkpoint_period(cli, tmp_path):
     """With --steps and --ckpt-every the mount table's interval is the job's: its steps of the
     recommended configuration and then the save, not --ckpt-interval's 30 min."""
     base = ["compose", "--model", "gemma-3-12b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
             "--net", "ib=40GB/s", "--tier", "bucket=10:20,cached,drain=1,delay=5s"]
-    job = run_cli(*base, "--steps", "200", "--ckpt-every", "5", "--json", "j.json")
+    job = cli(*base, "--steps", "200", "--ckpt-every", "5", "--json", "j.json")
     assert job.returncode == 0, job.stderr
     table = job.stdout.split("## bucket mounts:", 1)[1].split("\n\n", 1)[0]
     assert table.startswith(" a checkpoint every 5 steps (--ckpt-every): ") and "30.0 min" not in table
@@ -84,5 +84,5 @@ def test_the_mount_table_takes_the_jobs_own_checkpoint_period(run_cli, tmp_path)
     blocked_s = rec["summary"]["checkpoint"]["training_checkpoint_bytes"] / 10e9
     row = next(line for line in table.splitlines() if line.startswith("bucket "))
     assert row.split()[2:4] == format_time(5 * step_s + blocked_s).split()
-    plain = run_cli(*base, "--ckpt-interval", "30min")
+    plain = cli(*base, "--ckpt-interval", "30min")
     assert "## bucket mounts: a checkpoint every 30.0 min, at most 5% blocked" in plain.stdout

@@ -28,8 +28,8 @@ def _seconds(text: str) -> float:
     return float(value) * {"ms": 1e-3, "s": 1.0, "min": 60.0}[unit]
 
 
-def test_the_acceptance_command_prints_both_strategies_with_memory_verdicts(run_cli, tmp_path):
-    proc = run_cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "1.2GB/s", "--sharding", "full,hybrid",
+def test_the_acceptance_command_prints_both_strategies_with_memory_verdicts(cli, tmp_path):
+    proc = cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "1.2GB/s", "--sharding", "full,hybrid",
                    "--json", "c.json", timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(proc.stdout, "what-if: sharding x network (2 nodes x 8 ranks)")
@@ -47,8 +47,8 @@ def test_the_acceptance_command_prints_both_strategies_with_memory_verdicts(run_
     assert "one node to the others 1.20 GB/s" in proc.stdout
 
 
-def test_hybrid_that_does_not_fit_says_so_and_is_not_the_best(run_cli):
-    proc = run_cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "ib=400GB/s", "--sharding",
+def test_hybrid_that_does_not_fit_says_so_and_is_not_the_best(cli):
+    proc = cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "ib=400GB/s", "--sharding",
                    "full,hybrid:1", "--json", "c.json", timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(proc.stdout, "what-if: sharding x network")
@@ -58,9 +58,9 @@ def test_hybrid_that_does_not_fit_says_so_and_is_not_the_best(run_cli):
             "it DOES NOT FIT: a larger shard group") in proc.stdout
 
 
-def test_a_one_level_net_keeps_its_meaning(run_cli):
-    one = run_cli("compose", *JOB, "--net", "eth=1.2GB/s", "--json", "a.json", timeout=120)
-    two = run_cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "eth=1.2GB/s", "--json", "b.json",
+def test_a_one_level_net_keeps_its_meaning(cli):
+    one = cli("compose", *JOB, "--net", "eth=1.2GB/s", "--json", "a.json", timeout=120)
+    two = cli("compose", *JOB, "--net-intra", "360GB/s", "--net-inter", "eth=1.2GB/s", "--json", "b.json",
                   timeout=120)
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     step = [line for line in one.stdout.splitlines() if line.startswith("step (overlapped)")]
@@ -68,10 +68,10 @@ def test_a_one_level_net_keeps_its_meaning(run_cli):
     assert "sharding x network" not in one.stdout
 
 
-def test_a_grouped_record_full_on_its_world_curve_hybrid_on_its_groups(run_cli, tmp_path):
+def test_a_grouped_record_full_on_its_world_curve_hybrid_on_its_groups(cli, tmp_path):
     record = dict(grouped_record(nodes=2, per_node=4), schema_version=1, environment={})
     (tmp_path / "n.json").write_text(json.dumps(record))
-    proc = run_cli("compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "4", "--gpu", "h100",
+    proc = cli("compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "4", "--gpu", "h100",
                    "--nccl", "lab=n.json", "--sharding", "full,hybrid", "--scale-nodes", "2,16", "--json", "c.json",
                    timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -105,15 +105,15 @@ def test_a_grouped_record_full_on_its_world_curve_hybrid_on_its_groups(run_cli, 
     (("--net-intra", "360GB/s", "--net-inter", "1.2GB/s", "--scale-nodes", "2,x"), "--scale-nodes"),
     (("--net-intra", "fastGB/s", "--net-inter", "1.2GB/s"), "--net-intra bandwidth"),
 ])
-def test_bad_input_exits_2_with_one_line(run_cli, args, fragment):
-    proc = run_cli("compose", *JOB, *args, timeout=120)
+def test_bad_input_exits_2_with_one_line(cli, args, fragment):
+    proc = cli("compose", *JOB, *args, timeout=120)
     assert proc.returncode == 2
     assert fragment in one_error_line(proc.stderr)
     assert "## " not in proc.stdout          # refused before any table
 
 
-def test_two_levels_need_the_nodes(run_cli):
-    proc = run_cli("compose", "--ranks", "16", "--gpu", "h100", "--net-intra", "360GB/s", "--net-inter", "1.2GB/s",
+def test_two_levels_need_the_nodes(cli):
+    proc = cli("compose", "--ranks", "16", "--gpu", "h100", "--net-intra", "360GB/s", "--net-inter", "1.2GB/s",
                    timeout=120)
     assert proc.returncode == 2
     assert "need the job's nodes: give --nodes and --gpus-per-node" in one_error_line(proc.stderr)

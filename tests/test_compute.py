@@ -29,6 +29,7 @@ def test_achieved_rate_is_total_flops_over_total_time():
     assert achieved_tflops(rows) == pytest.approx(4e12 / 3 / 1e12)
 
 
+@pytest.mark.slow
 def test_compute_record_feeds_compose(run_cli, tmp_path):
     done = run_cli("compute", "--model-config", TINY, "--tokens", "64", "--iters", "3", "--warmup", "1",
                    "--device", "cpu", "--json", "c.json")

@@ -4,6 +4,7 @@ attention forward and backward and the memory-bound kernels, timed on this CPU, 
 import json
 from pathlib import Path
 
+import pytest
 from conftest import one_error_line
 
 from microbench.compose.model import from_hf_config
@@ -24,6 +25,7 @@ def test_kernel_cases_are_the_composers_kernels_weighted_by_the_mode():
     assert full["attention.fwd"].per_block == 2.0 and full["q"].per_block == 2.0
 
 
+@pytest.mark.slow
 def test_one_command_times_a_steps_kernels_on_the_cpu_and_says_so(run_cli, tmp_path):
     done = run_cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
                    "--activation-checkpointing", "ops", "--iters", "2", "--warmup", "1", "--device", "auto",
@@ -40,14 +42,14 @@ def test_one_command_times_a_steps_kernels_on_the_cpu_and_says_so(run_cli, tmp_p
     assert rec["summary"]["activation_checkpointing"] == "ops"
 
 
-def test_tokens_and_a_step_shape_together_are_refused(run_cli):
-    done = run_cli("compute", "--model-config", TINY, "--tokens", "64", "--micro-batch", "1", "--seq-len", "64")
+def test_tokens_and_a_step_shape_together_are_refused(cli):
+    done = cli("compute", "--model-config", TINY, "--tokens", "64", "--micro-batch", "1", "--seq-len", "64")
     assert done.returncode == 2
     assert "--tokens and --micro-batch/--seq-len" in one_error_line(done.stderr)
 
 
-def test_a_bad_checkpointing_mode_is_refused_before_any_work(run_cli):
-    done = run_cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
+def test_a_bad_checkpointing_mode_is_refused_before_any_work(cli):
+    done = cli("compute", "--model-config", TINY, "--micro-batch", "1", "--seq-len", "64",
                    "--activation-checkpointing", "blocks:1.5")
     assert done.returncode == 2
     assert "blocks:1.5" in one_error_line(done.stderr)

@@ -6,9 +6,12 @@ import csv
 import subprocess
 import sys
 
+import pytest
 from conftest import cli_env
+
 from microbench.cli import build_parser
 from microbench.core.progress import Progress, row_brief
+
 
 def _leaf_parsers(parser, prefix=()):
     import argparse
@@ -32,6 +35,7 @@ def test_every_command_that_writes_a_record_also_writes_csv():
             "storage gds"} <= set(probes)
 
 
+@pytest.mark.slow
 def test_csv_rows_and_streamed_lines_from_a_real_run(tmp_path):
     out = tmp_path / "m.csv"
     # Popen with a pipe: stdout is not a terminal, as under srun; read lines as they arrive.

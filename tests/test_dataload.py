@@ -118,6 +118,7 @@ def test_workers_past_the_cpus_run_without_torchs_warning_and_the_report_says_so
     assert f"# up to {workers} worker processes (workers x ranks) on {workers - 1} CPUs" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["shards", "files"])
 def test_a_pass_per_worker_count_reads_and_checks_every_sample(tmp_path, layout):
     done = _mb(tmp_path, "--path", str(tmp_path), "--layout", layout, "--samples", "400", "--sample-size", "2K-6K",
@@ -135,6 +136,7 @@ def test_a_pass_per_worker_count_reads_and_checks_every_sample(tmp_path, layout)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("microbench-dataload-")]   # removed
 
 
+@pytest.mark.slow
 def test_two_ranks_each_read_their_share_and_the_slowest_sets_the_rate(tmp_path):
     done = _mb(tmp_path, "--path", str(tmp_path), "--samples", "300", "--sample-size", "4K", "--workers", "1",
                "--nproc", "2")
@@ -145,6 +147,7 @@ def test_two_ranks_each_read_their_share_and_the_slowest_sets_the_rate(tmp_path)
     assert row["samples_per_s"] == pytest.approx(300 / (row["time_us"]["p50"] / 1e6), rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout,gets", [("shards", 8), ("files", 120)])
 def test_s3_reads_over_the_s3_api_and_counts_requests(tmp_path, layout, gets):
     pytest.importorskip("botocore")
@@ -157,6 +160,7 @@ def test_s3_reads_over_the_s3_api_and_counts_requests(tmp_path, layout, gets):
     assert row["nwrong"] == 0 and row["s3_requests"] == gets and "S3 GETs" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_dataset_on_tmpfs_is_flagged_memory(tmp_path):
     with tmpfs(tmp_path / "mem", "size=64m") as mem:
         done = _mb(tmp_path, "--path", str(mem), "--samples", "100", "--sample-size", "4K", "--workers", "0")
@@ -168,6 +172,7 @@ def test_a_dataset_on_tmpfs_is_flagged_memory(tmp_path):
 # --------------------------------------------------------------------------- failures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,words", [
     (["--workers", "-1"], "--workers '-1'"),
     (["--batch-size", "0"], "--batch-size '0'"),
@@ -193,6 +198,7 @@ def _loader_workers(pid: int) -> list[int]:
     return [p for p in descendants(pid) if os.path.exists(f"/proc/{p}")]
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_fails_the_run_naming_it_and_keeps_finished_cases(tmp_path):
     proc = _slow_run(tmp_path)
     wait_for(rows_written(tmp_path, 1), proc, "the workers=0 case")
@@ -206,6 +212,7 @@ def test_a_worker_that_dies_fails_the_run_naming_it_and_keeps_finished_cases(tmp
     assert record["status"] == "partial" and [r["workers"] for r in record["rows"]] == [0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_a_partial_record_and_one_line(tmp_path):
     proc = _slow_run(tmp_path)
     wait_for(rows_written(tmp_path, 1), proc, "the workers=0 case")

@@ -157,3 +157,12 @@ def test_a_size_whose_iterations_spread_widely_allows_the_model_within_that_spre
     assert fit_latency_bandwidth(rows)["fitted"] is True
     at["time_us"].update(min=t * 0.98, max=t * 1.02)
     assert fit_latency_bandwidth(rows)["fitted"] is False
+
+
+def test_fit_of_a_world_of_one_has_no_bus_model():
+    from microbench.core.fit import fit_latency_bandwidth
+
+    rows = [{"size_bytes": s, "time_us": {"p50": 10 + s / 1e4}, "algbw_gbps": s / (10 + s / 1e4) / 1e3,
+             "busbw_gbps": 0.0, "placement": "out"} for s in (1 << 20, 1 << 22)]
+    fit = fit_latency_bandwidth(rows)
+    assert fit["points"] == 0 and "busbw is 0" in fit["reason"]

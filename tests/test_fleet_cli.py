@@ -78,11 +78,12 @@ def fleet(run_cli, *args: str, env: dict[str, str] | None = None):
 NINE = [f"n{i}" for i in range(9)]
 
 
-def test_the_degraded_node_is_named_with_its_device_and_every_output_written(run_cli, template, tmp_path):
+@pytest.mark.slow
+def test_the_degraded_node_is_named_with_its_device_and_every_output_written(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", NINE, slow_memory("n3", 0.5))
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("# the fleet\n" + "\n".join(NINE) + "\n")
-    done = fleet(run_cli, root, "--hosts", hosts, "--json", tmp_path / "fleet.json", "--junit", tmp_path / "fleet.xml")
+    done = fleet(cli, root, "--hosts", hosts, "--json", tmp_path / "fleet.json", "--junit", tmp_path / "fleet.xml")
     assert done.returncode == 1, done.stderr
     assert one_error_line(done.stderr) == ("microbench: fleet: 1 of 9 node(s) not accepted (n3); the tables above "
                                            "say why")
@@ -108,7 +109,7 @@ def test_the_degraded_node_is_named_with_its_device_and_every_output_written(run
     assert len(suites["fleet.n0"].findall("testcase")) == int(suites["fleet.n0"].get("tests")) > 3
     # The report's fleet section: one strip plot per metric, drawn in a real browser.
     out = tmp_path / "fleet.html"
-    rep = run_cli("report", "--fleet", str(tmp_path / "fleet.json"), "--out", str(out))
+    rep = cli("report", "--fleet", str(tmp_path / "fleet.json"), "--out", str(out))
     assert rep.returncode == 0, rep.stderr
     metrics = {r["metric"] for r in record["rows"] if r["gate"] == "fleet"}
     assert out.read_text().count('alt="strip plot: ') == len(metrics)
@@ -122,15 +123,17 @@ def _renders(out: Path, tmp_path: Path, plots: int) -> None:
     assert len(seen["imgs"]) == plots and all(ok and w > 300 and h > 100 for ok, w, h in seen["imgs"]), seen["imgs"]
 
 
-def test_a_small_fleet_says_it_uses_leave_one_out(run_cli, template, tmp_path):
+@pytest.mark.slow
+def test_a_small_fleet_says_it_uses_leave_one_out(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", ["a", "b", "c", "d", "e"], slow_memory("c", 0.5))
-    done = fleet(run_cli, root, "--json", tmp_path / "f.json")
+    done = fleet(cli, root, "--json", tmp_path / "f.json")
     assert done.returncode == 1 and "(c)" in one_error_line(done.stderr)
     assert "under 8: the floors and each node against the median of the other 4 (leave one out)" in done.stdout
     assert "no --hosts: the nodes expected are the nodes found" in done.stdout
 
 
-def test_missing_partial_and_drift(run_cli, template, tmp_path):
+@pytest.mark.slow
+def test_missing_partial_and_drift(cli, template, tmp_path):
     def faults(node: str, name: str, record: dict) -> None:
         if node == "n5" and name == "memory.json":
             record["environment"]["fingerprint"]["kernel"] = "9.9.9-edited"
@@ -138,7 +141,7 @@ def test_missing_partial_and_drift(run_cli, template, tmp_path):
     (root / "n6" / "suite-1" / "storage-posix.json").unlink()
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("\n".join(NINE) + "\n")
-    done = fleet(run_cli, root, "--hosts", hosts, "--json", tmp_path / "f.json")
+    done = fleet(cli, root, "--hosts", hosts, "--json", tmp_path / "f.json")
     assert done.returncode == 1
     nodes = json.loads((tmp_path / "f.json").read_text())["summary"]["nodes"]
     assert {n: r["verdict"] for n, r in nodes.items() if r["verdict"] != "PASS"} == {
@@ -149,12 +152,13 @@ def test_missing_partial_and_drift(run_cli, template, tmp_path):
     assert (tmp_path / "f.rerun.txt").read_text() == "n6\nn8\n"
 
 
-def test_every_node_below_a_floor_is_one_fleet_wide_finding(run_cli, template, tmp_path):
+@pytest.mark.slow
+def test_every_node_below_a_floor_is_one_fleet_wide_finding(cli, template, tmp_path):
     memcpy = max(r["copy_gbps"] for r in json.loads((template / "memory.json").read_text())["rows"])
     floors = tmp_path / "floors.toml"
     floors.write_text(f'[[check]]\nstep = "memory"\nop = "memcpy_all"\nmetric = "copy_gbps"\nmin = {2 * memcpy:.3f}\n')
     root = make_fleet(template, tmp_path / "root", NINE)
-    done = fleet(run_cli, root, "--accept", floors, "--json", tmp_path / "f.json")
+    done = fleet(cli, root, "--accept", floors, "--json", tmp_path / "f.json")
     assert done.returncode == 1
     assert one_error_line(done.stderr) == "microbench: fleet: 1 fleet-wide finding(s); the tables above say why"
     assert "FLEET-WIDE floor: 9 of 9 nodes of the group below the floor memory memcpy_all copy_gbps >=" in done.stdout
@@ -162,38 +166,40 @@ def test_every_node_below_a_floor_is_one_fleet_wide_finding(run_cli, template, t
     assert set(summary["verdicts"]) == {"PASS"} and summary["drain"] == []
 
 
-def test_two_records_of_one_node_are_repeats_and_said_so(run_cli, template, tmp_path):
+@pytest.mark.slow
+def test_two_records_of_one_node_are_repeats_and_said_so(cli, template, tmp_path):
     root = make_fleet(template, tmp_path / "root", NINE[:4])
     shutil.copytree(root / "n1" / "suite-1", root / "n1" / "suite-2")
-    done = fleet(run_cli, root, "--json", tmp_path / "f.json")
+    done = fleet(cli, root, "--json", tmp_path / "f.json")
     assert done.returncode == 0, done.stderr
     assert "# n1: 2 step(s) with more than one record (memory, storage posix): kept as repeats" in done.stdout
 
 
-def test_the_same_fleet_read_from_s3(run_cli, template, tmp_path, embedded_s3):
+@pytest.mark.slow
+def test_the_same_fleet_read_from_s3(cli, template, tmp_path, embedded_s3):
     root = make_fleet(template, tmp_path / "root", NINE, slow_memory("n7", 0.5))
     client = embedded_s3.client()
     for path in root.rglob("*.json"):
         client.put_object(Bucket=embedded_s3.bucket, Key=f"fleet-test/{path.relative_to(root)}", Body=path.read_bytes())
     env = embedded_s3.env()
     url = f"s3://{embedded_s3.bucket}/fleet-test"
-    done = fleet(run_cli, url, "--endpoint", embedded_s3.endpoint_url, "--json", tmp_path / "f.json", env=env)
+    done = fleet(cli, url, "--endpoint", embedded_s3.endpoint_url, "--json", tmp_path / "f.json", env=env)
     assert done.returncode == 1 and "(n7)" in one_error_line(done.stderr)
-    local = fleet(run_cli, root, "--json", tmp_path / "g.json")
+    local = fleet(cli, root, "--json", tmp_path / "g.json")
     verdicts = [{n: r["verdict"] for n, r in json.loads((tmp_path / f).read_text())["summary"]["nodes"].items()}
                 for f in ("f.json", "g.json")]
     assert verdicts[0] == verdicts[1] and local.returncode == 1
-    empty = fleet(run_cli, f"s3://{embedded_s3.bucket}/no-such-prefix", "--endpoint", embedded_s3.endpoint_url, env=env)
+    empty = fleet(cli, f"s3://{embedded_s3.bucket}/no-such-prefix", "--endpoint", embedded_s3.endpoint_url, env=env)
     assert empty.returncode == 2 and "an empty prefix" in one_error_line(empty.stderr)
-    refused = fleet(run_cli, url, "--endpoint", embedded_s3.endpoint_url,
+    refused = fleet(cli, url, "--endpoint", embedded_s3.endpoint_url,
                     env={**env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-1234"})
     assert refused.returncode == 2 and "rejected the credentials" in one_error_line(refused.stderr)
     assert "wrong-secret" not in refused.stderr
-    nobucket = fleet(run_cli, "s3://no-such-bucket/x", "--endpoint", embedded_s3.endpoint_url, env=env)
+    nobucket = fleet(cli, "s3://no-such-bucket/x", "--endpoint", embedded_s3.endpoint_url, env=env)
     assert nobucket.returncode == 2 and "does not exist" in one_error_line(nobucket.stderr)
 
 
-def test_a_server_failing_mid_read_is_exit_1(run_cli, tmp_path):
+def test_a_server_failing_mid_read_is_exit_1(cli, tmp_path):
     """A server that lists the prefix and then fails every read (HTTP 500): the run fails (exit
     1, one line), it is no misuse of the command."""
     import http.server
@@ -219,7 +225,7 @@ def test_a_server_failing_mid_read_is_exit_1(run_cli, tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        done = fleet(run_cli, "s3://b/run", "--endpoint", f"http://127.0.0.1:{server.server_address[1]}",
+        done = fleet(cli, "s3://b/run", "--endpoint", f"http://127.0.0.1:{server.server_address[1]}",
                      env={"AWS_ACCESS_KEY_ID": "fleettest", "AWS_SECRET_ACCESS_KEY": "fleettest-secret",
                           "AWS_DEFAULT_REGION": "us-east-1"})
     finally:
@@ -235,6 +241,7 @@ def _write(path: Path, value: Any) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,needle", [
     ("empty", "an empty directory"),
     ("no_records", "no suite records of any node"),
@@ -251,7 +258,7 @@ def _write(path: Path, value: Any) -> Path:
     ("missing_source", "does not exist"),
     ("bad_s3_url", "expected s3://BUCKET/PREFIX"),
 ])
-def test_bad_input_exit_2_one_line(run_cli, template, tmp_path, case, needle):
+def test_bad_input_exit_2_one_line(cli, template, tmp_path, case, needle):
     root = tmp_path / "root"
     args: list[Any] = [root]
     if case == "empty":
@@ -276,12 +283,13 @@ def test_bad_input_exit_2_one_line(run_cli, template, tmp_path, case, needle):
         args = [tmp_path / "nowhere"]
     elif case == "bad_s3_url":
         args = ["s3://"]
-    done = fleet(run_cli, *args, *extra, "--json", tmp_path / "f.json")
+    done = fleet(cli, *args, *extra, "--json", tmp_path / "f.json")
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert needle in one_error_line(done.stderr)
     assert not (tmp_path / "f.json").exists()
 
 
-def test_report_refuses_a_record_that_is_no_fleet_record(run_cli, template, tmp_path):
-    done = run_cli("report", "--fleet", str(template / "memory.json"), "--out", str(tmp_path / "r.html"))
+@pytest.mark.slow
+def test_report_refuses_a_record_that_is_no_fleet_record(cli, template, tmp_path):
+    done = cli("report", "--fleet", str(template / "memory.json"), "--out", str(tmp_path / "r.html"))
     assert done.returncode == 2 and "is a 'memory' record" in one_error_line(done.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import last_line, one_error_line
+from conftest import one_error_line
 from microbench.world import backends, policy as session
 from microbench.expect import formulas as ex, facts as hwfacts
 from microbench.run import runner
@@ -55,6 +55,7 @@ def _stop_after_device_check(monkeypatch) -> list:
 # --------------------------------------------------------------------------- item 1
 
 
+@pytest.mark.slow
 def test_torch_itself_refuses_a_cuda_device_without_index(monkeypatch):
     import torch
     import torch.distributed as dist
@@ -69,6 +70,7 @@ def test_torch_itself_refuses_a_cuda_device_without_index(monkeypatch):
     assert seen == [torch.device("cuda:1")]
 
 
+@pytest.mark.slow
 def test_a_nccl_rank_joins_with_its_own_indexed_gpu(monkeypatch):
     """session.in_world, in a rank (LOCAL_RANK 1 of 2): sets cuda:1 and hands torch's real
     init_process_group device_id=cuda:1, which passes torch's own check."""

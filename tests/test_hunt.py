@@ -6,10 +6,11 @@ import itertools
 import json
 
 import pytest
+from conftest import last_line, one_error_line
 
-from conftest import last_line
-from microbench.lab import hunt, shaping as labshape
 from microbench.core.errors import UsageError
+from microbench.lab import hunt
+from microbench.lab import shaping as labshape
 
 NAMES = ["h0", "h1", "h2", "h3"]
 
@@ -133,15 +134,17 @@ def test_htb_plan_sends_only_the_peer_through_the_slow_class():
     (["--lab", "x", "--size", "0"], "--size"),
     (["--lab", "x", "--json", "exists.json"], "invalid --json 'exists.json': it exists"),
 ])
-def test_hunt_bad_input_exit_2_one_line(run_cli, tmp_path, args, needle):
+def test_hunt_bad_input_exit_2_one_line(cli, tmp_path, args, needle):
     (tmp_path / "exists.json").write_text("{}")
-    done = run_cli("hunt", *args)
+    done = cli("hunt", *args)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in last_line(done.stderr), done.stderr
 
 
-def test_hunt_on_two_hosts_says_why_not(run_cli, lab):
-    done = run_cli("hunt", "--lab", lab.name)
+@pytest.mark.slow
+@pytest.mark.root
+def test_hunt_on_two_hosts_says_why_not(cli, lab):
+    done = cli("hunt", "--lab", lab.name)
     assert done.returncode == 2
     assert "hunt needs at least 3 hosts, lab" in last_line(done.stderr) and len(done.stderr.strip().splitlines()) == 1
 
@@ -153,6 +156,8 @@ def _hunt(run_cli, name, tmp_path, tag):
     return done, data
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_hunt_names_the_slow_host_then_the_slow_link_and_nothing_else(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
@@ -204,6 +209,8 @@ def test_matrix_table_marks_unmeasured_cells():
     assert hunt.matrix_table(matrix, NAMES[:3], set())[2] == ["h2", ".", ".", "-"]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, lab_name):
     assert run_cli("lab", "up", "--hosts", "3", "--name", lab_name).returncode == 0
     done = run_cli("hunt", "--lab", lab_name, "--bisect")
@@ -211,6 +218,8 @@ def test_bisect_on_three_hosts_is_refused_before_the_ranks_start(run_cli, lab_na
     assert "hunt --bisect needs at least 4 hosts" in last_line(done.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "4", "--link", "1gbit", "--host-link", "h2=100mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
@@ -238,3 +247,19 @@ def test_bisect_corners_the_slow_host_and_falls_back_for_a_link_across_halves(ru
     assert summary["slow_hosts"] == [] and summary["slow_links"] == [["h1", "h2"]]
     assert summary["decided_by"] == "all pairs" and summary["bisect"][0]["slow_half"] is None
     assert "halving cannot tell the halves apart: all pairs decide" in done.stdout
+
+
+def test_hunt_refuses_a_taken_default_heatmap_before_the_ranks_start(cli, tmp_path):
+    (tmp_path / "h.png").write_bytes(b"mine")
+    done = cli("hunt", "--lab", "nosuchlab", "--json", "h.json")
+    assert done.returncode == 2
+    assert "the default heatmap 'h.png' (the --json name with .png) already exists" in one_error_line(done.stderr)
+    assert (tmp_path / "h.png").read_bytes() == b"mine" and not (tmp_path / "h.json").exists()
+
+
+def test_a_hunt_record_named_at_run_time_gets_a_free_heatmap_name(tmp_path):
+    from microbench.lab.hunt import free_heatmap
+
+    (tmp_path / "hunt-1.png").write_bytes(b"x")
+    assert free_heatmap(tmp_path / "hunt-1.json") == tmp_path / "hunt-1-1.png"
+    assert free_heatmap(tmp_path / "hunt-2.json") == tmp_path / "hunt-2.png"

@@ -51,6 +51,7 @@ def test_hunt_piped_into_head_1_exit_141_and_the_record_partial(lab3, tmp_path):
     assert record["status"] == "partial" and record["status_reason"] == "stdout closed by its reader"
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_an_existing_heatmap_is_refused_before_the_pairs(run_cli, lab3, tmp_path):
     (tmp_path / "h.png").write_bytes(b"mine")

@@ -7,11 +7,19 @@ import ast
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from conftest import (
+    cli_env,
+    one_error_line,
+    ranks_of,
+    records,
+    start_nccl_sweep,
+    wait_for,
+)
 
-from conftest import cli_env
 from microbench.world import interrupts
 
 PACKAGE = Path(interrupts.__file__).resolve().parent
@@ -75,6 +83,7 @@ def _entry(body: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
     # The signal's handler runs at the first bytecode boundary after the kill: in main's return
@@ -84,6 +93,7 @@ def test_a_signal_as_main_returns_is_exit_1_with_one_line(signame):
     assert done.stderr.strip().splitlines() == ["microbench: interrupted"]
 
 
+@pytest.mark.slow
 def test_a_signal_after_the_exit_code_is_decided_changes_nothing():
     # After closing(): the flush and the interpreter's exit keep main's code.
     done = _entry("def main():\n    return 3\n"
@@ -128,3 +138,56 @@ def test_a_handler_that_runs_after_closing_counts_and_never_raises(monkeypatch):
     monkeypatch.setattr(interrupts, "closed", True)
     interrupts.handler(2, None)   # would raise KeyboardInterrupt were the run not closing
     assert interrupts.hits == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [("SIGINT", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGINT", "SIGINT")])
+def test_two_signals_close_together_keep_the_partial_record(tmp_path, signals):
+    proc = start_nccl_sweep(tmp_path)
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted") and "(partial)" in line
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and len(record["rows"]) >= 2
+
+
+def _start(tmp_path):
+    return subprocess.Popen([sys.executable, "-m", "microbench", "nccl", "--sizes", "1M-64M", "--ops", "all_reduce",
+                             "--nproc", "2", "--timeout", "30"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.xdist_group("serial")
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["importing", "ranks starting", "ranks joining"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_start_up(tmp_path, moment, signame):
+    proc = _start(tmp_path)
+    if moment == "importing":
+        # Once the native core is mapped the launcher runs our code, importing. (Before the
+        # interpreter has read its site-packages, no Python program can catch a signal.)
+        def importing():
+            try:
+                with open(f"/proc/{proc.pid}/maps") as handle:
+                    return "_native" in handle.read()
+            except OSError:
+                return False
+
+        wait_for(importing, proc, "microbench being imported", 60)
+    else:
+        wait_for(lambda: len(ranks_of(proc.pid)) == 2, proc, "two ranks", 60)
+        if moment == "ranks joining":
+            time.sleep(1.5)
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10  # not the 30 s --timeout: nothing to save yet
+    assert proc.returncode == 1, err
+    line = one_error_line(err)
+    assert line.startswith("microbench: interrupted")
+    for record in records(tmp_path):
+        assert record["status"] == "partial"

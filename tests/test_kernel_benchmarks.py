@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import cli_env
 
 from microbench.compose import kernels
@@ -19,6 +20,7 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_kernel_tables_on_the_cpu_writes_a_table_compose_loads(tmp_path):
     done = _run("kernel_tables.py", "--out", "t.json", "--iters", "1", "--warmup", "0", "--device", "cpu",
                 cwd=tmp_path)
@@ -31,6 +33,7 @@ def test_kernel_tables_on_the_cpu_writes_a_table_compose_loads(tmp_path):
     assert again.returncode == 2 and "exists" in again.stderr
 
 
+@pytest.mark.slow
 def test_published_fsdp_composes_every_row_in_both_modes(tmp_path):
     done = _run("published_fsdp.py", "--json", "out.json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

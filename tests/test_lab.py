@@ -8,17 +8,14 @@ import subprocess
 import uuid
 
 import pytest
+from conftest import last_line, one_error_line
 
+from microbench.core.errors import UsageError
+from microbench.core.units import format_link_rate, parse_link_rate
 from microbench.lab import namespaces as labmod
 from microbench.lab import parsers as labparse
+from microbench.lab.placement import _without, profiles_table
 from microbench.lab.shaping import parse_shaping, shape_commands, tbf_buckets
-from microbench.core.units import format_link_rate, parse_link_rate
-from microbench.lab.placement import _without
-from microbench.core.errors import UsageError
-from microbench.lab.placement import profiles_table
-
-from conftest import last_line
-
 
 # ---------------------------------------------------------------------- pure logic
 
@@ -132,8 +129,8 @@ def test_profiles_table_ratio():
     (["--hosts", "2", "--link", "1gbt"], "'1gbt'"),
     (["--hosts", "2", "--name", "Bad-Name"], "--name"),
 ])
-def test_lab_up_bad_input_exit_2_one_line(run_cli, args, needle):
-    proc = run_cli("lab", "up", *args)
+def test_lab_up_bad_input_exit_2_one_line(cli, args, needle):
+    proc = cli("lab", "up", *args)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and needle in last_line(proc.stderr)
 
@@ -147,6 +144,8 @@ def system_objects(name: str) -> list[str]:
     return [w for w in (netns + links).replace(":", " ").replace("@", " ").split() if w.startswith(f"mb-{name}-")]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_up_status_down_cli(run_cli, lab_name):
     proc = run_cli("lab", "up", "--hosts", "3", "--link", "100mbit", "--name", lab_name)
     assert proc.returncode == 0, proc.stderr
@@ -164,6 +163,8 @@ def test_lab_up_status_down_cli(run_cli, lab_name):
     assert system_objects(lab_name) == []
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_delay_is_applied_or_refused_cleanly(run_cli, lab_name):
     proc = run_cli("lab", "up", "--hosts", "2", "--link", "1gbit", "--delay", "1", "--name", lab_name)
     if proc.returncode != 0:
@@ -175,6 +176,8 @@ def test_lab_delay_is_applied_or_refused_cleanly(run_cli, lab_name):
         assert info["delay_ms"] == 1.0 and info["rate"] == "1gbit"
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_down_cleans_crash_leftovers_and_nothing_else(run_cli, lab_name):
     bystander = "t" + uuid.uuid4().hex[:7]
     # A half-made lab (as a crash during `up` would leave it) and a neighbour lab's namespace.
@@ -192,6 +195,8 @@ def test_lab_down_cleans_crash_leftovers_and_nothing_else(run_cli, lab_name):
         subprocess.run(["ip", "netns", "del", f"mb-{bystander}-h0"])
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_reshape_and_read_back(lab):
     assert all("tbf" in h.shaping and "1Gbit" in h.shaping for h in lab.hosts)
     labmod.shape(lab.name, None)
@@ -200,11 +205,15 @@ def test_lab_reshape_and_read_back(lab):
     assert labmod.find(lab.name).rate == "10gbit"
 
 
-def test_nccl_on_lab_unknown_lab_is_usage_error(run_cli, lab_name):
-    proc = run_cli("nccl", "--lab", lab_name, "--sizes", "1M")
+@pytest.mark.slow
+@pytest.mark.root
+def test_nccl_on_lab_unknown_lab_is_usage_error(cli, lab_name):
+    proc = cli("nccl", "--lab", lab_name, "--sizes", "1M")
     assert proc.returncode == 2 and f"no lab named '{lab_name}'" in last_line(proc.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_nccl_on_lab_places_one_rank_per_host(run_cli, lab, tmp_path):
     proc = run_cli("nccl", "--lab", lab.name, "--sizes", "1M-2M", "--ops", "all_gather", "--warmup", "1",
                    "--iters", "3", "--json", "out.json", timeout=240)
@@ -212,3 +221,18 @@ def test_nccl_on_lab_places_one_rank_per_host(run_cli, lab, tmp_path):
     record = json.loads((tmp_path / "out.json").read_text())
     assert record["status"] == "complete" and record["config"]["world"]["size"] == 2
     assert record["implementation"]["socket_ifname"] == labmod.IFNAME
+
+
+def _netns() -> str:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else ""
+
+
+@pytest.mark.parametrize("delay", ["nan", "inf", "-1"])
+def test_lab_up_refuses_a_bad_delay_before_creating_anything(cli, delay):
+    # No root needed: the delay is checked before any namespace exists.
+    name = "b" + uuid.uuid4().hex[:6]
+    done = cli("lab", "up", "--hosts", "2", "--delay", delay, "--name", name, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"invalid --delay '{delay}'" in one_error_line(done.stderr)
+    assert name not in _netns()

@@ -80,8 +80,8 @@ def test_parsing_host_limits():
     (["--host-cpu", "h1=nan"], "--host-cpu 'h1=nan'"),
     (["--host-disk", "h1=50"], "--host-disk 'h1=50'"),
 ])
-def test_lab_up_bad_limits_exit_2_one_line(run_cli, args, needle):
-    proc = run_cli("lab", "up", "--hosts", "3", "--name", "nolab", *args)
+def test_lab_up_bad_limits_exit_2_one_line(cli, args, needle):
+    proc = cli("lab", "up", "--hosts", "3", "--name", "nolab", *args)
     assert proc.returncode == 2, proc.stderr
     assert needle in one_error_line(proc.stderr)
 
@@ -90,6 +90,7 @@ def _cgroup_dirs(name: str) -> list[str]:
     return [str(p) for c in cgroups.controllers().values() for p in c.root.glob(f"mb-{name}-h*")]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_throttled_hosts_exec_and_down(run_cli, lab_name, tmp_path):
     if not {"cpu", "io"} <= set(cgroups.controllers()):

@@ -4,16 +4,17 @@ size, the lab's placement of consecutive ranks per host, and the real lab with h
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 
 import pytest
+from conftest import one_error_line, records, start_nccl_sweep
 
-from conftest import one_error_line, records
 from microbench.core.errors import UsageError
 from microbench.lab import namespaces as labmod
 from microbench.lab import parsers as labparse
 from microbench.lab.placement import lab_ranks
 from microbench.world.topology import machine_ranks, topology
-
 
 # ---------------------------------------------------------------------- pure logic
 
@@ -81,8 +82,8 @@ def test_ranks_per_host_parse_refuses_what_this_machine_cannot_run(monkeypatch):
 
 
 @pytest.mark.parametrize("value,needle", [("0", "'0'"), ("abc", "'abc'"), ("10000", "2 hosts x 10000 = 20000 ranks")])
-def test_lab_up_bad_ranks_per_host_exit_2_one_line(run_cli, value, needle):
-    done = run_cli("lab", "up", "--hosts", "2", "--ranks-per-host", value, "--name", "i24never")
+def test_lab_up_bad_ranks_per_host_exit_2_one_line(cli, value, needle):
+    done = cli("lab", "up", "--hosts", "2", "--ranks-per-host", value, "--name", "i24never")
     assert done.returncode == 2
     assert needle in one_error_line(done.stderr)
 
@@ -90,6 +91,8 @@ def test_lab_up_bad_ranks_per_host_exit_2_one_line(run_cli, value, needle):
 # ---------------------------------------------------------------------- a real lab (root)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name, tmp_path):
     up = run_cli("lab", "up", "--hosts", "2", "--ranks-per-host", "2", "--link", "1gbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
@@ -130,6 +133,8 @@ def test_lab_with_two_ranks_per_host_runs_nccl_groups_and_hunt(run_cli, lab_name
     assert [h.split()[0] for h in linked["config"]["probe"]["hosts"]] == [f"mb-{lab_name}-h0", f"mb-{lab_name}-h1"]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_hunt_takes_the_hosts_of_a_lab_with_two_ranks_per_host(run_cli, lab_name, tmp_path):
     from microbench.core.units import parse_link_rate
 
@@ -140,3 +145,33 @@ def test_hunt_takes_the_hosts_of_a_lab_with_two_ranks_per_host(run_cli, lab_name
     (hunted,) = records(tmp_path, "hunt-*.json")
     assert hunted["status"] == "complete" and hunted["config"]["hosts"] == ["h0", "h1", "h2"]
     assert hunted["config"]["ranks_per_host"] == {"h0": 2, "h1": 2, "h2": 2}
+
+
+@pytest.fixture
+def h7b_lab(lab_name):
+    from microbench.lab import namespaces as labmod
+
+    labmod.up(lab_name, 2, None)
+    return lab_name  # lab_name takes it down again
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.parametrize("host", [0, 1])
+def test_a_link_down_in_the_lab_is_blamed_on_its_host(tmp_path, h7b_lab, host):
+    proc = start_nccl_sweep(tmp_path, lab=h7b_lab)
+    subprocess.run(["ip", "link", "set", f"mb-{h7b_lab}-v{host}", "down"], check=True)
+    down_at = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - down_at
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    if host == 0:
+        assert "rank 0 lost its own network link (lab0 is" in line and "rank 1 unreachable" in line
+        assert "rank 1 died" not in line
+    else:
+        assert "rank 1 died or stopped responding" in line
+    assert f"lab host mb-{h7b_lab}-h{host} " in line and "(partial)" in line
+    assert elapsed < 5 + 3, elapsed  # --timeout, a second of heartbeats, the lab's own diagnosis
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial"

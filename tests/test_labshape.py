@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from microbench.lab import shaping as labshape
 
 FILTERS = """filter parent 1: protocol ip pref 1 u32 chain 0
@@ -42,6 +44,8 @@ def _tc(name: str, hosts: int) -> list[str]:
     return [re.sub(r"direct_packets_stat \d+ ", "", text) for text in out]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, lab_name):
     from microbench.lab import namespaces as labmod
 
@@ -60,6 +64,8 @@ def test_link_profiles_put_back_the_host_and_pair_exceptions(run_cli, lab_name):
     assert _tc(lab_name, 3) == before
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_restore_after_a_plain_reshape_with_only_a_host_exception(lab_name):
     from microbench.lab import namespaces as labmod
 

@@ -48,6 +48,7 @@ def test_native_loop_interoperates_with_python_loop(mode):
     assert len(out[0]) == 2 and len(out[1]) == 2
 
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.skipif(not native.available(), reason="native module not built")
 def test_native_loop_times_out_when_the_peer_is_silent():
     a, _b = _pair()
@@ -57,6 +58,7 @@ def test_native_loop_times_out_when_the_peer_is_silent():
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("no_native", ["0", "1"])
 def test_link_loopback_cli(run_cli, tmp_path, no_native):
     proc = run_cli("link", "--sizes", "1M-2M", "--lat-sizes", "8,4K", "--streams", "2", "--json", "l.json", *QUICK,
@@ -73,11 +75,13 @@ def test_link_loopback_cli(run_cli, tmp_path, no_native):
 
 @pytest.mark.parametrize("args,needle", [(["--streams", "0"], "--streams"), (["--streams", "65"], "--streams"),
                                          (["--ops", "tx"], "--ops"), (["--lat-sizes", "1Q"], "--lat-sizes")])
-def test_link_bad_input(run_cli, args, needle):
-    proc = run_cli("link", *args)
+def test_link_bad_input(cli, args, needle):
+    proc = cli("link", *args)
     assert proc.returncode == 2 and needle in last_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_on_lab_and_link_result_feeds_nccl(run_cli, lab, tmp_path):
     proc = run_cli("link", "--lab", lab.name, "--sizes", "1M-4M", "--lat-sizes", "8", "--json", "link.json", *QUICK)
     assert proc.returncode == 0, proc.stderr
@@ -91,17 +95,19 @@ def test_link_on_lab_and_link_result_feeds_nccl(run_cli, lab, tmp_path):
     assert "% of the measured link" in nccl.stdout
 
 
-def test_nccl_link_result_must_be_a_link_record(run_cli, tmp_path):
+def test_nccl_link_result_must_be_a_link_record(cli, tmp_path):
     (tmp_path / "x.json").write_text(json.dumps({"kind": "nccl", "summary": {}}))
-    proc = run_cli("nccl", "--sizes", "1M", "--link-result", "x.json")
+    proc = cli("nccl", "--sizes", "1M", "--link-result", "x.json")
     assert proc.returncode == 2 and "not a finished `microbench link` record" in last_line(proc.stderr)
 
 
-def test_link_profiles_need_a_lab(run_cli):
-    proc = run_cli("nccl", "--link-profiles", "1gbit,unlimited")
+def test_link_profiles_need_a_lab(cli):
+    proc = cli("nccl", "--link-profiles", "1gbit,unlimited")
     assert proc.returncode == 2 and "needs --lab" in last_line(proc.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_nccl_link_profiles_side_by_side(run_cli, lab):
     proc = run_cli("nccl", "--lab", lab.name, "--link-profiles", "100mbit,unlimited", "--sizes", "1M",
                    "--ops", "all_gather", *QUICK, timeout=300)
@@ -114,6 +120,8 @@ def test_nccl_link_profiles_side_by_side(run_cli, lab):
     assert labmod.find(lab.name).rate == "1gbit"
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_taken_down_mid_sweep_names_the_host_and_keeps_rows(run_cli, lab, tmp_path):
     result = {}
     veth = f"mb-{lab.name}-v1"

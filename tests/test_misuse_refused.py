@@ -49,17 +49,18 @@ BEFORE_WORK = [
 
 
 @pytest.fixture
-def no_mount_left(run_cli):
+def no_mount_left(cli):
     """Where a build accepts the misuse (the bug these tests catch), the mount it made goes."""
     yield
     for name in ("h2ro", "h2path", "h2t"):
-        run_cli("mount", "down", "--name", name, timeout=60)
+        cli("mount", "down", "--name", name, timeout=60)
 
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.parametrize("argv,fragment", [c[1:] for c in BEFORE_WORK], ids=[c[0] for c in BEFORE_WORK])
 @pytest.mark.usefixtures("no_mount_left")
-def test_misuse_is_refused_before_any_work(run_cli, tmp_path, argv, fragment):
-    _refused(run_cli(*argv, timeout=120), fragment)
+def test_misuse_is_refused_before_any_work(cli, tmp_path, argv, fragment):
+    _refused(cli(*argv, timeout=120), fragment)
     assert list(tmp_path.iterdir()) == []   # no results directory, no record, no dataset
 
 
@@ -77,13 +78,14 @@ def test_dataload_refuses_a_dataset_too_big_before_planning_it(monkeypatch, tmp_
         dataload.validate(dataload.Config(samples=10 ** 12, path=str(tmp_path)))
 
 
-def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(run_cli, tmp_path):
+@pytest.mark.slow
+def test_an_aws_profile_the_config_lacks_is_refused_for_every_s3_path(cli, tmp_path):
     env = {"AWS_PROFILE": "nosuchprofile", "AWS_CONFIG_FILE": str(tmp_path / "none"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
     for argv in (["storage", "s3"], ["modelload", "--target", "s3://microbench/m", "--size", "4M"],
                  ["dataload", "--target", "s3://microbench/d", "--samples", "16"],
                  ["checkpoint", "--target", "s3://microbench/c", "--size", "1M"]):
-        _refused(run_cli(*argv, env=env, timeout=120),
+        _refused(cli(*argv, env=env, timeout=120),
                  "AWS profile 'nosuchprofile' not found in the AWS config files")
     assert list(tmp_path.iterdir()) == []
 
@@ -105,6 +107,7 @@ def test_a_bad_timeout_is_refused_quoting_it(text, why):
         parse_timeout(text)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_mount_left")
 def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
     # Refused for its --path (checked after the flags), not for '--timeout 8' lacking a unit.
@@ -115,6 +118,7 @@ def test_mount_up_takes_a_bare_timeout(run_cli, tmp_path):
 # --------------------------------------------------------------------------- read-only targets: exit 2 before work
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv", [
     ["mount", "up", "--name", "h2ro", "--cache-dir", "{ro}"],
@@ -129,6 +133,7 @@ def test_a_read_only_cache_dir_is_refused(run_cli, read_only_dir, argv):
     assert list(read_only_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv,flag", [
     (["dataload", "--path", "{ro}", "--samples", "16"], "--path"),
@@ -145,6 +150,7 @@ def test_a_read_only_target_is_exit_2_before_work(run_cli, tmp_path, read_only_d
 # --------------------------------------------------------------------------- the native copy's threads
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_memcpy_whose_threads_cannot_start_fails_with_eagain_and_lives_on(tmp_path):
     """Under a process limit a few threads start and the rest cannot: the started ones once

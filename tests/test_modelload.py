@@ -37,6 +37,7 @@ def _mb(tmp_path, *args, env=None):
                           env=cli_env(env), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc,modes", [("1", "every-rank"), ("2", "every-rank,rank0-broadcast")])
 def test_loads_check_every_tensor_beside_a_raw_read(tmp_path, nproc, modes):
     done = _mb(tmp_path, "--path", str(tmp_path), "--size", "64M", "--nproc", nproc, "--mode", modes)
@@ -50,6 +51,7 @@ def test_loads_check_every_tensor_beside_a_raw_read(tmp_path, nproc, modes):
     assert not list(tmp_path.glob("microbench-modelload-*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,words", [
     (["--model", "gemma-99b"], "unknown --model 'gemma-99b'"),
     (["--size", "900T"], "not enough free space"),
@@ -63,6 +65,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path, args, words):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path):
     from microbench.world.policy import free_memory_bytes
 
@@ -73,6 +76,7 @@ def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path):
     assert ("host memory" in line or "free space" in line) and "GiB" in line
 
 
+@pytest.mark.slow
 def test_without_safetensors_the_probe_is_skipped_with_its_reason(tmp_path):
     fake = tmp_path / "fake"
     (fake / "safetensors").mkdir(parents=True)
@@ -87,6 +91,7 @@ def test_without_safetensors_the_probe_is_skipped_with_its_reason(tmp_path):
     assert not list(tmp_path.glob("microbench-modelload-*"))
 
 
+@pytest.mark.slow
 def test_a_model_on_the_embedded_s3_loads_in_both_modes_and_is_removed(tmp_path):
     """Shards as objects (multipart above 8 MiB), fetched whole with ranged GETs and parsed; every
     tensor checked; the prefix removed afterwards."""
@@ -108,6 +113,7 @@ def test_a_model_on_the_embedded_s3_loads_in_both_modes_and_is_removed(tmp_path)
     assert "model directory removed" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,words", [
     (["--path", "/tmp", "--target", "s3://bkt/p"], "both name the model's place"),
     (["--path", "/tmp", "--endpoint", "http://127.0.0.1:9"], "--endpoint only applies to s3:// targets"),

@@ -17,8 +17,8 @@ import pytest
 from conftest import one_error_line
 from microbench.targets.mount import system as mount_sys
 
-pytestmark = pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
-                                reason=str(mount_sys.fuse_unavailable_reason()))
+pytestmark = [pytest.mark.root, pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
+                                                    reason=str(mount_sys.fuse_unavailable_reason()))]
 
 
 @pytest.fixture
@@ -57,6 +57,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_up_status_down_leaves_no_mount_process_or_cache(state, run_cli, tmp_path):
     up = run_cli("mount", "up", "--name", "m", "--mode", "cached", "--write-back", "1s")
     assert up.returncode == 0, up.stderr
@@ -85,12 +86,13 @@ def test_up_status_down_leaves_no_mount_process_or_cache(state, run_cli, tmp_pat
     (("--mode", "fast"), "invalid --mode 'fast'"),
     (("--name", "Bad Name"), "invalid --name"),
 ])
-def test_bad_flags_exit_2(state, run_cli, args, words):
-    res = run_cli("mount", "up", *args)
+def test_bad_flags_exit_2(state, cli, args, words):
+    res = cli("mount", "up", *args)
     assert res.returncode == 2 and words in one_error_line(res.stderr)
     assert not _ours_mounted(state)
 
 
+@pytest.mark.slow
 def test_mount_point_not_empty_or_mounted_or_cache_on_mount_exit_2(state, run_cli, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
@@ -109,6 +111,7 @@ def test_mount_point_not_empty_or_mounted_or_cache_on_mount_exit_2(state, run_cl
     assert res.returncode == 2 and "already up" in one_error_line(res.stderr)
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_and_wrong_credentials_exit_1_nothing_mounted(state, run_cli, tmp_path):
     aws = {"AWS_ACCESS_KEY_ID": "AKIAWRONG000", "AWS_SECRET_ACCESS_KEY": "wrongwrongwrong", "AWS_DEFAULT_REGION": "us-east-1"}
     res = run_cli("mount", "up", "--endpoint", f"http://127.0.0.1:{_free_port()}", "--bucket", "microbench", env=aws)
@@ -135,6 +138,7 @@ def test_no_fuse_mount_up_exit_1_and_probe_skips(state, monkeypatch, capsys, tmp
     assert json.loads(skipped.read_text())["status"] == "skipped"
 
 
+@pytest.mark.slow
 def test_crash_leftovers_found_and_removed(state, run_cli):
     assert run_cli("mount", "up", "--name", "m", "--mode", "direct").returncode == 0
     (state / "mount-m" / "state.json").unlink()   # a crash before the state was written
@@ -145,6 +149,7 @@ def test_crash_leftovers_found_and_removed(state, run_cli):
     assert not _ours_mounted(state) and not _ours_running(state)
 
 
+@pytest.mark.slow
 def test_storage_posix_on_cached_mount_records_the_mount(state, run_cli, tmp_path):
     up = run_cli("mount", "up", "--name", "m", "--mode", "cached", "--write-back", "1s")
     path = up.stdout.strip().splitlines()[-1]
@@ -163,6 +168,7 @@ def test_storage_posix_on_cached_mount_records_the_mount(state, run_cli, tmp_pat
         not in (tmp_path / "p.json").read_text()
 
 
+@pytest.mark.slow
 def test_checkpoint_on_cached_mount_reports_blocked_and_durable(state, run_cli, tmp_path):
     up = run_cli("mount", "up", "--name", "m", "--mode", "cached", "--write-back", "1s")
     path = up.stdout.strip().splitlines()[-1]
@@ -177,6 +183,7 @@ def test_checkpoint_on_cached_mount_reports_blocked_and_durable(state, run_cli, 
     assert record["implementation"]["mount_mode"] == "cached"
 
 
+@pytest.mark.slow
 def test_rclone_killed_under_a_mount_probe_ends_with_one_line(state, run_cli, tmp_path):
     up = run_cli("mount", "up", "--name", "m", "--mode", "cached")
     path = up.stdout.strip().splitlines()[-1]
@@ -190,6 +197,7 @@ def test_rclone_killed_under_a_mount_probe_ends_with_one_line(state, run_cli, tm
     assert not _ours_mounted(state)
 
 
+@pytest.mark.slow
 def test_cache_disk_full_during_a_save_exit_1_partial_and_unmountable(state, run_cli, tmp_path):
     small = tmp_path / "small"
     small.mkdir()
@@ -209,6 +217,7 @@ def test_cache_disk_full_during_a_save_exit_1_partial_and_unmountable(state, run
         subprocess.run(["umount", "-l", str(small)])
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_drain_says_how_much_was_durable_and_down_still_works(state, tmp_path):
     from conftest import cli_env
 
@@ -239,6 +248,7 @@ def test_ctrl_c_during_a_drain_says_how_much_was_durable_and_down_still_works(st
     assert down.returncode == 0 and not _ours_mounted(state)
 
 
+@pytest.mark.slow
 def test_a_drain_longer_than_timeout_ends_with_one_line_and_unmounts(state, run_cli):
     res = run_cli("storage", "mount", "--mode", "cached", "--size", "1M", "--write-back", "60", "--timeout", "2",
                   "--iters", "1")
@@ -246,6 +256,7 @@ def test_a_drain_longer_than_timeout_ends_with_one_line_and_unmounts(state, run_
     assert not _ours_mounted(state) and not list(state.glob("mount-*"))
 
 
+@pytest.mark.slow
 def test_storage_mount_probe_direct_blocked_is_durable(state, run_cli, tmp_path):
     res = run_cli("storage", "mount", "--mode", "direct", "--size", "4M", "--iters", "1",
                   "--json", str(tmp_path / "m.json"))
@@ -255,6 +266,7 @@ def test_storage_mount_probe_direct_blocked_is_durable(state, run_cli, tmp_path)
     assert not _ours_mounted(state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["cached", "direct"])
 def test_what_a_write_leaves_in_the_bucket_is_the_bytes_written(state, run_cli, tmp_path, mode):
     """Read back over the S3 API, never through the mount: with 16 MiB upload parts, the object

@@ -22,6 +22,7 @@ def test_memcpy_native_and_fallback_agree_on_shape():
         assert len(times) == 3 and all(t > 0 for t in times)
 
 
+@pytest.mark.slow
 def test_forced_fallback_is_reported(run_cli):
     done = run_cli("env", "--json", env={"MICROBENCH_NO_NATIVE": "1"})
     assert done.returncode == 0, done.stderr

@@ -43,8 +43,8 @@ def test_bad_input(run_cli, tmp_path, args, code, fragments):
         assert record["kind"] == "nccl" and record["rows"] == []
 
 
-def test_sizes_that_do_not_fit_are_refused_before_allocating(run_cli, tmp_path):
-    res = run_cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
+def test_sizes_that_do_not_fit_are_refused_before_allocating(cli, tmp_path):
+    res = cli("nccl", "--sizes", "64G", "--nproc", "2", timeout=60)
     assert res.returncode == 2
     line = one_error_line(res.stderr)
     assert "no size of --sizes fits in host memory for 2 rank(s): the smallest case, all_reduce in-place 64G " \
@@ -59,6 +59,7 @@ def closed_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.xdist_group("serial")
 def test_unreachable_master_fails_within_the_timeout(run_cli):
     port = closed_port()
     res, elapsed = join_nccl(run_cli, 1, port)
@@ -96,6 +97,7 @@ def _finished_rows(path):
     return record
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_rank_killed_mid_sweep(tmp_path):
     proc, path = _start_sweep(tmp_path)
     os.kill(ranks_of(proc.pid)[1], signal.SIGKILL)

@@ -80,21 +80,22 @@ def test_an_old_record_without_groups_compares_and_plots_as_group_world(tmp_path
 # ---------------------------------------------------------------------- real worlds
 
 
-def test_groups_cross_on_one_node_exit_2_one_line(run_cli):
-    done = run_cli("nccl", "--groups", "world,cross", "--sizes", "64K", "--nproc", "2")
+def test_groups_cross_on_one_node_exit_2_one_line(cli):
+    done = cli("nccl", "--groups", "world,cross", "--sizes", "64K", "--nproc", "2")
     assert done.returncode == 2
     line = one_error_line(done.stderr)
     assert "--groups cross" in line and "2 ranks is one node" in line
 
 
-def test_groups_node_under_a_launcher_without_local_size_names_the_variable(run_cli):
+def test_groups_node_under_a_launcher_without_local_size_names_the_variable(cli):
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    done = run_cli("nccl", "--groups", "node", "--sizes", "64K", env=env, timeout=60)
+    done = cli("nccl", "--groups", "node", "--sizes", "64K", env=env, timeout=60)
     assert done.returncode == 2
     line = one_error_line(done.stderr)
     assert "cannot tell the nodes" in line and "LOCAL_WORLD_SIZE" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["torch", "ring"])
 def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_path, algo):
     """Four ranks started as torchrun would on 2 nodes of 2 (LOCAL_WORLD_SIZE=2): every group's
@@ -130,10 +131,10 @@ def test_a_launchers_two_nodes_of_two_ranks_measure_every_group_correctly(tmp_pa
     assert not os.path.exists(tmp_path / "results")   # --json: nothing else written
 
 
-def test_the_report_names_each_groups_rows(run_cli, tmp_path):
+def test_the_report_names_each_groups_rows(cli, tmp_path):
     rec = _nccl_record(tmp_path / "nccl.json", [_row(1 << 20, 1.1, group="world"), _row(1 << 20, 5.0, group="node"),
                                                 _row(1 << 20, 0.5, group="cross")])
-    done = run_cli("report", str(rec), "--out", str(tmp_path / "r.html"))
+    done = cli("report", str(rec), "--out", str(tmp_path / "r.html"))
     assert done.returncode == 0, done.stderr
     html = (tmp_path / "r.html").read_text()
     assert all(f"all_reduce group={g}" in html for g in ("world", "node", "cross"))

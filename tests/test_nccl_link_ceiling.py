@@ -2,9 +2,11 @@
 
 import json
 
+import pytest
 from conftest import last_line
 
 
+@pytest.mark.slow
 def test_measure_link_states_busbw_against_it(run_cli, tmp_path):
     out = tmp_path / "n.json"
     done = run_cli("nccl", "--sizes", "1M-4M", "--ops", "all_gather", "--nproc", "2", "--measure-link",
@@ -15,6 +17,7 @@ def test_measure_link_states_busbw_against_it(run_cli, tmp_path):
     assert "% of the measured link" in done.stdout
 
 
+@pytest.mark.slow
 def test_measure_link_needs_two_ranks(run_cli):
     done = run_cli("nccl", "--sizes", "1M", "--nproc", "3", "--measure-link", "--timeout", "30", timeout=240)
     assert done.returncode == 2

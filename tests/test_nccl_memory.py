@@ -136,8 +136,8 @@ def test_a_sweep_whose_largest_cases_do_not_fit_runs_the_rest_and_says_what_it_s
     assert ("reduce_scatter", 64 << 20, "in") in ran and ("reduce_scatter", 64 << 20, "out") not in ran
 
 
-def test_a_sweep_of_which_nothing_fits_is_refused_with_exit_2_and_nothing_written(run_cli, tmp_path):
-    done = run_cli("nccl", "--sizes", "1M-64M", "--json", "r.json", env={"MICROBENCH_TEST_FREE_MEMORY": "300M"})
+def test_a_sweep_of_which_nothing_fits_is_refused_with_exit_2_and_nothing_written(cli, tmp_path):
+    done = cli("nccl", "--sizes", "1M-64M", "--json", "r.json", env={"MICROBENCH_TEST_FREE_MEMORY": "300M"})
     assert done.returncode == 2, done.stderr
     line = one_error_line(done.stderr)
     assert line.startswith("microbench: no size of --sizes fits in host memory for 2 rank(s): the smallest case, "

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import one_error_line, symlink_loop
+from conftest import refused as cli_refused
 
 from microbench.core.errors import UsageError
-from microbench.results.outputs import check_new_file
+from microbench.results.outputs import check_new_file, why_unwritable
+
+GPU = ["--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2"]
 
 
 def _refused(*args, **kwargs) -> str:
@@ -61,3 +65,78 @@ def test_a_caller_that_claims_the_file_itself_gets_only_the_name_checks(tmp_path
 
     monkeypatch.setattr(outputs, "why_unwritable", lambda d: "directory is on a read-only filesystem")
     assert check_new_file(tmp_path / "p.png", "--out", claimed=True) == tmp_path / "p.png"
+
+
+@pytest.mark.slow
+def test_a_results_directory_that_is_a_symlink_is_refused_and_a_named_one_followed(run_cli, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "results").symlink_to(elsewhere)
+    refused = run_cli("memory", "--sizes", "4K", "--iters", "1", "--warmup", "0")
+    assert refused.returncode == 2
+    assert (f"results directory 'results' is a symlink to '{elsewhere}'"
+            in one_error_line(refused.stderr))
+    assert list(elsewhere.iterdir()) == []
+    suite = run_cli("suite", "--only", "memory")
+    assert suite.returncode == 2 and "is a symlink" in one_error_line(suite.stderr)
+    assert list(elsewhere.iterdir()) == []
+    # Named by the user: --results-dir through the link, and a --json whose parent is the link.
+    named = run_cli("memory", "--sizes", "4K", "--iters", "1", "--warmup", "0", "--results-dir", "results/")
+    assert named.returncode == 0, named.stderr
+    json_named = run_cli("memory", "--sizes", "4K", "--iters", "1", "--warmup", "0", "--json", "results/m.json")
+    assert json_named.returncode == 0, json_named.stderr
+    assert len(list(elsewhere.glob("*.json"))) == 2
+
+
+@pytest.mark.slow
+def test_an_empty_json_is_refused(cli, tmp_path):
+    cli_refused(cli("memory", "--sizes", "1M", "--json", "", timeout=120), "invalid --json '': empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+OUTPUT_CASES = [
+    ("results-dir-a-file", ["memory", "--sizes", "1M", "--results-dir", "f"], {"f": "x"},
+     "invalid --results-dir 'f': 'f' is a file, not a directory"),
+    ("default-results-a-file", ["memory", "--sizes", "1M"], {"results": "x"},
+     "invalid --results-dir 'results': 'results' is a file, not a directory"),
+    ("results-dir-under-a-file", ["memory", "--sizes", "1M", "--results-dir", "f/sub"], {"f": "x"},
+     "is a file, not a directory"),
+    ("results-dir-a-loop", ["memory", "--sizes", "1M", "--results-dir", "loop"], {}, "'loop' is a symlink loop"),
+    ("json-missing-dir", ["memory", "--sizes", "1M", "--json", "nodir/r.json"], {},
+     "invalid --json 'nodir/r.json': directory 'nodir' does not exist"),
+    ("compose-json-missing-dir", ["compose", "--net", "ib=40GB/s", *GPU, "--json", "nodir/c.json"], {},
+     "invalid --json 'nodir/c.json': directory 'nodir' does not exist"),
+    ("csv-missing-dir", ["memory", "--sizes", "1M", "--csv", "nodir/r.csv"], {},
+     "invalid --csv 'nodir/r.csv': directory 'nodir' does not exist"),
+    ("json-parent-a-file", ["memory", "--sizes", "1M", "--json", "f/r.json"], {"f": "x"},
+     "'f' is a file, not a directory"),
+    ("json-a-loop", ["memory", "--sizes", "1M", "--json", "loop"], {}, "'loop' is a symlink loop"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv,files,fragment", [c[1:] for c in OUTPUT_CASES], ids=[c[0] for c in OUTPUT_CASES])
+def test_output_paths_are_checked_once_before_the_work(cli, tmp_path, argv, files, fragment):
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    if "loop" in argv:
+        symlink_loop(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    cli_refused(cli(*argv, timeout=120), fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.parametrize("flag", ["--json", "--results-dir"])
+def test_outputs_on_a_read_only_mount_exit_2(cli, tmp_path, read_only_dir, flag):
+    value = str(read_only_dir / "r.json") if flag == "--json" else str(read_only_dir / "results")
+    cli_refused(cli("memory", "--sizes", "1M", flag, value, timeout=120), f"invalid {flag}",
+             "is on a read-only filesystem")
+    assert list(read_only_dir.iterdir()) == [] and not (tmp_path / "results").exists()
+
+
+@pytest.mark.root
+def test_why_unwritable_names_the_read_only_mount(read_only_dir, tmp_path):
+    assert why_unwritable(read_only_dir) == f"directory {str(read_only_dir)!r} is on a read-only filesystem"
+    assert why_unwritable(tmp_path) is None

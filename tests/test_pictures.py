@@ -7,12 +7,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from conftest import PKG_PARENT, one_error_line
+
 from microbench.results import RecordWriter, new_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +42,7 @@ def test_matplotlib_is_a_main_dependency_and_no_plot_extra_is_needed():
     assert "plot" not in project.get("optional-dependencies", {})
 
 
+@pytest.mark.slow
 def test_plot_without_matplotlib_exits_1_and_names_the_checkout(run_cli, tmp_path):
     record = _record(tmp_path)
     done = run_cli("plot", str(record), "--out", str(tmp_path / "p.png"), env=_without_matplotlib(tmp_path))
@@ -48,6 +52,7 @@ def test_plot_without_matplotlib_exits_1_and_names_the_checkout(run_cli, tmp_pat
     assert not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.slow
 def test_report_without_matplotlib_exits_1_instead_of_a_page_without_plots(run_cli, tmp_path):
     record = _record(tmp_path)
     done = run_cli("report", str(record), "--out", str(tmp_path / "r.html"), env=_without_matplotlib(tmp_path))

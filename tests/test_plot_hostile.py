@@ -5,7 +5,6 @@ plotting library says ever reaches stderr."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_file_named_like_tex_is_a_label_in_plot_and_report(tmp_path):
     odd = _nccl(tmp_path / "$x^{$.json")
     plain = _nccl(tmp_path / "plain.json")
@@ -39,6 +39,7 @@ def test_a_file_named_like_tex_is_a_label_in_plot_and_report(tmp_path):
         assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
 
 
+@pytest.mark.slow
 def test_a_compose_record_is_not_plotted(tmp_path):
     record = new_record("compose", {}, {}, {})
     record["rows"] = [{"op": "step", "network": "ib", "step_s": 1.5, "breakeven_busbw_gbps": 12.0}]
@@ -51,6 +52,7 @@ def test_a_compose_record_is_not_plotted(tmp_path):
     assert not (tmp_path / "c.png").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["plot", "report"])
 @pytest.mark.parametrize("literal", ["NaN", "Infinity"])
 def test_nan_and_inf_are_refused_naming_file_and_field(tmp_path, command, literal):
@@ -61,6 +63,7 @@ def test_nan_and_inf_are_refused_naming_file_and_field(tmp_path, command, litera
     assert f"{str(path)!r} holds {literal} at rows[1].busbw_gbps" in one_error_line(done.stderr)
 
 
+@pytest.mark.slow
 def test_a_row_without_a_size_is_left_out_with_a_line_and_no_warning(tmp_path):
     path = _nccl(tmp_path / "z.json", {1 << 20: 0.5, 0: 0.7, 16 << 20: 1.1})
     done = _cli(tmp_path, "plot", str(path), "--out", "z.png")
@@ -85,6 +88,7 @@ def test_legends_are_words():
                                                                         "all_gather, in-place"}
 
 
+@pytest.mark.slow
 def test_the_value_axis_starts_at_zero():
     from microbench.accept.plots import draw
     from microbench.core.pyplot import pyplot

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import cli_env, descendants, one_error_line, rows_written, wait_for
 
 from microbench.world import fork as prefork
@@ -29,6 +30,7 @@ def test_no_fork_where_a_gpu_could_be(monkeypatch):
     assert prefork.warm() is False and prefork.ready() is False
 
 
+@pytest.mark.slow
 def test_a_warm_launcher_forks_its_ranks_and_the_record_says_so(tmp_path):
     done = warm_cli(tmp_path, "nccl", "--nproc", "2", "--sizes", "64K-128K", "--ops", "all_reduce",
                     "--iters", "2", "--warmup", "1", "--budget", "0", "--json", "x.json")
@@ -44,13 +46,16 @@ def test_a_warm_launcher_forks_its_ranks_and_the_record_says_so(tmp_path):
     assert json.loads((tmp_path / "y.json").read_text())["environment"]["process_start"] == "exec"
 
 
+@pytest.mark.slow
 def test_a_forked_process_exits_as_a_fresh_one_would(tmp_path):
-    code = f"""
+    code = """
 import json, subprocess, sys, tempfile
 import microbench.__main__
+
+import pytest
 from microbench.world import fork as prefork
 assert prefork.warm()
-out = {{}}
+out = {}
 for name, argv in [("ok", ["memory", "--sizes", "1M", "--iters", "2", "--warmup", "0", "--json", "m.json"]),
                    ("usage", ["memory", "--sizes", "-1M"]), ("argparse", ["memory", "--no-such-option"])]:
     with tempfile.TemporaryFile(mode="w+") as err:
@@ -70,6 +75,7 @@ print(json.dumps(out))
     assert out["argparse"][0] == 2 and "--no-such-option" in out["argparse"][1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_warm_launcher_keeps_the_partial_record_and_leaves_no_rank(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", WARM_CLI, "nccl", "--sizes", "256K-128M", "--ops", "all_reduce",
                              "--nproc", "2", "--timeout", "5", "--iters", "20", "--budget", "0"],
@@ -88,6 +94,7 @@ def test_ctrl_c_on_a_warm_launcher_keeps_the_partial_record_and_leaves_no_rank(t
     assert not [pid for pid in ranks if _alive(pid)]
 
 
+@pytest.mark.slow
 def test_the_suite_forks_its_steps(tmp_path):
     done = subprocess.run([sys.executable, "-m", "microbench", "suite", "--only", "memory", "--results-dir", "r"],
                           cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)

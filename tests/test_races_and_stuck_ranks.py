@@ -76,6 +76,7 @@ def _state_env(tmp_path):
     return {"MICROBENCH_STATE_DIR": str(tmp_path / "state")}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_lab_up_while_another_creates_it_is_refused(run_cli, lab_name, tmp_path):
     from microbench.targets.mount.system import state_root
@@ -88,6 +89,7 @@ def test_lab_up_while_another_creates_it_is_refused(run_cli, lab_name, tmp_path)
     assert run_cli("lab", "status", "--name", lab_name).stdout.startswith("no lab named")
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_two_lab_ups_at_once_leave_one_lab(tmp_path, lab_name):
     argv = [sys.executable, "-m", "microbench", "lab", "up", "--name", lab_name, "--hosts", "2"]
@@ -106,6 +108,7 @@ def test_two_lab_ups_at_once_leave_one_lab(tmp_path, lab_name):
     assert lab is not None and len(lab.hosts) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_mount_up_while_another_sets_it_up_is_refused(run_cli, tmp_path):
     env = _state_env(tmp_path)
@@ -145,6 +148,7 @@ def test_two_mount_ups_at_once_leave_one_mount(run_cli, tmp_path):
 # --------------------------------------------------------------------------- a stopped rank under dataload
 
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.slow
 def test_dataload_with_rank_0_stopped_ends_within_the_timeout_and_its_workers_with_it(tmp_path):
     timeout_s = 6

@@ -61,6 +61,7 @@ def _cli(cwd, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, quoted", [
     (("hunt", "--floor", "-1GB/s"), "'-1GB/s'"),
     (("compare", "a.json", "b.json", "--fail-on", "busbw:-x%"), "'busbw:-x%'"),

@@ -96,6 +96,7 @@ def _git_status() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_a_probe_registered_only_in_the_test_runs_through_cli_suite_record_and_plot(plugin):
     run, work = plugin
     before = _git_status()
@@ -138,6 +139,7 @@ def test_a_probe_registered_only_in_the_test_runs_through_cli_suite_record_and_p
     assert _git_status() == before
 
 
+@pytest.mark.slow
 def test_the_generic_command_refuses_bad_values_with_one_line(plugin):
     run, work = plugin
     for args, needle in ((("--sizes", "1Q"), "invalid --sizes '1Q'"), (("--value", "x"), "invalid --value 'x'")):
@@ -147,6 +149,7 @@ def test_the_generic_command_refuses_bad_values_with_one_line(plugin):
     assert not list(work.glob("**/*.json"))
 
 
+@pytest.mark.slow
 def test_a_bad_probe_module_is_one_line_and_exit_2(tmp_path):
     env = cli_env({"MICROBENCH_PROBES": "mb_no_such_probe_module"})
     done = subprocess.run([sys.executable, "-P", "-m", "microbench", "--help"], cwd=tmp_path, env=env,
@@ -214,6 +217,7 @@ NEEDS_SOURCE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_the_runner_side_sets_up_what_a_generic_probe_needs(tmp_path):
     mods, work, base = tmp_path / "mods", tmp_path / "work", tmp_path / "base"
     for d in (mods, work, base):

@@ -42,9 +42,9 @@ def suites(tmp_path):
 
 
 @pytest.fixture
-def compose_record(run_cli, suites, tmp_path):
+def compose_record(cli, suites, tmp_path):
     path = tmp_path / "compose.json"
-    done = run_cli("compose", "--nccl", f"lab={suites[0] / 'collectives.json'}", "--net", "ib=40GB/s",
+    done = cli("compose", "--nccl", f"lab={suites[0] / 'collectives.json'}", "--net", "ib=40GB/s",
                    "--model", "llama-3.1-8b", "--ranks", "2", "--tflops", "400", "--allow-partial",
                    "--tier", "nvme=6:12", "--json", str(path))
     assert done.returncode == 0, done.stderr
@@ -73,11 +73,11 @@ class _Collect(HTMLParser):
             self.h2[-1] += data
 
 
-def test_report_is_self_contained_with_every_section(run_cli, suites, compose_record, tmp_path):
+def test_report_is_self_contained_with_every_section(cli, suites, compose_record, tmp_path):
     thresholds = tmp_path / "t.toml"
     thresholds.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 4.5\n')
     out = tmp_path / "r.html"
-    done = run_cli("report", *map(str, suites), str(compose_record), "--out", str(out), "--accept", str(thresholds),
+    done = cli("report", *map(str, suites), str(compose_record), "--out", str(out), "--accept", str(thresholds),
                    "--fail-on", "busbw:-5%")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
@@ -107,12 +107,13 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_report_renders_in_headless_chromium(run_cli, suites, compose_record, tmp_path):
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(cli, suites, compose_record, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
     out = tmp_path / "r.html"
-    done = run_cli("report", *map(str, suites), str(compose_record), "--out", str(out))
+    done = cli("report", *map(str, suites), str(compose_record), "--out", str(out))
     assert done.returncode == 0, done.stderr
     # A copy with a probe script that writes what the browser decoded into the DOM; the report's
     # policy stays as it is except that this one inline script may run.
@@ -145,9 +146,9 @@ def test_report_renders_in_headless_chromium(run_cli, suites, compose_record, tm
     assert shot.stat().st_size > 50_000   # a blank page compresses to a few KiB
 
 
-def test_without_out_the_report_is_a_new_file_under_results(run_cli, suites, tmp_path):
-    first = run_cli("report", *map(str, suites))
-    second = run_cli("report", *map(str, suites))
+def test_without_out_the_report_is_a_new_file_under_results(cli, suites, tmp_path):
+    first = cli("report", *map(str, suites))
+    second = cli("report", *map(str, suites))
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     made = sorted((tmp_path / "results").glob("report-*.html"))
     assert len(made) == 2   # a second report in the same second gets its own name; none is overwritten
@@ -155,7 +156,7 @@ def test_without_out_the_report_is_a_new_file_under_results(run_cli, suites, tmp
     assert f"# report: results/{made[0].name}" in first.stdout + second.stdout
 
 
-def test_bad_inputs_exit_2_with_one_line(run_cli, suites, tmp_path):
+def test_bad_inputs_exit_2_with_one_line(cli, suites, tmp_path):
     existing = tmp_path / "exists.html"
     existing.write_text("x")
     (tmp_path / "empty").mkdir()
@@ -167,7 +168,7 @@ def test_bad_inputs_exit_2_with_one_line(run_cli, suites, tmp_path):
         (("report", str(suites[0]), "--out", str(tmp_path / "c.html"), "--fail-on", "busbw"), "invalid --fail-on"),
     ]
     for args, fragment in cases:
-        done = run_cli(*args)
+        done = cli(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and fragment in last_line(done.stderr), done.stderr
     assert not (tmp_path / "a.html").exists() and not (tmp_path / "b.html").exists()
@@ -195,3 +196,17 @@ def test_a_hunt_record_shows_its_verdict_matrix_and_heatmap(tmp_path):
     assert any(h.startswith("Hunt: h") for h in parsed.h2)
     assert "SLOW HOST h2" in text and "0.012 *" in text
     assert [a["alt"] for t, a in parsed.tags if t == "img"] == ["hunt heatmap"]
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_report_out_on_a_read_only_filesystem_exit_2_one_line(run_cli, read_only_dir, tmp_path):
+    made = run_cli("memory", "--sizes", "1M", "--threads", "1", "--warmup", "0", "--iters", "3",
+                   "--json", str(tmp_path / "mem.json"))
+    assert made.returncode == 0, made.stderr
+    done = run_cli("report", str(tmp_path / "mem.json"), "--out", str(read_only_dir / "r.html"))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert last_line(done.stderr) == (f"microbench: invalid --out {str(read_only_dir / 'r.html')!r}: directory "
+                                      f"{str(read_only_dir)!r} is on a read-only filesystem; e.g. --out results/report.html")
+    assert done.stdout == ""

@@ -17,11 +17,11 @@ JOB = ["compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", 
 
 
 @pytest.fixture
-def report(run_cli, tmp_path):
-    done = run_cli(*JOB, "--json", str(tmp_path / "job.json"))
+def report(cli, tmp_path):
+    done = cli(*JOB, "--json", str(tmp_path / "job.json"))
     assert done.returncode == 0, done.stderr
     out = tmp_path / "r.html"
-    done = run_cli("report", str(tmp_path / "job.json"), "--out", str(out))
+    done = cli("report", str(tmp_path / "job.json"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out, json.loads((tmp_path / "job.json").read_text())
 
@@ -44,6 +44,7 @@ def test_the_report_draws_each_configurations_timeline_and_tables_the_whatif(rep
     assert "end to end" in html and "to change the answer" in html
 
 
+@pytest.mark.slow
 def test_chromium_draws_the_timelines(report, tmp_path):
     out, _ = report
     seen = browser_dom(out, tmp_path, "(()=>{const s=document.querySelector('svg').getBoundingClientRect();"
@@ -52,10 +53,10 @@ def test_chromium_draws_the_timelines(report, tmp_path):
     assert seen["w"] > 900 and seen["h"] > 150 and seen["rects"] > 50, seen
 
 
-def test_a_long_job_is_recorded_folded_and_drawn_tiled(run_cli, tmp_path):
+def test_a_long_job_is_recorded_folded_and_drawn_tiled(cli, tmp_path):
     # 2,000 steps with a checkpoint every 5: 400 identical periods, folded into one "repeat" entry
     # (its first period as a template) in the record and one pattern-filled bar in the picture.
-    done = run_cli("compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
+    done = cli("compose", "--model", "llama-3.1-8b", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100",
                    "--steps", "2000", "--ckpt-every", "5", "--net", "ib=40GB/s", "--tier", "shared=1.6:6.4",
                    "--json", str(tmp_path / "long.json"))
     assert done.returncode == 0, done.stderr
@@ -65,7 +66,7 @@ def test_a_long_job_is_recorded_folded_and_drawn_tiled(run_cli, tmp_path):
     assert rep["repeat"] == 398 and [q["kind"] for q in rep["template"]] == ["train", "ckpt_blocking"]
     assert rep["time_s"] == pytest.approx(rep["repeat"] * rep["period_s"])
     assert tl["total_s"] == pytest.approx(sum(p["time_s"] for p in tl["phases"] if not p["overlapped"]))
-    done = run_cli("report", str(tmp_path / "long.json"), "--out", str(tmp_path / "long.html"))
+    done = cli("report", str(tmp_path / "long.json"), "--out", str(tmp_path / "long.html"))
     assert done.returncode == 0, done.stderr
     html = (tmp_path / "long.html").read_text()
     assert html.count("<pattern ") == 1 and 'fill="url(#p' in html

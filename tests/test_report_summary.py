@@ -70,6 +70,7 @@ def test_a_small_picture_starts_at_zero():
     assert dashed == pytest.approx(2 * width, rel=0.02)   # the bar reaches half of the expected mark
 
 
+@pytest.mark.slow
 def test_the_report_opens_with_the_summary_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

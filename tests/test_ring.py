@@ -7,6 +7,7 @@ import pytest
 from conftest import last_line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", ["2", "3"])
 def test_ring_collectives_are_exact(run_cli, tmp_path, nproc):
     out = tmp_path / f"ring{nproc}.json"
@@ -26,11 +27,11 @@ def test_ring_collectives_are_exact(run_cli, tmp_path, nproc):
     assert "algo ring" in done.stdout
 
 
-def test_ring_refuses_ops_it_does_not_cover(run_cli):
-    done = run_cli("nccl", "--algo", "ring", "--ops", "broadcast")
+def test_ring_refuses_ops_it_does_not_cover(cli):
+    done = cli("nccl", "--algo", "ring", "--ops", "broadcast")
     assert done.returncode == 2
     assert last_line(done.stderr) == ("microbench: --algo ring covers reduce_scatter, all_gather, all_reduce, not "
                                       "broadcast; e.g. --algo ring --ops reduce_scatter,all_gather,all_reduce")
-    bad = run_cli("nccl", "--algo", "tree")
+    bad = cli("nccl", "--algo", "tree")
     assert bad.returncode == 2
     assert last_line(bad.stderr) == "microbench: invalid --algo 'tree': expected one of torch, ring (e.g. --algo ring)"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -51,11 +50,11 @@ def test_every_v1_record_in_tests_data_loads_as_v2(name):
     assert len(loaded["rows"]) == len(v1(name)["rows"]) > 0
 
 
-def test_plot_compare_and_compose_read_v1_records(run_cli, tmp_path):
+def test_plot_compare_and_compose_read_v1_records(cli, tmp_path):
     pytest.importorskip("matplotlib")
     nccl, posix = V1 / "nccl.json", V1 / "storage_posix.json"
     png = tmp_path / "v1.png"
-    plotted = run_cli("plot", f"v1={nccl}", "--out", str(png))
+    plotted = cli("plot", f"v1={nccl}", "--out", str(png))
     assert plotted.returncode == 0, plotted.stderr
     assert png.stat().st_size > 0
 
@@ -64,16 +63,16 @@ def test_plot_compare_and_compose_read_v1_records(run_cli, tmp_path):
     upgraded = upgrade(v1("storage_posix"))
     del upgraded["upgraded_from"]
     as_v2.write_text(json.dumps(upgraded))
-    compared = run_cli("compare", str(posix), str(as_v2))
+    compared = cli("compare", str(posix), str(as_v2))
     assert compared.returncode == 0, compared.stderr
     assert f"# compared {len(upgraded['rows'])} value(s)" in compared.stdout
     # An old suite directory against itself.
-    same = run_cli("compare", str(V1), str(V1))
+    same = cli("compare", str(V1), str(V1))
     assert same.returncode == 0, same.stderr
     every_row = sum(len(v1(p.stem)["rows"]) for p in V1.glob("*.json"))
     assert "# skipped" not in same.stdout and f"# compared {every_row} value(s)" in same.stdout
 
-    composed = run_cli("compose", "--model", "llama-3.1-8b", "--ranks", "2", "--gpu", "h100", "--nccl", f"v1={nccl}",
+    composed = cli("compose", "--model", "llama-3.1-8b", "--ranks", "2", "--gpu", "h100", "--nccl", f"v1={nccl}",
                        "--storage", f"disk={posix}", "--json", str(tmp_path / "compose.json"))
     assert composed.returncode == 0, composed.stderr
     record = load_record(tmp_path / "compose.json")
@@ -208,12 +207,12 @@ def test_a_reader_refuses_what_is_not_a_record_object(tmp_path):
                                f"not an object with schema_version, kind and rows")
 
 
-def test_a_bad_row_read_by_the_cli_is_one_line_naming_file_row_and_field(run_cli, tmp_path):
+def test_a_bad_row_read_by_the_cli_is_one_line_naming_file_row_and_field(cli, tmp_path):
     record = v1("memory")
     record["rows"][1]["copy_gbps"] = "21 GB/s"
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(record))
-    done = run_cli("plot", str(path), "--out", str(tmp_path / "x.png"))
+    done = cli("plot", str(path), "--out", str(tmp_path / "x.png"))
     assert done.returncode == 2
     assert done.stderr.strip() == last_line(done.stderr) == (
         f"microbench: results file {str(path)!r} is not a microbench record: row 1 has 'copy_gbps' = '21 GB/s' "
@@ -266,6 +265,7 @@ def test_the_runner_writes_a_skipped_record(tmp_path, where, reason):
     assert record["config"]["sweep"]["iters"] == 2 and record["ended_at"]
 
 
+@pytest.mark.slow
 def test_storage_gds_without_a_gpu_exits_0_with_a_skipped_record(run_cli, tmp_path):
     from microbench.probes.storage import gds as storage_gds
 

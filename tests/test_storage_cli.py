@@ -43,6 +43,7 @@ def _record(tmp_path: Path, name: str = "out.json") -> dict:
     return json.loads((tmp_path / name).read_text())
 
 
+@pytest.mark.slow
 def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     target, bare = tmp_path / "target", tmp_path / "bin"
     target.mkdir()
@@ -69,6 +70,7 @@ def test_posix_writes_reads_and_cleans_up_without_fio(run_cli, tmp_path):
     assert _leftovers(target) == []
 
 
+@pytest.mark.slow
 def test_keep_and_python_fallback(run_cli, tmp_path):
     out = run_cli("storage", "posix", "--path", str(tmp_path), "--rw", "read", "--pattern", "rand", "--keep",
                   "--json", "out.json", *SMALL, env={"MICROBENCH_NO_NATIVE": "1"})
@@ -80,6 +82,7 @@ def test_keep_and_python_fallback(run_cli, tmp_path):
     assert rec["implementation"]["name"] == "python" and rec["rows"][0]["engine"] == "python threads"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_FIO, reason="fio not installed")
 def test_compare_fio_prints_ratio_and_records_both(run_cli, tmp_path):
     out = run_cli("storage", "posix", "--path", str(tmp_path), "--rw", "read", "--compare-fio", "--json", "out.json",
@@ -93,6 +96,7 @@ def test_compare_fio_prints_ratio_and_records_both(run_cli, tmp_path):
     assert rec["implementation"]["fio_version"].startswith("fio")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_FIO, reason="fio not installed")
 def test_fio_subcommand_same_record_format(run_cli, tmp_path):
     out = run_cli("storage", "fio", "--path", str(tmp_path), "--rw", "write", "--json", "out.json", *SMALL)
@@ -111,38 +115,39 @@ def test_fio_subcommand_same_record_format(run_cli, tmp_path):
     (["--threads", "0"], 2, "invalid --threads '0'"),
     (["--size", "1M", "--bs", "1M", "--qd", "4"], 2, "--size 1M is too small"),
 ])
-def test_bad_input_one_line_and_nothing_written(run_cli, tmp_path, args, code, message):
+def test_bad_input_one_line_and_nothing_written(cli, tmp_path, args, code, message):
     target = tmp_path / "target"
     target.mkdir()
-    out = run_cli("storage", "posix", "--path", str(target), *[a for a in SMALL if a not in ("--bs", "1M")], *args)
+    out = cli("storage", "posix", "--path", str(target), *[a for a in SMALL if a not in ("--bs", "1M")], *args)
     assert out.returncode == code
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
     assert _leftovers(target) == []
 
 
-def test_missing_path_is_usage_error(run_cli, tmp_path):
-    out = run_cli("storage", "posix", "--path", str(tmp_path / "nope"), *SMALL)
+def test_missing_path_is_usage_error(cli, tmp_path):
+    out = cli("storage", "posix", "--path", str(tmp_path / "nope"), *SMALL)
     assert out.returncode == 2 and "does not exist" in last_line(out.stderr)
 
 
-def test_read_only_path(run_cli, tmp_path):
+def test_read_only_path(cli, tmp_path):
     with mounted(tmp_path / "ro", "tmpfs", "ro,size=16m") as ro:
-        out = run_cli("storage", "posix", "--path", str(ro), *SMALL)
+        out = cli("storage", "posix", "--path", str(ro), *SMALL)
         assert out.returncode == 2   # found before any work: misuse of the place, as in every probe
         assert len(out.stderr.strip().splitlines()) == 1
         assert f"--path {str(ro)!r}: directory {str(ro)!r} is on a read-only filesystem" in out.stderr
         assert _leftovers(ro) == []
 
 
-def test_refuses_when_free_space_is_short(run_cli, tmp_path):
+def test_refuses_when_free_space_is_short(cli, tmp_path):
     with mounted(tmp_path / "small", "tmpfs", "size=4m") as small:
-        out = run_cli("storage", "posix", "--path", str(small), *SMALL)
+        out = cli("storage", "posix", "--path", str(small), *SMALL)
         assert out.returncode == 2   # found before any work, as checkpoint, dataload and modelload find it
         line = last_line(out.stderr)
         assert "not enough free space" in line and "needs 9.0 MiB" in line and "only 4.0 MiB is free" in line
         assert _leftovers(small) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("native_off", ["0", "1"])
 def test_enospc_mid_write(run_cli, tmp_path, native_off):
     with mounted(tmp_path / "full", "tmpfs", "size=4m") as full:
@@ -154,6 +159,7 @@ def test_enospc_mid_write(run_cli, tmp_path, native_off):
         assert _leftovers(full) == []
 
 
+@pytest.mark.slow
 def test_filesystem_without_o_direct(run_cli, tmp_path):
     # ramfs refuses O_DIRECT and reports no free space, so --no-space-check as on FUSE mounts.
     with mounted(tmp_path / "ram", "ramfs", "size=64m") as ram:
@@ -172,6 +178,7 @@ def test_filesystem_without_o_direct(run_cli, tmp_path):
         assert _leftovers(ram) == []
 
 
+@pytest.mark.slow
 def test_sigterm_mid_run_removes_the_test_directory(tmp_path):
     import signal
     import sys

@@ -72,6 +72,7 @@ def test_io_path_driver_failure_means_cufile_compat(monkeypatch):
     assert info["real_gds"] is False and "cuFileDriverOpen failed" in info["gds_driver_note"]
 
 
+@pytest.mark.slow
 def test_cli_skips_with_one_line_reason(run_cli, tmp_path):
     if gds.unavailable_reason() is None:
         pytest.skip("GDS can run here; the skip path is not reachable")
@@ -81,6 +82,6 @@ def test_cli_skips_with_one_line_reason(run_cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "g").exists()
 
 
-def test_cli_bad_size_is_usage_error(run_cli, tmp_path):
-    proc = run_cli("storage", "gds", "--path", str(tmp_path), "--size", "0", timeout=120)
+def test_cli_bad_size_is_usage_error(cli, tmp_path):
+    proc = cli("storage", "gds", "--path", str(tmp_path), "--size", "0", timeout=120)
     assert proc.returncode == 2 and "invalid --size '0'" in last_line(proc.stderr)

@@ -8,12 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import refused as _refused
 
-from conftest import last_line
-from microbench.targets import fallback as io_fallback, native
 from microbench.core.errors import RunError, UsageError
 from microbench.probes.storage import fio_engine as sf
 from microbench.probes.storage import posix as sp
+from microbench.targets import fallback as io_fallback
+from microbench.targets import native
 from microbench.targets.workdir import IOFailure, WorkDir, mount_of
 
 MiB = 1 << 20
@@ -160,3 +161,11 @@ def test_results_served_from_memory_are_flagged_not_reported_as_disk():
     rows = [{"op": "read", "size_bytes": MiB, "tool": "posix", "read_gbps": 0.9},
             {"op": "read", "size_bytes": MiB, "tool": "fio", "read_gbps": 1.0}]
     assert probe.summarize(rows)["vs_fio"][0]["ratio_posix_over_fio"] == pytest.approx(0.9)
+
+
+def test_a_queue_depth_the_engine_cannot_take_is_refused_with_the_limit(cli, tmp_path):
+    (tmp_path / "st").mkdir()
+    line = _refused(cli("storage", "posix", "--path", "st", "--bs", "4K", "--qd", "60000", timeout=120),
+                    "invalid --qd 60000: the native engine takes at most 32768 I/Os in flight per worker")
+    assert "alignment" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["st"] and not any((tmp_path / "st").iterdir())

@@ -95,6 +95,7 @@ def _resident_pages(path: Path) -> int:
     return sum(b & 1 for b in vec.raw)
 
 
+@pytest.mark.slow
 def test_embedded_server_head_and_list_leave_dropped_pages_dropped(embedded_s3):
     """rclone hashed each object for its ETag on every HEAD and LIST, reading it back into the
     page cache; a checkpoint load that had just dropped its objects' pages then read memory."""
@@ -115,6 +116,7 @@ def test_embedded_server_head_and_list_leave_dropped_pages_dropped(embedded_s3):
     assert _resident_pages(path) == before < 64  # 2048 pages when rclone hashed it
     client.delete_object(Bucket=embedded_s3.bucket, Key=key)
 
+@pytest.mark.slow
 def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
     proc = run_cli("storage", "s3", *SMALL, "--json", "s3.json")
     assert proc.returncode == 0, proc.stderr
@@ -133,6 +135,7 @@ def test_embedded_run_prints_table_and_writes_record(run_cli, tmp_path):
     assert not Path(record["implementation"]["backing_dir"]).exists()
 
 
+@pytest.mark.slow
 def test_credentials_never_reach_output_or_record(tmp_path, capsys, monkeypatch):
     from microbench import cli
     from microbench.targets.s3server import Credentials
@@ -146,6 +149,7 @@ def test_credentials_never_reach_output_or_record(tmp_path, capsys, monkeypatch)
     assert known.secret_access_key not in text
 
 
+@pytest.mark.slow
 def test_endpoint_run_deletes_its_objects(run_cli, embedded_s3):
     proc = run_cli("storage", "s3", *SMALL, "--objects", "2", "--endpoint", embedded_s3.endpoint_url,
                    "--bucket", embedded_s3.bucket, "--json", "r.json", env=endpoint_env(embedded_s3))
@@ -154,6 +158,7 @@ def test_endpoint_run_deletes_its_objects(run_cli, embedded_s3):
     assert objects_under(embedded_s3) == []
 
 
+@pytest.mark.slow
 def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_path):
     proc = run_cli("storage", "s3", *SMALL, "--ops", "put", "--keep", "--object-size", "1M",
                    "--endpoint", embedded_s3.endpoint_url, "--bucket", embedded_s3.bucket, "--json", "r.json",
@@ -167,6 +172,7 @@ def test_keep_retains_objects_under_a_unique_prefix(run_cli, embedded_s3, tmp_pa
         client.delete_object(Bucket=embedded_s3.bucket, Key=key)
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_fast(run_cli, tmp_path):
     port = free_port()  # nothing listens there
     proc = run_cli("storage", "s3", *SMALL, "--endpoint", f"http://127.0.0.1:{port}", "--bucket", "bkt",
@@ -176,6 +182,7 @@ def test_unreachable_endpoint_fails_fast(run_cli, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_wrong_credentials(run_cli, embedded_s3, tmp_path):
     env = endpoint_env(embedded_s3, AWS_SECRET_ACCESS_KEY="not-the-right-secret")
     proc = run_cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url,
@@ -186,22 +193,23 @@ def test_wrong_credentials(run_cli, embedded_s3, tmp_path):
     assert objects_under(embedded_s3) == []
 
 
-def test_missing_bucket(run_cli, embedded_s3, tmp_path):
-    proc = run_cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url, "--bucket", "no-such-bucket",
+@pytest.mark.slow
+def test_missing_bucket(cli, embedded_s3, tmp_path):
+    proc = cli("storage", "s3", *SMALL, "--endpoint", embedded_s3.endpoint_url, "--bucket", "no-such-bucket",
                    env=endpoint_env(embedded_s3))
     assert_one_line_error(proc, 2, "bucket 'no-such-bucket' does not exist")
     assert not (tmp_path / "results").exists()
 
 
-def test_unknown_profile(run_cli):
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt",
+def test_unknown_profile(cli):
+    proc = cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt",
                    env={**NO_PROFILE, "AWS_PROFILE": "no-such-profile"})
     assert_one_line_error(proc, 2, "AWS profile 'no-such-profile' not found")
 
 
-def test_no_credentials_for_an_endpoint(run_cli, tmp_path):
+def test_no_credentials_for_an_endpoint(cli, tmp_path):
     env = {**NO_PROFILE, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-    proc = run_cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt", env=env)
+    proc = cli("storage", "s3", "--endpoint", "http://127.0.0.1:9", "--bucket", "bkt", env=env)
     assert_one_line_error(proc, 2, "no AWS credentials found")
 
 
@@ -216,12 +224,13 @@ def test_no_credentials_for_an_endpoint(run_cli, tmp_path):
     (["--endpoint", "ftp://host"], "invalid --endpoint 'ftp://host'"),
     (["--endpoint", "http://127.0.0.1:9"], "--endpoint needs --bucket"),
 ])
-def test_bad_input(run_cli, tmp_path, args, words):
-    proc = run_cli("storage", "s3", *args)
+def test_bad_input(cli, tmp_path, args, words):
+    proc = cli("storage", "s3", *args)
     assert_one_line_error(proc, 2, words)
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_get_check_counts_a_corrupted_chunk(embedded_s3):
     """The GET check compares every byte read with what was PUT: one flipped byte in one
     object's second part is one wrong chunk, and nothing else is."""
@@ -247,6 +256,7 @@ def test_get_check_counts_a_corrupted_chunk(embedded_s3):
         probe.close()
 
 
+@pytest.mark.slow
 def test_the_probe_builds_one_client_for_all_its_threads(embedded_s3):
     """Built lazily by the first requests, each of the pool's threads found no client yet and
     built its own (eight clients for the first PUT instead of one)."""

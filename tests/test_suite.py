@@ -1,6 +1,10 @@
 import json
+from pathlib import Path
 
-from conftest import last_line
+import pytest
+from conftest import last_line, symlink_loop
+from conftest import refused as _refused
+
 from microbench.accept.suite import headline
 
 
@@ -23,6 +27,7 @@ def test_a_one_rank_collective_headlines_its_algbw_not_a_zero_busbw():
     assert headline(record) == "all_reduce algbw 644.50 GB/s at 16M; all_gather busbw 0.40 GB/s at 1M"
 
 
+@pytest.mark.slow
 def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     floor = tmp_path / "t.toml"
     floor.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n')
@@ -39,8 +44,8 @@ def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     assert last_line(bad.stderr) == "microbench: acceptance failed: 1 of 1 check(s) did not pass"
 
 
-def test_suite_rejects_unknown_steps(run_cli):
-    done = run_cli("suite", "--only", "gpu")
+def test_suite_rejects_unknown_steps(cli):
+    done = cli("suite", "--only", "gpu")
     assert done.returncode == 2
     assert last_line(done.stderr).startswith("microbench: invalid --only 'gpu': expected some of ")
 
@@ -67,6 +72,7 @@ def test_run_step_reports_the_childs_last_stderr_line_as_the_reason(tmp_path):
     assert result.summary().startswith("invalid --sizes '1Q'"), result.summary()
 
 
+@pytest.mark.slow
 def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     import xml.etree.ElementTree as ET
 
@@ -95,8 +101,8 @@ def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
     assert all(c.get("classname") == "microbench.accept.memory" for c in cases)
 
 
-def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path):
-    done = run_cli("suite", "--only", "memory", "--junit", str(tmp_path / "no" / "such" / "dir.xml"),
+def test_suite_rejects_an_unwritable_junit_path_before_running(cli, tmp_path):
+    done = cli("suite", "--only", "memory", "--junit", str(tmp_path / "no" / "such" / "dir.xml"),
                    "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
@@ -105,8 +111,8 @@ def test_suite_rejects_an_unwritable_junit_path_before_running(run_cli, tmp_path
 
 
 def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
-    from microbench.world.launch import detect_world
     from microbench.accept.suite import step_env
+    from microbench.world.launch import detect_world
 
     srun_task = {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7",
                  "MASTER_ADDR": "node001", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
@@ -117,10 +123,84 @@ def test_suite_steps_spawn_local_ranks_even_inside_a_launchers_world():
     assert child["SLURM_JOB_ID"] == "7" and child["PATH"] == "/usr/bin" and "PYTHONPATH" in child
 
 
-def test_a_check_on_an_op_its_step_does_not_run_is_refused_before_any_step(run_cli, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_suite_pid_ends_its_step_with_a_partial_record(tmp_path, signame):
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "suite", "--only", "nccl"], cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def step_running() -> bool:
+        for path in glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json")):
+            try:
+                data = json.loads(open(path).read())
+            except ValueError:
+                continue
+            return data["status"] == "running" and len(data["rows"]) >= 1
+        return False
+
+    try:
+        from conftest import wait_for
+
+        wait_for(step_running, proc, "the nccl step measuring")
+        proc.send_signal(getattr(signal, signame))   # the suite's PID only, not its process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    (path,) = glob.glob(str(tmp_path / "results" / "suite-*" / "nccl.json"))
+    data = json.loads(open(path).read())
+    assert data["status"] == "partial" and "interrupted" in data["status_reason"], data["status_reason"]
+    time.sleep(3)   # an orphaned step would still be measuring, and write "complete" later
+    assert json.loads(open(path).read()) == data
+
+
+def _suite_case(tmp_path: Path, read_only_dir: Path, case: str) -> list[str]:
+    if case == "path-a-file":
+        (tmp_path / "f").write_text("x")
+        return ["--path", "f"]
+    if case == "path-missing":
+        return ["--path", "nowhere"]
+    if case == "path-read-only":
+        return ["--path", str(read_only_dir)]
+    if case == "path-a-loop":
+        symlink_loop(tmp_path)
+        return ["--path", "loop"]
+    if case == "results-dir-a-file":
+        (tmp_path / "f").write_text("x")
+        return ["--results-dir", "f"]
+    return ["--results-dir", str(read_only_dir / "results")]
+
+
+SUITE_SAYS = {"path-a-file": "--path 'f' is not a directory", "path-missing": "--path 'nowhere' does not exist",
+              "path-read-only": "is on a read-only filesystem", "path-a-loop": "--path 'loop' is a symlink loop",
+              "results-dir-a-file": "invalid --results-dir 'f': 'f' is a file, not a directory",
+              "results-dir-read-only": "is on a read-only filesystem"}
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("case", sorted(SUITE_SAYS))
+def test_suite_refuses_its_paths_before_making_a_results_directory(cli, tmp_path, read_only_dir, case):
+    argv = _suite_case(tmp_path, read_only_dir, case)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    _refused(cli("suite", "--only", "memory", *argv, timeout=120), SUITE_SAYS[case])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before   # no results/suite-* left behind
+    assert list(read_only_dir.iterdir()) == []
+
+
+def test_a_check_on_an_op_its_step_does_not_run_is_refused_before_any_step(cli, tmp_path):
     checks = tmp_path / "t.toml"
     checks.write_text('[[check]]\nstep = "memory"\nop = "all_reduce"\nmetric = "copy_gbps"\nmin = 0.01\n')
-    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    done = cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 2, done.stderr
     line = last_line(done.stderr)
     assert line.startswith("microbench: the check on step 'memory': op 'all_reduce' is not one the step runs (")
@@ -128,10 +208,10 @@ def test_a_check_on_an_op_its_step_does_not_run_is_refused_before_any_step(run_c
     assert not (tmp_path / "r").exists()
 
 
-def test_a_check_on_a_step_only_leaves_out_is_refused_before_any_step(run_cli, tmp_path):
+def test_a_check_on_a_step_only_leaves_out_is_refused_before_any_step(cli, tmp_path):
     checks = tmp_path / "t.toml"
     checks.write_text('[[check]]\nstep = "nccl"\nop = "all_reduce"\nmetric = "busbw_gbps"\nmin = 0.01\n')
-    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
+    done = cli("suite", "--only", "memory", "--accept", str(checks), "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 2, done.stderr
     assert "--only leaves that step out; add it to --only, e.g. --only memory,nccl" in last_line(done.stderr)
     assert not (tmp_path / "r").exists()

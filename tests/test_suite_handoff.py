@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from microbench.world import environment as env
 from microbench.world.launch import package_env
 
 
+@pytest.mark.slow
 def test_torch_facts_handed_down_by_the_suite():
     # A fresh interpreter: the hand-off is only consulted where torch is not imported yet.
     code = "import json, microbench.world.environment as e; print(json.dumps(e.torch_info()))"
@@ -20,6 +23,7 @@ def test_torch_facts_handed_down_by_the_suite():
     assert info["torch"] == "9.9" and "suite" in info["torch_info_source"]
 
 
+@pytest.mark.slow
 def test_suite_hands_real_torch_facts():
     handed = json.loads(env.torch_info_for_children()[env.TORCH_INFO_ENV])
     assert "torch" in handed and "gpus" in handed
@@ -35,6 +39,7 @@ def test_only_the_steps_that_would_start_an_s3_server_share_one():
     assert not uses_embedded_s3(Step("x", ("checkpoint", "--target", "/tmp/s3-like-name")))
 
 
+@pytest.mark.slow
 def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, embedded_s3, tmp_path):
     from microbench.targets.s3server import SHARED_ENV
 
@@ -53,6 +58,7 @@ def test_a_step_attaches_to_the_suites_s3_server_and_leaves_it_running(run_cli, 
     assert len(lines) == 1 and lines[0].startswith(f"microbench: damaged {SHARED_ENV} hand-off"), bad.stderr
 
 
+@pytest.mark.slow
 def test_the_suite_starts_one_s3_server_for_two_s3_steps_and_stops_it():
     import http.client
 

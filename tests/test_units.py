@@ -42,11 +42,18 @@ def test_format_size():
 
 # ----------------------------------------------------------------- numbers, rates, durations
 import math as _math
+from pathlib import Path
 
 import pytest as _pytest
+from conftest import refused as _refused
 
 from microbench.core.errors import UsageError as _UsageError
-from microbench.core.units import parse_bandwidth_bytes_per_s, parse_duration_s, parse_number, parse_positive
+from microbench.core.units import (
+    parse_bandwidth_bytes_per_s,
+    parse_duration_s,
+    parse_number,
+    parse_positive,
+)
 
 
 @_pytest.mark.parametrize("bad", ["nan", "NaN", "inf", "-inf", "1e999", "", "fast", "1,5"])
@@ -94,8 +101,8 @@ def test_parse_duration():
 def test_probes_and_composer_share_one_dtype_table_and_one_bus_factor():
     """The composer predicts from what the probes measured: both must read the same figures,
     not copies that can drift."""
-    from microbench.core import units
     from microbench.compose import curves, fsdp
+    from microbench.core import units
     from microbench.probes import checkpoint, compute
     from microbench.probes import nccl as coll
 
@@ -117,3 +124,27 @@ def test_dtype_sizes():
     from microbench.core.units import element_size
 
     assert [element_size(d) for d in ("float32", "bfloat16", "float16")] == [4, 2, 2]
+
+
+def test_parse_timeout_has_a_documented_maximum():
+    from microbench.core.errors import UsageError
+    from microbench.core.units import MAX_TIMEOUT_S, parse_timeout
+
+    assert MAX_TIMEOUT_S == 86400 and parse_timeout("86400") == 86400.0 and parse_timeout("0.5") == 0.5
+    for text in ("1e300", "1e10", "86401"):
+        with pytest.raises(UsageError, match=f"invalid --timeout '{text}': must be at most 86400"):
+            parse_timeout(text)
+    manual = (Path(__file__).resolve().parent.parent / "docs" / "manual.md").read_text()
+    assert "at most 86400 s" in manual
+
+
+@pytest.mark.parametrize("argv", [
+    ["nccl", "--sizes", "1M", "--nproc", "2", "--timeout", "1e300"],
+    ["nccl", "--sizes", "1M", "--nproc", "2", "--timeout", "1e10"],
+    ["link", "--sizes", "1M", "--timeout", "1e300"],
+    ["checkpoint", "--size", "1M", "--nproc", "2", "--target", "ck", "--timeout", "1e300"],
+    ["storage", "s3", "--endpoint", "http://127.0.0.1:1", "--bucket", "bkt", "--timeout", "1e300"],
+], ids=["nccl-1e300", "nccl-1e10", "link-1e300", "checkpoint-1e300", "s3-1e300"])
+def test_a_timeout_above_the_maximum_is_refused_naming_it(cli, tmp_path, argv):
+    _refused(cli(*argv, timeout=120), f"invalid --timeout {argv[-1]!r}: must be at most 86400")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

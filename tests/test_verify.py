@@ -129,6 +129,7 @@ def test_compose_applies_the_calibrated_efficiency_to_a_measured_rate_of_the_sam
 
 # --------------------------------------------------------------------------- real ranks
 
+@pytest.mark.slow
 def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     cal = calibration_record(tmp_path / "cal.json")
     out = tmp_path / "v.json"
@@ -175,6 +176,7 @@ def test_short_verify_checks_the_mechanism(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (0.5, 0.0, "gloo")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", [{"unit_overhead_s": 0.5},        # half a second per unit per pass
                                    {"compute_efficiency": 0.001}])  # compute predicted 1000 x too slow
 def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
@@ -189,6 +191,7 @@ def test_a_wrong_calibration_fails_the_verdict(run_cli, tmp_path, wrong):
     assert record["summary"]["verdict"]["outside"] and not record["summary"]["verdict"]["pass"]
 
 
+@pytest.mark.slow
 def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     out = tmp_path / "cal.json"
     done = run_cli("verify", "fsdp", "--calibrate-only", "--nproc", "2", "--json", str(out), timeout=180)
@@ -224,6 +227,7 @@ def test_calibrate_only_writes_what_compose_reads(run_cli, tmp_path):
     assert (got.overlap, got.unit_overhead_s, got.backend) == (cal["overlap"], cal["unit_overhead_s"], "gloo")
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     cal = calibration_record(tmp_path / "cal.json", unit_overhead_s=0.0)
     out = tmp_path / "v.json"
@@ -253,6 +257,7 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
 
 # --------------------------------------------------------------------------- bad input: exit 2, one line
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.parametrize("args, fragment", [
     (("--tolerance", "0"), "invalid --tolerance '0': must be more than 0"),
     (("--tolerance", "-5"), "invalid --tolerance '-5': must be more than 0"),
@@ -266,9 +271,9 @@ def test_a_rank_dying_mid_matrix_is_named_and_finished_rows_are_kept(tmp_path):
     (("--cal-reps", "2"), "invalid --cal-reps '2': each calibration number is a median"),
     (("--cal-reps", "many"), "invalid --cal-reps 'many': expected a positive whole number"),
 ])
-def test_bad_input(run_cli, args, fragment):
+def test_bad_input(cli, args, fragment):
     start = time.monotonic()
-    done = run_cli("verify", "fsdp", *args, timeout=60)
+    done = cli("verify", "fsdp", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert fragment in one_error_line(done.stderr)
     assert time.monotonic() - start < 30   # refused before any rank starts
@@ -278,9 +283,9 @@ def test_bad_input(run_cli, args, fragment):
     ({"backend": "nccl", "device": "cuda"}, "was measured with nccl on cuda; this run uses gloo on cpu"),
     ({"model": {"family": "mlp stack"}}, "was measured on another model (mlp stack)"),
 ])
-def test_a_calibration_of_another_backend_or_model_is_refused(run_cli, tmp_path, change, fragment):
+def test_a_calibration_of_another_backend_or_model_is_refused(cli, tmp_path, change, fragment):
     cal = calibration_record(tmp_path / "cal.json", **change)
-    done = run_cli(*SHORT, "--calibration", cal, timeout=60)
+    done = cli(*SHORT, "--calibration", cal, timeout=60)
     assert done.returncode == 2
     assert fragment in one_error_line(done.stderr)
     assert last_line(done.stderr).startswith("microbench: --calibration")
@@ -294,6 +299,7 @@ def test_checkpoint_probe_can_match_a_models_tensor_count():
     assert len(ck.layout(8 << 20, 2, 4)) == 1
 
 
+@pytest.mark.slow
 def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
     from microbench.targets.s3server import rclone_binary
 
@@ -329,6 +335,8 @@ def test_short_verify_with_checkpoints_to_a_directory_and_s3(run_cli, tmp_path):
 
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_link_profiles_on_a_lab_give_a_row_each_and_restore_the_lab(run_cli, tmp_path, lab):
     from microbench.lab import namespaces as labmod
 
@@ -391,3 +399,57 @@ def test_the_calibration_line_shows_how_well_its_steps_pinned_the_overlap(capsys
     del cal["details"]   # a record written before the per-step readings: the line as it was
     print_report({"summary": {"calibration_by_profile": {"loopback": cal}}, "rows": []}, True)
     assert "overlap 0.00, FSDP per-unit cost" in capsys.readouterr().out
+
+
+def test_verify_checkpoint_into_a_file_is_refused_before_training_naming_ckpt_dir(cli, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    done = cli("verify", "fsdp", "--checkpoint", "--ckpt-dir", str(afile), "--nproc", "2", timeout=120)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert f"invalid --ckpt-dir '{afile}'" in line and "--target" not in line
+    assert "# verify fsdp:" not in done.stdout and not (tmp_path / "results").exists()   # no record, no training
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_verify_fsdp_interrupted_leaves_its_record_partial_with_ended_at(tmp_path, signame):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    record = tmp_path / "v.json"
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "verify", "fsdp", "--nproc", "2", "--timeout", "30",
+                             "--json", str(record)], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and "# verify fsdp:" not in (proc.stdout.readline()):
+            pass
+        time.sleep(2)   # the ranks starting or training (the issue: at 8 s and 15 s of a longer run)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(getattr(signal, signame))   # to the launcher's PID only, not its group
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    data = json.loads(record.read_text())
+    assert data["status"] == "partial" and data["ended_at"], data
+    assert "interrupted" in data["status_reason"]
+
+
+@pytest.mark.slow
+def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
+    # The mechanism, not this machine's accuracy: a world of one is measured and predicted to the
+    # end. A verdict outside even a loose tolerance is this box's load (seen: +1787% at load 10
+    # with a one-rank step of a few ms), not a fault; anything else is.
+    proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", "--tolerance", "1000",
+                   "--ckpt-tolerance", "1000", "--cal-reps", "3", timeout=300)
+    assert proc.returncode == 0 or "outside the tolerance" in proc.stderr, proc.stderr
+    assert "ZeroDivisionError" not in proc.stderr + proc.stdout
+    assert "1 ranks" in proc.stdout and "measured" in proc.stdout

@@ -10,6 +10,7 @@ from microbench.core.stats import percentile
 from test_verify import SHORT, calibration_record
 
 
+@pytest.mark.slow
 def test_a_full_state_verify_reports_save_and_load_parts_beside_the_probes(run_cli, tmp_path):
     from microbench.targets.s3server import rclone_binary
 

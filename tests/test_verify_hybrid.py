@@ -69,12 +69,14 @@ def test_step_rows_name_their_sharding_old_rows_are_full():
     assert lines[0].startswith("1gbit ") and lines[1].startswith("1gbit hybrid")
 
 
-def test_hybrid_without_a_lab_of_several_ranks_per_host_exit_2(run_cli):
-    done = run_cli("verify", "fsdp", "--sharding", "hybrid", "--model", "tiny", "--nproc", "2")
+def test_hybrid_without_a_lab_of_several_ranks_per_host_exit_2(cli):
+    done = cli("verify", "fsdp", "--sharding", "hybrid", "--model", "tiny", "--nproc", "2")
     assert done.returncode == 2
     assert "1 node(s) x 2 rank(s)" in one_error_line(done.stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_verify_full_and_hybrid_on_a_lab_of_two_hosts_by_two_ranks(run_cli, lab_name, tmp_path):
     """The mechanism: both shardings' steps predicted and measured on 4 ranks, HSDP's inputs from
     the node and cross groups, its DCP checkpoint stored once and loaded back equal."""

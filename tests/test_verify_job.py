@@ -103,8 +103,8 @@ def test_an_unknown_tier_is_refused_with_the_choices():
     (("--link-profiles", "unlimited,1gbit"), "--link-profiles needs --lab NAME"),
     (("--cal-reps", "1"), "invalid --cal-reps '1': each calibration number is a median"),
 ])
-def test_bad_input(run_cli, args, fragment):
-    done = run_cli("verify", "job", *args, timeout=60)
+def test_bad_input(cli, args, fragment):
+    done = cli("verify", "job", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert fragment in one_error_line(done.stderr)
 
@@ -121,6 +121,7 @@ def test_verify_job_takes_cal_reps():
 
 # --------------------------------------------------------------------------- real ranks
 
+@pytest.mark.slow
 def test_a_short_job_on_a_directory_times_and_predicts_every_phase(run_cli, tmp_path):
     cal = calibration_record(tmp_path / "cal.json")
     out, base = tmp_path / "j.json", tmp_path / "d"
@@ -165,6 +166,8 @@ def _job_mounts() -> set[str]:
     return {line for line in open("/proc/self/mountinfo") if "microbench-vjob-" in line}
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_path, lab):
     from microbench.lab import namespaces as labmod
     from microbench.targets.mount.system import fuse_unavailable_reason
@@ -196,6 +199,7 @@ def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_pat
     assert set(glob.glob("/tmp/microbench-verify-job-*")) <= before   # nor its directory and spec file
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_job_is_named_and_the_finished_phases_are_kept(tmp_path):
     cal = calibration_record(tmp_path / "cal.json")
     out, base = tmp_path / "j.json", tmp_path / "d"
@@ -229,6 +233,7 @@ def test_a_rank_dying_mid_job_is_named_and_the_finished_phases_are_kept(tmp_path
     assert os.listdir(base) == []   # what the run wrote is removed, after a failure too
 
 
+@pytest.mark.slow
 def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_path):
     # dcp.async_save runs its collectives in a thread while the steps run theirs: on the training's
     # own process group the two interleaved and the ranks hung until --timeout.
@@ -250,6 +255,7 @@ def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_p
     assert row["predicted_timeline"]["costs"]["save_drain_s"] == pytest.approx(ckpt["durable_s"] - ckpt["blocking_s"])
 
 
+@pytest.mark.slow
 def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_path):
     from conftest import namespaces_refused
     from microbench.targets.mount.system import fuse_unavailable_reason

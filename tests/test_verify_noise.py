@@ -205,6 +205,7 @@ def test_the_load_is_what_the_cpus_ran_beyond_our_own_processes():
     assert load.between(None, end)["other_share"] is None
 
 
+@pytest.mark.slow
 def test_a_busy_child_of_ours_is_not_counted_as_other_load():
     import subprocess
     import sys

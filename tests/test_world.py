@@ -1,14 +1,17 @@
 """Which world a launcher set up, read from its environment variables."""
 
+import os
+import signal
 import socket
+import time
 
 import pytest
+from conftest import join_nccl, one_error_line, ranks_of, records, start_nccl_sweep
 
-from microbench.world.dist import wait_for_master
-
-from microbench.world.launch import WorldSpec, detect_world, first_slurm_host
 from microbench.core.errors import RunError, UsageError
 from microbench.run.runner import SweepSettings, _iterations
+from microbench.world.dist import wait_for_master
+from microbench.world.launch import WorldSpec, detect_world, first_slurm_host
 
 MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29512"}
 
@@ -110,3 +113,106 @@ def test_a_rank_reads_the_notes_its_peers_left_when_they_failed():
     world.store.set("mb/left/2", "CheckpointException: rank 2 could not write step-4")
     world.store.set("mb/left/0", "Connection closed by peer")   # this rank's own note is not a peer's
     assert world.peer_notes() == {2: "CheckpointException: rank 2 could not write step-4"}
+
+
+def test_local_world_limit_rule(monkeypatch):
+    from microbench.world import supervisor as dist
+
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 64 << 30)
+    limit, rule = dist.local_world_limit()
+    assert (limit, rule) == (16, "8 per CPU core x 2 core(s)")
+    monkeypatch.setattr(dist, "_mem_available_bytes", lambda: 1 << 30)
+    assert dist.local_world_limit() == (4, "1.0 GiB available / 256 MiB per rank")
+
+
+@pytest.mark.parametrize("command", [["nccl", "--sizes", "1M"], ["checkpoint", "--size", "1G", "--target", "ck"],
+                                     ["verify", "fsdp"]])
+def test_too_many_local_ranks_are_refused_before_any_starts(cli, tmp_path, command):
+    from microbench.world.supervisor import local_world_limit
+
+    limit, rule = local_world_limit()
+    proc = cli(*command, "--nproc", "1000", "--timeout", "5", timeout=60)
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert f"invalid --nproc 1000: this machine runs at most {limit} local ranks ({rule})" in line
+    assert f"--nproc {limit} or fewer" in line and "torchrun/srun/mpirun" in line
+    assert proc.stdout == "" and not (tmp_path / "results").exists() and not (tmp_path / "ck").exists()
+
+
+@pytest.mark.slow
+def test_a_launched_world_is_not_bounded(run_cli):
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: the master is absent
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        proc, _ = join_nccl(run_cli, 999, port, world=1000, timeout="2")
+    assert proc.returncode == 1  # it tried to join: the launcher's world, not ours to refuse
+    assert "rank 999 could not reach the master" in one_error_line(proc.stderr)
+
+
+@pytest.fixture
+def mute_master():
+    """A TCP port that accepts connections and never says a word."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.xdist_group("serial")
+@pytest.mark.slow
+def test_a_master_that_accepts_and_never_answers(run_cli, mute_master):
+    proc, elapsed = join_nccl(run_cli, 1, mute_master)
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr)
+    assert f"the master at 127.0.0.1:{mute_master} accepted the connection but did not answer within 5 s" in line
+    assert elapsed < 5 + 10  # --timeout plus interpreter and torch start-up on a busy machine
+
+
+@pytest.mark.xdist_group("serial")
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", [0, 1])
+def test_a_frozen_rank_ends_the_run_within_the_timeout(tmp_path, frozen):
+    proc = start_nccl_sweep(tmp_path)
+    ranks = ranks_of(proc.pid)
+    os.kill(ranks[frozen], signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        for pid in ranks.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    elapsed = time.monotonic() - stopped_at
+    assert proc.returncode == 1
+    line = one_error_line(err)
+    assert f"rank {frozen} died or stopped responding during all_reduce" in line
+    assert elapsed < 5 + 2.5, elapsed  # --timeout 5, a second of heartbeats, the exit: not ~6 s more
+    (record,) = records(tmp_path)
+    assert record["status"] == "partial" and f"rank {frozen}" in record["status_reason"]
+    assert len(record["rows"]) >= 2 and "(partial)" in line

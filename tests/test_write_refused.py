@@ -124,6 +124,7 @@ def test_a_csv_is_whole_or_absent(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the commands, on a full tmpfs
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv,flag,name", [
     (MEMORY, "--json", "m.json"),
@@ -135,6 +136,7 @@ def test_json_on_a_full_disk_exit_1_and_no_file(run_cli, full_dir, argv, flag, n
     assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.parametrize("argv", [MEMORY, ["compose", "--model", "llama-3.1-8b", "--net", "ib=40GB/s", *GPU]],
                          ids=["memory", "compose"])
@@ -173,9 +175,9 @@ def test_nccl_record_that_fills_the_disk_mid_sweep_is_partial_never_running(run_
 
 
 @pytest.mark.root
-def test_verify_job_dir_on_a_read_only_mount_is_refused_before_any_work(run_cli, tmp_path, read_only_dir):
+def test_verify_job_dir_on_a_read_only_mount_is_refused_before_any_work(cli, tmp_path, read_only_dir):
     # Known before the job runs: exit 2, one line naming the directory and why, nothing written.
-    done = run_cli("verify", "job", "--model", "tiny", "--steps", "2", "--ckpt-every", "1", "--dir",
+    done = cli("verify", "job", "--model", "tiny", "--steps", "2", "--ckpt-every", "1", "--dir",
                    str(read_only_dir), timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     line = one_error_line(done.stderr)

@@ -4,12 +4,13 @@ password, a port out of range. Each is refused with exit 2 and one line that nev
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
-
 from conftest import cli_env, one_error_line
+
 from microbench.core.redaction import redact_text
 from microbench.targets.s3client import public_url
 
@@ -38,6 +39,7 @@ def _cli(cwd, *args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("storage", "s3"), ("checkpoint", "--target", "s3://bucket/x"),
                                      ("modelload", "--target", "s3://bucket/x"), ("dataload", "--path", "s3://bucket/x")])
 @pytest.mark.parametrize("url, fragment", [
@@ -54,3 +56,39 @@ def test_a_rejected_endpoint_is_quoted_without_its_password(command, url, fragme
     assert fragment in line, line
     assert PW not in done.stdout + done.stderr
     assert list(tmp_path.iterdir()) == []   # refused before any work
+
+
+URL = f"http://u:{PW}@127.0.0.1:1"
+
+
+@pytest.mark.parametrize("failure", [
+    # botocore's own text, as a library exception the runner diagnoses
+    OSError(f'Could not connect to the endpoint URL: "{URL}/b/obj"'),
+    # one of ours, quoting the endpoint as given
+    __import__("microbench.core.errors", fromlist=["RunError"]).RunError(f"failed listing bucket at {URL}: x"),
+])
+def test_a_url_password_in_any_failure_reaches_neither_the_record_nor_the_message(tmp_path, failure):
+    from test_results_store import FailingProbe
+
+    from microbench.run.runner import SweepSettings, run_probe
+
+    settings = SweepSettings(warmup=1, iters=2, budget_s_per_case=None, progress=False)
+    with pytest.raises(Exception) as info:
+        run_probe(FailingProbe(failure), settings, config={}, results_dir=str(tmp_path))
+    (path,) = tmp_path.glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "partial" and "u:<redacted>@127.0.0.1:1" in record["status_reason"]
+    assert PW not in path.read_text()
+    assert PW not in str(info.value) and "u:<redacted>@" in str(info.value)
+
+
+@pytest.mark.slow
+def test_storage_s3_and_checkpoint_on_a_closed_port_never_print_the_password(run_cli):
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    s3 = run_cli("storage", "s3", "--endpoint", URL, "--bucket", "bkt", env=env, timeout=120)
+    assert s3.returncode == 1 and "Could not connect to the endpoint URL" in s3.stderr  # botocore's quoted URL
+    ck = run_cli("checkpoint", "--target", "s3://bkt/p", "--endpoint", URL, env=env, timeout=120)
+    assert ck.returncode == 1 and "cannot reach the S3 endpoint" in ck.stderr
+    for done in (s3, ck):
+        line = one_error_line(done.stderr)
+        assert PW not in done.stderr + done.stdout and "u:<redacted>@127.0.0.1:1" in line

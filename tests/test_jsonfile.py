@@ -6,13 +6,15 @@ ValueError or ZeroDivisionError: internal errors)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_env, one_error_line, symlink_loop
+from conftest import refused as _refused
 
-from conftest import cli_env, one_error_line
 from microbench.core.errors import UsageError
 from microbench.core.jsonfile import load_json
 
@@ -71,6 +73,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", READERS, ids=[" ".join(a[:2]) for a in READERS])
 def test_every_reader_refuses_a_5000_digit_number_with_exit_2(tmp_path, argv):
     record = tmp_path / "big.json"
@@ -84,6 +87,7 @@ def test_every_reader_refuses_a_5000_digit_number_with_exit_2(tmp_path, argv):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.json"]   # refused before any work
 
 
+@pytest.mark.slow
 def test_compose_does_not_divide_by_zero_on_a_record_of_extreme_values(tmp_path):
     """A bandwidth of 1e300 whose time is 1e-300 us made compose end in ZeroDivisionError."""
     rows = []
@@ -100,3 +104,82 @@ def test_compose_does_not_divide_by_zero_on_a_record_of_extreme_values(tmp_path)
     done = _cli(["compose", "--nccl", "n.json", *GPU], tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "'n.json' holds 1e-300 at rows[0].time_us.p50" in one_error_line(done.stderr)
+
+
+def _bad_files(where: Path) -> dict[str, Path]:
+    files = {"random": where / "random.json", "utf16": where / "utf16.json", "deep": where / "deep.json"}
+    files["random"].write_bytes(bytes([0x7b, 0x22, 0x61, 0x22, 0xae, 0xff, 0xfe, 0x00, 0x93]) * 20)
+    files["utf16"].write_text('{"kind": "nccl"}', encoding="utf-16")
+    files["deep"].write_text("[" * 100_000)
+    files["loop"] = symlink_loop(where)
+    (where / "adir").mkdir()
+    files["directory"] = where / "adir"
+    return files
+
+
+LOADER_SAYS = {"random": "is not UTF-8 text (byte 0xae at offset 4)", "utf16": "is UTF-16 text, not UTF-8",
+               "deep": "nests deeper than 64 levels", "loop": "is a symlink loop",
+               "directory": "is a directory"}
+
+
+@pytest.mark.parametrize("kind", sorted(LOADER_SAYS))
+def test_the_loader_says_what_the_file_is_not(tmp_path, kind):
+    from microbench.core.errors import UsageError
+    from microbench.core.jsonfile import load_json
+
+    path = _bad_files(tmp_path)[kind]
+    with pytest.raises(UsageError) as info:
+        load_json(path, what="--nccl", expected="a record")
+    text = str(info.value)
+    assert text.startswith(f"--nccl {str(path)!r} {LOADER_SAYS[kind]}") and text.endswith("; expected a record")
+
+
+def test_the_loader_bounds_depth_below_the_interpreters_limit(tmp_path):
+    # 100 levels parse in Python's json, but no input of ours nests so deep.
+    from microbench.core.errors import UsageError
+    from microbench.core.jsonfile import MAX_JSON_DEPTH, load_json
+
+    ok, deep = tmp_path / "ok.json", tmp_path / "deep.json"
+    ok.write_text("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
+    deep.write_text("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
+    assert load_json(ok, what="x", expected="y") is not None
+    with pytest.raises(UsageError, match="nests deeper than 64 levels"):
+        load_json(deep, what="x", expected="y")
+
+
+def test_the_loader_refuses_a_fifo_without_blocking_and_nan(tmp_path):
+    from microbench.core.errors import UsageError
+    from microbench.core.jsonfile import load_json
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="is not a regular file"):
+        load_json(fifo, what="x", expected="y")
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"hidden_size": NaN}')
+    for finite in (False, True):   # records too: one rule for every file (the tests above)
+        with pytest.raises(UsageError, match="holds NaN at hidden_size: every number in it must be finite"):
+            load_json(nan, what="x", expected="y", finite=finite)
+
+
+# (command, file kind): every command that reads a JSON file, each kind of bad file at least once.
+LOADER_CLI = [
+    (["plot", "{f}"], "directory"),
+    (["plot", "{f}"], "random"),
+    (["compare", "{f}", "{f}"], "utf16"),
+    (["report", "{f}", "--out", "r.html"], "deep"),
+    (["compose", "--nccl", "{f}", *GPU], "loop"),
+    (["compose", "--nccl", "{f}", *GPU], "utf16"),
+    (["compose", "--model-config", "{f}", "--net", "ib=40GB/s", *GPU], "random"),
+    (["compose", "--model-config", "{f}", "--net", "ib=40GB/s", *GPU], "deep"),
+    (["compose", "--calibration", "{f}", "--net", "ib=40GB/s", *GPU], "loop"),
+    (["compose", "--compute", "{f}", "--net", "ib=40GB/s", "--ranks", "2"], "random"),
+]
+
+
+@pytest.mark.parametrize("argv,kind", LOADER_CLI, ids=[f"{a[0]}-{a[1]}-{k}" for a, k in LOADER_CLI])
+def test_every_json_argument_goes_through_the_loader(cli, tmp_path, argv, kind):
+    path = _bad_files(tmp_path)[kind]
+    done = cli(*[a.format(f=path.name) for a in argv], timeout=120)
+    _refused(done, LOADER_SAYS[kind])
+    assert not (tmp_path / "results").exists() and not (tmp_path / "r.html").exists()

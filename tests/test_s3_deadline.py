@@ -99,6 +99,7 @@ def test_every_s3_path_ends_within_the_timeout_naming_the_endpoint(run_cli, path
         assert len(url.accepted) == HOLE_CONNECTIONS[path], url.accepted
 
 
+@pytest.mark.xdist_group("serial")
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hole", "trickle"])
 def test_modelload_stuck_on_the_endpoint_ends_at_sigterm(tmp_path, mode):
@@ -115,6 +116,7 @@ def test_modelload_stuck_on_the_endpoint_ends_at_sigterm(tmp_path, mode):
     assert took < 5, f"{took:.1f} s after SIGTERM"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hole", "trickle"])
 def test_a_request_past_its_deadline_fails_and_so_does_every_later_one_at_once(mode, monkeypatch):
     from microbench.core.errors import RunError
@@ -138,3 +140,39 @@ def test_a_request_past_its_deadline_fails_and_so_does_every_later_one_at_once(m
     assert isinstance(error, RunError) and str(error).startswith(
         f"S3 endpoint {url!r} did not finish a request within 1 s (--timeout)")
     assert len(url.accepted) == 1 and second < 1.0, (url.accepted, first, second)   # not retried, not waited again
+
+
+@pytest.mark.slow
+def test_checkpoint_to_an_endpoint_that_accepts_and_never_answers_gives_up(run_cli):
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept_forever():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])   # accepted, never read, never answered
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept_forever, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        # The subprocess limit is the assertion's bound: on main this hung for minutes (423 s).
+        done = run_cli("checkpoint", "--target", "s3://bkt/p", "--endpoint", f"http://127.0.0.1:{port}",
+                       "--timeout", "2", env={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}, timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert done.returncode == 1
+    assert "Read timeout" in one_error_line(done.stderr)
