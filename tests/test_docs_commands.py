@@ -239,10 +239,14 @@ def run_as_written(line: str, cwd: Path, timeout: float = 120) -> subprocess.Com
 
 def test_the_readme_install_line_is_the_quickstarts_first():
     """.ci/check_install.py resolves this very line in a fresh virtualenv (beside the tests)."""
-    line = readme_command("pip install ")
+    line = readme_command("pip install torch")
     assert line.startswith("pip install torch==2.13.0+cpu '.[s3]' --extra-index-url https://download.pytorch.org/whl/cpu")
     assert line.endswith("&& microbench suite")
-    assert readme_command("pytest tests") and 'pytest -m "not slow"' in README.read_text()
+    # The second: the test command .ci/run runs, after the test extra.
+    tests = readme_command("pip install '.[test]'")
+    assert tests.startswith("pip install '.[test]' && pytest -n 2 --dist loadgroup tests")
+    assert "pytest -n 2 --dist loadgroup tests || status=$?" in (README.parent / ".ci" / "run").read_text()
+    assert 'pytest -m "not slow"' in README.read_text()
 
 
 def compose_lines() -> list[tuple[str, str]]:

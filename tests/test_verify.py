@@ -446,10 +446,11 @@ def test_verify_fsdp_interrupted_leaves_its_record_partial_with_ended_at(tmp_pat
 @pytest.mark.slow
 def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
     # The mechanism, not this machine's accuracy: a world of one is measured and predicted to the
-    # end. A verdict outside even a loose tolerance is this box's load (seen: +1787% at load 10
-    # with a one-rank step of a few ms), not a fault; anything else is.
+    # end. A verdict outside even a loose tolerance, or one the noise leaves open, is this box's
+    # load (seen: +1787% at load 10 with a one-rank step of a few ms), not a fault; anything else is.
     proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", "--tolerance", "1000",
                    "--ckpt-tolerance", "1000", "--cal-reps", "3", timeout=300)
-    assert proc.returncode == 0 or "outside the tolerance" in proc.stderr, proc.stderr
+    judged = {0: "", 1: "outside the tolerance", 3: "inconclusive, noise alone could move them"}
+    assert proc.returncode in judged and judged[proc.returncode] in proc.stderr, proc.stderr
     assert "ZeroDivisionError" not in proc.stderr + proc.stdout
     assert "1 ranks" in proc.stdout and "measured" in proc.stdout

@@ -141,8 +141,8 @@ class RecordWriter:
         try:
             check()
         except ValueError as exc:
-            claimed = getattr(self, "path", None)  # None until the file is claimed
-            where = f" {str(claimed)!r}" if claimed else ""
+            claimed = getattr(self, "path", Path())  # Path() until the file is claimed
+            where = f" {str(claimed)!r}" if claimed != Path() else ""
             raise RunError(f"bug: the {self.record.get('kind')!r} record{where} would not be readable: {exc}") from None
 
     def add_rows(self, rows: list[dict[str, Any]], *, complete: bool = False) -> None:
