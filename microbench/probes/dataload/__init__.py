@@ -262,6 +262,7 @@ class DataloadProbe(Probe):
 
             if isinstance(exc, MicrobenchError):
                 raise
+            _quiet_dead_iterators()
             raise RunError(f"{_failure(exc)} (rank {self.rank}, {case.label})") from None
         from ...core.stats import percentile
 
@@ -295,6 +296,22 @@ class DataloadProbe(Probe):
         samples = self.last.get("samples", self.plan.samples)
         nbytes = self.last.get("bytes", self.plan.total_bytes)
         return {"samples_per_s": samples / time_s, "read_gbps": nbytes / time_s / 1e9}
+
+
+def _quiet_dead_iterators() -> None:
+    """After a worker died, torch's half-made loader iterator can fail again in its __del__
+    (`_workers_status` never set) and Python prints that to stderr at collection: the failure
+    is already said in one line, so only those are dropped; anything else still prints."""
+    import sys
+
+    default = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if "DataLoaderIter.__del__" in repr(unraisable.object):
+            return
+        default(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def _failure(exc: BaseException) -> str:
