@@ -91,13 +91,6 @@ class RecordWriter:
         writer.saved_rows = len(writer.record.get("rows", []))
         return writer
 
-    def hand_over(self) -> Path:
-        """Other processes carry the record on from here (verify's phases, then `resume`): this
-        writer writes no more, so the end of the command must not mark its stale copy partial over
-        the record they finished. The file's own guard is the launcher's (verify/launch.py)."""
-        _OPEN.discard(self)
-        return self.path
-
     def update(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Change the record in place (its summary, say) and rewrite the file."""
         change(self.record)

@@ -90,7 +90,7 @@ def run_fsdp(opts: VerifyOptions) -> int:
             "gc": collector.NOTE,
         },
     )
-    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
+    path = RecordWriter(record, opts.json, opts.results_dir).path
     base = RankSpec(
         device=choice.device,
         backend=choice.backend,

@@ -107,7 +107,7 @@ def _run(opts: JobOptions, choice: BackendChoice) -> int:
             "device": choice.device,
         },
     )
-    path = RecordWriter(record, opts.json, opts.results_dir).hand_over()
+    path = RecordWriter(record, opts.json, opts.results_dir).path
     print(
         f"# verify job: {nproc} ranks ({choice.backend}/{choice.device}), {shape.name}, {opts.steps} steps of "
         f"{opts.tokens} tokens, checkpoint every {opts.ckpt_every or '-'}{' (async)' if opts.async_ckpt else ''}; "
