@@ -23,6 +23,20 @@ from conftest import one_error_line
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 STEPS = "memory,storage posix,compute"
+# Each step at the smallest size that still reads its host's throttle: every timed piece longer
+# than the lab's 10 ms CPU quota period (a 64M memcpy, a 256-token matmul at hidden 1024), the
+# disk's file a second of 50MB/s. At the suite's own sizes (llama-3.1-8b's 2 GB head matmul, a
+# 256M file) this test took 15 minutes.
+SMALL_MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 8,
+               "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 16384}
+
+
+@pytest.fixture
+def step_args(tmp_path) -> dict[str, str]:
+    config = tmp_path / "small-llama.config.json"
+    config.write_text(json.dumps(SMALL_MODEL))
+    return {"memory": "--sizes 64M", "storage posix": "--size 32M --bs 2M",
+            "compute": f"--model-config {config} --tokens 256"}
 
 
 @pytest.fixture
@@ -31,10 +45,10 @@ def throttles():
         pytest.skip(f"this machine mounts no cgroup cpu and io controllers ({cgroups.controllers()})")
 
 
-def _suites(run_cli, lab: str, root: Path, hosts: int, steps: str) -> None:
+def _suites(run_cli, lab: str, root: Path, hosts: int, steps: str, step_args: dict[str, str]) -> None:
     for i in range(hosts):
         done = run_cli("lab", "exec", "--name", lab, "--host", f"h{i}", "--", sys.executable, "-m", "microbench", "suite",
-                       "--only", steps,
+                       "--only", steps, *(a for name in steps.split(",") for a in ("--step-args", f"{name}={step_args[name]}")),
                        "--results-dir", str(root / f"h{i}"), timeout=900)
         assert done.returncode == 0, (i, done.stdout[-2000:], done.stderr[-2000:])
 
@@ -52,12 +66,12 @@ def _failed_kinds(path: Path) -> dict[str, dict[str, set[str]]]:
     return out
 
 
-def test_the_lab_fleet_names_its_three_degraded_hosts(run_cli, lab_name, throttles, tmp_path, embedded_s3):
+def test_the_lab_fleet_names_its_three_degraded_hosts(run_cli, lab_name, throttles, step_args, tmp_path, embedded_s3):
     up = run_cli("lab", "up", "--name", lab_name, "--hosts", "6", "--link", "1gbit", "--host-link", "h2=500mbit",
                  "--host-cpu", "h4=0.3", "--host-disk", "h5=50MB/s")
     assert up.returncode == 0, up.stderr
     root = tmp_path / "root"
-    _suites(run_cli, lab_name, root, 6, STEPS)
+    _suites(run_cli, lab_name, root, 6, STEPS, step_args)
     hunt = run_cli("hunt", "--lab", lab_name, "--json", str(root / "hunt.json"), timeout=600)
     assert hunt.returncode == 1 and "slow host h2" in one_error_line(hunt.stderr)
     down = run_cli("lab", "down", "--name", lab_name)
@@ -103,11 +117,11 @@ def test_the_lab_fleet_names_its_three_degraded_hosts(run_cli, lab_name, throttl
     assert {n for n, v in verdicts.items() if v == "FAIL"} == {"h2", "h4", "h5"}
 
 
-def test_every_host_throttled_alike_is_one_fleet_wide_finding(run_cli, lab_name, throttles, tmp_path):
+def test_every_host_throttled_alike_is_one_fleet_wide_finding(run_cli, lab_name, throttles, step_args, tmp_path):
     # The floor: 70% of what one host gives with the whole machine (2 CPUs of quota, the lab's weight).
     up = run_cli("lab", "up", "--name", lab_name, "--hosts", "2", "--host-cpu", "h0=2")
     assert up.returncode == 0, up.stderr
-    _suites(run_cli, lab_name, tmp_path / "whole", 1, "memory")
+    _suites(run_cli, lab_name, tmp_path / "whole", 1, "memory", step_args)
     assert run_cli("lab", "down", "--name", lab_name).returncode == 0
     (record,) = (tmp_path / "whole").glob("h0/suite-*/memory.json")
     whole = max(r["copy_gbps"] for r in json.loads(record.read_text())["rows"] if r["op"] == "memcpy_1t")
@@ -118,7 +132,7 @@ def test_every_host_throttled_alike_is_one_fleet_wide_finding(run_cli, lab_name,
     up = run_cli("lab", "up", "--name", lab_name, "--hosts", "4", *[x for a in alike for x in ("--host-cpu", a)])
     assert up.returncode == 0, up.stderr
     root = tmp_path / "root"
-    _suites(run_cli, lab_name, root, 4, "memory")
+    _suites(run_cli, lab_name, root, 4, "memory", step_args)
     assert run_cli("lab", "down", "--name", lab_name).returncode == 0
     done = run_cli("fleet", str(root), "--accept", str(floors), "--json", str(tmp_path / "f.json"))
     assert done.returncode == 1, done.stderr

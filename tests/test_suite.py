@@ -215,3 +215,43 @@ def test_a_check_on_a_step_only_leaves_out_is_refused_before_any_step(cli, tmp_p
     assert done.returncode == 2, done.stderr
     assert "--only leaves that step out; add it to --only, e.g. --only memory,nccl" in last_line(done.stderr)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_step_args_come_after_the_steps_own_and_reach_its_record(run_cli, tmp_path):
+    done = run_cli("suite", "--only", "memory,storage posix", "--step-args", "memory=--sizes 8M",
+                   "--step-args", "storage posix=--size 8M --bs 1M", "--path", str(tmp_path),
+                   "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    memory = json.loads(next((tmp_path / "r").glob("suite-*/memory.json")).read_text())
+    posix = json.loads(next((tmp_path / "r").glob("suite-*/storage-posix.json")).read_text())
+    assert {r["size_bytes"] for r in memory["rows"]} == {8 << 20}          # not the step's 256M
+    assert memory["argv"][-4:-2] == ["--sizes", "8M"] and "256M" in memory["argv"]
+    assert {r["file_size_bytes"] for r in posix["rows"]} == {8 << 20}       # not the step's 256M file
+    assert {r["bs_bytes"] for r in posix["rows"] if r.get("stream") != "single"} == {1 << 20}
+
+
+STEP_ARGS_SAYS = {
+    "no-equals": ("memory", "invalid --step-args 'memory': expected STEP=ARGS (e.g. --step-args 'storage posix=--size 1G')"),
+    "not-run": ("nccl=--sizes 1M", "invalid --step-args 'nccl=--sizes 1M': 'nccl' is not a step this suite runs "
+                                   "(it runs memory; e.g."),
+    "unknown-flag": ("memory=--sizee 8M", "invalid --step-args 'memory=--sizee 8M': unrecognized arguments: --sizee 8M"),
+    "bad-value": ("memory=--sizes 8Q", "invalid --step-args 'memory=--sizes 8Q': invalid --sizes '8Q'"),
+    "owned-flag": ("memory=--json x.json", "invalid --step-args 'memory=--json x.json': the suite sets --json itself"),
+    "unclosed-quote": ("memory=--sizes '8M", "invalid --step-args \"memory=--sizes '8M\": No closing quotation"),
+    "help": ("memory=--help", "invalid --step-args 'memory=--help': --help is not a step argument"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STEP_ARGS_SAYS))
+def test_bad_step_args_are_refused_before_any_step(cli, tmp_path, case):
+    value, says = STEP_ARGS_SAYS[case]
+    _refused(cli("suite", "--only", "memory", "--step-args", value, "--results-dir", str(tmp_path / "r")), says)
+    assert not (tmp_path / "r").exists()
+
+
+def test_step_args_the_probe_itself_refuses_are_refused_before_any_step(cli, tmp_path):
+    # Parsed values alone pass; the probe's own check (a block bigger than the file) refuses.
+    _refused(cli("suite", "--only", "storage posix", "--step-args", "storage posix=--size 8M --bs 16M",
+                 "--results-dir", str(tmp_path / "r")), "invalid --step-args 'storage posix=--size 8M --bs 16M': ")
+    assert not (tmp_path / "r").exists()

@@ -5,6 +5,7 @@ down. The step loop and its helpers here; commands/suite.py is the printer."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -87,6 +88,18 @@ def select_steps(only: str | None) -> list[SuiteStep]:
             raise UsageError(f"invalid --only {name!r}: expected some of {', '.join(names)} ({example})")
         chosen.add(step.name)
     return [s for s in steps if s.name in chosen]
+
+
+def with_step_args(steps: list[SuiteStep], extra: dict[str, tuple[str, ...]]) -> list[SuiteStep]:
+    """The steps with `--step-args` appended to their arguments: the step's own flags first, so a
+    flag given again (`--size 32M` after the step's `--size 256M`) is the one the probe takes.
+    Braces are escaped, since a step's argv is a template ({path})."""
+    return [
+        dataclasses.replace(
+            step, argv=(*step.argv, *(a.replace("{", "{{").replace("}", "}}") for a in extra.get(step.name, ())))
+        )
+        for step in steps
+    ]
 
 
 def new_suite_dir(results_dir: Path) -> Path:

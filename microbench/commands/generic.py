@@ -193,14 +193,21 @@ def _lab_placement(spec: ProbeSpec, config: Any, inv: Invocation) -> None:
         inv.placement = placement.place(name, nproc=getattr(config, "nproc", None), pair=pair)
 
 
-def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
-    config = build_config(spec, args)  # every flag checked before anything is set up
+def checked_config(spec: ProbeSpec, args: argparse.Namespace) -> Any:
+    """The Config the probe will run, every flag parsed and the spec's validate hook passed:
+    misuse refused before anything is set up (the suite checks its steps' arguments so too)."""
+    config = build_config(spec, args)
     for key in ("path", "keep", "endpoint", "bucket", "nproc", "timeout"):
         if hasattr(args, f"needs_{key}") and not hasattr(config, key):
             # a needs flag the Config does not declare: the runner reads it from here
             config = _with_needs(config, key, getattr(args, f"needs_{key}"))
     if spec.validate is not None:
         config = spec.validate(config)
+    return config
+
+
+def run(spec: ProbeSpec, args: argparse.Namespace) -> int:
+    config = checked_config(spec, args)
     inv = invocation(spec, args, config)
     if getattr(config, "link_profiles", None):
         from ..lab import placement

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
+import tempfile
 from pathlib import Path
 
 from ..accept import junit, rules as accept, suite
 from ..accept.suite import HEADLINE_COLUMN, default_steps
-from ..core.errors import RunError
+from ..core import registry
+from ..core.errors import RunError, UsageError
+from ..core.registry import SuiteStep
 from ..core.tables import text_table
 from ..results.outputs import check_results_dir
 from ..results.store import atomic_write_text
 from ..targets.workdir import check_base
+from . import generic
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--path", default=None, help="directory for storage and checkpoint probes (default: a temp dir)")
     p.add_argument("--only", default=None, help=f"comma list of steps: {', '.join(s.name for s in default_steps())}")
     p.add_argument("--results-dir", default="results", help="the suite writes results/suite-TIME/STEP.json")
+    p.add_argument(
+        "--step-args",
+        action="append",
+        default=[],
+        metavar="STEP=ARGS",
+        help="more arguments for one step, after its own (a flag given again wins), checked before any "
+        "step runs; repeatable, e.g. --step-args 'storage posix=--size 1G' --step-args 'compute=--tokens 64'",
+    )
     p.add_argument(
         "--accept",
         default=None,
@@ -45,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.path is not None:
         # Before suite-TIME/ is made: a bad --path once left an empty results directory behind.
         check_base(args.path, writable=True)
+    steps = suite.with_step_args(steps, parse_step_args(args.step_args, steps, args.path or tempfile.gettempdir()))
     out_dir = suite.new_suite_dir(Path(args.results_dir))
     results = suite.run_steps(steps, out_dir, args.path, before=lambda step: print(f"# {step.name} ...", flush=True))
     table = [(r.step.name, r.status, f"{r.seconds:.0f}", r.summary()) for r in results]
@@ -78,3 +92,65 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         raise RunError(f"{len(failed)} step(s) failed: {', '.join(failed)} (reasons in the table above)")
     return 0
+
+
+# The suite places each step's record itself (suite-TIME/STEP.json) and runs it on local ranks.
+_SUITE_OWNS = ("--json", "--results-dir", "--lab")
+
+
+class _StepParser(argparse.ArgumentParser):
+    """A probe's own parser, whose errors are the suite's misuse (exit 2, one line)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def parse_step_args(given: list[str], steps: list[SuiteStep], path: str) -> dict[str, tuple[str, ...]]:
+    """`--step-args STEP=ARGS` values, by step name: each step one the suite runs, each ARGS split
+    as a shell would and parsed, after the step's own arguments, by its probe's command (flags and
+    values, then the probe's own checks, with `path` for the step's scratch directory), so misuse
+    is refused before any step runs."""
+    extra: dict[str, tuple[str, ...]] = {}
+    for value in given:
+        name, sep, rest = value.partition("=")
+        step = suite.find_step(name.strip(), steps) if sep else None
+        if not sep or not name.strip():
+            raise UsageError(f"invalid --step-args {value!r}: expected STEP=ARGS ({_EXAMPLE})")
+        if step is None:
+            raise UsageError(
+                f"invalid --step-args {value!r}: {name.strip()!r} is not a step this suite runs "
+                f"(it runs {', '.join(s.name for s in steps)}; {_EXAMPLE})"
+            )
+        try:
+            words = tuple(shlex.split(rest))
+        except ValueError as exc:
+            raise UsageError(f"invalid --step-args {value!r}: {exc} ({_EXAMPLE})") from None
+        for word in words:
+            if word.split("=", 1)[0] in _SUITE_OWNS:
+                raise UsageError(
+                    f"invalid --step-args {value!r}: the suite sets {word.split('=', 1)[0]} itself ({_EXAMPLE})"
+                )
+        _check_step_argv(step, words, value, path)
+        extra[step.name] = extra.get(step.name, ()) + words
+    return extra
+
+
+_EXAMPLE = "e.g. --step-args 'storage posix=--size 1G'"
+
+
+def _check_step_argv(step: SuiteStep, words: tuple[str, ...], value: str, path: str) -> None:
+    """The step's arguments and `words` through its probe's parser and option parsers: an unknown
+    flag or a bad value is refused here, quoted, as the probe itself would refuse it."""
+    found = registry.suite_step(step.name)
+    assert found is not None, step.name  # select_steps only returns registered steps
+    spec, declared = found
+    parser = _StepParser(prog=f"microbench {' '.join(spec.command)}", add_help=False)
+    sub = parser.add_subparsers(dest="command", parser_class=_StepParser)
+    generic.add_probe_parser(sub, "step", spec)
+    if any(w in ("-h", "--help") for w in words):
+        raise UsageError(f"invalid --step-args {value!r}: --help is not a step argument ({_EXAMPLE})")
+    try:
+        args = parser.parse_args(["step", *(a.format(path=path) for a in declared.argv), *words])
+        generic.checked_config(spec, args)
+    except UsageError as exc:
+        raise UsageError(f"invalid --step-args {value!r}: {exc}") from None
