@@ -405,10 +405,11 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """A test without the markers its fixtures call for is a collection error: `-m "not slow"`
     and `-m "not root"` must leave out every test they promise to.
 
-    Under pytest-xdist (`-n 2 --dist loadgroup`) every root test joins the xdist group "serial",
-    with the tests marked for it that time a failure: one worker runs them one after another,
-    so two labs, mounts or shaped links never measure beside each other, nor a timed failure
-    beside another."""
+    Under pytest-xdist (`--dist loadgroup`) a root test joins the xdist group "serial" unless it
+    names its own group: one worker runs a group's tests one after another, so two labs or
+    shaped links never measure beside each other. Root tests whose verdict rests on no speed
+    measured in a lab name their own group ("mounts", "vjob-mounts", "hsdp-lab") and run beside
+    the labs; the tests that time a failure share "timed", so no two of them share the CPUs."""
     wrong = []
     for item in items:
         markers = {m.name for m in item.iter_markers()}

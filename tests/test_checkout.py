@@ -90,6 +90,7 @@ def test_the_suite_from_a_checkout_measures_with_the_installed_native_core(tmp_p
     checkout = _checkout_copy(tmp_path / "checkout")
     env = {k: v for k, v in package_env().items() if k not in ("RANK", "WORLD_SIZE", "MICROBENCH_NO_NATIVE")}
     done = subprocess.run([*_launcher(tmp_path), "suite", "--only", "memory,collectives",
+                           "--step-args", "memory=--sizes 16M", "--step-args", "nccl=--sizes 1M-4M",
                            "--results-dir", str(tmp_path / "r")], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

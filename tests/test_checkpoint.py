@@ -297,7 +297,7 @@ def test_disk_full_mid_save_is_one_line_and_a_partial_record(run_cli, tmp_path):
     assert left == []
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 @pytest.mark.parametrize("phase, second", [("save", None), ("save", "SIGTERM"), ("load", None)])
 def test_ctrl_c_during_a_save_or_load(tmp_path, phase, second):

@@ -161,7 +161,7 @@ def _start(tmp_path):
                             cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["importing", "ranks starting", "ranks joining"])
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])

@@ -48,7 +48,7 @@ def test_native_loop_interoperates_with_python_loop(mode):
     assert len(out[0]) == 2 and len(out[1]) == 2
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.skipif(not native.available(), reason="native module not built")
 def test_native_loop_times_out_when_the_peer_is_silent():
     a, _b = _pair()

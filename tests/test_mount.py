@@ -17,7 +17,8 @@ import pytest
 from conftest import one_error_line
 from microbench.targets.mount import system as mount_sys
 
-pytestmark = [pytest.mark.root, pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
+# One mount test at a time (group "mounts"), beside the lab tests: no verdict here rests on a lab's speeds.
+pytestmark = [pytest.mark.root, pytest.mark.xdist_group("mounts"), pytest.mark.skipif(mount_sys.fuse_unavailable_reason() is not None,
                                                     reason=str(mount_sys.fuse_unavailable_reason()))]
 
 

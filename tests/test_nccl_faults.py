@@ -59,7 +59,7 @@ def closed_port():
         return sock.getsockname()[1]
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 def test_unreachable_master_fails_within_the_timeout(run_cli):
     port = closed_port()
     res, elapsed = join_nccl(run_cli, 1, port)
@@ -97,7 +97,7 @@ def _finished_rows(path):
     return record
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 def test_a_rank_killed_mid_sweep(tmp_path):
     proc, path = _start_sweep(tmp_path)
     os.kill(ranks_of(proc.pid)[1], signal.SIGKILL)

@@ -148,7 +148,7 @@ def test_two_mount_ups_at_once_leave_one_mount(run_cli, tmp_path):
 # --------------------------------------------------------------------------- a stopped rank under dataload
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 def test_dataload_with_rank_0_stopped_ends_within_the_timeout_and_its_workers_with_it(tmp_path):
     timeout_s = 6

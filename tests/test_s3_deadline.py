@@ -99,7 +99,7 @@ def test_every_s3_path_ends_within_the_timeout_naming_the_endpoint(run_cli, path
         assert len(url.accepted) == HOLE_CONNECTIONS[path], url.accepted
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hole", "trickle"])
 def test_modelload_stuck_on_the_endpoint_ends_at_sigterm(tmp_path, mode):

@@ -27,11 +27,15 @@ def test_a_one_rank_collective_headlines_its_algbw_not_a_zero_busbw():
     assert headline(record) == "all_reduce algbw 644.50 GB/s at 16M; all_gather busbw 0.40 GB/s at 1M"
 
 
+# The memory step at a size that takes a moment: these tests are about the suite, not the figures.
+SMALL = ("--step-args", "memory=--sizes 16M")
+
+
 @pytest.mark.slow
 def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
     floor = tmp_path / "t.toml"
     floor.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 0.01\n')
-    ok = run_cli("suite", "--only", "memory", "--accept", str(floor), "--results-dir", str(tmp_path / "r"))
+    ok = run_cli("suite", "--only", "memory", *SMALL, "--accept", str(floor), "--results-dir", str(tmp_path / "r"))
     assert ok.returncode == 0, ok.stderr
     assert "PASS" in ok.stdout
     (record_path,) = (tmp_path / "r").glob("suite-*/memory.json")
@@ -39,7 +43,7 @@ def test_suite_runs_a_step_and_gates_it_on_thresholds(run_cli, tmp_path):
 
     ceiling = tmp_path / "c.toml"
     ceiling.write_text('[[check]]\nstep = "memory"\nop = "memcpy_1t"\nmetric = "copy_gbps"\nmin = 1e9\n')
-    bad = run_cli("suite", "--only", "memory", "--accept", str(ceiling), "--results-dir", str(tmp_path / "r"))
+    bad = run_cli("suite", "--only", "memory", *SMALL, "--accept", str(ceiling), "--results-dir", str(tmp_path / "r"))
     assert bad.returncode == 1
     assert last_line(bad.stderr) == "microbench: acceptance failed: 1 of 1 check(s) did not pass"
 
@@ -82,7 +86,7 @@ def test_suite_junit_has_one_testcase_per_check(run_cli, tmp_path):
                       # a GPU copy: an op the step runs where there is a GPU, missing here (GPU hidden)
                       '[[check]]\nstep = "memory"\nop = "h2d"\nmetric = "copy_gbps"\nmin = 1\n')
     report = tmp_path / "junit.xml"
-    done = run_cli("suite", "--only", "memory", "--accept", str(checks), "--junit", str(report),
+    done = run_cli("suite", "--only", "memory", *SMALL, "--accept", str(checks), "--junit", str(report),
                    "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 1, done.stderr
     root = ET.parse(report).getroot()

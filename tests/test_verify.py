@@ -449,7 +449,8 @@ def test_verify_fsdp_with_one_rank(run_cli, tmp_path):
     # end. A verdict outside even a loose tolerance, or one the noise leaves open, is this box's
     # load (seen: +1787% at load 10 with a one-rank step of a few ms), not a fault; anything else is.
     proc = run_cli("verify", "fsdp", "--nproc", "1", "--timeout", "20", "--tolerance", "1000",
-                   "--ckpt-tolerance", "1000", "--cal-reps", "3", timeout=300)
+                   "--ckpt-tolerance", "1000", "--cal-reps", "3", "--model", "tiny", "--tokens", "32", "--steps", "2",
+                   "--warmup", "1", timeout=300)
     judged = {0: "", 1: "outside the tolerance", 3: "inconclusive, noise alone could move them"}
     assert proc.returncode in judged and judged[proc.returncode] in proc.stderr, proc.stderr
     assert "ZeroDivisionError" not in proc.stderr + proc.stdout

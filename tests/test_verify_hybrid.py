@@ -77,6 +77,7 @@ def test_hybrid_without_a_lab_of_several_ranks_per_host_exit_2(cli):
 
 @pytest.mark.slow
 @pytest.mark.root
+@pytest.mark.xdist_group("hsdp-lab")  # the mechanism (tolerance 1000): beside other tests
 def test_verify_full_and_hybrid_on_a_lab_of_two_hosts_by_two_ranks(run_cli, lab_name, tmp_path):
     """The mechanism: both shardings' steps predicted and measured on 4 ranks, HSDP's inputs from
     the node and cross groups, its DCP checkpoint stored once and loaded back equal."""

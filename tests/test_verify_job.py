@@ -166,6 +166,8 @@ def _job_mounts() -> set[str]:
     return {line for line in open("/proc/self/mountinfo") if "microbench-vjob-" in line}
 
 
+# The two tests that bring up a verify job's own mount check that none is left: one at a time.
+@pytest.mark.xdist_group("vjob-mounts")
 @pytest.mark.slow
 @pytest.mark.root
 def test_s3_and_a_cached_mount_on_a_lab_under_two_link_profiles(run_cli, tmp_path, lab):
@@ -255,7 +257,9 @@ def test_async_checkpoints_to_s3_overlap_training_without_hanging(run_cli, tmp_p
     assert row["predicted_timeline"]["costs"]["save_drain_s"] == pytest.approx(ckpt["durable_s"] - ckpt["blocking_s"])
 
 
+@pytest.mark.xdist_group("vjob-mounts")
 @pytest.mark.slow
+@pytest.mark.root
 def test_the_matrix_makes_its_own_lab_and_leaves_nothing_behind(run_cli, tmp_path):
     from conftest import namespaces_refused
     from microbench.targets.mount.system import fuse_unavailable_reason

@@ -182,7 +182,7 @@ def mute_master():
     server.close()
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 def test_a_master_that_accepts_and_never_answers(run_cli, mute_master):
     proc, elapsed = join_nccl(run_cli, 1, mute_master)
@@ -192,7 +192,7 @@ def test_a_master_that_accepts_and_never_answers(run_cli, mute_master):
     assert elapsed < 5 + 10  # --timeout plus interpreter and torch start-up on a busy machine
 
 
-@pytest.mark.xdist_group("serial")
+@pytest.mark.xdist_group("timed")
 @pytest.mark.slow
 @pytest.mark.parametrize("frozen", [0, 1])
 def test_a_frozen_rank_ends_the_run_within_the_timeout(tmp_path, frozen):

@@ -369,8 +369,12 @@ def preflight_local(target: Target, size_bytes: int) -> None:
     """Before any rank starts: the target can be written and has room (UsageError, exit 2, as
     every probe's check before work). Leaves nothing behind."""
     from ..results.outputs import why_unwritable
+    from .mount.facts import check_alive
 
     base = existing_ancestor(target.path)
+    # A FUSE mount whose daemon died can still answer stat from its cache and then looks merely
+    # unwritable (misuse, exit 2): it is a failure of the storage, and said so (RunError, exit 1).
+    check_alive(base)
     why = why_unwritable(base) if os.path.isdir(base) else None
     if why:
         raise UsageError(
