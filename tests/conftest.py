@@ -421,3 +421,29 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     if wrong:
         raise pytest.UsageError("tests without the markers their fixtures need (tests/conftest.py, ROOT_FIXTURES, "
                                 "SLOW_FIXTURES):\n  " + "\n  ".join(wrong))
+
+
+GROUPS_LOST = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session: Any) -> None:
+    """Under `--dist loadgroup` a worker's grouped tests carry their group in their node id
+    (`...@serial`), which is how pytest-xdist keeps a group on one worker. Where pytest no longer
+    lets xdist add it (pytest 9.2 with pytest-xdist 3.8: pytest-xdist#1386), every group would be
+    spread over the workers, two labs measuring at once: each grouped test then fails at setup
+    with the reason (a worker's collection error would only show as an xdist internal error)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    grouped = [item for item in session.items if item.get_closest_marker("xdist_group")]
+    if grouped and not any("@" in item.nodeid for item in grouped):
+        session.config.stash[GROUPS_LOST] = (
+            f"pytest-xdist's --dist loadgroup does not keep a group on one worker under pytest "
+            f"{pytest.__version__} (pytest-xdist#1386), so the lab tests would measure beside each other; "
+            f"install the test extra's pytest, e.g. pip install 'pytest<9.2'"
+        )
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    lost = item.config.stash.get(GROUPS_LOST, None)
+    if lost and item.get_closest_marker("xdist_group"):
+        pytest.fail(lost, pytrace=False)

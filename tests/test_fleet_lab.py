@@ -83,7 +83,8 @@ def test_the_lab_fleet_names_its_three_degraded_hosts(run_cli, lab_name, throttl
     done = run_cli("fleet", str(root), "--hosts", str(hosts), "--junit", str(tmp_path / "fleet.xml"),
                    "--json", str(tmp_path / "fleet.json"))
     assert done.returncode == 1, done.stderr
-    assert one_error_line(done.stderr).startswith("microbench: fleet: 3 of 6 node(s) not accepted (h2, h4, h5)")
+    assert one_error_line(done.stderr).startswith("microbench: fleet: 3 of 6 node(s) not accepted (h2, h4, h5)"), \
+        done.stdout
     kinds = _failed_kinds(tmp_path / "fleet.json")
     assert set(kinds) == {"h2", "h4", "h5"}, done.stdout
     assert any(d.startswith("NIC lab0") for d in kinds["h2"]["network"])

@@ -372,9 +372,7 @@ def preflight_local(target: Target, size_bytes: int) -> None:
     from .mount.facts import check_alive
 
     base = existing_ancestor(target.path)
-    # A FUSE mount whose daemon died can still answer stat from its cache and then looks merely
-    # unwritable (misuse, exit 2): it is a failure of the storage, and said so (RunError, exit 1).
-    check_alive(base)
+    check_alive(base)  # a dead FUSE mount would look merely unwritable (exit 2): it is a failure (exit 1)
     why = why_unwritable(base) if os.path.isdir(base) else None
     if why:
         raise UsageError(
