@@ -27,9 +27,10 @@ RATES = ("copy_gbps", "read_gbps", "write_gbps", "iops")
 def template(tmp_path_factory) -> Path:
     """One real suite directory: memory and posix storage on this machine."""
     out = tmp_path_factory.mktemp("template")
-    # Small sizes: the fleets are made from these records by editing their figures.
+    # A small memory size: the fleets are made from these records by editing their figures. The
+    # storage step as the suite runs it: its rows are the node-metrics whose count sets k.
     done = subprocess.run([sys.executable, "-m", "microbench", "suite", "--only", "memory,storage posix",
-                           "--step-args", "memory=--sizes 16M", "--step-args", "storage posix=--size 16M --bs 1M",
+                           "--step-args", "memory=--sizes 16M",
                            "--results-dir", str(out)], env=cli_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     (suite,) = out.glob("suite-*")
