@@ -231,9 +231,7 @@ def _run(argv: list[str]) -> int:
         print(f"microbench: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        _abandon_records("interrupted")
-        print("microbench: interrupted", file=sys.stderr)
-        return 1
+        return _interrupted()
     except (OutputClosed, BrokenPipeError):
         _abandon_records(OutputClosed.reason)
         _stdout_to_devnull()
@@ -251,7 +249,17 @@ def _run(argv: list[str]) -> int:
     # A bug (or a library's BaseException, like torch's CheckpointException): still one line,
     # with the traceback on request.
     except BaseException as exc:
-        return _internal_error(exc)
+        from .world import interrupts
+
+        # After a signal, what fails is the signal's doing, not a bug: an import it cut short
+        # leaves the module half made, and the next import of it raises ImportError.
+        return _interrupted() if interrupts.hits else _internal_error(exc)
+
+
+def _interrupted() -> int:
+    _abandon_records("interrupted")
+    print("microbench: interrupted", file=sys.stderr)
+    return 1
 
 
 def _internal_error(exc: BaseException) -> int:

@@ -3,6 +3,7 @@ microbench package as this test session (a checkout or the installed one)."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -34,8 +35,25 @@ def _cpu_paths_unless_marked_gpu(request: Any, monkeypatch: Any) -> None:
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _WORLD_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_PARENT, env.get("PYTHONPATH", "")) if p)
+    for key, value in _torch_info_handoff().items():
+        env.setdefault(key, value)
     env.update(extra or {})
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_info_handoff() -> dict[str, str]:
+    """The torch facts every record carries, asked once in this process and handed to each CLI
+    child as the suite hands them to its steps (world/environment.py): a child that never
+    touches torch (memory, storage, S3) otherwise starts a process of its own to import torch
+    for them, 1.6 s of CPU each time. Not where a GPU is visible: the children hide it."""
+    from microbench.world import environment
+
+    info = environment._torch_info_here()
+    if info.get("torch") is None or info.get("cuda_available"):
+        return {}
+    source = "the test session that started this process (tests/conftest.py), asked once"
+    return {environment.TORCH_INFO_ENV: json.dumps({**info, "torch_info_source": source})}
 
 
 @pytest.fixture

@@ -285,7 +285,7 @@ def test_every_described_compose_example_runs_and_fits(tmp_path, where, line):
 def test_the_readme_report_command_runs_on_a_suite_and_leads_with_the_summary(tmp_path):
     """The report line as printed, over a suite run here (memory only: the whole suite takes
     minutes on a loaded 2-core machine)."""
-    suite = run_as_written("microbench suite --only memory", tmp_path)
+    suite = run_as_written("microbench suite --only memory --step-args 'memory=--sizes 16M'", tmp_path)
     assert suite.returncode == 0, suite.stderr
     done = run_as_written(readme_command("microbench report "), tmp_path)
     assert done.returncode == 0, done.stderr

@@ -191,3 +191,36 @@ def test_a_signal_during_start_up(tmp_path, moment, signame):
     assert line.startswith("microbench: interrupted")
     for record in records(tmp_path):
         assert record["status"] == "partial"
+
+
+def test_an_error_after_a_signal_is_the_interrupt_not_an_internal_error(monkeypatch, capsys):
+    """A signal that cuts an import short leaves the module half made; the next import of it
+    raises ImportError ("cannot load module more than once per process", seen under load in
+    `test_a_signal_during_start_up`). That is the interrupt's doing: exit 1, "interrupted"."""
+    import argparse
+
+    from microbench import cli
+    from microbench.world import interrupts
+
+    def handler(args):
+        interrupts.hits += 1
+        raise ImportError("cannot load module more than once per process")
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(command="env", handler=handler)
+
+    monkeypatch.setattr(interrupts, "hits", 0)
+    monkeypatch.setattr(cli, "build_parser", Parser)
+    assert cli._run(["env"]) == 1
+    assert capsys.readouterr().err == "microbench: interrupted\n"
+
+    # Without a signal the same error is a bug, and says so.
+    def broken(args):
+        raise ImportError("cannot load module more than once per process")
+
+    monkeypatch.setattr(interrupts, "hits", 0)
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": lambda self, a: argparse.Namespace(
+        command="env", handler=broken)})())
+    assert cli._run(["env"]) == 1
+    assert capsys.readouterr().err.startswith("microbench: internal error: ImportError: cannot load module")

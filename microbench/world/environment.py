@@ -147,7 +147,8 @@ def torch_info() -> dict[str, Any]:
     cached = os.environ.get(TORCH_INFO_ENV)
     if cached:
         try:
-            return {**json.loads(cached), "torch_info_source": "child process of the suite that launched this step"}
+            # The hand-off may name its own source (the test session does); the suite's does not.
+            return {"torch_info_source": "child process of the suite that launched this step", **json.loads(cached)}
         except ValueError:
             pass  # a damaged hand-off: ask torch ourselves
     return _torch_info_in_child()
