@@ -88,4 +88,7 @@ def test_a_real_2x_slowdown_on_the_lab_still_fails(run_cli, lab, tmp_path):
     done = run_cli("compare", "fast.json", "slow.json", "--fail-on", "busbw:-5%")
     assert done.returncode == 1, done.stdout
     assert "broke --fail-on (busbw:-5%)" in one_error_line(done.stderr)
-    assert done.stdout.count("FAIL busbw:-5%") >= 6 and "within noise" not in done.stdout
+    # Every one of the 9 values fails, or (on a machine busy enough to widen its readings, seen
+    # with four test workers on two cores) is called within noise: none reads as unchanged.
+    failed, noisy = done.stdout.count("FAIL busbw:-5%"), done.stdout.count("within noise")
+    assert failed >= 6 and failed + noisy == 9, done.stdout
