@@ -116,15 +116,7 @@ def validate(config: Config) -> Config:
         resolved,
         micro_batch=config.micro_batch,
         seq_len=config.seq_len,
-        model=shape.name,
-        hidden=shape.hidden,
-        q_dim=shape.heads * shape.head_dim,
-        kv_dim=shape.kv_heads * shape.head_dim,
-        ffn=shape.ffn,
-        vocab=shape.vocab,
-        layers=shape.layers,
-        experts=shape.experts,
-        top_k=shape.top_k,
+        **shape_fields(shape),
         tokens=tokens,
         why_cpu=why_cpu,
         tokens_given=config.tokens is not None,
@@ -132,6 +124,21 @@ def validate(config: Config) -> Config:
     if not kernel_mode:
         _check_memory(resolved)
     return resolved
+
+
+def shape_fields(shape: Any) -> dict[str, Any]:
+    """The Config's shape fields from a composer ModelShape: the probe's and verify's replay's."""
+    return {
+        "model": shape.name,
+        "hidden": shape.hidden,
+        "q_dim": shape.heads * shape.head_dim,
+        "kv_dim": shape.kv_heads * shape.head_dim,
+        "ffn": shape.ffn,
+        "vocab": shape.vocab,
+        "layers": shape.layers,
+        "experts": shape.experts,
+        "top_k": shape.top_k,
+    }
 
 
 def _check_memory(config: Config) -> None:

@@ -29,6 +29,7 @@ from ...compose.fsdp import ADAMW_BYTES_MOVED_PER_PARAM, TrainSpec, compute_time
 from ...compose.model import ModelShape
 from ...core.stats import percentile
 from ...probes import compute as cm, nccl as coll
+from ...probes.compute.config import shape_fields
 from ...probes.compute.replay import StepReplay
 from ...run.runner import SweepSettings, measure_case
 from ...world.dist import World
@@ -63,15 +64,7 @@ def step_flops(shape: ModelShape, tokens: int) -> float:
 def replay(shape: ModelShape, tokens: int, device: str, dtype: str) -> StepReplay:
     """`microbench compute`'s kernels at this model's shapes, forward and backward, in step order."""
     config = cm.Config(
-        model=shape.name,
-        hidden=shape.hidden,
-        q_dim=shape.heads * shape.head_dim,
-        kv_dim=shape.kv_heads * shape.head_dim,
-        ffn=shape.ffn,
-        vocab=shape.vocab,
-        layers=shape.layers,
-        experts=shape.experts,
-        top_k=shape.top_k,
+        **shape_fields(shape),
         tokens=tokens,
         device=device,
         dtype=dtype,
