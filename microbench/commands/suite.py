@@ -107,31 +107,32 @@ class _StepParser(argparse.ArgumentParser):
 
 def parse_step_args(given: list[str], steps: list[SuiteStep], path: str) -> dict[str, tuple[str, ...]]:
     """`--step-args STEP=ARGS` values, by step name: each step one the suite runs, each ARGS split
-    as a shell would and parsed, after the step's own arguments, by its probe's command (flags and
-    values, then the probe's own checks, with `path` for the step's scratch directory), so misuse
-    is refused before any step runs."""
+    as a shell would and parsed, after the step's own arguments and any given for it before, by
+    its probe's command (flags and values, then the probe's own checks, with `path` for the
+    step's scratch directory), so misuse is refused before any step runs."""
     extra: dict[str, tuple[str, ...]] = {}
     for value in given:
         name, sep, rest = value.partition("=")
-        step = suite.find_step(name.strip(), steps) if sep else None
-        if not sep or not name.strip():
+        name = name.strip()
+        if not sep or not name:
             raise UsageError(f"invalid --step-args {value!r}: expected STEP=ARGS ({_EXAMPLE})")
+        step = suite.find_step(name, steps)
         if step is None:
             raise UsageError(
-                f"invalid --step-args {value!r}: {name.strip()!r} is not a step this suite runs "
+                f"invalid --step-args {value!r}: {name!r} is not a step this suite runs "
                 f"(it runs {', '.join(s.name for s in steps)}; {_EXAMPLE})"
             )
         try:
             words = tuple(shlex.split(rest))
         except ValueError as exc:
             raise UsageError(f"invalid --step-args {value!r}: {exc} ({_EXAMPLE})") from None
-        for word in words:
-            if word.split("=", 1)[0] in _SUITE_OWNS:
-                raise UsageError(
-                    f"invalid --step-args {value!r}: the suite sets {word.split('=', 1)[0]} itself ({_EXAMPLE})"
-                )
-        _check_step_argv(step, words, value, path)
+        owned = [flag for flag in (w.split("=", 1)[0] for w in words) if flag in _SUITE_OWNS]
+        if owned:
+            raise UsageError(f"invalid --step-args {value!r}: the suite sets {owned[0]} itself ({_EXAMPLE})")
+        if any(w in ("-h", "--help") for w in words):
+            raise UsageError(f"invalid --step-args {value!r}: --help is not a step argument ({_EXAMPLE})")
         extra[step.name] = extra.get(step.name, ()) + words
+        _check_step_argv(step, extra[step.name], value, path)
     return extra
 
 
@@ -147,8 +148,6 @@ def _check_step_argv(step: SuiteStep, words: tuple[str, ...], value: str, path: 
     parser = _StepParser(prog=f"microbench {' '.join(spec.command)}", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=_StepParser)
     generic.add_probe_parser(sub, "step", spec)
-    if any(w in ("-h", "--help") for w in words):
-        raise UsageError(f"invalid --step-args {value!r}: --help is not a step argument ({_EXAMPLE})")
     try:
         args = parser.parse_args(["step", *(a.format(path=path) for a in declared.argv), *words])
         generic.checked_config(spec, args)
