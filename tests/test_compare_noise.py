@@ -62,6 +62,7 @@ def test_rows_without_a_spread_are_judged_by_the_rule_alone(tmp_path):
 NCCL = ("nccl", "--nproc", "2", "--sizes", "1M-16M", "--warmup", "1")
 
 
+@pytest.mark.xdist_group("serial")  # a verdict on measured speeds: not beside the lab measurements
 @pytest.mark.slow
 def test_two_back_to_back_unchanged_nccl_runs_pass_fail_on_busbw(run_cli, tmp_path):
     """The suite's nccl sweep twice on this (shared, noisy) machine: no regression to find."""

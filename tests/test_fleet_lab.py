@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 STEPS = "memory,storage posix,compute"
 # Each step at the smallest size that still reads its host's throttle: every timed piece longer
-# than the lab's 10 ms CPU quota period (a 64M memcpy, a 256-token matmul at hidden 1024), the
+# than the lab's 10 ms CPU quota period (a 64M memcpy, a 512-token matmul at hidden 1024), the
 # disk's file a second of 50MB/s. At the suite's own sizes (llama-3.1-8b's 2 GB head matmul, a
 # 256M file) this test took 15 minutes.
 SMALL_MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 8,
@@ -36,7 +36,7 @@ def step_args(tmp_path) -> dict[str, str]:
     config = tmp_path / "small-llama.config.json"
     config.write_text(json.dumps(SMALL_MODEL))
     return {"memory": "--sizes 64M", "storage posix": "--size 32M --bs 2M",
-            "compute": f"--model-config {config} --tokens 256"}
+            "compute": f"--model-config {config} --tokens 512"}
 
 
 @pytest.fixture
