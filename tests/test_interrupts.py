@@ -140,6 +140,26 @@ def test_a_handler_that_runs_after_closing_counts_and_never_raises(monkeypatch):
     assert interrupts.hits == 1
 
 
+def test_a_signal_inside_deferred_is_counted_then_raised_when_the_block_ends(monkeypatch):
+    # torch's first import runs C++ initialisers that call back into Python; a KeyboardInterrupt
+    # raised there aborted a rank (std::terminate). Inside deferred() the handler only counts.
+    from microbench.world import interrupts
+
+    monkeypatch.setattr(interrupts, "hits", 0)
+    monkeypatch.setattr(interrupts, "deferring", 0)
+    reached_end = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.deferred():
+            with interrupts.deferred():       # nested: only the outermost block raises
+                interrupts.handler(2, None)
+            interrupts.handler(15, None)
+            reached_end = True
+    assert reached_end and interrupts.hits == 2 and interrupts.deferring == 0
+    monkeypatch.setattr(interrupts, "hits", 0)
+    with interrupts.deferred():               # no signal: nothing raised
+        pass
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signals", [("SIGINT", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGINT", "SIGINT")])
 def test_two_signals_close_together_keep_the_partial_record(tmp_path, signals):

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from ..core.errors import RunError
+from . import interrupts
 from .launch import WorldSpec, free_port
 
 # Short enough that a few beats (the settle in missing_ranks) add about a second to --timeout.
@@ -38,7 +39,8 @@ class World:
     """
 
     def __init__(self, spec: WorldSpec, backend: str, timeout_s: float, device: str = "cpu"):
-        import torch.distributed as dist
+        with interrupts.deferred():  # a rank's first torch import: see deferred()
+            import torch.distributed as dist
 
         self.spec, self.backend, self.timeout_s, self.device = spec, backend, timeout_s, device
         self.rank, self.size = spec.rank, spec.size

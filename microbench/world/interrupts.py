@@ -26,13 +26,30 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 hits = 0
 forwarded = 0  # taken by a handler given to take()/handled() (a launcher forwarding to its ranks)
 closed = False  # the exit code is decided: signals are counted, never raised
+deferring = 0  # inside deferred(): signals are counted, raised when the block ends
 
 
 def handler(signum: int, frame: Any) -> None:
     global hits
     hits += 1
-    if hits == 1 and not closed and sys.exc_info()[0] is None and not _in_unraisable_callback(frame):
+    if hits == 1 and not closed and not deferring and sys.exc_info()[0] is None and not _in_unraisable_callback(frame):
         raise KeyboardInterrupt
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Count signals during the block and raise the first at its end. For torch's first import:
+    its C++ initialisers call back into Python, and a KeyboardInterrupt raised there cannot
+    cross pybind11, which calls std::terminate: the rank died by SIGABRT with a C++ backtrace on
+    stderr instead of ending with the launcher's one line."""
+    global deferring
+    deferring += 1
+    try:
+        yield
+    finally:
+        deferring -= 1
+    if not deferring:
+        check()
 
 
 def _in_unraisable_callback(frame: Any) -> bool:
@@ -112,8 +129,8 @@ def closing() -> None:
 def fresh_process() -> None:
     """In a fork (prefork.py): start as a new interpreter would, with no signal counted, none
     blocked and the default handlers; what the parent counted or blocked is its own."""
-    global hits, closed, forwarded
-    hits, closed, forwarded = 0, False, 0
+    global hits, closed, forwarded, deferring
+    hits, closed, forwarded, deferring = 0, False, 0, 0
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
