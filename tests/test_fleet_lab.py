@@ -33,8 +33,9 @@ STEPS = "memory,storage posix,compute"
 # iteration reads healthy and its line is only INCONCLUSIVE (seen at 64M and 512 tokens: attn_out
 # a 3.5 ms matmul, memcpy_1t 5 ms). Every piece here takes 10 ms or more at full speed: a 256M
 # memcpy, 2048 tokens at hidden 1024 (the head, at vocab 4096, 57 ms); the disk's file is a second
-# of 50MB/s. At the suite's own sizes (llama-3.1-8b's 2 GB head matmul, a 256M file) this test took 15 minutes. Compute warms
-# up 3 times: the first case (qkv) carried one-time costs and read as a slow CPU on a healthy host.
+# of 50MB/s. At the suite's own sizes (llama-3.1-8b's 2 GB head matmul, a 256M file) this test
+# took 15 minutes. Compute warms up 3 times: the first case (qkv) carried one-time costs and read
+# as a slow CPU on a healthy host.
 SMALL_MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 8,
                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 4096}
 
