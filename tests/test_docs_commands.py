@@ -244,8 +244,8 @@ def test_the_readme_install_line_is_the_quickstarts_first():
     assert line.endswith("&& microbench suite")
     # The second: the test command .ci/run runs, after the test extra.
     tests = readme_command("pip install '.[test]'")
-    assert tests.startswith("pip install '.[test]' && pytest -n 2 --dist loadgroup tests")
-    assert "pytest -n 2 --dist loadgroup tests || status=$?" in (README.parent / ".ci" / "run").read_text()
+    assert tests.startswith("pip install '.[test]' && pytest -n 3 --dist loadgroup tests")
+    assert "pytest -n 3 --dist loadgroup tests || status=$?" in (README.parent / ".ci" / "run").read_text()
     assert 'pytest -m "not slow"' in README.read_text()
 
 
