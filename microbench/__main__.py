@@ -7,10 +7,11 @@ import sys
 def entry() -> None:
     # Before anything heavy is imported: a Ctrl-C or SIGTERM in the first second of start-up
     # still ends with one line and exit 1, never a traceback or a silent death.
-    from .world import interrupts
+    from .world import interrupts, stacks
 
     interrupts.install()
     interrupts.report_ready()
+    stacks.arm()  # a local rank: its stacks on the launcher's request, before it is ended
     try:
         from .cli import main
 

@@ -244,6 +244,26 @@ def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     return True
 
 
+def add_ended_ranks(path: str | os.PathLike, ended: dict[int, tuple[str, str]]) -> bool:
+    """Keep in a record what the launcher learnt of the ranks it had to end: rank -> (why it was
+    ended, its Python stacks at that moment). True if the record was changed."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or not ended:
+        return False
+    record["ended_ranks"] = [
+        {"rank": rank, "why": redact_text(why), "python_stacks": redact_text(stacks)}
+        for rank, (why, stacks) in sorted(ended.items())
+    ]
+    try:
+        atomic_write_text(Path(path), record_text(record))
+    except OSError:
+        return False
+    return True
+
+
 def atomic_write_text(path: Path, text: str | bytes, *, mode: int = 0o644) -> None:
     """Write `text` (str or bytes) to `path` through a temp file and a rename: a reader sees the
     old content or the new, never half of it. mode: 0o600 for a file only this user's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def launch_local(
     ranks mid-save). If rank 0 is killed or freezes, the record it claimed is marked partial here.
     """
     from ..results.store import RECORD_NOTE_ENV
-    from . import fork as prefork, interrupts
+    from . import fork as prefork, interrupts, stacks
 
     check_local_world(nproc)
     interrupts.check()
@@ -182,6 +183,8 @@ def launch_local(
     note_fd, note = tempfile.mkstemp(prefix="microbench-record-", suffix=".txt")
     os.close(note_fd)
     base_env[RECORD_NOTE_ENV] = note
+    stacks_dir = tempfile.mkdtemp(prefix="microbench-stacks-")
+    base_env[stacks.DIR_ENV] = stacks_dir
     procs: list[Any] = []  # Popen, or prefork.Forked
     logs: list[Any] = []
     signals: list[int] = []
@@ -219,7 +222,7 @@ def launch_local(
                         start_new_session=True,
                     )
                 )
-            return Supervisor(procs, logs, timeout_s, signals, note).run()
+            return Supervisor(procs, logs, timeout_s, signals, note, stacks_dir).run()
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -232,3 +235,4 @@ def launch_local(
                 os.unlink(note)
             except OSError:
                 pass
+            shutil.rmtree(stacks_dir, ignore_errors=True)

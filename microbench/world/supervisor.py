@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..core.errors import UsageError
+from . import stacks
 
 # What one local rank costs at the least: Python, torch and a gloo group take about 210 MiB
 # resident before any buffer; a rank runs a dozen threads (heartbeat, gloo, intra-op).
@@ -91,8 +92,18 @@ class Supervisor:
     """Waits for the ranks; forwards an interrupt; ends a world whose rank 0 failed, froze or
     was killed; says, in one line, what rank 0 could not say itself."""
 
-    def __init__(self, procs: list[subprocess.Popen], logs: list[Any], timeout_s: float, signals: list[int], note: str):
+    def __init__(
+        self,
+        procs: list[subprocess.Popen],
+        logs: list[Any],
+        timeout_s: float,
+        signals: list[int],
+        note: str,
+        stacks_dir: str | None = None,
+    ):
         self.procs, self.logs, self.timeout_s, self.signals, self.note = procs, logs, timeout_s, signals, note
+        self.stacks_dir = stacks_dir  # where armed ranks write their stacks (world/stacks.py)
+        self.ended: dict[int, tuple[str, str]] = {}  # rank -> (why we ended it, its Python stacks)
         self.interrupted_at: float | None = None
         self.first_failure_at: float | None = None
         self.killed_rank0: str | None = None  # why we had to kill rank 0
@@ -123,6 +134,12 @@ class Supervisor:
     def _kill_all(self, why_rank0: str) -> None:
         if self.procs[0].poll() is None:
             self.killed_rank0 = why_rank0
+        if self.stacks_dir:
+            # Where each rank still running was: the one account of a hang that its peers' errors
+            # (a collective's timeout) cannot give. A stopped rank cannot answer: not asked.
+            live = [(rank, p) for rank, p in enumerate(self.procs) if p.poll() is None and not _stopped(p.pid)]
+            for rank, text in stacks.ask(live, self.stacks_dir).items():
+                self.ended[rank] = (why_rank0, text)
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -183,6 +200,10 @@ class Supervisor:
             time.sleep(0.05)
         rank0 = self.procs[0].returncode
         record = self.record()
+        if record and self.ended:
+            from ..results.store import add_ended_ranks
+
+            add_ended_ranks(record, self.ended)
         if self.interrupted_at is not None:
             if rank0 < 0:
                 reason = f"interrupted; rank 0 {self.killed_rank0 or f'was killed by {_signal_name(-rank0)}'}"
@@ -216,12 +237,13 @@ class Supervisor:
                 return f"rank {rank} failed: {why.removeprefix('microbench: ')}"
         return None
 
-    @staticmethod
-    def _fail(reason: str, record: str | None) -> int:
+    def _fail(self, reason: str, record: str | None) -> int:
         from ..results.store import mark_abandoned
 
         if record and mark_abandoned(record, reason):
             reason += f"; the finished cases are kept in {os.path.relpath(record)} (partial)"
+            if self.ended:
+                reason += f", with the Python stacks of rank {', '.join(map(str, sorted(self.ended)))} as it was ended"
         print(f"microbench: {reason}", file=sys.stderr)
         return 1
 
