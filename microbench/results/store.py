@@ -230,33 +230,39 @@ def record_text(record: dict[str, Any]) -> str:
 def mark_abandoned(path: str | os.PathLike, reason: str) -> bool:
     """Mark a record its writer left "running" (killed, frozen) as partial with `reason`; its
     finished rows stay. True if it was changed."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(record, dict) or record.get("status") != "running":
-        return False
-    record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
-    try:
-        atomic_write_text(Path(path), record_text(record))
-    except OSError:
-        return False
-    return True
+
+    def change(record: dict[str, Any]) -> bool:
+        if record.get("status") != "running":
+            return False
+        record.update(status="partial", status_reason=redact_text(reason), ended_at=utc_now())
+        return True
+
+    return _rewrite(path, change)
 
 
 def add_ended_ranks(path: str | os.PathLike, ended: dict[int, tuple[str, str]]) -> bool:
     """Keep in a record what the launcher learnt of the ranks it had to end: rank -> (why it was
     ended, its Python stacks at that moment). True if the record was changed."""
+
+    def change(record: dict[str, Any]) -> bool:
+        record["ended_ranks"] = [
+            {"rank": rank, "why": redact_text(why), "python_stacks": redact_text(stacks)}
+            for rank, (why, stacks) in sorted(ended.items())
+        ]
+        return True
+
+    return bool(ended) and _rewrite(path, change)
+
+
+def _rewrite(path: str | os.PathLike, change: Callable[[dict[str, Any]], bool]) -> bool:
+    """A record that another process wrote, changed in place (atomically) where `change` says it
+    changed it. False when there is no readable record or nothing was written."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(record, dict) or not ended:
+    if not isinstance(record, dict) or not change(record):
         return False
-    record["ended_ranks"] = [
-        {"rank": rank, "why": redact_text(why), "python_stacks": redact_text(stacks)}
-        for rank, (why, stacks) in sorted(ended.items())
-    ]
     try:
         atomic_write_text(Path(path), record_text(record))
     except OSError:

@@ -56,20 +56,20 @@ def ask(procs: Iterable[tuple[int, Any]], directory: str) -> dict[int, str]:
             except OSError:
                 pass
     deadline = time.monotonic() + WAIT_S
+    last: dict[int, str] = {}
     got: dict[int, str] = {}
     while asked and time.monotonic() < deadline:
         for rank in list(asked):
             text = _read(path_for(directory, rank))
-            # A dump ends with the stack of the thread the signal landed on, then a blank line.
-            if text.rstrip() and text.endswith("\n"):
+            # Written, and the same at two looks: the dump is whole (it has no end marker).
+            if text.strip() and text == last.get(rank):
                 got[rank] = text
                 asked.remove(rank)
+            last[rank] = text
         if asked:
             time.sleep(0.02)
-    for rank in asked:  # a partial dump is still the best account there is
-        text = _read(path_for(directory, rank))
-        if text.strip():
-            got[rank] = text
+    # A dump still growing at the deadline is still the best account there is.
+    got.update({rank: last[rank] for rank in asked if last.get(rank, "").strip()})
     return {rank: text[-MAX_CHARS:] for rank, text in got.items()}
 
 

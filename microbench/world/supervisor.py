@@ -104,6 +104,7 @@ class Supervisor:
         self.procs, self.logs, self.timeout_s, self.signals, self.note = procs, logs, timeout_s, signals, note
         self.stacks_dir = stacks_dir  # where armed ranks write their stacks (world/stacks.py)
         self.ended: dict[int, tuple[str, str]] = {}  # rank -> (why we ended it, its Python stacks)
+        self.asked: set[int] = set()  # ranks asked for their stacks: once each
         self.interrupted_at: float | None = None
         self.first_failure_at: float | None = None
         self.killed_rank0: str | None = None  # why we had to kill rank 0
@@ -136,8 +137,14 @@ class Supervisor:
             self.killed_rank0 = why_rank0
         if self.stacks_dir:
             # Where each rank still running was: the one account of a hang that its peers' errors
-            # (a collective's timeout) cannot give. A stopped rank cannot answer: not asked.
-            live = [(rank, p) for rank, p in enumerate(self.procs) if p.poll() is None and not _stopped(p.pid)]
+            # (a collective's timeout) cannot give. A stopped rank cannot answer, and one already
+            # asked is dying (this runs every tick until the killed ranks are reaped): not asked.
+            live = [
+                (rank, p)
+                for rank, p in enumerate(self.procs)
+                if rank not in self.asked and p.poll() is None and not _stopped(p.pid)
+            ]
+            self.asked.update(rank for rank, _ in live)
             for rank, text in stacks.ask(live, self.stacks_dir).items():
                 self.ended[rank] = (why_rank0, text)
         for proc in self.procs:
